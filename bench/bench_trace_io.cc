@@ -1,0 +1,226 @@
+// Writer and reader throughput on a synthetic training-like stream, against baselines
+// measured in the same run: plain zstd (level 1, 64 KiB blocks) over the same serialised
+// bytes, and memcpy. Prints ratios and the DESIGN.md targets beside them.
+//
+// Usage: bench_trace_io [--quick]
+#include <zstd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "formats/record_codec.h"
+#include "formats/trace_reader.h"
+#include "formats/trace_writer.h"
+#include "tools/synthetic_trace.h"
+
+namespace {
+
+using namespace ndt;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::string TempTrace(const char* name) {
+  const std::filesystem::path dir =
+      std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp";
+  return (dir / name).string();
+}
+
+// The records of a synthetic training loop, in memory.
+std::vector<format::Record> SyntheticRecords(uint64_t steps) {
+  const std::string path = TempTrace("ndt_bench_source.ndt");
+  tools::SyntheticOptions options;
+  options.steps = steps;
+  auto writer = format::TraceWriter::Create(path, tools::SyntheticHeader(options));
+  if (!writer.ok() || !tools::WriteSyntheticTrace(**writer, options).ok() ||
+      !(*writer)->Close().ok()) {
+    std::fprintf(stderr, "error: cannot write the synthetic trace\n");
+    std::exit(3);
+  }
+  auto reader = format::TraceReader::Open(path);
+  std::vector<format::Record> records;
+  format::Record record;
+  while ((*reader)->Next(&record)) records.push_back(record);
+  std::filesystem::remove(path);
+  return records;
+}
+
+struct Baseline {
+  double zstd_gbps = 0;
+  double memcpy_gbps = 0;
+  double zstd_bytes_per_record = 0;
+};
+
+Baseline MeasureBaseline(const std::vector<format::Record>& records) {
+  std::string frames;
+  for (const auto& record : records) format::codec::AppendRecord(record, &frames);
+  Baseline baseline;
+  std::string out(ZSTD_compressBound(64 << 10), '\0');
+  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, 1);
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+  size_t compressed = 0;
+  const auto start = Clock::now();
+  for (size_t at = 0; at < frames.size(); at += 64 << 10) {
+    const size_t n = std::min<size_t>(64 << 10, frames.size() - at);
+    compressed += ZSTD_compress2(cctx, out.data(), out.size(), frames.data() + at, n);
+  }
+  baseline.zstd_gbps = frames.size() / Seconds(Clock::now() - start) / 1e9;
+  baseline.zstd_bytes_per_record = double(compressed) / records.size();
+  ZSTD_freeCCtx(cctx);
+  std::string copy(frames.size(), '\0');
+  double best = 1e9;
+  for (int i = 0; i < 5; ++i) {
+    const auto t = Clock::now();
+    std::memcpy(copy.data(), frames.data(), frames.size());
+    best = std::min(best, Seconds(Clock::now() - t));
+  }
+  baseline.memcpy_gbps = frames.size() / best / 1e9;
+  return baseline;
+}
+
+struct WriterRun {
+  double seconds = 0;
+  format::WriterStats stats;
+  uint64_t ops = 0;
+  std::vector<uint64_t> append_ns;  // every Append's duration, all threads
+};
+
+WriterRun RunWriter(const std::vector<format::Record>& records, int threads, int rounds,
+                    format::FullPolicy policy, const std::string& path) {
+  format::WriterOptions options;
+  options.when_full = policy;
+  auto writer = format::TraceWriter::Create(path, tools::SyntheticHeader({}), options);
+  if (!writer.ok()) {
+    std::fprintf(stderr, "error: %s\n", writer.status().message().c_str());
+    std::exit(3);
+  }
+  std::vector<std::vector<uint64_t>> latencies(threads);
+  const auto start = Clock::now();
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      auto& mine = latencies[t];
+      mine.reserve(records.size() * rounds);
+      for (int round = 0; round < rounds; ++round) {
+        for (const auto& record : records) {
+          const auto before = Clock::now();
+          (*writer)->Append(record);
+          mine.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() -
+                                                                              before)
+                             .count());
+        }
+      }
+    });
+  }
+  for (auto& worker : workers) worker.join();
+  const Status closed = (*writer)->Close();
+  WriterRun run;
+  run.seconds = Seconds(Clock::now() - start);
+  if (!closed.ok()) std::fprintf(stderr, "error: %s\n", closed.message().c_str());
+  run.stats = (*writer)->stats();
+  for (const auto& record : records) {
+    run.ops += std::holds_alternative<format::OpRecord>(record) ? 1 : 0;
+  }
+  run.ops *= static_cast<uint64_t>(threads) * rounds;
+  for (auto& mine : latencies) run.append_ns.insert(run.append_ns.end(), mine.begin(), mine.end());
+  std::sort(run.append_ns.begin(), run.append_ns.end());
+  return run;
+}
+
+uint64_t Percentile(const std::vector<uint64_t>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  return sorted[std::min(sorted.size() - 1, size_t(p * sorted.size()))];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const auto records = SyntheticRecords(quick ? 20 : 100);
+  const int rounds = quick ? 2 : 10;
+  const Baseline baseline = MeasureBaseline(records);
+  std::printf("synthetic training stream: %zu records per round, %d rounds per thread\n",
+              records.size(), rounds);
+  std::printf("baseline: plain zstd -1 over the same bytes %.2f GB/s (%.1f B/record), "
+              "memcpy %.2f GB/s\n\n",
+              baseline.zstd_gbps, baseline.zstd_bytes_per_record, baseline.memcpy_gbps);
+
+  std::printf("%-7s %-6s %10s %9s %10s %9s %8s %8s %9s %9s\n", "threads", "policy", "records/s",
+              "GB/s", "x zstd", "B/op", "p50 ns", "p99 ns", "max us", "dropped");
+  const std::string path = TempTrace("ndt_bench_writer.ndt");
+  std::string last_trace;
+  for (const auto& [threads, policy] :
+       std::vector<std::pair<int, format::FullPolicy>>{{1, format::FullPolicy::kStall},
+                                                       {2, format::FullPolicy::kStall},
+                                                       {3, format::FullPolicy::kStall},
+                                                       {3, format::FullPolicy::kDrop}}) {
+    const WriterRun run = RunWriter(records, threads, rounds, policy, path);
+    const double gbps = run.stats.uncompressed_bytes / run.seconds / 1e9;
+    std::printf("%-7d %-6s %10.3g %9.2f %10.2f %9.1f %8llu %8llu %9.1f %9llu\n", threads,
+                policy == format::FullPolicy::kStall ? "stall" : "drop",
+                run.stats.records_appended / run.seconds, gbps, gbps / baseline.zstd_gbps,
+                double(run.stats.file_bytes) / run.ops,
+                static_cast<unsigned long long>(Percentile(run.append_ns, 0.5)),
+                static_cast<unsigned long long>(Percentile(run.append_ns, 0.99)),
+                run.append_ns.empty() ? 0.0 : run.append_ns.back() / 1e3,
+                static_cast<unsigned long long>(run.stats.records_dropped));
+    if (threads == 1) {
+      last_trace = TempTrace("ndt_bench_reader.ndt");
+      std::filesystem::copy_file(path, last_trace,
+                                 std::filesystem::copy_options::overwrite_existing);
+    }
+  }
+  std::printf("targets: >= 1 GB/s uncompressed on <= 3 threads; <= 64 B/op compressed; "
+              "an appending thread never blocked > 50 us (policy drop)\n\n");
+
+  // Reader: records/s and uncompressed GB/s against plain zstd decompression of the chunks.
+  auto reader = format::TraceReader::Open(last_trace);
+  if (!reader.ok()) {
+    std::fprintf(stderr, "error: %s\n", reader.status().message().c_str());
+    return 3;
+  }
+  uint64_t uncompressed = 0;
+  for (const auto& chunk : (*reader)->chunks()) uncompressed += chunk.uncompressed_size;
+  double best_read = 1e9;
+  uint64_t read_records = 0;
+  for (int i = 0; i < 3; ++i) {
+    (*reader)->Rewind();
+    format::Record record;
+    read_records = 0;
+    const auto start = Clock::now();
+    while ((*reader)->Next(&record)) ++read_records;
+    best_read = std::min(best_read, Seconds(Clock::now() - start));
+  }
+  // Baseline: decompress the same chunk payloads from memory with plain zstd.
+  FILE* file = std::fopen(last_trace.c_str(), "rb");
+  std::string bytes((*reader)->file_bytes(), '\0');
+  if (file == nullptr || std::fread(bytes.data(), 1, bytes.size(), file) != bytes.size()) {
+    std::fprintf(stderr, "error: cannot read %s\n", last_trace.c_str());
+    return 3;
+  }
+  std::fclose(file);
+  std::string out(16 << 20, '\0');
+  const auto start = Clock::now();
+  for (const auto& chunk : (*reader)->chunks()) {
+    ZSTD_decompress(out.data(), out.size(), bytes.data() + chunk.offset + 56,
+                    chunk.compressed_size);
+  }
+  const double zstd_read = Seconds(Clock::now() - start);
+  const double read_gbps = uncompressed / best_read / 1e9;
+  const double zstd_gbps = uncompressed / zstd_read / 1e9;
+  std::printf("reader: %llu records, %.3g records/s, %.2f GB/s uncompressed; plain zstd "
+              "decompression %.2f GB/s; ratio %.2f\n",
+              static_cast<unsigned long long>(read_records), read_records / best_read, read_gbps,
+              zstd_gbps, read_gbps / zstd_gbps);
+  std::printf("target: reader >= 1 GB/s uncompressed per core\n");
+  std::filesystem::remove(path);
+  std::filesystem::remove(last_trace);
+  return 0;
+}

@@ -1,0 +1,41 @@
+// Conversion between the plain structs of records.h and their Cap'n Proto wire form, and
+// the framing of records inside a records chunk. Internal to formats/: the writer and the
+// reader are its only users (and formats' own tests and fuzz targets).
+//
+// Frame (formats/README.md, "Records chunk payload"): one 8-byte word
+//   u32 payload_words | u32 record_type (the schema union ordinal, or kHeaderRecordType)
+// followed by payload_words words of a flat Cap'n Proto message (segment table, segments).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "formats/records.h"
+#include "formats/status.h"
+
+namespace ndt::format::codec {
+
+inline constexpr uint32_t kHeaderRecordType = 0xFFFF;
+// Largest frame payload the writer produces and the reader accepts.
+inline constexpr size_t kMaxRecordWords = (1u << 20) / 8;  // 1 MiB
+// Most segments a record's message may declare; checked before anything is allocated.
+inline constexpr uint32_t kMaxSegments = 64;
+// Cap'n Proto nesting limit used when decoding.
+inline constexpr int kNestingLimit = 16;
+
+// Appends the frame of `record` to `out` (a whole number of words). Returns false, leaving
+// `out` unchanged, if the record would exceed kMaxRecordWords.
+bool AppendRecord(const Record& record, std::string* out);
+bool AppendHeader(const TraceHeader& header, std::string* out);
+
+// Decodes the frame at words[0..word_count). On success stores the record and the frame's
+// length in words (prefix included) in *consumed; on failure *record is valid but
+// unspecified. Reuses *record's storage when it already holds the same record type.
+// `words` holds untrusted bytes: every failure is a Status naming what is wrong; traversal
+// is limited to 8x the frame's size.
+Status DecodeRecord(const uint64_t* words, size_t word_count, Record* record, size_t* consumed);
+Status DecodeHeader(const uint64_t* words, size_t word_count, TraceHeader* header,
+                    size_t* consumed);
+
+}  // namespace ndt::format::codec

@@ -1,0 +1,92 @@
+#include "formats/records.h"
+
+#include <iterator>
+#include <variant>
+
+namespace ndt::format {
+
+const char* OpKindName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kOther:
+      return "other";
+    case OpKind::kKernelLaunch:
+      return "kernel_launch";
+    case OpKind::kMemcpy:
+      return "memcpy";
+    case OpKind::kMemset:
+      return "memset";
+    case OpKind::kGraphLaunch:
+      return "graph_launch";
+    case OpKind::kCudnnConvolution:
+      return "cudnn_convolution";
+    case OpKind::kCudnnBackendExecute:
+      return "cudnn_backend_execute";
+    case OpKind::kCublasGemm:
+      return "cublas_gemm";
+    case OpKind::kCublasLtMatmul:
+      return "cublas_lt_matmul";
+    case OpKind::kCurandGenerate:
+      return "curand_generate";
+    case OpKind::kNcclCollective:
+      return "nccl_collective";
+    case OpKind::kSynchronize:
+      return "synchronize";
+  }
+  return "unknown";
+}
+
+const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kUnknown:
+      return "unknown";
+    case DType::kF64:
+      return "f64";
+    case DType::kF32:
+      return "f32";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF8E4M3:
+      return "f8e4m3";
+    case DType::kF8E5M2:
+      return "f8e5m2";
+    case DType::kI64:
+      return "i64";
+    case DType::kI32:
+      return "i32";
+    case DType::kI16:
+      return "i16";
+    case DType::kI8:
+      return "i8";
+    case DType::kU8:
+      return "u8";
+    case DType::kBool:
+      return "bool";
+  }
+  return "unknown";
+}
+
+const char* PolicyName(Policy policy) {
+  switch (policy) {
+    case Policy::kObserve:
+      return "observe";
+    case Policy::kEnforce:
+      return "enforce";
+    case Policy::kPin:
+      return "pin";
+    case Policy::kReplayForce:
+      return "replay_force";
+  }
+  return "unknown";
+}
+
+const char* RecordTypeName(const Record& record) {
+  static constexpr const char* kNames[] = {"op",         "allocation",      "module_load",
+                                           "nvtx_range", "policy_decision", "note",
+                                           "dropped",    "state_digest"};
+  static_assert(std::size(kNames) == std::variant_size_v<Record>);
+  return record.valueless_by_exception() ? "unknown" : kNames[record.index()];
+}
+
+}  // namespace ndt::format

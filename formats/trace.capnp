@@ -1,0 +1,318 @@
+# The ndtrace record schema. formats/README.md is the spec of the container around these
+# messages; this file is the spec of what one record holds.
+#
+# Rules (a trace written today must stay readable by every later ndtrace):
+#   - never renumber or reuse an ordinal; retire a field by renaming it `obsoleteX` and
+#     leaving it in place;
+#   - every field says its unit and invariant;
+#   - add fields at the end of a struct with the next ordinal, then update `Next ordinal`.
+#
+# Identities that are compared between runs (allocation ids, stream ids, thread ids,
+# module ids) are assigned by ndtrace in order of first appearance, so they do not depend
+# on addresses, handles or timing. Raw addresses appear only in fields named `raw*`, which
+# the comparison code ignores.
+
+@0x8fde76747c636416;
+
+$import "/capnp/c++.capnp".namespace("ndt::format::wire");
+
+# ---- Header -----------------------------------------------------------------------------
+
+# The first record of a trace, alone in the header chunk.
+struct TraceHeader {
+  # Next ordinal: @13
+  formatVersion @0 :UInt32;        # container + schema version, see formats/README.md
+  toolVersion @1 :Text;            # ndtrace version that wrote the trace, e.g. "0.1.0"
+  commandLine @2 :List(Text);      # argv of the traced program, unmodified
+  host @3 :Text;                   # host name
+  pid @4 :UInt32;                  # OS process id of the traced process
+  rank @5 :Int32;                  # RANK / LOCAL_RANK / SLURM_PROCID / OMPI rank; -1 if none
+  startUnixNs @6 :UInt64;          # wall-clock start, ns since the Unix epoch
+  gpus @7 :List(GpuInfo);          # devices visible to the process, by ordinal
+  versions @8 :LibraryVersions;    # versions of the GPU stack as loaded
+  environment @9 :List(EnvVar);    # determinism-relevant variables (see formats/README.md)
+  policy @10 :Policy;              # the policy the tracer applied
+  pinnedFrom @11 :Text;            # with policy = pin or replayForce: the trace choices came from
+  notes @12 :List(Text);           # free-form facts the writer wants a reader to see first
+}
+
+struct GpuInfo {
+  # Next ordinal: @8
+  ordinal @0 :UInt32;              # CUDA device ordinal as the process saw it
+  name @1 :Text;                   # e.g. "NVIDIA H200"
+  uuid @2 :Data;                   # 16 bytes, as cuDeviceGetUuid returns them
+  ccMajor @3 :UInt32;              # compute capability major, e.g. 9
+  ccMinor @4 :UInt32;              # compute capability minor, e.g. 0
+  smCount @5 :UInt32;              # multiprocessor count
+  memoryBytes @6 :UInt64;          # total device memory, bytes
+  simulated @7 :Bool;              # true when the device is ndtrace's stand-in, not a GPU
+}
+
+# Versions as the libraries report them (cudaRuntimeGetVersion, cudnnGetVersion, ...);
+# 0 means the library was not loaded or did not say.
+struct LibraryVersions {
+  # Next ordinal: @6
+  driver @0 :UInt32;               # cuDriverGetVersion, e.g. 13000
+  runtime @1 :UInt32;              # cudaRuntimeGetVersion
+  cudnn @2 :UInt32;                # cudnnGetVersion, e.g. 91000
+  cublas @3 :UInt32;               # cublasGetVersion
+  nccl @4 :UInt32;                 # ncclGetVersion
+  curand @5 :UInt32;               # curandGetVersion
+}
+
+struct EnvVar {
+  # Next ordinal: @2
+  name @0 :Text;
+  value @1 :Text;
+}
+
+enum Policy {
+  observe @0;                      # record only
+  enforce @1;                      # --deterministic: nondeterministic choices replaced
+  pin @2;                          # --pin TRACE: recorded choices forced
+  replayForce @3;                  # replay: recorded choices and RNG state forced
+}
+
+# ---- Records ----------------------------------------------------------------------------
+
+# One entry of a records chunk. Ops are what the program asked the GPU to do; every other
+# member is metadata ndtrace adds (GFXReconstruct's rule: what the program called is kept
+# apart from what the tool says about it).
+struct Record {
+  # Next ordinal: @8
+  union {
+    op @0 :OpRecord;
+    allocation @1 :AllocationRecord;
+    moduleLoad @2 :ModuleLoadRecord;
+    nvtxRange @3 :NvtxRangeRecord;
+    policyDecision @4 :PolicyDecisionRecord;
+    note @5 :TracerNote;
+    dropped @6 :DroppedRecords;
+    stateDigest @7 :StateDigestRecord;
+  }
+}
+
+enum OpKind {
+  other @0;                        # an intercepted call of no kind below
+  kernelLaunch @1;                 # cuLaunchKernel* and friends
+  memcpy @2;                       # any cuMemcpy* variant
+  memset @3;                       # any cuMemset* variant
+  graphLaunch @4;                  # cuGraphLaunch
+  cudnnConvolution @5;             # cuDNN legacy convolution forward / backward
+  cudnnBackendExecute @6;          # cudnnBackendExecute of an execution plan
+  cublasGemm @7;                   # cuBLAS gemm family
+  cublasLtMatmul @8;               # cublasLtMatmul
+  curandGenerate @9;               # curandGenerate*
+  ncclCollective @10;              # NCCL collective or point-to-point call
+  synchronize @11;                 # a host synchronisation (stream, event, device)
+}
+
+# A device address in canonical form: which allocation, and where inside it.
+struct DevicePointer {
+  # Next ordinal: @3
+  allocationId @0 :UInt64;         # AllocationRecord.allocationId; 0 = in no known allocation
+  offset @1 :UInt64;               # bytes from the allocation's start (the raw address if id 0)
+  rawAddress @2 :UInt64;           # the address as the program saw it; never compared
+}
+
+# A canonicalised call argument or launch parameter.
+struct Argument {
+  # Next ordinal: @9
+  name @0 :Text;                   # parameter name, or "arg<i>" when unknown
+  union {
+    none @1 :Void;                 # present but not captured
+    unsigned @2 :UInt64;
+    signed @3 :Int64;
+    real @4 :Float64;
+    text @5 :Text;
+    bytes @6 :Data;                # raw parameter bytes (kernel arguments of unknown type)
+    pointer @7 :DevicePointer;
+    dims @8 :List(Int64);          # shapes, strides, grid and block dimensions
+  }
+}
+
+# The algorithm, engine or kernel variant a library chose for this op.
+struct AlgorithmChoice {
+  # Next ordinal: @7
+  library @0 :Text;                # "cudnn", "cublas", "cublasLt", "nccl", ...
+  id @1 :Int64;                    # algorithm enum / engine global index; -1 if none
+  name @2 :Text;                   # readable form, e.g. "CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0"
+  knobs @3 :List(Knob);            # engine knobs (cuDNN backend)
+  opaque @4 :Data;                 # library-opaque choice bytes, e.g. the 64-byte cublasLtMatmulAlgo_t
+  determinism @5 :Determinism;     # what the library says about this choice
+  source @6 :ChoiceSource;         # how the choice was made
+}
+
+struct Knob {
+  # Next ordinal: @2
+  type @0 :Int64;                  # knob type enum value
+  value @1 :Int64;                 # knob value
+}
+
+enum Determinism {
+  unknown @0;
+  deterministic @1;
+  nondeterministic @2;             # e.g. CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
+}
+
+enum ChoiceSource {
+  unknown @0;
+  requested @1;                    # the program asked for it by id
+  heuristic @2;                    # the library's heuristics picked it
+  benchmark @3;                    # picked by timing (cudnnFind*, cudnn.benchmark)
+  enforced @4;                     # ndtrace replaced the choice (--deterministic)
+  pinned @5;                       # ndtrace forced a recorded choice (--pin, replay)
+}
+
+# Random-number-generator state an op consumed.
+struct RngState {
+  # Next ordinal: @6
+  generator @0 :Text;              # "philox" (PyTorch PhiloxCudaState), "curand:PHILOX4_32_10", ...
+  seed @1 :UInt64;
+  offset @2 :UInt64;               # counter offset, in the generator's own unit
+  subsequence @3 :UInt64;
+  ordering @4 :Text;               # cuRAND ordering, e.g. "PSEUDO_DEFAULT"; empty if n/a
+  deviceDependent @5 :Bool;        # true when results depend on the device (PSEUDO_DYNAMIC)
+}
+
+enum DType {
+  unknown @0;
+  f64 @1;
+  f32 @2;
+  f16 @3;
+  bf16 @4;
+  f8e4m3 @5;
+  f8e5m2 @6;
+  i64 @7;
+  i32 @8;
+  i16 @9;
+  i8 @10;
+  u8 @11;
+  bool @12;
+}
+
+# Digest of a buffer an op read or wrote, over exactly the bytes named.
+struct BufferDigest {
+  # Next ordinal: @7
+  role @0 :Text;                   # which operand: "x", "w", "dy", "C", "sendbuff", ...
+  pointer @1 :DevicePointer;       # start of the extent
+  bytes @2 :UInt64;                # extent length in bytes
+  digestLo @3 :UInt64;             # digest v1 lane 0 (formats/README.md)
+  digestHi @4 :UInt64;             # digest v1 lane 1
+  dtype @5 :DType;                 # element type when known
+  summary @6 :NumericSummary;      # optional; count = 0 when absent
+}
+
+# Numeric summary of a floating-point extent (for the size of a divergence).
+struct NumericSummary {
+  # Next ordinal: @6
+  count @0 :UInt64;                # elements summarised; 0 = no summary
+  min @1 :Float64;                 # smallest finite element
+  max @2 :Float64;                 # largest finite element
+  sum @3 :Float64;                 # sum of finite elements
+  nanCount @4 :UInt64;
+  infCount @5 :UInt64;
+}
+
+# One GPU op: what the program asked for, with the facts that decide its result.
+struct OpRecord {
+  # Next ordinal: @15
+  sequence @0 :UInt64;             # op index in issue order across the process, dense from 0
+  threadId @1 :UInt32;             # ndtrace thread ordinal, by order of first op
+  streamId @2 :UInt32;             # ndtrace stream id; 0 = the legacy default stream
+  kind @3 :OpKind;
+  name @4 :Text;                   # API name, or demangled kernel name for launches
+  args @5 :List(Argument);         # canonicalised arguments, in call order
+  algorithm @6 :AlgorithmChoice;   # absent when the op involves no choice
+  rng @7 :RngState;                # absent when the op consumes no random state
+  inputs @8 :List(BufferDigest);   # extents read, with digests
+  outputs @9 :List(BufferDigest);  # extents written, with digests
+  status @10 :Int32;               # the call's return code (CUresult, cudnnStatus_t, ...)
+  startNs @11 :UInt64;             # host time the call entered, ns since trace start
+  endNs @12 :UInt64;               # host time the call returned, ns since trace start
+  moduleId @13 :UInt64;            # ModuleLoadRecord.moduleId of the kernel; 0 if n/a
+  deviceOrdinal @14 :UInt32;       # device the op ran on
+}
+
+enum AllocationEvent {
+  allocate @0;
+  free @1;
+}
+
+# An allocation or free, by any path (cuMemAlloc*, async/pool, cuMemCreate + cuMemMap).
+struct AllocationRecord {
+  # Next ordinal: @8
+  allocationId @0 :UInt64;         # canonical id, by order of allocation, from 1
+  event @1 :AllocationEvent;
+  bytes @2 :UInt64;                # size of the allocation
+  api @3 :Text;                    # the call that made or freed it
+  deviceOrdinal @4 :UInt32;
+  rawAddress @5 :UInt64;           # device address; never compared
+  beforeOp @6 :UInt64;             # sequence of the next op issued after this event
+  streamId @7 :UInt32;             # stream of an async allocation or free; 0 otherwise
+}
+
+# A module or library of GPU code was loaded.
+struct ModuleLoadRecord {
+  # Next ordinal: @6
+  moduleId @0 :UInt64;             # canonical id, by order of load, from 1
+  api @1 :Text;                    # cuModuleLoadData, cuLibraryLoadData, ...
+  imageBytes @2 :UInt64;           # size of the image
+  digestLo @3 :UInt64;             # digest v1 of the image, lane 0
+  digestHi @4 :UInt64;             # digest v1 of the image, lane 1
+  kernels @5 :List(Text);          # demangled kernel names found in the module, if known
+}
+
+# An NVTX range push or pop (framework op names reach ndtrace this way).
+struct NvtxRangeRecord {
+  # Next ordinal: @5
+  threadId @0 :UInt32;
+  push @1 :Bool;                   # true for push, false for pop
+  name @2 :Text;                   # range name (empty on pop)
+  beforeOp @3 :UInt64;             # sequence of the next op issued after this event
+  timeNs @4 :UInt64;               # ns since trace start
+}
+
+# A decision the policy took, e.g. "replaced bwd-filter algo 0 by 1".
+struct PolicyDecisionRecord {
+  # Next ordinal: @6
+  opSequence @0 :UInt64;           # the op it applied to
+  library @1 :Text;
+  action @2 :Text;                 # readable sentence
+  fromChoice @3 :AlgorithmChoice;  # what would have run
+  toChoice @4 :AlgorithmChoice;    # what ran
+  applied @5 :Bool;                # false when the policy could not apply the choice
+}
+
+enum Severity {
+  info @0;
+  warning @1;
+  error @2;
+}
+
+# Something the tracer wants the reader to know, e.g. "disabled: disk full".
+struct TracerNote {
+  # Next ordinal: @4
+  severity @0 :Severity;
+  text @1 :Text;
+  beforeOp @2 :UInt64;             # sequence of the next op issued after the note
+  timeNs @3 :UInt64;               # ns since trace start
+}
+
+# Records the writer had to drop because its buffers were full (drop policy).
+struct DroppedRecords {
+  # Next ordinal: @4
+  writerId @0 :UInt32;             # the per-thread writer that dropped them
+  records @1 :UInt64;              # how many records
+  bytes @2 :UInt64;                # how many serialised bytes
+  reason @3 :Text;                 # e.g. "buffers full", "write failed"
+}
+
+# Digests of every live allocation at one point (coarse coverage of raw kernels).
+struct StateDigestRecord {
+  # Next ordinal: @4
+  afterOp @0 :UInt64;              # digests reflect every op up to and including this one
+  reason @1 :Text;                 # "every N ops", "synchronize", "exit", "window"
+  allocations @2 :List(BufferDigest);  # one per live allocation, whole extent
+  timeNs @3 :UInt64;               # ns since trace start
+}

@@ -1,0 +1,516 @@
+// TraceReader: index from the footer or from a scan, then chunk-at-a-time iteration.
+//
+// Every length read from the file is checked against the limits of container.h and the
+// file's size before anything is allocated or read; every chunk's hash is checked before
+// its payload is decompressed; zstd runs with a bounded window into a buffer of exactly
+// the declared size. Damage is recorded with its byte range, and reading resumes at the
+// next chunk the index (or a search for the chunk magic) finds.
+#include "formats/trace_reader.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+#include "formats/byte_order.h"
+#include "formats/record_codec.h"
+
+namespace ndt::format {
+namespace {
+
+using container::ChunkHeader;
+using container::kChunkHeaderBytes;
+
+std::string Range(uint64_t begin, uint64_t end) {
+  return "bytes " + std::to_string(begin) + ".." + std::to_string(end);
+}
+
+ChunkInfo InfoFrom(const ChunkHeader& header, uint64_t offset) {
+  ChunkInfo info;
+  info.offset = offset;
+  info.kind = header.kind;
+  info.writer_id = header.writer_id;
+  info.sequence = header.sequence;
+  info.count = header.count;
+  info.compressed_size = header.compressed_size;
+  info.uncompressed_size = header.uncompressed_size;
+  if (header.kind == ChunkKind::kRecords) {
+    info.first_op = header.tag0;
+    info.last_op = header.tag1;
+  } else if (header.kind == ChunkKind::kBlob) {
+    info.blob = {header.tag0, header.tag1};
+  }
+  return info;
+}
+
+}  // namespace
+
+uint64_t ChunkInfo::end() const { return offset + kChunkHeaderBytes + compressed_size; }
+
+class TraceReader::Impl {
+ public:
+  Impl(std::string path, int fd, uint64_t size) : path_(std::move(path)), fd_(fd), size_(size) {
+    dctx_ = ZSTD_createDCtx();
+    ZSTD_DCtx_setParameter(dctx_, ZSTD_d_windowLogMax, container::kZstdWindowLogMax);
+  }
+  ~Impl() {
+    ZSTD_freeDCtx(dctx_);
+    ::close(fd_);
+  }
+
+  Status Open() {
+    std::string preamble;
+    NDT_RETURN_IF_ERROR(ReadAt(0, std::min<uint64_t>(size_, container::kPreambleBytes), &preamble));
+    NDT_RETURN_IF_ERROR(container::CheckPreamble(preamble));
+    uint64_t header_end = 0;
+    NDT_RETURN_IF_ERROR(ReadHeaderChunk(&header_end));
+    if (!LoadIndexFromFooter(header_end)) ScanChunks(header_end);
+    Rewind();
+    return Status::Ok();
+  }
+
+  const TraceHeader& header() const { return header_; }
+  bool complete() const { return complete_; }
+  uint64_t truncated_tail_bytes() const { return truncated_tail_; }
+  uint64_t file_bytes() const { return size_; }
+  const std::vector<ChunkInfo>& chunks() const { return chunks_; }
+  const std::vector<TraceDamage>& damage() const { return damage_; }
+
+  bool Next(Record* record) {
+    while (true) {
+      if (frame_pos_ < frames_.size()) {
+        size_t consumed = 0;
+        const Status status = codec::DecodeRecord(frames_.data() + frame_pos_,
+                                                  frames_.size() - frame_pos_, record, &consumed);
+        if (!status.ok()) {
+          const ChunkInfo& chunk = chunks_[chunk_pos_ - 1];
+          AddDamage(chunk.offset, chunk.end(),
+                    "chunk " + std::to_string(chunk_pos_ - 1) + ", record at word " +
+                        std::to_string(frame_pos_) + ": " + status.message());
+          frame_pos_ = frames_.size();
+          continue;
+        }
+        frame_pos_ += consumed;
+        if (const auto* op = std::get_if<OpRecord>(record); op && op->sequence < skip_below_) {
+          continue;
+        }
+        return true;
+      }
+      if (!LoadNextRecordsChunk()) return false;
+    }
+  }
+
+  void Rewind() {
+    chunk_pos_ = 0;
+    frames_.clear();
+    frame_pos_ = 0;
+    skip_below_ = 0;
+  }
+
+  void SeekToOp(uint64_t sequence) {
+    Rewind();
+    skip_below_ = sequence;
+    while (chunk_pos_ < chunks_.size()) {
+      const ChunkInfo& chunk = chunks_[chunk_pos_];
+      if (chunk.kind == ChunkKind::kRecords && chunk.first_op != kNoOp &&
+          chunk.last_op >= sequence) {
+        break;
+      }
+      ++chunk_pos_;
+    }
+  }
+
+  std::optional<OpRecord> FindOp(uint64_t sequence) {
+    std::vector<uint64_t> frames;
+    for (size_t i = 0; i < chunks_.size(); ++i) {
+      const ChunkInfo& chunk = chunks_[i];
+      if (chunk.kind != ChunkKind::kRecords || chunk.first_op == kNoOp ||
+          sequence < chunk.first_op || sequence > chunk.last_op) {
+        continue;
+      }
+      if (!LoadPayload(chunk, &frames)) continue;
+      size_t pos = 0;
+      Record record;
+      while (pos < frames.size()) {
+        size_t consumed = 0;
+        if (!codec::DecodeRecord(frames.data() + pos, frames.size() - pos, &record, &consumed)
+                 .ok()) {
+          break;  // Next() reports it when iteration reaches this chunk
+        }
+        pos += consumed;
+        if (auto* op = std::get_if<OpRecord>(&record); op && op->sequence == sequence) {
+          return std::move(*op);
+        }
+      }
+    }
+    return std::nullopt;
+  }
+
+  StatusOr<std::string> ReadBlob(const BlobId& id, uint64_t max_bytes) {
+    std::string blob;
+    uint64_t total = 0;
+    uint64_t filled = 0;
+    bool seen = false;
+    std::vector<uint64_t> payload;
+    for (const ChunkInfo& chunk : chunks_) {
+      if (chunk.kind != ChunkKind::kBlob || !(chunk.blob == id)) continue;
+      if (!LoadPayload(chunk, &payload)) continue;
+      const size_t bytes = chunk.uncompressed_size;
+      if (bytes < container::kBlobPartPrefixBytes) {
+        return Status::Error(path_ + ": blob part at " + std::to_string(chunk.offset) +
+                             " is too short");
+      }
+      const char* p = reinterpret_cast<const char*>(payload.data());
+      const uint64_t part_total = LoadLe64(p);
+      const uint64_t part_offset = LoadLe64(p + 8);
+      const uint64_t part_bytes = bytes - container::kBlobPartPrefixBytes;
+      if (!seen) {
+        if (part_total > max_bytes) {
+          return Status::Error(path_ + ": blob of " + std::to_string(part_total) +
+                               " bytes exceeds the limit of " + std::to_string(max_bytes));
+        }
+        total = part_total;
+        blob.assign(total, '\0');
+        seen = true;
+      }
+      if (part_total != total || part_offset > total || part_bytes > total - part_offset) {
+        return Status::Error(path_ + ": blob part at " + std::to_string(chunk.offset) +
+                             " does not fit its blob");
+      }
+      std::memcpy(blob.data() + part_offset, p + container::kBlobPartPrefixBytes, part_bytes);
+      filled += part_bytes;
+    }
+    if (!seen) return Status::Error(path_ + ": no intact blob with that id");
+    const XXH128_hash_t hash = XXH3_128bits(blob.data(), blob.size());
+    if (filled != total || hash.low64 != id.lo || hash.high64 != id.hi) {
+      return Status::Error(path_ + ": blob is incomplete or damaged");
+    }
+    return blob;
+  }
+
+ private:
+  static constexpr uint64_t kNoOp = std::numeric_limits<uint64_t>::max();
+
+  Status ReadAt(uint64_t offset, uint64_t bytes, std::string* out) {
+    if (offset > size_ || bytes > size_ - offset) {
+      return Status::Error(path_ + ": read past the end of the file");
+    }
+    out->resize(bytes);
+    uint64_t done = 0;
+    while (done < bytes) {
+      const ssize_t n = ::pread(fd_, out->data() + done, bytes - done,
+                                static_cast<off_t>(offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        return Status::Error(path_ + ": read failed at byte " + std::to_string(offset + done) +
+                             ": " + (n == 0 ? "unexpected end of file" : std::strerror(errno)));
+      }
+      done += static_cast<uint64_t>(n);
+    }
+    return Status::Ok();
+  }
+
+  void AddDamage(uint64_t begin, uint64_t end, std::string what) {
+    damage_.push_back({begin, end, std::move(what)});
+  }
+
+  // Reads and checks the chunk header at `offset`: the header must decode and the chunk
+  // must lie inside the file.
+  StatusOr<ChunkHeader> ReadChunkHeader(uint64_t offset, std::string* bytes) {
+    if (offset + kChunkHeaderBytes > size_) return Status::Error("chunk header cut short");
+    NDT_RETURN_IF_ERROR(ReadAt(offset, kChunkHeaderBytes, bytes));
+    StatusOr<ChunkHeader> header = container::DecodeChunkHeader(*bytes);
+    if (!header.ok()) return header;
+    if (header->compressed_size > size_ - offset - kChunkHeaderBytes) {
+      return Status::Error("chunk extends past the end of the file");
+    }
+    return header;
+  }
+
+  // Reads, verifies and decompresses a chunk's payload into whole words.
+  Status ReadPayload(uint64_t offset, const std::string& header_bytes, const ChunkHeader& header,
+                     std::vector<uint64_t>* out) {
+    NDT_RETURN_IF_ERROR(
+        ReadAt(offset + kChunkHeaderBytes, header.compressed_size, &compressed_));
+    if (!container::ChunkHashMatches(header_bytes, compressed_)) {
+      return Status::Error("checksum mismatch");
+    }
+    const unsigned long long declared =
+        ZSTD_getFrameContentSize(compressed_.data(), compressed_.size());
+    if (declared != header.uncompressed_size) {
+      return Status::Error("compressed frame does not declare the chunk's size");
+    }
+    out->assign((header.uncompressed_size + 7) / 8, 0);
+    const size_t n = ZSTD_decompressDCtx(dctx_, out->data(), header.uncompressed_size,
+                                         compressed_.data(), compressed_.size());
+    if (ZSTD_isError(n)) {
+      return Status::Error(std::string("decompression failed: ") + ZSTD_getErrorName(n));
+    }
+    if (n != header.uncompressed_size) return Status::Error("decompressed size mismatch");
+    return Status::Ok();
+  }
+
+  // Loads a chunk listed in chunks_; on failure records the damage and returns false.
+  bool LoadPayload(const ChunkInfo& chunk, std::vector<uint64_t>* out) {
+    std::string header_bytes;
+    StatusOr<ChunkHeader> header = ReadChunkHeader(chunk.offset, &header_bytes);
+    Status status = header.status();
+    if (status.ok() && (header->kind != chunk.kind || header->sequence != chunk.sequence ||
+                        header->compressed_size != chunk.compressed_size)) {
+      status = Status::Error("chunk does not match its index entry");
+    }
+    if (status.ok()) status = ReadPayload(chunk.offset, header_bytes, *header, out);
+    if (!status.ok()) {
+      if (damaged_chunks_.insert_unique(chunk.offset)) {
+        AddDamage(chunk.offset, chunk.end(), std::string(ChunkKindName(chunk.kind)) +
+                                                 " chunk: " + status.message());
+      }
+      return false;
+    }
+    return true;
+  }
+
+  bool LoadNextRecordsChunk() {
+    frames_.clear();
+    frame_pos_ = 0;
+    while (chunk_pos_ < chunks_.size()) {
+      const ChunkInfo& chunk = chunks_[chunk_pos_++];
+      if (chunk.kind != ChunkKind::kRecords) continue;
+      if (LoadPayload(chunk, &frames_)) {
+        frames_.resize(chunk.uncompressed_size / 8);  // frames are whole words
+        return true;
+      }
+    }
+    return false;
+  }
+
+  Status ReadHeaderChunk(uint64_t* header_end) {
+    const uint64_t offset = container::kPreambleBytes;
+    if (size_ < offset + kChunkHeaderBytes) {
+      return Status::Error(path_ + ": trace ends before its header is whole (truncated at byte " +
+                           std::to_string(size_) + ")");
+    }
+    std::string header_bytes;
+    StatusOr<ChunkHeader> header = ReadChunkHeader(offset, &header_bytes);
+    if (!header.ok()) {
+      return Status::Error(path_ + ": trace header damaged or truncated at " +
+                           Range(offset, size_) + ": " + header.status().message());
+    }
+    if (header->kind != ChunkKind::kHeader) {
+      return Status::Error(path_ + ": first chunk is not the trace header");
+    }
+    std::vector<uint64_t> words;
+    if (Status status = ReadPayload(offset, header_bytes, *header, &words); !status.ok()) {
+      return Status::Error(path_ + ": trace header damaged at " +
+                           Range(offset, offset + kChunkHeaderBytes + header->compressed_size) +
+                           ": " + status.message());
+    }
+    size_t consumed = 0;
+    if (Status status = codec::DecodeHeader(words.data(), header->uncompressed_size / 8,
+                                            &header_, &consumed);
+        !status.ok()) {
+      return Status::Error(path_ + ": trace header unreadable: " + status.message());
+    }
+    *header_end = offset + kChunkHeaderBytes + header->compressed_size;
+    return Status::Ok();
+  }
+
+  // The index of a closed trace. False (and the reason in damage_ when something was
+  // there but broken) if the trace was not closed or its index cannot be trusted.
+  bool LoadIndexFromFooter(uint64_t header_end) {
+    if (size_ < header_end + container::kFooterBytes) return false;
+    std::string footer;
+    if (!ReadAt(size_ - container::kFooterBytes, container::kFooterBytes, &footer).ok()) {
+      return false;
+    }
+    const std::optional<uint64_t> index_offset = container::DecodeFooter(footer);
+    if (!index_offset) return false;
+    auto distrust = [&](const std::string& why) {
+      AddDamage(std::min(*index_offset, size_), size_, "index: " + why + "; rebuilt by scanning");
+      return false;
+    };
+    if (*index_offset < header_end || *index_offset >= size_ - container::kFooterBytes) {
+      return distrust("footer points outside the file");
+    }
+    std::string header_bytes;
+    StatusOr<ChunkHeader> header = ReadChunkHeader(*index_offset, &header_bytes);
+    if (!header.ok()) return distrust(header.status().message());
+    if (header->kind != ChunkKind::kIndex ||
+        *index_offset + kChunkHeaderBytes + header->compressed_size + container::kFooterBytes !=
+            size_ ||
+        header->uncompressed_size !=
+            uint64_t{header->count} * container::kIndexEntryBytes) {
+      return distrust("index chunk is malformed");
+    }
+    std::vector<uint64_t> words;
+    if (Status status = ReadPayload(*index_offset, header_bytes, *header, &words); !status.ok()) {
+      return distrust(status.message());
+    }
+    const char* entries = reinterpret_cast<const char*>(words.data());
+    std::vector<ChunkInfo> chunks;
+    chunks.reserve(header->count);
+    uint64_t expected_offset = container::kPreambleBytes;
+    for (uint32_t i = 0; i < header->count; ++i) {
+      const char* entry = entries + uint64_t{i} * container::kIndexEntryBytes;
+      const uint64_t offset = LoadLe64(entry);
+      StatusOr<ChunkHeader> chunk =
+          container::DecodeChunkHeader(std::string_view(entry + 8, kChunkHeaderBytes));
+      if (!chunk.ok() || offset != expected_offset) {
+        return distrust("entry " + std::to_string(i) + " is inconsistent");
+      }
+      expected_offset = offset + kChunkHeaderBytes + chunk->compressed_size;
+      if (expected_offset > *index_offset) return distrust("entry past the index");
+      if (chunk->kind == ChunkKind::kHeader || chunk->kind == ChunkKind::kIndex) continue;
+      chunks.push_back(InfoFrom(*chunk, offset));
+    }
+    if (expected_offset != *index_offset) return distrust("index does not cover the file");
+    chunks_ = std::move(chunks);
+    complete_ = true;
+    return true;
+  }
+
+  // Rebuilds the index by walking the file: every chunk whose header decodes and whose
+  // hash matches is kept; anything else is damage, skipped by searching for the next
+  // chunk magic. A chunk that runs past the end of the file is the truncated tail.
+  void ScanChunks(uint64_t offset) {
+    std::vector<uint64_t> scratch;
+    std::string header_bytes;
+    bool after_index = false;  // the footer follows the index chunk
+    while (offset < size_) {
+      if (size_ - offset < kChunkHeaderBytes) {
+        if (after_index && size_ - offset == container::kFooterBytes) {
+          if (!IsFooterAt(offset)) AddDamage(offset, size_, "footer damaged");
+        } else {
+          truncated_tail_ = size_ - offset;
+        }
+        break;
+      }
+      StatusOr<ChunkHeader> header = ReadChunkHeader(offset, &header_bytes);
+      Status status = header.status();
+      if (status.ok()) {
+        status = ReadPayload(offset, header_bytes, *header, &scratch);
+        if (status.ok()) {
+          if (header->kind != ChunkKind::kHeader && header->kind != ChunkKind::kIndex) {
+            chunks_.push_back(InfoFrom(*header, offset));
+          }
+          after_index = header->kind == ChunkKind::kIndex;
+          offset += kChunkHeaderBytes + header->compressed_size;
+          continue;
+        }
+      } else if (header_bytes.size() == kChunkHeaderBytes &&
+                 std::memcmp(header_bytes.data(), container::kChunkMagic, 4) == 0 &&
+                 status.message() == "chunk extends past the end of the file" &&
+                 !WholeChunkAfter(offset + 1)) {
+        truncated_tail_ = size_ - offset;  // the last chunk was being written
+        break;
+      }
+      const uint64_t next = NextMagic(offset + 1);
+      AddDamage(offset, next, "not a whole chunk: " + status.message());
+      offset = next;
+    }
+  }
+
+  bool IsFooterAt(uint64_t offset) {
+    if (size_ - offset != container::kFooterBytes) return false;
+    std::string footer;
+    return ReadAt(offset, container::kFooterBytes, &footer).ok() &&
+           container::DecodeFooter(footer).has_value();
+  }
+
+  // True if an intact chunk starts anywhere at or after `from`: then a chunk header that
+  // runs past the end of the file is damage, not the tail a crash cut off.
+  bool WholeChunkAfter(uint64_t from) {
+    std::string header_bytes;
+    std::vector<uint64_t> scratch;
+    for (uint64_t at = NextMagic(from); at < size_; at = NextMagic(at + 1)) {
+      StatusOr<ChunkHeader> header = ReadChunkHeader(at, &header_bytes);
+      if (header.ok() && ReadPayload(at, header_bytes, *header, &scratch).ok()) return true;
+    }
+    return false;
+  }
+
+  // Offset of the next chunk magic at or after `from`, or the file size.
+  uint64_t NextMagic(uint64_t from) {
+    constexpr size_t kWindow = 64 << 10;
+    std::string window;
+    while (from + sizeof container::kChunkMagic <= size_) {
+      const uint64_t n = std::min<uint64_t>(kWindow, size_ - from);
+      if (!ReadAt(from, n, &window).ok()) return size_;
+      const std::string_view view(window);
+      const size_t hit = view.find(std::string_view(container::kChunkMagic, 4));
+      if (hit != std::string_view::npos) return from + hit;
+      if (n < kWindow) break;
+      from += n - 3;  // a magic may straddle two windows
+    }
+    return size_;
+  }
+
+  // A set of offsets small enough to scan linearly (damage is rare).
+  struct OffsetSet {
+    std::vector<uint64_t> offsets;
+    bool insert_unique(uint64_t offset) {
+      if (std::find(offsets.begin(), offsets.end(), offset) != offsets.end()) return false;
+      offsets.push_back(offset);
+      return true;
+    }
+  };
+
+  const std::string path_;
+  const int fd_;
+  const uint64_t size_;
+  ZSTD_DCtx* dctx_ = nullptr;
+  TraceHeader header_;
+  bool complete_ = false;
+  uint64_t truncated_tail_ = 0;
+  std::vector<ChunkInfo> chunks_;
+  std::vector<TraceDamage> damage_;
+  OffsetSet damaged_chunks_;
+  std::string compressed_;
+
+  size_t chunk_pos_ = 0;          // next chunk Next() will load
+  std::vector<uint64_t> frames_;  // the loaded chunk's record frames
+  size_t frame_pos_ = 0;          // next frame, in words
+  uint64_t skip_below_ = 0;       // SeekToOp: op records below this are skipped
+};
+
+StatusOr<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::Error(path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::Error(path + ": not a regular file");
+  }
+  auto impl = std::make_unique<Impl>(path, fd, static_cast<uint64_t>(st.st_size));
+  if (Status status = impl->Open(); !status.ok()) {
+    if (status.message().rfind(path, 0) != 0) return status.Prefixed(path);
+    return status;
+  }
+  return std::unique_ptr<TraceReader>(new TraceReader(std::move(impl)));
+}
+
+TraceReader::TraceReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TraceReader::~TraceReader() = default;
+const TraceHeader& TraceReader::header() const { return impl_->header(); }
+bool TraceReader::complete() const { return impl_->complete(); }
+uint64_t TraceReader::truncated_tail_bytes() const { return impl_->truncated_tail_bytes(); }
+uint64_t TraceReader::file_bytes() const { return impl_->file_bytes(); }
+const std::vector<ChunkInfo>& TraceReader::chunks() const { return impl_->chunks(); }
+const std::vector<TraceDamage>& TraceReader::damage() const { return impl_->damage(); }
+bool TraceReader::Next(Record* record) { return impl_->Next(record); }
+void TraceReader::Rewind() { impl_->Rewind(); }
+void TraceReader::SeekToOp(uint64_t sequence) { impl_->SeekToOp(sequence); }
+std::optional<OpRecord> TraceReader::FindOp(uint64_t sequence) {
+  return impl_->FindOp(sequence);
+}
+StatusOr<std::string> TraceReader::ReadBlob(const BlobId& id, uint64_t max_bytes) {
+  return impl_->ReadBlob(id, max_bytes);
+}
+
+}  // namespace ndt::format

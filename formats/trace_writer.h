@@ -1,0 +1,89 @@
+// TraceWriter: appends records to a trace file from many threads at once.
+//
+// Each appending thread fills its own buffer; a full buffer (or, every flush interval, any
+// non-empty one) is sealed and handed to one background thread that compresses it into a
+// chunk and writes it. Memory is bounded by WriterOptions::max_buffered_bytes plus one
+// buffer per appending thread. When the bound is reached the writer drops the sealed
+// buffer and counts what it dropped (FullPolicy::kDrop, the default: the program is never
+// slowed) or makes the appending thread wait for room (FullPolicy::kStall). Dropped counts
+// are written into the trace as DroppedRecords records.
+//
+// Failures (unwritable file, full disk) never throw: the writer remembers the first one,
+// stops writing, counts what it could not write, and reports it from status() and Close().
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "formats/records.h"
+#include "formats/status.h"
+
+namespace ndt::format {
+
+enum class FullPolicy { kDrop, kStall };
+
+struct WriterOptions {
+  size_t chunk_bytes = 64 << 10;          // seal a thread's buffer once it holds this much
+  size_t max_buffered_bytes = 64 << 20;   // sealed, not yet written bytes at most
+  std::chrono::milliseconds flush_interval{100};  // seal idle buffers this often
+  FullPolicy when_full = FullPolicy::kDrop;
+  int compression_level = 1;              // zstd level
+};
+
+struct WriterStats {
+  uint64_t records_appended = 0;   // accepted into a buffer
+  uint64_t records_dropped = 0;    // lost to a full buffer, a failed write or a closed writer
+  uint64_t bytes_dropped = 0;      // serialised bytes of the dropped records
+  uint64_t records_oversized = 0;  // refused because one record exceeded the 1 MiB limit
+  uint64_t uncompressed_bytes = 0; // record bytes written (frames included)
+  uint64_t file_bytes = 0;         // bytes in the file so far
+  uint64_t chunks = 0;             // chunks written
+  uint64_t blobs = 0;              // distinct blobs stored
+  uint64_t stall_ns = 0;           // total time appending threads waited (kStall)
+};
+
+class TraceWriter {
+ public:
+  // Creates (truncates) `path` and writes the preamble and `header` (its format_version is
+  // set by the writer). Fails if the file cannot be created or written.
+  static StatusOr<std::unique_ptr<TraceWriter>> Create(const std::string& path,
+                                                       const TraceHeader& header,
+                                                       const WriterOptions& options = {});
+  ~TraceWriter();  // Close()s if needed; its Status is then only in status().
+  TraceWriter(const TraceWriter&) = delete;
+  TraceWriter& operator=(const TraceWriter&) = delete;
+
+  // Appends a record. Any thread may call it, concurrently. Records appended by one thread
+  // are read back in the order that thread appended them; no order between threads is
+  // promised. Returns false when the record was dropped (see FullPolicy) or refused.
+  bool Append(const Record& record);
+
+  // Stores `bytes` in the blob stream and returns their content address. Storing the same
+  // bytes again returns the same id and writes nothing. Thread-safe; compresses on the
+  // calling thread (capturing buffers is a debugging mode, not the hot path).
+  StatusOr<BlobId> PutBlob(std::span<const std::byte> bytes);
+
+  // Seals every buffer and waits until all records appended before the call are written.
+  Status Flush();
+
+  // Flushes, writes the index and the footer, and closes the file. Idempotent. Later
+  // Append calls are dropped and counted.
+  Status Close();
+
+  // The first failure, or ok.
+  Status status() const;
+  WriterStats stats() const;
+  const std::string& path() const;
+
+  class Impl;
+
+ private:
+  explicit TraceWriter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ndt::format

@@ -1,0 +1,513 @@
+// The `ndtrace` command line as a user meets it: run as a child process on synthetic traces
+// (written here through the writer API), asserting exit codes, stdout and stderr.
+//
+// NDT_UPDATE_GOLDEN=1 rewrites tests/data/golden/*.txt instead of comparing with them.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "formats/trace_reader.h"
+#include "formats/trace_writer.h"
+#include "tools/synthetic_trace.h"
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using ndt::format::TraceReader;
+using ndt::format::TraceWriter;
+using ndt::format::WriterOptions;
+using ndt::tools::SyntheticOptions;
+
+// A fresh directory under the system's temporary directory, removed with its contents.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "ndtrace_cli_XXXXXX").string();
+    REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  fs::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  fs::path path_;
+};
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void WriteFile(const fs::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+  REQUIRE(out.good());
+}
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs `program args...` with stdout and stderr captured to files in `dir`.
+RunResult RunProgram(const std::string& program, const std::vector<std::string>& args,
+                     const TempDir& dir) {
+  const std::string out_path = (dir / "stdout.txt").string();
+  const std::string err_path = (dir / "stderr.txt").string();
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  std::vector<std::string> words = {program};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& word : words) argv.push_back(word.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int spawned = posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  REQUIRE(spawned == 0);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  RunResult result;
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.out = ReadFile(out_path);
+  result.err = ReadFile(err_path);
+  return result;
+}
+
+RunResult Ndtrace(const std::vector<std::string>& args, const TempDir& dir) {
+  return RunProgram(NDTRACE_BIN, args, dir);
+}
+
+// Writes a closed synthetic trace. tool_version is fixed so golden files survive releases.
+void WriteTrace(const fs::path& path, const SyntheticOptions& options,
+                WriterOptions writer_options = {}) {
+  ndt::format::TraceHeader header = ndt::tools::SyntheticHeader(options);
+  header.tool_version = "0.0.0-test";
+  writer_options.when_full = ndt::format::FullPolicy::kStall;
+  auto writer = TraceWriter::Create(path.string(), header, writer_options);
+  REQUIRE(writer.ok());
+  REQUIRE(ndt::tools::WriteSyntheticTrace(**writer, options).ok());
+  REQUIRE((*writer)->Close().ok());
+}
+
+SyntheticOptions GoldenOptions() {
+  SyntheticOptions options;
+  options.steps = 2;
+  options.threads = 1;
+  options.streams = 2;
+  options.seed = 7;
+  return options;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Op lines of `show` text, with or without the time column.
+size_t CountOpLines(const std::string& show_output) {
+  static const std::regex op_line(R"(^( +[0-9]+\.[0-9]+s )?op [0-9]+ .*)");
+  size_t ops = 0;
+  for (const std::string& line : Lines(show_output)) {
+    if (std::regex_match(line, op_line)) ++ops;
+  }
+  return ops;
+}
+
+uint64_t CountRecords(const fs::path& path) {
+  auto reader = TraceReader::Open(path.string());
+  REQUIRE(reader.ok());
+  uint64_t records = 0;
+  ndt::format::Record record;
+  while ((*reader)->Next(&record)) ++records;
+  return records;
+}
+
+}  // namespace
+
+TEST_CASE("ndtrace --version prints the tool and trace format versions", "[cli]") {
+  TempDir dir;
+  const RunResult result = Ndtrace({"--version"}, dir);
+  CHECK(result.exit_code == 0);
+  CHECK(result.out == std::string("ndtrace ") + NDT_VERSION + " (trace format 1)\n");
+  CHECK(result.err.empty());
+}
+
+TEST_CASE("ndtrace --help lists the commands and the exit codes", "[cli]") {
+  TempDir dir;
+  const RunResult result = Ndtrace({"--help"}, dir);
+  CHECK(result.exit_code == 0);
+  for (const char* word : {"show", "stats", "export", "Exit status", "3 internal error"}) {
+    CHECK_THAT(result.out, Catch::Contains(word));
+  }
+  const RunResult show_help = Ndtrace({"show", "--help"}, dir);
+  CHECK(show_help.exit_code == 0);
+  CHECK_THAT(show_help.out, Catch::Contains("--stable"));
+}
+
+TEST_CASE("ndtrace rejects an unknown subcommand or a missing argument with exit 2", "[cli]") {
+  TempDir dir;
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"frobnicate"},
+                                             {},
+                                             {"show"},
+                                             {"export", "x.ndt"},
+                                             {"export", "x.ndt", "--format", "xml"},
+                                             {"show", "x.ndt", "--limit", "many"}}) {
+    INFO("args: " << args.size());
+    const RunResult result = Ndtrace(args, dir);
+    CHECK(result.exit_code == 2);
+    CHECK(result.out.empty());
+    CHECK(result.err.rfind("error: ", 0) == 0);
+  }
+}
+
+TEST_CASE("ndtrace names a missing trace file and exits 2", "[cli]") {
+  TempDir dir;
+  const std::string missing = (dir / "no_such_trace.ndt").string();
+  for (const char* command : {"show", "stats"}) {
+    const RunResult result = Ndtrace({command, missing}, dir);
+    CHECK(result.exit_code == 2);
+    CHECK(result.err.rfind("error: " + missing, 0) == 0);
+  }
+}
+
+TEST_CASE("ndtrace refuses a file that is not a trace with exit 2", "[cli]") {
+  TempDir dir;
+  const fs::path text = dir / "notes.txt";
+  WriteFile(text, "this is not a trace, just some text that is long enough to be read\n");
+  const RunResult result = Ndtrace({"show", text.string()}, dir);
+  CHECK(result.exit_code == 2);
+  CHECK(result.out.empty());
+  CHECK(result.err.rfind("error: " + text.string(), 0) == 0);
+}
+
+TEST_CASE("show --stable of a synthetic trace matches the golden file", "[cli]") {
+  TempDir dir;
+  const fs::path trace = dir / "synthetic.ndt";
+  WriteTrace(trace, GoldenOptions());
+  const RunResult result = Ndtrace({"show", "--stable", trace.string()}, dir);
+  REQUIRE(result.exit_code == 0);
+  CHECK(result.err.empty());
+
+  const fs::path golden = fs::path(NDT_TEST_DATA_DIR) / "golden" / "show_synthetic_stable.txt";
+  const char* update = std::getenv("NDT_UPDATE_GOLDEN");
+  if (update != nullptr && std::string(update) == "1") {
+    fs::create_directories(golden.parent_path());
+    WriteFile(golden, result.out);
+    WARN("rewrote " << golden.string());
+    return;
+  }
+  REQUIRE(fs::exists(golden));
+  CHECK(result.out == ReadFile(golden));
+}
+
+TEST_CASE("show --stable prints the same text for two runs of the same program", "[cli]") {
+  TempDir dir;
+  WriteTrace(dir / "first.ndt", GoldenOptions());
+  WriteTrace(dir / "second.ndt", GoldenOptions());
+  fs::rename(dir / "second.ndt", dir / "second_renamed.ndt");
+  const RunResult first = Ndtrace({"show", "--stable", (dir / "first.ndt").string()}, dir);
+  const RunResult second =
+      Ndtrace({"show", "--stable", (dir / "second_renamed.ndt").string()}, dir);
+  REQUIRE(first.exit_code == 0);
+  REQUIRE(second.exit_code == 0);
+  // Only the "trace" line (the file name) may differ.
+  std::vector<std::string> a = Lines(first.out);
+  std::vector<std::string> b = Lines(second.out);
+  REQUIRE(a.size() == b.size());
+  CHECK(a.front() != b.front());
+  a.erase(a.begin());
+  b.erase(b.begin());
+  CHECK(a == b);
+  // Without --stable, times and raw addresses are there.
+  const RunResult plain = Ndtrace({"show", (dir / "first.ndt").string()}, dir);
+  CHECK_THAT(plain.out, Catch::Contains("0x7f"));
+  CHECK_THAT(plain.out, Catch::Contains("pid       " + std::to_string(getpid())));
+}
+
+TEST_CASE("show --json prints the header, one object per record, then the end", "[cli]") {
+  TempDir dir;
+  const fs::path trace = dir / "synthetic.ndt";
+  WriteTrace(trace, GoldenOptions());
+  const RunResult result = Ndtrace({"show", "--json", trace.string()}, dir);
+  REQUIRE(result.exit_code == 0);
+  const std::vector<std::string> lines = Lines(result.out);
+  REQUIRE(lines.size() == CountRecords(trace) + 2);
+  uint64_t ops = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const nlohmann::json object = nlohmann::json::parse(lines[i]);  // throws if invalid
+    const std::string type = object.at("type");
+    if (i == 0) {
+      CHECK(type == "header");
+      CHECK(object.at("command_line").at(0) == "ndtrace-synth");
+    } else if (i + 1 == lines.size()) {
+      CHECK(type == "end");
+      CHECK(object.at("complete") == true);
+      CHECK(object.at("truncated_tail_bytes") == 0);
+      CHECK(object.at("damage").empty());
+    } else {
+      CHECK(type != "header");
+      CHECK(type != "end");
+      if (type == "op") {
+        CHECK(object.at("sequence") == ops);
+        ++ops;
+      }
+    }
+  }
+  CHECK(ops == ndt::tools::SyntheticOpCount(GoldenOptions()));
+}
+
+TEST_CASE("show --from and --limit print a window of ops", "[cli]") {
+  TempDir dir;
+  const fs::path trace = dir / "synthetic.ndt";
+  WriteTrace(trace, GoldenOptions());
+  const RunResult result =
+      Ndtrace({"show", "--stable", trace.string(), "--from", "30", "--limit", "5"}, dir);
+  REQUIRE(result.exit_code == 0);
+  std::vector<std::string> ops;
+  for (const std::string& line : Lines(result.out)) {
+    if (line.rfind("op ", 0) == 0) ops.push_back(line.substr(0, 10));
+  }
+  CHECK(ops == std::vector<std::string>{"op 30     ", "op 31     ", "op 32     ", "op 33     ",
+                                        "op 34     "});
+
+  // With several threads the file interleaves their ops chunk by chunk; the window is still
+  // exactly the ops asked for.
+  const fs::path threaded = dir / "threaded.ndt";
+  SyntheticOptions options = GoldenOptions();
+  options.threads = 3;
+  options.steps = 20;
+  WriterOptions writer_options;
+  writer_options.chunk_bytes = 4096;
+  WriteTrace(threaded, options, writer_options);
+  const RunResult window =
+      Ndtrace({"show", "--json", threaded.string(), "--from", "700", "--limit", "40"}, dir);
+  REQUIRE(window.exit_code == 0);
+  std::set<uint64_t> sequences;
+  for (const std::string& line : Lines(window.out)) {
+    const nlohmann::json object = nlohmann::json::parse(line);
+    if (object.at("type") == "op") sequences.insert(object.at("sequence").get<uint64_t>());
+  }
+  CHECK(sequences.size() == 40);
+  CHECK(*sequences.begin() == 700);
+  CHECK(*sequences.rbegin() == 739);
+}
+
+TEST_CASE("stats counts what the generator wrote", "[cli]") {
+  TempDir dir;
+  const fs::path trace = dir / "synthetic.ndt";
+  SyntheticOptions options = GoldenOptions();
+  options.steps = 5;
+  options.threads = 2;
+  WriteTrace(trace, options);
+  const RunResult result = Ndtrace({"stats", "--json", trace.string()}, dir);
+  REQUIRE(result.exit_code == 0);
+  const nlohmann::json stats = nlohmann::json::parse(result.out);
+  CHECK(stats.at("ops") == ndt::tools::SyntheticOpCount(options));
+  CHECK(stats.at("records") == CountRecords(trace));
+  CHECK(stats.at("complete") == true);
+  CHECK(stats.at("damage") == 0);
+  CHECK(stats.at("dropped_records") == 0);
+  CHECK(stats.at("file_bytes") == fs::file_size(trace));
+  CHECK(stats.at("ops_by_kind").at("cudnn_backend_execute") == 2 * 5 * 2);
+  CHECK(stats.at("ops_by_name").size() == 19);
+  CHECK(stats.at("compression_ratio").get<double>() > 1.0);
+  CHECK(stats.at("duration_ns").get<uint64_t>() > 0);
+
+  const RunResult text = Ndtrace({"stats", trace.string()}, dir);
+  REQUIRE(text.exit_code == 0);
+  CHECK_THAT(text.out,
+             Catch::Contains("ops               " +
+                             std::to_string(ndt::tools::SyntheticOpCount(options)) + "\n"));
+}
+
+TEST_CASE("export --format perfetto writes trace events: one X per op, a track per stream",
+          "[cli]") {
+  TempDir dir;
+  const fs::path trace = dir / "synthetic.ndt";
+  SyntheticOptions options = GoldenOptions();
+  options.streams = 4;
+  WriteTrace(trace, options);
+  const fs::path out = dir / "timeline.json";
+  const RunResult result =
+      Ndtrace({"export", trace.string(), "--format", "perfetto", "-o", out.string()}, dir);
+  REQUIRE(result.exit_code == 0);
+  CHECK(result.out.empty());
+  const nlohmann::json timeline = nlohmann::json::parse(ReadFile(out));
+  CHECK(timeline.at("displayTimeUnit") == "ns");
+  uint64_t complete_events = 0;
+  std::set<uint64_t> op_streams;
+  std::multiset<uint64_t> named_streams;
+  bool process_named = false;
+  for (const nlohmann::json& event : timeline.at("traceEvents")) {
+    if (event.at("ph") == "X") {
+      ++complete_events;
+      op_streams.insert(event.at("tid").get<uint64_t>());
+      CHECK(event.at("ts").is_number());
+      CHECK(event.at("dur").get<double>() >= 0);
+      CHECK(event.at("args").contains("sequence"));
+    } else if (event.at("ph") == "M" && event.at("name") == "thread_name") {
+      const std::string name = event.at("args").at("name");
+      if (name.rfind("stream ", 0) == 0) named_streams.insert(event.at("tid").get<uint64_t>());
+    } else if (event.at("ph") == "M" && event.at("name") == "process_name") {
+      process_named = true;
+      CHECK(event.at("args").at("name") ==
+            "ndtrace: ndtrace-synth --steps 2 --threads 1 --streams 4 --seed 7");
+    }
+  }
+  CHECK(process_named);
+  CHECK(complete_events == ndt::tools::SyntheticOpCount(options));
+  CHECK(op_streams.size() == 4);
+  CHECK(named_streams == std::multiset<uint64_t>(op_streams.begin(), op_streams.end()));
+}
+
+TEST_CASE("export --format json writes one document with the header and every record", "[cli]") {
+  TempDir dir;
+  const fs::path trace = dir / "synthetic.ndt";
+  WriteTrace(trace, GoldenOptions());
+  const RunResult result = Ndtrace({"export", trace.string(), "--format", "json"}, dir);
+  REQUIRE(result.exit_code == 0);
+  const nlohmann::json document = nlohmann::json::parse(result.out);
+  CHECK(document.at("header").at("tool_version") == "0.0.0-test");
+  CHECK(document.at("records").size() == CountRecords(trace));
+  CHECK(document.at("end").at("complete") == true);
+
+  const RunResult refused =
+      Ndtrace({"export", trace.string(), "--format", "perfetto", "--stable"}, dir);
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.err.rfind("error: ", 0) == 0);
+}
+
+TEST_CASE("a trace with a flipped byte in a records chunk exits 2 naming the byte range", "[cli]") {
+  TempDir dir;
+  const fs::path trace = dir / "damaged.ndt";
+  WriterOptions writer_options;
+  writer_options.chunk_bytes = 4096;
+  SyntheticOptions options = GoldenOptions();
+  options.steps = 6;
+  WriteTrace(trace, options, writer_options);
+
+  uint64_t flipped = 0;
+  {
+    auto reader = TraceReader::Open(trace.string());
+    REQUIRE(reader.ok());
+    std::vector<ndt::format::ChunkInfo> records;
+    for (const auto& chunk : (*reader)->chunks()) {
+      if (chunk.kind == ndt::format::ChunkKind::kRecords) records.push_back(chunk);
+    }
+    REQUIRE(records.size() >= 3);
+    const ndt::format::ChunkInfo& victim = records[1];
+    flipped = victim.end() - victim.compressed_size / 2;
+  }
+  std::string bytes = ReadFile(trace);
+  bytes[flipped] = static_cast<char>(bytes[flipped] ^ 0x40);
+  WriteFile(trace, bytes);
+
+  const RunResult result = Ndtrace({"show", trace.string()}, dir);
+  CHECK(result.exit_code == 2);
+  CHECK(CountOpLines(result.out) > 0);  // what is readable is still printed
+  CHECK(CountOpLines(result.out) < ndt::tools::SyntheticOpCount(options));
+  const std::regex damage_line("error: " + trace.string() + R"(: .* \(bytes (\d+)\.\.(\d+)\))");
+  std::smatch match;
+  REQUIRE(std::regex_search(result.err, match, damage_line));
+  CHECK(std::stoull(match[1]) <= flipped);
+  CHECK(flipped < std::stoull(match[2]));
+
+  const RunResult stats = Ndtrace({"stats", "--json", trace.string()}, dir);
+  CHECK(stats.exit_code == 2);
+  CHECK(nlohmann::json::parse(stats.out).at("damage").get<int>() >= 1);
+}
+
+TEST_CASE("a trace cut short is shown with an incomplete warning and exit 0", "[cli]") {
+  TempDir dir;
+  const fs::path whole = dir / "whole.ndt";
+  WriterOptions writer_options;
+  writer_options.chunk_bytes = 4096;
+  SyntheticOptions options = GoldenOptions();
+  options.steps = 8;
+  WriteTrace(whole, options, writer_options);
+  const std::string bytes = ReadFile(whole);
+  const fs::path cut = dir / "cut.ndt";
+  WriteFile(cut, bytes.substr(0, bytes.size() * 6 / 10));
+
+  const RunResult result = Ndtrace({"show", cut.string()}, dir);
+  CHECK(result.exit_code == 0);
+  const size_t ops = CountOpLines(result.out);
+  CHECK(ops > 0);
+  CHECK(ops < ndt::tools::SyntheticOpCount(options));
+  const std::regex warning("warning: " + cut.string() +
+                           R"( is incomplete: it was never closed \((\d+) bytes at the end )"
+                           R"(form no whole chunk\)\n)");
+  CHECK(std::regex_search(result.err, warning));
+  CHECK(result.err.find("error:") == std::string::npos);
+  CHECK_THAT(result.out, Catch::Contains("state     incomplete"));
+
+  const RunResult json = Ndtrace({"show", "--json", cut.string()}, dir);
+  CHECK(json.exit_code == 0);
+  const nlohmann::json end = nlohmann::json::parse(Lines(json.out).back());
+  CHECK(end.at("complete") == false);
+}
+
+TEST_CASE("show keeps one record per line whatever bytes a trace's strings hold", "[cli]") {
+  TempDir dir;
+  const fs::path trace = dir / "strings.ndt";
+  {
+    ndt::format::TraceHeader header = ndt::tools::SyntheticHeader(GoldenOptions());
+    header.notes = {"line one\nline two"};
+    auto writer = TraceWriter::Create(trace.string(), header);
+    REQUIRE(writer.ok());
+    ndt::format::OpRecord op;
+    op.kind = ndt::format::OpKind::kKernelLaunch;
+    op.name = "bad\x01name\xff\xfe \"quoted\" \\ tab\tend";
+    ndt::format::Argument text;
+    text.name = "arg\n0";
+    text.value = std::string("\xc3\xa9t\xc3\xa9 \xed\xa0\x80");  // é, then a surrogate
+    op.args.push_back(text);
+    REQUIRE((*writer)->Append(op));
+    REQUIRE((*writer)->Close().ok());
+  }
+  const RunResult text = Ndtrace({"show", "--stable", trace.string()}, dir);
+  REQUIRE(text.exit_code == 0);
+  CHECK_THAT(text.out, Catch::Contains("note      line one\\nline two\n"));
+  CHECK_THAT(text.out, Catch::Contains("bad\\x01name"));
+  CHECK_THAT(text.out, Catch::Contains("arg\\n0=\""));
+  CHECK(CountOpLines(text.out) == 1);
+
+  const RunResult json = Ndtrace({"show", "--json", trace.string()}, dir);
+  REQUIRE(json.exit_code == 0);
+  const std::vector<std::string> lines = Lines(json.out);
+  REQUIRE(lines.size() == 3);
+  const nlohmann::json header = nlohmann::json::parse(lines[0]);
+  CHECK(header.at("notes").at(0) == "line one\nline two");
+  const nlohmann::json op = nlohmann::json::parse(lines[1]);
+  CHECK(op.at("name") == "bad\x01name\xef\xbf\xbd\xef\xbf\xbd \"quoted\" \\ tab\tend");
+  CHECK(op.at("args").at(0).at("text") == "\xc3\xa9t\xc3\xa9 \xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+}

@@ -1,0 +1,219 @@
+// TraceReader against cut, corrupted and hostile files, and its seeking.
+#include <zstd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+
+#include "formats/container.h"
+#include "formats/trace_reader.h"
+#include "formats/trace_writer.h"
+#include "support/sample_records.h"
+
+namespace ndt::format {
+namespace {
+
+using testing::ReadAll;
+using testing::ReadFile;
+using testing::SampleHeader;
+using testing::SampleOp;
+using testing::TempPath;
+using testing::WriteFile;
+
+// A closed trace of `ops` ops in chunks of about `chunk_bytes`.
+std::string WriteSmallTrace(const std::string& path, uint64_t ops, size_t chunk_bytes) {
+  WriterOptions options;
+  options.chunk_bytes = chunk_bytes;
+  auto writer = TraceWriter::Create(path, SampleHeader(), options);
+  REQUIRE(writer.ok());
+  for (uint64_t i = 0; i < ops; ++i) (*writer)->Append(SampleOp(i));
+  (*writer)->Append(TracerNote{Severity::kInfo, "end", ops, 0});
+  REQUIRE((*writer)->Close().ok());
+  return ReadFile(path);
+}
+
+TEST_CASE("a trace cut at any byte opens and yields exactly the records of its whole chunks",
+          "[formats]") {
+  TempPath path("cut-source.ndt");
+  TempPath cut("cut.ndt");
+  const std::string bytes = WriteSmallTrace(path.str(), 60, 1024);
+  auto full_reader = TraceReader::Open(path.str());
+  REQUIRE(full_reader.ok());
+  const std::vector<ChunkInfo> chunks = (*full_reader)->chunks();
+  const std::vector<Record> all = ReadAll(**full_reader);
+  REQUIRE(chunks.size() >= 5);
+  const uint64_t header_end = chunks.front().offset;
+
+  for (size_t size = 0; size <= bytes.size(); ++size) {
+    WriteFile(cut.str(), bytes.substr(0, size));
+    auto reader = TraceReader::Open(cut.str());
+    INFO("cut at byte " << size);
+    if (size < header_end) {
+      REQUIRE_FALSE(reader.ok());
+      REQUIRE_THAT(reader.status().message(), Catch::Contains(cut.str()));
+      continue;
+    }
+    REQUIRE(reader.ok());
+    size_t expected = 0;
+    for (const ChunkInfo& chunk : chunks) {
+      if (chunk.end() <= size) expected += chunk.count;
+    }
+    const std::vector<Record> records = ReadAll(**reader);
+    REQUIRE(records.size() == expected);
+    REQUIRE(std::equal(records.begin(), records.end(), all.begin()));
+    REQUIRE((*reader)->damage().empty());
+    REQUIRE((*reader)->complete() == (size == bytes.size()));
+  }
+}
+
+TEST_CASE("a flipped byte anywhere in a trace is detected and located", "[formats]") {
+  TempPath path("flip-source.ndt");
+  TempPath flipped("flip.ndt");
+  const std::string bytes = WriteSmallTrace(path.str(), 40, 1024);
+  auto full_reader = TraceReader::Open(path.str());
+  REQUIRE(full_reader.ok());
+  const std::vector<Record> all = ReadAll(**full_reader);
+
+  for (size_t at = 0; at < bytes.size(); ++at) {
+    std::string copy = bytes;
+    copy[at] = static_cast<char>(copy[at] ^ 0x20);
+    WriteFile(flipped.str(), copy);
+    INFO("byte " << at << " flipped");
+    auto reader = TraceReader::Open(flipped.str());
+    if (!reader.ok()) {
+      REQUIRE_THAT(reader.status().message(), Catch::Contains(flipped.str()));
+      continue;
+    }
+    const std::vector<Record> records = ReadAll(**reader);
+    const auto& damage = (*reader)->damage();
+    REQUIRE_FALSE(damage.empty());
+    bool located = false;
+    for (const TraceDamage& d : damage) located |= d.begin <= at && at < d.end;
+    REQUIRE(located);
+    // Whatever was read is genuine: no record is invented from damaged bytes.
+    for (const Record& record : records) {
+      REQUIRE(std::find(all.begin(), all.end(), record) != all.end());
+    }
+  }
+}
+
+TEST_CASE("files that are not traces are refused with a reason", "[formats]") {
+  TempPath path("garbage.ndt");
+  WriteFile(path.str(), "");
+  CHECK_THAT(TraceReader::Open(path.str()).status().message(), Catch::Contains("too short"));
+  WriteFile(path.str(), std::string(4096, 'x'));
+  CHECK_THAT(TraceReader::Open(path.str()).status().message(),
+             Catch::Contains("not an ndtrace trace"));
+  CHECK_THAT(TraceReader::Open("/nonexistent.ndt").status().message(),
+             Catch::Contains("cannot open"));
+  CHECK_THAT(TraceReader::Open("/tmp").status().message(), Catch::Contains("not a regular file"));
+
+  std::string future = WriteSmallTrace(path.str(), 1, 1024);
+  future[8] = 9;  // format version 9
+  WriteFile(path.str(), future);
+  CHECK_THAT(TraceReader::Open(path.str()).status().message(),
+             Catch::Contains("unsupported trace format version 9"));
+}
+
+// Appends a chunk with a valid hash around `payload` (already compressed) claiming
+// `uncompressed` bytes: hostile content that passes the integrity check.
+void AppendForgedChunk(std::string* file, const std::string& payload, uint32_t uncompressed) {
+  container::ChunkHeader header;
+  header.kind = ChunkKind::kRecords;
+  header.count = 1;
+  header.uncompressed_size = uncompressed;
+  header.compressed_size = static_cast<uint32_t>(payload.size());
+  char bytes[container::kChunkHeaderBytes];
+  container::EncodeChunkHeader(header, payload, bytes);
+  file->append(bytes, sizeof bytes);
+  file->append(payload);
+}
+
+std::string Compress(const std::string& raw) {
+  std::string out(ZSTD_compressBound(raw.size()), '\0');
+  out.resize(ZSTD_compress(out.data(), out.size(), raw.data(), raw.size(), 19));
+  return out;
+}
+
+// One zstd frame holding `gigabytes` GiB of zeros, built without holding them in memory.
+std::string ZeroBomb(size_t gigabytes) {
+  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  ZSTD_CCtx_setPledgedSrcSize(cctx, gigabytes << 30);
+  const std::string zeros(1 << 20, '\0');
+  std::string out;
+  std::string buffer(ZSTD_CStreamOutSize(), '\0');
+  for (size_t i = 0; i < (gigabytes << 10); ++i) {
+    ZSTD_inBuffer in{zeros.data(), zeros.size(), 0};
+    const bool last = i + 1 == (gigabytes << 10);
+    size_t left = 0;
+    do {
+      ZSTD_outBuffer o{buffer.data(), buffer.size(), 0};
+      left = ZSTD_compressStream2(cctx, &o, &in, last ? ZSTD_e_end : ZSTD_e_continue);
+      out.append(buffer.data(), o.pos);
+    } while (in.pos < in.size || (last && left != 0));
+  }
+  ZSTD_freeCCtx(cctx);
+  return out;
+}
+
+TEST_CASE("decompression bombs and oversized declarations are refused without allocating",
+          "[formats]") {
+  TempPath source("bomb-source.ndt");
+  TempPath path("bomb.ndt");
+  std::string base = WriteSmallTrace(source.str(), 1, 1024);
+  // Keep the preamble and header chunk only: the file then has no footer.
+  auto reader = TraceReader::Open(source.str());
+  REQUIRE(reader.ok());
+  base.resize((*reader)->chunks().front().offset);
+
+  SECTION("a 1 GiB frame declared as 1 KiB") {
+    std::string file = base;
+    const std::string bomb = ZeroBomb(1);
+    REQUIRE(bomb.size() < (1u << 20));
+    AppendForgedChunk(&file, bomb, 1024);
+    WriteFile(path.str(), file);
+    auto opened = TraceReader::Open(path.str());
+    REQUIRE(opened.ok());
+    CHECK(ReadAll(**opened).empty());
+    REQUIRE((*opened)->damage().size() == 1);
+    CHECK_THAT((*opened)->damage()[0].what, Catch::Contains("does not declare"));
+  }
+  SECTION("a chunk declaring 4 GiB") {
+    std::string file = base;
+    AppendForgedChunk(&file, Compress("x"), 0xFFFFFFFFu);
+    WriteFile(path.str(), file);
+    auto opened = TraceReader::Open(path.str());
+    REQUIRE(opened.ok());
+    CHECK(ReadAll(**opened).empty());
+    REQUIRE((*opened)->damage().size() == 1);
+    CHECK_THAT((*opened)->damage()[0].what, Catch::Contains("above the limit"));
+  }
+}
+
+TEST_CASE("ops are found and iteration resumes by op sequence through the index", "[formats]") {
+  TempPath path("seek.ndt");
+  WriteSmallTrace(path.str(), 10000, 4096);
+  auto opened = TraceReader::Open(path.str());
+  REQUIRE(opened.ok());
+  TraceReader& reader = **opened;
+  REQUIRE(reader.chunks().size() > 10);
+
+  const auto op = reader.FindOp(6789);
+  REQUIRE(op.has_value());
+  CHECK(*op == SampleOp(6789));
+  CHECK_FALSE(reader.FindOp(10000).has_value());
+
+  reader.SeekToOp(5000);
+  Record record;
+  REQUIRE(reader.Next(&record));
+  CHECK(std::get<OpRecord>(record).sequence == 5000);
+  uint64_t rest = 1;
+  while (reader.Next(&record)) rest += std::holds_alternative<OpRecord>(record) ? 1 : 0;
+  CHECK(rest == 5000);
+
+  reader.Rewind();
+  REQUIRE(reader.Next(&record));
+  CHECK(std::get<OpRecord>(record).sequence == 0);
+}
+
+}  // namespace
+}  // namespace ndt::format

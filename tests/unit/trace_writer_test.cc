@@ -1,0 +1,235 @@
+// TraceWriter: round trips, concurrency, the full-buffer policies, failures and blobs.
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <catch2/catch.hpp>
+#include <cstddef>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "formats/trace_reader.h"
+#include "formats/trace_writer.h"
+#include "support/sample_records.h"
+
+namespace ndt::format {
+namespace {
+
+using testing::EveryRecordType;
+using testing::ReadAll;
+using testing::SampleHeader;
+using testing::SampleOp;
+using testing::TempPath;
+
+std::unique_ptr<TraceWriter> MustCreate(const std::string& path, WriterOptions options = {}) {
+  auto writer = TraceWriter::Create(path, SampleHeader(), options);
+  REQUIRE(writer.ok());
+  return std::move(writer).value();
+}
+
+std::unique_ptr<TraceReader> MustOpen(const std::string& path) {
+  auto reader = TraceReader::Open(path);
+  INFO(reader.status().message());
+  REQUIRE(reader.ok());
+  return std::move(reader).value();
+}
+
+TEST_CASE("every record type and the header survive a write/read round trip", "[formats]") {
+  TempPath path("roundtrip.ndt");
+  auto writer = MustCreate(path.str());
+  const std::vector<Record> records = EveryRecordType();
+  for (const Record& record : records) REQUIRE(writer->Append(record));
+  REQUIRE(writer->Close().ok());
+
+  auto reader = MustOpen(path.str());
+  TraceHeader expected_header = SampleHeader();
+  expected_header.format_version = kFormatVersion;
+  CHECK(reader->header() == expected_header);
+  CHECK(reader->complete());
+  CHECK(reader->truncated_tail_bytes() == 0);
+  CHECK(ReadAll(*reader) == records);
+  CHECK(reader->damage().empty());
+}
+
+TEST_CASE("records of 8 concurrently appending threads all arrive, each thread's in order",
+          "[formats]") {
+  TempPath path("threads.ndt");
+  WriterOptions options;
+  options.chunk_bytes = 8 << 10;
+  options.when_full = FullPolicy::kStall;  // this test counts every record
+  auto writer = MustCreate(path.str(), options);
+  constexpr int kThreads = 8;
+  constexpr uint64_t kPerThread = 20000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t i = 0; i < kPerThread; ++i) {
+        writer->Append(SampleOp(t * kPerThread + i, static_cast<uint32_t>(t)));
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  REQUIRE(writer->Close().ok());
+  CHECK(writer->stats().records_appended == kThreads * kPerThread);
+  CHECK(writer->stats().records_dropped == 0);
+
+  auto reader = MustOpen(path.str());
+  std::map<uint32_t, uint64_t> next_of_thread;
+  uint64_t total = 0;
+  Record record;
+  while (reader->Next(&record)) {
+    const auto& op = std::get<OpRecord>(record);
+    const uint64_t expected = next_of_thread.count(op.thread_id)
+                                  ? next_of_thread[op.thread_id]
+                                  : op.thread_id * kPerThread;
+    REQUIRE(op.sequence == expected);
+    REQUIRE(op == SampleOp(op.sequence, op.thread_id));
+    next_of_thread[op.thread_id] = op.sequence + 1;
+    ++total;
+  }
+  CHECK(total == kThreads * kPerThread);
+  CHECK(next_of_thread.size() == kThreads);
+  CHECK(reader->damage().empty());
+}
+
+// Appends from 4 threads faster than a slow compressor can write, with room for one chunk.
+WriterStats AppendUnderPressure(const std::string& path, FullPolicy policy, uint64_t* written) {
+  WriterOptions options;
+  options.chunk_bytes = 4 << 10;
+  options.max_buffered_bytes = 4 << 10;
+  options.compression_level = 19;
+  options.when_full = policy;
+  auto writer = MustCreate(path, options);
+  std::vector<std::thread> threads;
+  for (uint32_t t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t i = 0; i < 3000; ++i) writer->Append(SampleOp(t * 3000 + i, t));
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  REQUIRE(writer->Close().ok());
+  auto reader = MustOpen(path);
+  *written = 0;
+  uint64_t dropped_in_trace = 0;
+  Record record;
+  while (reader->Next(&record)) {
+    if (auto* dropped = std::get_if<DroppedRecords>(&record)) {
+      dropped_in_trace += dropped->records;
+    } else {
+      ++*written;
+    }
+  }
+  const WriterStats stats = writer->stats();
+  CHECK(dropped_in_trace == stats.records_dropped);
+  return stats;
+}
+
+TEST_CASE("when buffers are full the drop policy drops whole chunks and counts them in the trace",
+          "[formats]") {
+  TempPath path("drop.ndt");
+  uint64_t written = 0;
+  const WriterStats stats = AppendUnderPressure(path.str(), FullPolicy::kDrop, &written);
+  CHECK(stats.records_dropped > 0);
+  CHECK(stats.stall_ns == 0);
+  CHECK(written + stats.records_dropped == 4 * 3000);
+}
+
+TEST_CASE("when buffers are full the stall policy makes appenders wait and loses nothing",
+          "[formats]") {
+  TempPath path("stall.ndt");
+  uint64_t written = 0;
+  const WriterStats stats = AppendUnderPressure(path.str(), FullPolicy::kStall, &written);
+  CHECK(stats.records_dropped == 0);
+  CHECK(stats.stall_ns > 0);
+  CHECK(written == 4 * 3000);
+}
+
+TEST_CASE("an uncreatable trace path is an error, not a crash", "[formats]") {
+  auto writer = TraceWriter::Create("/nonexistent-dir/x.ndt", SampleHeader());
+  REQUIRE_FALSE(writer.ok());
+  CHECK_THAT(writer.status().message(), Catch::Contains("/nonexistent-dir/x.ndt") &&
+                                            Catch::Contains("No such file"));
+}
+
+TEST_CASE("a full disk stops the writer, counts what was lost and keeps whole chunks readable",
+          "[formats]") {
+  TempPath path("full.ndt");
+  // RLIMIT_FSIZE turns writes past 64 KiB into EFBIG, the way a full disk fails them.
+  ::signal(SIGXFSZ, SIG_IGN);
+  rlimit saved{};
+  ::getrlimit(RLIMIT_FSIZE, &saved);
+  rlimit limited = saved;
+  limited.rlim_cur = 64 << 10;
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &limited) == 0);
+  WriterOptions options;
+  options.chunk_bytes = 8 << 10;
+  options.compression_level = -5;  // barely compresses: reach the limit quickly
+  auto writer = MustCreate(path.str(), options);
+  for (uint64_t i = 0; i < 20000; ++i) writer->Append(SampleOp(i));
+  const Status closed = writer->Close();
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+
+  REQUIRE_FALSE(closed.ok());
+  CHECK_THAT(closed.message(), Catch::Contains("write failed"));
+  const uint64_t dropped = writer->stats().records_dropped;
+  CHECK(dropped > 0);
+  CHECK_FALSE(writer->Append(SampleOp(20000)));
+  CHECK(writer->stats().records_dropped == dropped + 1);
+
+  auto reader = MustOpen(path.str());
+  CHECK_FALSE(reader->complete());
+  const auto records = ReadAll(*reader);
+  CHECK(records.size() > 0);
+  CHECK(records.size() + dropped == 20000);
+  for (size_t i = 0; i < records.size(); ++i) REQUIRE(records[i] == Record{SampleOp(i)});
+}
+
+TEST_CASE("a trace flushed but never closed is readable and reported incomplete", "[formats]") {
+  TempPath path("open.ndt");
+  TempPath copy("open-copy.ndt");
+  auto writer = MustCreate(path.str());
+  for (uint64_t i = 0; i < 1000; ++i) writer->Append(SampleOp(i));
+  REQUIRE(writer->Flush().ok());
+  testing::WriteFile(copy.str(), testing::ReadFile(path.str()));  // as a SIGKILL would leave it
+
+  auto reader = MustOpen(copy.str());
+  CHECK_FALSE(reader->complete());
+  CHECK(ReadAll(*reader).size() == 1000);
+  CHECK(reader->damage().empty());
+}
+
+TEST_CASE("blobs are stored once per content and read back verified", "[formats]") {
+  TempPath path("blobs.ndt");
+  auto writer = MustCreate(path.str());
+  std::vector<std::byte> big(10 << 20);  // spans three blob parts
+  std::mt19937_64 rng(7);
+  for (auto& b : big) b = static_cast<std::byte>(rng());
+  const auto id = writer->PutBlob(big);
+  REQUIRE(id.ok());
+  const auto again = writer->PutBlob(big);
+  REQUIRE(again.ok());
+  CHECK(*again == *id);
+  const auto empty = writer->PutBlob({});
+  REQUIRE(empty.ok());
+  CHECK_FALSE(*empty == *id);
+  writer->Append(SampleOp(0));
+  REQUIRE(writer->Close().ok());
+  CHECK(writer->stats().blobs == 2);
+
+  auto reader = MustOpen(path.str());
+  const auto bytes = reader->ReadBlob(*id);
+  REQUIRE(bytes.ok());
+  CHECK(bytes->size() == big.size());
+  CHECK(std::memcmp(bytes->data(), big.data(), big.size()) == 0);
+  const auto empty_bytes = reader->ReadBlob(*empty);
+  REQUIRE(empty_bytes.ok());
+  CHECK(empty_bytes->empty());
+  CHECK_THAT(reader->ReadBlob(*id, 1 << 20).status().message(), Catch::Contains("exceeds"));
+  CHECK_FALSE(reader->ReadBlob(BlobId{1, 2}).ok());
+  CHECK(ReadAll(*reader).size() == 1);
+}
+
+}  // namespace
+}  // namespace ndt::format

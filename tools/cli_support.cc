@@ -1,0 +1,110 @@
+#include "tools/cli_support.h"
+
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+
+namespace ndt::tools {
+
+const char* const kExitCodesHelp =
+    "Exit status: 0 ok; 1 a finding (divergence); 2 usage error, unreadable or damaged\n"
+    "input; 3 internal error.";
+
+void PrintError(std::string_view message) {
+  std::fflush(stdout);  // keep what was printed before the error in front of it
+  fmt::print(stderr, "error: {}\n", message);
+  std::fflush(stderr);
+}
+
+void PrintWarning(std::string_view message) {
+  std::fflush(stdout);
+  fmt::print(stderr, "warning: {}\n", message);
+  std::fflush(stderr);
+}
+
+std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+    return std::nullopt;
+  } catch (const CLI::Success& success) {  // --help, --help-all, --version
+    return app.exit(success) == 0 ? kExitOk : kExitUsage;
+  } catch (const CLI::ParseError& error) {
+    PrintError(error.what());
+    fmt::print(stderr, "Run '{} --help' for usage.\n", app.get_name());
+    return kExitUsage;
+  }
+}
+
+int RunGuarded(const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const std::exception& exception) {
+    PrintError(std::string("internal: ") + exception.what());
+    return kExitInternal;
+  }
+}
+
+std::unique_ptr<format::TraceReader> OpenTraceOrReport(const std::string& path) {
+  StatusOr<std::unique_ptr<format::TraceReader>> reader = format::TraceReader::Open(path);
+  if (reader.ok()) return std::move(reader).value();
+  const std::string message = reader.status().message();
+  // The reader's messages usually start with the path; make sure every one names it.
+  if (message.rfind(path, 0) == 0) {
+    PrintError(message);
+  } else {
+    PrintError(path + ": " + message);
+  }
+  return nullptr;
+}
+
+std::string IncompleteText(const format::TraceReader& reader) {
+  return fmt::format("it was never closed ({} bytes at the end form no whole chunk)",
+                     reader.truncated_tail_bytes());
+}
+
+int ReportTraceState(const std::string& path, const format::TraceReader& reader) {
+  if (!reader.complete()) {
+    PrintWarning(fmt::format("{} is incomplete: {}", path, IncompleteText(reader)));
+  }
+  for (const format::TraceDamage& damage : reader.damage()) {
+    PrintError(fmt::format("{}: {} (bytes {}..{})", path, damage.what, damage.begin, damage.end));
+  }
+  return reader.damage().empty() ? kExitOk : kExitUsage;
+}
+
+StatusOr<std::unique_ptr<OutputFile>> OutputFile::Open(const std::string& path) {
+  if (path.empty() || path == "-") {
+    return std::unique_ptr<OutputFile>(new OutputFile(stdout, "standard output", false));
+  }
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  if (file == nullptr) {
+    return Status::Error(path + ": cannot create: " + std::strerror(errno));
+  }
+  return std::unique_ptr<OutputFile>(new OutputFile(file, path, true));
+}
+
+OutputFile::OutputFile(std::FILE* file, std::string name, bool owned)
+    : file_(file), name_(std::move(name)), owned_(owned) {}
+
+OutputFile::~OutputFile() {
+  (void)Close();
+}
+
+void OutputFile::Write(std::string_view bytes) {
+  if (!bytes.empty()) std::fwrite(bytes.data(), 1, bytes.size(), file_);
+}
+
+Status OutputFile::Close() {
+  if (closed_) return Status::Ok();
+  closed_ = true;
+  bool failed = std::fflush(file_) != 0 || std::ferror(file_) != 0;
+  const int error = errno;
+  if (owned_ && std::fclose(file_) != 0) failed = true;
+  if (failed) return Status::Error(name_ + ": write failed: " + std::strerror(error));
+  return Status::Ok();
+}
+
+}  // namespace ndt::tools
