@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# The test command: installs what is needed, builds with warnings as errors, runs a short
-# fuzz smoke run of every reader entry point, then every CTest test. Exit status is CTest's.
+# The test command: installs what is needed, then
+#   1. a short fuzz smoke run of every trace-reader entry point (clang, libFuzzer, ASan+UBSan);
+#   2. the whole suite under ASan+UBSan, and the writer's concurrency tests under TSan;
+#   3. the whole suite in the dev build (warnings are errors) — its summary closes the output.
 # FUZZ_SECONDS (default 20) sets the fuzzing time per target; 0 skips fuzzing.
+# SANITIZERS=0 skips step 2. The exit status is non-zero if anything failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 tools/install-deps.sh
-
-cmake --preset dev
-cmake --build --preset dev
 
 fuzz_seconds="${FUZZ_SECONDS:-20}"
 if [ "$fuzz_seconds" != 0 ]; then
@@ -18,4 +18,15 @@ if [ "$fuzz_seconds" != 0 ]; then
   tests/fuzz/smoke.sh build/fuzz "$fuzz_seconds"
 fi
 
+if [ "${SANITIZERS:-1}" != 0 ]; then
+  cmake --preset asan
+  cmake --build --preset asan
+  ctest --preset asan
+  cmake --preset tsan
+  cmake --build --preset tsan --target trace_writer_test
+  ctest --preset tsan -R trace_writer_test
+fi
+
+cmake --preset dev
+cmake --build --preset dev
 ctest --preset dev

@@ -1,4 +1,5 @@
 // TraceReader against cut, corrupted and hostile files, and its seeking.
+#include <sys/resource.h>
 #include <zstd.h>
 
 #include <catch2/catch.hpp>
@@ -176,6 +177,9 @@ TEST_CASE("decompression bombs and oversized declarations are refused without al
     CHECK(ReadAll(**opened).empty());
     REQUIRE((*opened)->damage().size() == 1);
     CHECK_THAT((*opened)->damage()[0].what, Catch::Contains("does not declare"));
+    rusage usage{};
+    ::getrusage(RUSAGE_SELF, &usage);
+    CHECK(usage.ru_maxrss < 256 * 1024);  // KiB: this process never held the 1 GiB
   }
   SECTION("a chunk declaring 4 GiB") {
     std::string file = base;
