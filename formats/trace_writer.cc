@@ -1,11 +1,13 @@
 // TraceWriter: per-thread buffers, one background thread that compresses and writes.
 //
-// Locks, always taken in this order: registry_mu_ -> ThreadBuffer::mu -> queue_mu_ ->
-// file_mu_. An appending thread holds only its own buffer's mu (uncontended unless the
-// background thread is sealing that buffer) and queue_mu_ for the instant it takes to
-// queue a sealed buffer. The background thread never waits for a buffer's mu while
-// stalled appenders could be waiting for it (SealAll uses try_lock there), so kStall
-// cannot deadlock.
+// Locks, always taken in this order: registry_mu_ -> ThreadBuffer::mu -> queue_mu_, and
+// self_mu_ or blob_mu_ -> file_mu_ -> status_mu_, queue_mu_ (SetError); nothing waits for
+// another lock while holding queue_mu_. An appending thread holds only its own
+// buffer's mu (uncontended unless a background thread is sealing that buffer) and
+// queue_mu_ for the instant it takes to queue a sealed buffer. Compression happens outside
+// file_mu_, which covers only the write and the index entry. A background thread never
+// waits for a buffer's mu while stalled appenders could be waiting for it (SealAll uses
+// try_lock there), so kStall cannot deadlock.
 #include "formats/trace_writer.h"
 
 #include <fcntl.h>
@@ -37,7 +39,7 @@ using Clock = std::chrono::steady_clock;
 
 // Writer id of chunks the writer itself produces: the header, DroppedRecords, blobs.
 constexpr uint32_t kWriterSelfId = std::numeric_limits<uint32_t>::max();
-constexpr size_t kMaxRecycledBuffers = 64;
+constexpr size_t kMaxRecycledBuffers = 16;
 
 uint64_t NextWriterUid() {
   static std::atomic<uint64_t> next{1};
@@ -82,29 +84,41 @@ thread_local LocalBufferCache tls_buffer_cache;
 
 }  // namespace
 
+// One background compression thread. Chunks of writer id w always go to worker
+// w % workers, so each appending thread's chunks reach the file in the order it sealed them.
+struct Worker {
+  std::condition_variable cv;
+  std::deque<SealedChunk> queue;  // guarded by Impl::queue_mu_
+  ZSTD_CCtx* cctx = nullptr;
+  std::string compressed;
+  std::thread thread;
+};
+
 class TraceWriter::Impl {
  public:
   Impl(std::string path, int fd, const WriterOptions& options)
       : path_(std::move(path)), fd_(fd), options_(options), uid_(NextWriterUid()) {
-    cctx_ = ZSTD_createCCtx();
-    blob_cctx_ = ZSTD_createCCtx();
-    for (ZSTD_CCtx* cctx : {cctx_, blob_cctx_}) {
-      ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, options_.compression_level);
-      ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
-      ZSTD_CCtx_setParameter(cctx, ZSTD_c_windowLog, container::kZstdWindowLogMax);
+    self_cctx_ = NewCCtx();
+    blob_cctx_ = NewCCtx();
+    for (int i = 0; i < options_.compressor_threads; ++i) {
+      workers_.push_back(std::make_unique<Worker>());
+      workers_.back()->cctx = NewCCtx();
     }
   }
 
   ~Impl() {
-    ZSTD_freeCCtx(cctx_);
+    for (auto& worker : workers_) ZSTD_freeCCtx(worker->cctx);
+    ZSTD_freeCCtx(self_cctx_);
     ZSTD_freeCCtx(blob_cctx_);
   }
 
   Status WriteHeader(const TraceHeader& header) {
     char preamble[container::kPreambleBytes];
     container::EncodePreamble(preamble);
-    std::lock_guard file_lock(file_mu_);
-    NDT_RETURN_IF_ERROR(WriteAllLocked(preamble, sizeof preamble, nullptr, 0));
+    {
+      std::lock_guard file_lock(file_mu_);
+      NDT_RETURN_IF_ERROR(WriteAllLocked(preamble, sizeof preamble, nullptr, 0));
+    }
     std::string frame;
     TraceHeader copy = header;
     copy.format_version = kFormatVersion;
@@ -115,11 +129,15 @@ class TraceWriter::Impl {
     chunk.kind = ChunkKind::kHeader;
     chunk.writer_id = kWriterSelfId;
     chunk.count = 1;
-    chunk.sequence = self_sequence_++;
-    return CompressAndWriteLocked(cctx_, chunk, frame);
+    std::lock_guard self_lock(self_mu_);
+    return CompressAndWrite(self_cctx_, &self_compressed_, chunk, frame);
   }
 
-  void Start() { worker_ = std::thread([this] { Run(); }); }
+  void Start() {
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      workers_[i]->thread = std::thread([this, i] { Run(i); });
+    }
+  }
 
   bool Append(const Record& record) {
     ThreadBuffer* buffer = LocalBuffer();
@@ -156,30 +174,28 @@ class TraceWriter::Impl {
       part.resize(container::kBlobPartPrefixBytes + n);
       StoreLe64(part.data(), bytes.size());
       StoreLe64(part.data() + 8, offset);
-      if (n != 0) std::memcpy(part.data() + container::kBlobPartPrefixBytes, bytes.data() + offset, n);
+      if (n != 0) {
+        std::memcpy(part.data() + container::kBlobPartPrefixBytes, bytes.data() + offset, n);
+      }
       container::ChunkHeader chunk;
       chunk.kind = ChunkKind::kBlob;
       chunk.writer_id = kWriterSelfId;
       chunk.count = part_index++;
       chunk.tag0 = id.lo;
       chunk.tag1 = id.hi;
-      std::lock_guard file_lock(file_mu_);
-      chunk.sequence = self_sequence_++;
-      NDT_RETURN_IF_ERROR(CompressAndWriteLocked(blob_cctx_, chunk, part));
+      NDT_RETURN_IF_ERROR(CompressAndWrite(blob_cctx_, &blob_compressed_, chunk, part));
       offset += n;
     } while (offset < bytes.size());
     stored_blobs_.insert({id.lo, id.hi});
+    ++stored_blob_count_;
     return id;
   }
 
   Status Flush() {
-    {
-      std::unique_lock queue_lock(queue_mu_);
-      if (!worker_.joinable()) return status();
-      const uint64_t generation = ++flush_requested_;
-      queue_cv_.notify_all();
-      flush_done_cv_.wait(queue_lock, [&] { return flush_done_ >= generation; });
-    }
+    if (closed_.load()) return status();
+    SealAll(/*blocking=*/true);
+    std::unique_lock queue_lock(queue_mu_);
+    idle_cv_.wait(queue_lock, [&] { return in_flight_ == 0; });
     return status();
   }
 
@@ -191,9 +207,12 @@ class TraceWriter::Impl {
     {
       std::lock_guard queue_lock(queue_mu_);
       stopping_ = true;
-      queue_cv_.notify_all();
     }
-    if (worker_.joinable()) worker_.join();
+    for (auto& worker : workers_) {
+      worker->cv.notify_all();
+      if (worker->thread.joinable()) worker->thread.join();
+    }
+    WriteDropRecords();
     WriteIndexAndFooter();
     if (::close(fd_) != 0) SetError(path_ + ": close failed: " + ErrnoText(errno));
     fd_ = -1;
@@ -218,17 +237,25 @@ class TraceWriter::Impl {
     stats.records_dropped = dropped_records_.load();
     stats.bytes_dropped = dropped_bytes_.load();
     stats.stall_ns = stall_ns_.load();
+    stats.blobs = stored_blob_count_.load();
     std::lock_guard file_lock(file_mu_);
     stats.uncompressed_bytes = uncompressed_bytes_;
     stats.file_bytes = offset_;
     stats.chunks = index_.size() / container::kIndexEntryBytes;
-    stats.blobs = stored_blob_count_.load();
     return stats;
   }
 
   const std::string& path() const { return path_; }
 
  private:
+  ZSTD_CCtx* NewCCtx() const {
+    ZSTD_CCtx* cctx = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, options_.compression_level);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_windowLog, container::kZstdWindowLogMax);
+    return cctx;
+  }
+
   ThreadBuffer* LocalBuffer() {
     LocalBufferCache& cache = tls_buffer_cache;
     if (cache.writer_uid == uid_) return cache.buffer;
@@ -245,9 +272,9 @@ class TraceWriter::Impl {
     return slot;
   }
 
-  // Hands the buffer's records to the background thread, or drops them when the queue is
-  // full (kDrop) or the writer has failed. `may_stall`: an appending thread under kStall
-  // waits for room instead; the background thread itself never waits.
+  // Hands the buffer's records to its compression worker, or drops them when the queues
+  // are full (kDrop) or the writer has failed. `may_stall`: an appending thread under
+  // kStall waits for room instead; a background thread never waits.
   bool SealLocked(ThreadBuffer& buffer, bool may_stall) {
     SealedChunk chunk;
     chunk.writer_id = buffer.writer_id;
@@ -255,6 +282,7 @@ class TraceWriter::Impl {
     chunk.first_op = buffer.first_op;
     chunk.last_op = buffer.last_op;
     const size_t bytes = buffer.data.size();
+    Worker& worker = *workers_[buffer.writer_id % workers_.size()];
     bool queued = false;
     {
       std::unique_lock queue_lock(queue_mu_);
@@ -269,7 +297,8 @@ class TraceWriter::Impl {
         chunk.sequence = buffer.next_sequence++;
         chunk.data = std::move(buffer.data);
         buffered_bytes_ += bytes;
-        queue_.push_back(std::move(chunk));
+        ++in_flight_;
+        worker.queue.push_back(std::move(chunk));
         queued = true;
         if (!recycled_.empty()) {
           buffer.data = std::move(recycled_.back());
@@ -282,7 +311,7 @@ class TraceWriter::Impl {
       }
     }
     if (queued) {
-      queue_cv_.notify_one();
+      worker.cv.notify_one();
     } else {
       CountLost(buffer.count, bytes);
     }
@@ -313,50 +342,41 @@ class TraceWriter::Impl {
     }
   }
 
-  void Run() {
+  // Worker i's loop. Worker 0 also seals idle buffers every flush interval and writes the
+  // DroppedRecords records.
+  void Run(size_t i) {
+    Worker& worker = *workers_[i];
     std::unique_lock queue_lock(queue_mu_);
     auto next_seal = Clock::now() + options_.flush_interval;
     while (true) {
-      queue_cv_.wait_until(queue_lock, next_seal, [&] {
-        return !queue_.empty() || stopping_ || flush_requested_ > flush_done_;
-      });
-      const uint64_t flush_target = flush_requested_;
-      if (Clock::now() >= next_seal || flush_target > flush_done_) {
+      worker.cv.wait_until(queue_lock, next_seal,
+                           [&] { return !worker.queue.empty() || stopping_; });
+      if (worker.queue.empty() && stopping_) break;
+      if (i == 0 && Clock::now() >= next_seal) {
         queue_lock.unlock();
         SealAll(/*blocking=*/false);
+        WriteDropRecords();
         queue_lock.lock();
         next_seal = Clock::now() + options_.flush_interval;
       }
-      while (!queue_.empty()) {
-        SealedChunk chunk = std::move(queue_.front());
-        queue_.pop_front();
+      while (!worker.queue.empty()) {
+        SealedChunk chunk = std::move(worker.queue.front());
+        worker.queue.pop_front();
         queue_lock.unlock();
-        WriteRecordsChunk(chunk);
+        WriteRecordsChunk(worker, chunk);
         queue_lock.lock();
         buffered_bytes_ -= chunk.data.size();
         if (recycled_.size() < kMaxRecycledBuffers) {
           chunk.data.clear();
           recycled_.push_back(std::move(chunk.data));
         }
+        if (--in_flight_ == 0) idle_cv_.notify_all();
         space_cv_.notify_all();
       }
-      if (!pending_drops_.empty()) {
-        auto drops = std::exchange(pending_drops_, {});
-        queue_lock.unlock();
-        WriteDropRecords(drops);
-        queue_lock.lock();
-      }
-      if (flush_target > flush_done_) {
-        flush_done_ = flush_target;
-        flush_done_cv_.notify_all();
-      }
-      if (stopping_ && queue_.empty()) break;
     }
-    flush_done_ = flush_requested_;
-    flush_done_cv_.notify_all();
   }
 
-  void WriteRecordsChunk(const SealedChunk& sealed) {
+  void WriteRecordsChunk(Worker& worker, const SealedChunk& sealed) {
     container::ChunkHeader chunk;
     chunk.kind = ChunkKind::kRecords;
     chunk.writer_id = sealed.writer_id;
@@ -364,13 +384,18 @@ class TraceWriter::Impl {
     chunk.count = sealed.count;
     chunk.tag0 = sealed.first_op;
     chunk.tag1 = sealed.last_op;
-    std::lock_guard file_lock(file_mu_);
-    if (failed_.load() || !CompressAndWriteLocked(cctx_, chunk, sealed.data).ok()) {
+    if (!CompressAndWrite(worker.cctx, &worker.compressed, chunk, sealed.data).ok()) {
       CountLost(sealed.count, sealed.data.size());
     }
   }
 
-  void WriteDropRecords(const std::map<uint32_t, PendingDrop>& drops) {
+  void WriteDropRecords() {
+    std::map<uint32_t, PendingDrop> drops;
+    {
+      std::lock_guard queue_lock(queue_mu_);
+      drops.swap(pending_drops_);
+    }
+    if (drops.empty()) return;
     std::string frames;
     uint32_t count = 0;
     for (const auto& [writer_id, drop] : drops) {
@@ -386,60 +411,67 @@ class TraceWriter::Impl {
     chunk.writer_id = kWriterSelfId;
     chunk.count = count;
     chunk.tag0 = std::numeric_limits<uint64_t>::max();
-    std::lock_guard file_lock(file_mu_);
-    if (failed_.load()) return;
-    chunk.sequence = self_sequence_++;
-    (void)CompressAndWriteLocked(cctx_, chunk, frames);
+    std::lock_guard self_lock(self_mu_);
+    (void)CompressAndWrite(self_cctx_, &self_compressed_, chunk, frames);
   }
 
   void WriteIndexAndFooter() {
-    std::lock_guard file_lock(file_mu_);
-    if (failed_.load()) return;
-    const uint64_t index_offset = offset_;
-    container::ChunkHeader chunk;
-    chunk.kind = ChunkKind::kIndex;
-    chunk.writer_id = kWriterSelfId;
-    chunk.sequence = self_sequence_++;
-    chunk.count = static_cast<uint32_t>(index_.size() / container::kIndexEntryBytes);
-    const std::string entries = index_;  // the index does not list itself
+    std::string entries;
+    uint64_t index_offset = 0;
+    {
+      std::lock_guard file_lock(file_mu_);
+      if (failed_.load()) return;
+      entries = index_;  // the index does not list itself
+      index_offset = offset_;
+    }
     if (entries.size() > container::kMaxIndexPayloadBytes) {
       SetError(path_ + ": too many chunks for one index; the trace stays readable by scanning");
       return;
     }
-    if (!CompressAndWriteLocked(cctx_, chunk, entries).ok()) return;
+    container::ChunkHeader chunk;
+    chunk.kind = ChunkKind::kIndex;
+    chunk.writer_id = kWriterSelfId;
+    chunk.count = static_cast<uint32_t>(entries.size() / container::kIndexEntryBytes);
+    std::lock_guard self_lock(self_mu_);
+    if (!CompressAndWrite(self_cctx_, &self_compressed_, chunk, entries).ok()) return;
     char footer[container::kFooterBytes];
     container::EncodeFooter(index_offset, footer);
+    std::lock_guard file_lock(file_mu_);
     (void)WriteAllLocked(footer, sizeof footer, nullptr, 0);
   }
 
-  // Compresses `payload` into one chunk and appends it to the file. Needs file_mu_.
-  Status CompressAndWriteLocked(ZSTD_CCtx* cctx, container::ChunkHeader chunk,
-                                std::string_view payload) {
+  // Compresses `payload` with `cctx` into `*compressed` (outside the file lock), then
+  // appends the chunk to the file. Chunks of the writer itself get their sequence here, in
+  // file order.
+  Status CompressAndWrite(ZSTD_CCtx* cctx, std::string* compressed, container::ChunkHeader chunk,
+                          std::string_view payload) {
     if (failed_.load()) return status();
-    compressed_.resize(ZSTD_compressBound(payload.size()));
+    compressed->resize(ZSTD_compressBound(payload.size()));
     const size_t n =
-        ZSTD_compress2(cctx, compressed_.data(), compressed_.size(), payload.data(), payload.size());
+        ZSTD_compress2(cctx, compressed->data(), compressed->size(), payload.data(), payload.size());
     if (ZSTD_isError(n)) {
       SetError(path_ + ": compression failed: " + ZSTD_getErrorName(n));
       return status();
     }
     chunk.uncompressed_size = static_cast<uint32_t>(payload.size());
     chunk.compressed_size = static_cast<uint32_t>(n);
+    std::lock_guard file_lock(file_mu_);
+    if (failed_.load()) return status();
+    if (chunk.writer_id == kWriterSelfId) chunk.sequence = self_sequence_++;
     char header[container::kChunkHeaderBytes];
-    container::EncodeChunkHeader(chunk, std::string_view(compressed_.data(), n), header);
+    container::EncodeChunkHeader(chunk, std::string_view(compressed->data(), n), header);
     const uint64_t chunk_offset = offset_;
-    NDT_RETURN_IF_ERROR(WriteAllLocked(header, sizeof header, compressed_.data(), n));
+    NDT_RETURN_IF_ERROR(WriteAllLocked(header, sizeof header, compressed->data(), n));
     char entry[container::kIndexEntryBytes];
     StoreLe64(entry, chunk_offset);
     std::memcpy(entry + 8, header, sizeof header);
-    index_.append(entry, sizeof entry);
+    if (chunk.kind != ChunkKind::kIndex) index_.append(entry, sizeof entry);
     if (chunk.kind == ChunkKind::kRecords) uncompressed_bytes_ += payload.size();
-    if (chunk.kind == ChunkKind::kBlob && chunk.count == 0) ++stored_blob_count_;
     return Status::Ok();
   }
 
   // Writes both buffers at the end of the file with one writev where possible, so a
-  // chunk reaches the file whole unless the process dies inside the call.
+  // chunk reaches the file whole unless the process dies inside the call. Needs file_mu_.
   Status WriteAllLocked(const char* a, size_t a_size, const char* b, size_t b_size) {
     iovec parts[2] = {{const_cast<char*>(a), a_size}, {const_cast<char*>(b), b_size}};
     int first = 0;
@@ -466,9 +498,12 @@ class TraceWriter::Impl {
   }
 
   void SetError(const std::string& message) {
-    std::lock_guard status_lock(status_mu_);
-    if (status_.ok()) status_ = Status::Error(message);
-    failed_.store(true);
+    {
+      std::lock_guard status_lock(status_mu_);
+      if (status_.ok()) status_ = Status::Error(message);
+      failed_.store(true);
+    }
+    std::lock_guard queue_lock(queue_mu_);  // no stalled appender misses the wake-up
     space_cv_.notify_all();
   }
 
@@ -481,7 +516,6 @@ class TraceWriter::Impl {
   int fd_;
   const WriterOptions options_;
   const uint64_t uid_;
-  std::thread worker_;
   std::atomic<bool> closed_{false};
   std::atomic<bool> failed_{false};
   std::mutex close_mu_;
@@ -491,20 +525,20 @@ class TraceWriter::Impl {
   std::map<std::thread::id, ThreadBuffer*> buffer_of_thread_;
 
   std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::condition_variable space_cv_;
-  std::condition_variable flush_done_cv_;
-  std::deque<SealedChunk> queue_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::condition_variable space_cv_;  // room in the queues (kStall)
+  std::condition_variable idle_cv_;   // in_flight_ reached 0 (Flush)
   std::vector<std::string> recycled_;
   size_t buffered_bytes_ = 0;
+  uint64_t in_flight_ = 0;  // sealed chunks not yet written
   bool stopping_ = false;
-  uint64_t flush_requested_ = 0;
-  uint64_t flush_done_ = 0;
   std::map<uint32_t, PendingDrop> pending_drops_;
 
+  std::mutex self_mu_;  // the writer's own chunks: header, DroppedRecords, index
+  ZSTD_CCtx* self_cctx_ = nullptr;
+  std::string self_compressed_;
+
   mutable std::mutex file_mu_;
-  ZSTD_CCtx* cctx_ = nullptr;
-  std::string compressed_;
   uint64_t offset_ = 0;
   uint64_t self_sequence_ = 0;
   uint64_t uncompressed_bytes_ = 0;
@@ -512,6 +546,7 @@ class TraceWriter::Impl {
 
   std::mutex blob_mu_;
   ZSTD_CCtx* blob_cctx_ = nullptr;
+  std::string blob_compressed_;
   std::set<std::pair<uint64_t, uint64_t>> stored_blobs_;
   std::atomic<uint64_t> stored_blob_count_{0};
 
@@ -527,6 +562,9 @@ StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Create(const std::string& pa
                                                            const WriterOptions& options) {
   if (options.chunk_bytes == 0 || options.chunk_bytes > (8u << 20)) {
     return Status::Error("chunk_bytes must be between 1 and 8 MiB");
+  }
+  if (options.compressor_threads < 1 || options.compressor_threads > 16) {
+    return Status::Error("compressor_threads must be between 1 and 16");
   }
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status::Error(path + ": cannot create trace: " + ErrnoText(errno));

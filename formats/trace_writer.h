@@ -1,8 +1,9 @@
 // TraceWriter: appends records to a trace file from many threads at once.
 //
 // Each appending thread fills its own buffer; a full buffer (or, every flush interval, any
-// non-empty one) is sealed and handed to one background thread that compresses it into a
-// chunk and writes it. Memory is bounded by WriterOptions::max_buffered_bytes plus one
+// non-empty one) is sealed and handed to a background thread that compresses it into a
+// chunk and writes it (WriterOptions::compressor_threads of them; one thread's chunks always
+// go to the same one, so they reach the file in order). Memory is bounded by WriterOptions::max_buffered_bytes plus one
 // buffer per appending thread. When the bound is reached the writer drops the sealed
 // buffer and counts what it dropped (FullPolicy::kDrop, the default: the program is never
 // slowed) or makes the appending thread wait for room (FullPolicy::kStall). Dropped counts
@@ -27,11 +28,12 @@ namespace ndt::format {
 enum class FullPolicy { kDrop, kStall };
 
 struct WriterOptions {
-  size_t chunk_bytes = 64 << 10;          // seal a thread's buffer once it holds this much
+  size_t chunk_bytes = 256 << 10;         // seal a thread's buffer once it holds this much
   size_t max_buffered_bytes = 64 << 20;   // sealed, not yet written bytes at most
   std::chrono::milliseconds flush_interval{100};  // seal idle buffers this often
   FullPolicy when_full = FullPolicy::kDrop;
   int compression_level = 1;              // zstd level
+  int compressor_threads = 2;             // background threads that compress and write
 };
 
 struct WriterStats {
