@@ -1,0 +1,1985 @@
+// The stand-in libcuda.so.1: the part of the CUDA driver API that ndtrace's tests use, on the
+// CPU, for machines without a GPU. Nothing it computes is a GPU result.
+//
+// What is real: the ABI. Every entry point has the prototype of the CUDA 13.0 cuda.h (compiled
+// with __CUDA_API_VERSION_INTERNAL, as the driver itself is, so each ABI variant such as
+// cuMemAlloc_v2 or cuLaunchKernel_ptsz is declared under its exported name), symbols carry no
+// version, and cuGetProcAddress_v2 hands out the variant a caller's (name, cudaVersion, flags)
+// selects, as the driver does. Every other symbol the real driver exports is defined too and
+// returns CUDA_ERROR_NOT_SUPPORTED (standin_driver_stubs.cc).
+//
+// What is not:
+// - Device memory is host memory: a device pointer is the address of an aligned host block
+//   (zero-filled), recorded in an allocation table that range checks and pointer queries use.
+// - There is one device and one (primary) context.
+// - Work runs synchronously when it is enqueued, on the calling thread, in stream order
+//   trivially; events take their timestamp from a steady clock when recorded.
+// - A kernel is a host function found by mangled name in standin_kernels.cc; a module keeps a
+//   copy of the image it was loaded from but never looks inside it.
+//
+// Every served call appends a line to $NDT_STANDIN_LOG when that variable is set.
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "standin_driver_internal.h"
+#include "standin_immortal.h"
+#include "standin_kernels.h"
+
+// cuda.h declares the handle structs; the stand-in defines them.
+struct CUctx_st {
+  CUdevice device = 0;
+};
+
+struct CUstream_st {
+  unsigned flags = 0;
+  int priority = 0;
+  unsigned long long id = 0;
+};
+
+struct CUevent_st {
+  unsigned flags = 0;
+  bool recorded = false;
+  std::chrono::steady_clock::time_point time;
+};
+
+struct CUfunc_st {
+  CUmod_st* module = nullptr;
+  std::string name;
+  const ndt::standin::HostKernel* kernel = nullptr;
+};
+
+struct CUmod_st {
+  std::vector<unsigned char> image;
+  std::map<std::string, std::unique_ptr<CUfunc_st>, std::less<>> functions;
+  CUlib_st* library = nullptr;  // set for the per-context module of a library
+};
+
+struct CUkern_st {
+  CUlib_st* library = nullptr;
+  std::string name;
+  const ndt::standin::HostKernel* kernel = nullptr;
+  CUfunc_st* function = nullptr;  // in the library's context module, once asked for
+};
+
+struct CUlib_st {
+  std::vector<unsigned char> image;
+  std::map<std::string, std::unique_ptr<CUkern_st>, std::less<>> kernels;
+  CUmod_st* context_module = nullptr;
+};
+
+namespace ndt::standin {
+namespace {
+
+constexpr int kDriverVersion = 13000;
+constexpr char kDeviceName[] = "ndtrace stand-in device";
+constexpr unsigned char kDeviceUuid[16] = {'n', 'd', 't', 'r', 'a', 'c', 'e', '-',
+                                           's', 't', 'a', 'n', 'd', 'i', 'n', 0};
+constexpr std::size_t kTotalMemBytes = std::size_t{16} << 30;
+constexpr std::size_t kAllocationAlignment = 256;
+constexpr unsigned kMaxSharedMemPerBlock = 48 * 1024;
+constexpr int kLeastStreamPriority = 0;
+constexpr int kGreatestStreamPriority = -5;
+constexpr unsigned long long kLegacyStreamId = 0;
+constexpr unsigned long long kPerThreadStreamId = 1;
+constexpr unsigned long long kFirstStreamId = 16;
+// The magic numbers of the images cuModuleLoadData accepts besides ELF and PTX.
+constexpr std::uint32_t kFatbinMagic = 0xBA55ED50;         // fatbinary.h: a fat binary
+constexpr std::uint32_t kFatbinWrapperMagic = 0x466243B1;  // __fatBinC_Wrapper_t from nvcc
+
+struct AlignedFree {
+  void operator()(unsigned char* p) const { std::free(p); }
+};
+
+struct Allocation {
+  std::unique_ptr<unsigned char, AlignedFree> memory;
+  std::size_t size = 0;
+  unsigned long long buffer_id = 0;
+};
+
+// All driver state. Every member is guarded by `mu`; kernels and host functions run without it.
+struct Driver {
+  std::mutex mu;
+  bool initialized = false;
+  CUctx_st primary;
+  int primary_retains = 0;
+  unsigned primary_flags = 0;
+  std::map<std::uintptr_t, Allocation> allocations;  // by base address
+  std::size_t allocated_bytes = 0;
+  unsigned long long next_buffer_id = 1;
+  unsigned long long next_stream_id = kFirstStreamId;
+  std::unordered_map<CUstream, std::unique_ptr<CUstream_st>> streams;
+  std::unordered_map<CUevent, std::unique_ptr<CUevent_st>> events;
+  std::unordered_map<CUmodule, std::unique_ptr<CUmod_st>> modules;
+  std::unordered_map<CUlibrary, std::unique_ptr<CUlib_st>> libraries;
+  std::unordered_set<CUfunction> functions;  // live, owned by their module
+  std::unordered_set<CUkernel> kernels;      // live, owned by their library
+};
+
+Driver& GetDriver() {
+  static Immortal<Driver> driver;
+  return *driver;
+}
+
+// The calling thread's context stack; the current context is its top.
+thread_local std::vector<CUcontext> t_context_stack;
+
+CUcontext CurrentContext() {
+  return t_context_stack.empty() ? nullptr : t_context_stack.back();
+}
+
+int OpenCallLog() {
+  const char* path = std::getenv("NDT_STANDIN_LOG");
+  if (path == nullptr || *path == '\0') return -1;
+  return ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+}
+
+// Runs `body`, turning a C++ exception into a CUresult: nothing may unwind into a C caller.
+template <typename Body>
+CUresult Guarded(Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  } catch (...) {
+    return CUDA_ERROR_UNKNOWN;
+  }
+}
+
+CUresult RequireInitLocked(const Driver& d) {
+  return d.initialized ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+// Calls that work on device memory, streams, events and modules need the primary context
+// current on the calling thread and alive (retained at least once).
+CUresult RequireContextLocked(const Driver& d) {
+  if (!d.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  const CUcontext current = CurrentContext();
+  if (current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (current != &GetDriver().primary || d.primary_retains == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  return CUDA_SUCCESS;
+}
+
+CUresult RequireDevice(CUdevice device) {
+  return device == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+// The allocation containing `address`, or allocations.end().
+std::map<std::uintptr_t, Allocation>::const_iterator FindAllocationLocked(const Driver& d,
+                                                                          std::uintptr_t address) {
+  auto it = d.allocations.upper_bound(address);
+  if (it == d.allocations.begin()) return d.allocations.end();
+  --it;
+  if (address - it->first >= it->second.size) return d.allocations.end();
+  return it;
+}
+
+bool DeviceRangeLocked(const Driver& d, std::uintptr_t address, std::size_t bytes) {
+  const auto it = FindAllocationLocked(d, address);
+  return it != d.allocations.end() && bytes <= it->second.size - (address - it->first);
+}
+
+// The DeviceRangeCheck handed to host kernels; takes the lock itself.
+bool CheckDeviceRange(std::uintptr_t address, std::size_t bytes) {
+  Driver& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  return DeviceRangeLocked(d, address, bytes);
+}
+
+bool IsBuiltinStream(CUstream stream) {
+  return stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD;
+}
+
+CUresult CheckStreamLocked(const Driver& d, CUstream stream) {
+  if (IsBuiltinStream(stream)) return CUDA_SUCCESS;
+  return d.streams.contains(stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUevent_st* FindEventLocked(Driver& d, CUevent event) {
+  const auto it = d.events.find(event);
+  return it == d.events.end() ? nullptr : it->second.get();
+}
+
+void DestroyModuleLocked(Driver& d, CUmodule module) {
+  const auto it = d.modules.find(module);
+  if (it == d.modules.end()) return;
+  for (const auto& [name, function] : it->second->functions) d.functions.erase(function.get());
+  d.modules.erase(it);
+}
+
+// Frees everything the primary context owns: what cuDevicePrimaryCtxReset and the last
+// cuDevicePrimaryCtxRelease do. Libraries are context-independent and stay loaded, but lose
+// their per-context module and functions.
+void DestroyContextResourcesLocked(Driver& d) {
+  d.allocations.clear();
+  d.allocated_bytes = 0;
+  d.streams.clear();
+  d.events.clear();
+  for (auto& [handle, library] : d.libraries) {
+    library->context_module = nullptr;
+    for (auto& [name, kernel] : library->kernels) kernel->function = nullptr;
+  }
+  d.functions.clear();
+  d.modules.clear();
+}
+
+// The size of a loadable image: a fat binary (bare or behind nvcc's wrapper), a cubin (ELF) or
+// NUL-terminated PTX text. 0 for anything else.
+std::size_t ImageSize(const void** image) {
+  const auto* bytes = static_cast<const unsigned char*>(*image);
+  std::uint32_t magic;
+  std::memcpy(&magic, bytes, sizeof(magic));
+  if (magic == kFatbinWrapperMagic) {
+    const void* data;  // __fatBinC_Wrapper_t: int magic; int version; const u64* data; ...
+    std::memcpy(&data, bytes + 8, sizeof(data));
+    if (data == nullptr) return 0;
+    *image = data;
+    bytes = static_cast<const unsigned char*>(data);
+    std::memcpy(&magic, bytes, sizeof(magic));
+  }
+  if (magic == kFatbinMagic) {  // u32 magic; u16 version; u16 header size; u64 payload size
+    std::uint16_t header_size;
+    std::uint64_t payload_size;
+    std::memcpy(&header_size, bytes + 6, sizeof(header_size));
+    std::memcpy(&payload_size, bytes + 8, sizeof(payload_size));
+    return header_size + payload_size;
+  }
+  if (std::memcmp(bytes, ELFMAG, SELFMAG) == 0) {
+    if (bytes[EI_CLASS] != ELFCLASS64) return 0;
+    Elf64_Ehdr header;
+    std::memcpy(&header, bytes, sizeof(header));
+    const std::size_t sections = header.e_shoff + std::size_t{header.e_shnum} * header.e_shentsize;
+    const std::size_t segments = header.e_phoff + std::size_t{header.e_phnum} * header.e_phentsize;
+    return std::max({sections, segments, sizeof(header)});
+  }
+  if (bytes[0] == '/' || bytes[0] == '.' || bytes[0] == '\n' || bytes[0] == ' ' ||
+      bytes[0] == '\t') {
+    return std::strlen(reinterpret_cast<const char*>(bytes)) + 1;
+  }
+  return 0;
+}
+
+CUresult CopyImage(const void* image, std::vector<unsigned char>* out) {
+  if (image == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const std::size_t size = ImageSize(&image);
+  if (size == 0) return CUDA_ERROR_INVALID_IMAGE;
+  const auto* bytes = static_cast<const unsigned char*>(image);
+  out->assign(bytes, bytes + size);
+  return CUDA_SUCCESS;
+}
+
+CUresult LoadModuleLocked(Driver& d, CUmodule* module, const void* image) {
+  if (module == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto loaded = std::make_unique<CUmod_st>();
+  if (const CUresult r = CopyImage(image, &loaded->image); r != CUDA_SUCCESS) return r;
+  *module = loaded.get();
+  d.modules.emplace(loaded.get(), std::move(loaded));
+  return CUDA_SUCCESS;
+}
+
+// The function `name` of `module`, created on first request (later requests return the same
+// handle, as the driver does). NOT_FOUND when no host implementation has that name.
+CUresult GetFunctionLocked(Driver& d, CUmod_st* module, std::string_view name, CUfunction* out) {
+  if (const auto it = module->functions.find(name); it != module->functions.end()) {
+    *out = it->second.get();
+    return CUDA_SUCCESS;
+  }
+  const HostKernel* kernel = FindHostKernel(name);
+  if (kernel == nullptr) return CUDA_ERROR_NOT_FOUND;
+  auto function = std::make_unique<CUfunc_st>();
+  function->module = module;
+  function->name = std::string(name);
+  function->kernel = kernel;
+  *out = function.get();
+  d.functions.insert(function.get());
+  module->functions.emplace(std::string(name), std::move(function));
+  return CUDA_SUCCESS;
+}
+
+// The library's module in the primary context, created on first request.
+CUmod_st* LibraryModuleLocked(Driver& d, CUlib_st* library) {
+  if (library->context_module == nullptr) {
+    auto module = std::make_unique<CUmod_st>();
+    module->image = library->image;
+    module->library = library;
+    library->context_module = module.get();
+    d.modules.emplace(module.get(), std::move(module));
+  }
+  return library->context_module;
+}
+
+// The host kernel behind a launchable handle: a CUfunction, or a CUkernel cast to CUfunction
+// (which cuLaunchKernel documents as allowed).
+const HostKernel* LaunchTargetLocked(const Driver& d, CUfunction f) {
+  if (d.functions.contains(f)) return f->kernel;
+  const auto kernel = reinterpret_cast<CUkernel>(f);
+  if (d.kernels.contains(kernel)) return kernel->kernel;
+  return nullptr;
+}
+
+CUresult ParamInfo(const HostKernel& kernel, std::size_t index, std::size_t* offset,
+                   std::size_t* size) {
+  if (index >= kernel.params.size()) return CUDA_ERROR_INVALID_VALUE;
+  if (offset != nullptr) *offset = kernel.params[index].offset;
+  if (size != nullptr) *size = kernel.params[index].size;
+  return CUDA_SUCCESS;
+}
+
+CUresult Launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_mem_bytes, CUstream stream,
+                void** kernel_params, void** extra) {
+  Driver& d = GetDriver();
+  const HostKernel* kernel;
+  {
+    std::lock_guard lock(d.mu);
+    if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+    kernel = LaunchTargetLocked(d, f);
+    if (kernel == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    if (const CUresult r = CheckStreamLocked(d, stream); r != CUDA_SUCCESS) return r;
+  }
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 || block.z == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (grid.x > static_cast<unsigned>(INT_MAX) || grid.y > 65535 || grid.z > 65535 ||
+      block.x > 1024 || block.y > 1024 || block.z > 64 ||
+      std::uint64_t{block.x} * block.y * block.z > 1024 ||
+      shared_mem_bytes > kMaxSharedMemPerBlock) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (kernel_params != nullptr && extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<void*> from_extra;
+  if (extra != nullptr) {  // {BUFFER_POINTER, p, BUFFER_SIZE, &size, END} in any order
+    const unsigned char* buffer = nullptr;
+    const std::size_t* buffer_size = nullptr;
+    for (std::size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+        buffer = static_cast<const unsigned char*>(extra[i + 1]);
+      } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+        buffer_size = static_cast<const std::size_t*>(extra[i + 1]);
+      } else {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+    }
+    if (buffer == nullptr || buffer_size == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    for (const ParamSlot& slot : kernel->params) {
+      if (slot.offset + slot.size > *buffer_size) return CUDA_ERROR_INVALID_VALUE;
+      from_extra.push_back(const_cast<unsigned char*>(buffer + slot.offset));
+    }
+    kernel_params = from_extra.data();
+  }
+  if (kernel_params == nullptr && !kernel->params.empty()) return CUDA_ERROR_INVALID_VALUE;
+  const LaunchGeometry geometry{grid, block, shared_mem_bytes};
+  const KernelArgs args(kernel_params, &CheckDeviceRange);
+  return kernel->run(geometry, args) ? CUDA_SUCCESS : CUDA_ERROR_ILLEGAL_ADDRESS;
+}
+
+CUresult LaunchEx(const CUlaunchConfig* config, CUfunction f, void** kernel_params, void** extra) {
+  if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (config->numAttrs > 0 && config->attrs == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return Launch(f, {config->gridDimX, config->gridDimY, config->gridDimZ},
+                {config->blockDimX, config->blockDimY, config->blockDimZ}, config->sharedMemBytes,
+                config->hStream, kernel_params, extra);
+}
+
+// Which side of a copy an address must be on. kAny is cuMemcpy's unified addressing: an address
+// inside an allocation is device memory (and the whole range must fit), anything else is host.
+enum class Side { kHost, kDevice, kAny };
+
+CUresult CheckSideLocked(const Driver& d, std::uintptr_t address, std::size_t bytes, Side side) {
+  if (address == 0) return CUDA_ERROR_INVALID_VALUE;
+  switch (side) {
+    case Side::kHost:
+      return CUDA_SUCCESS;
+    case Side::kDevice:
+      return DeviceRangeLocked(d, address, bytes) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    case Side::kAny:
+      if (FindAllocationLocked(d, address) == d.allocations.end()) return CUDA_SUCCESS;
+      return DeviceRangeLocked(d, address, bytes) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult Copy(std::uintptr_t dst, Side dst_side, std::uintptr_t src, Side src_side,
+              std::size_t bytes, CUstream stream) {
+  Driver& d = GetDriver();
+  {
+    std::lock_guard lock(d.mu);
+    if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+    if (const CUresult r = CheckStreamLocked(d, stream); r != CUDA_SUCCESS) return r;
+    if (bytes == 0) return CUDA_SUCCESS;
+    if (const CUresult r = CheckSideLocked(d, dst, bytes, dst_side); r != CUDA_SUCCESS) return r;
+    if (const CUresult r = CheckSideLocked(d, src, bytes, src_side); r != CUDA_SUCCESS) return r;
+  }
+  std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+  return CUDA_SUCCESS;
+}
+
+// Writes `count` copies of the `element_size`-byte `pattern` at `dst`, which must be aligned to
+// the element size.
+CUresult Fill(std::uintptr_t dst, const void* pattern, std::size_t element_size, std::size_t count,
+              CUstream stream) {
+  Driver& d = GetDriver();
+  {
+    std::lock_guard lock(d.mu);
+    if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+    if (const CUresult r = CheckStreamLocked(d, stream); r != CUDA_SUCCESS) return r;
+    if (dst % element_size != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (count == 0) return CUDA_SUCCESS;
+    if (count > SIZE_MAX / element_size) return CUDA_ERROR_INVALID_VALUE;
+    if (!DeviceRangeLocked(d, dst, count * element_size)) return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto* out = reinterpret_cast<unsigned char*>(dst);
+  for (std::size_t i = 0; i < count; ++i) {
+    std::memcpy(out + i * element_size, pattern, element_size);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamOp(CUstream stream) {
+  Driver& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  return CheckStreamLocked(d, stream);
+}
+
+CUresult CreateStream(CUstream* out, unsigned flags, int priority) {
+  return Guarded([&] {
+    Driver& d = GetDriver();
+    std::lock_guard lock(d.mu);
+    if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+    if (out == nullptr || (flags & ~unsigned{CU_STREAM_NON_BLOCKING}) != 0) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    auto stream = std::make_unique<CUstream_st>();
+    stream->flags = flags;
+    stream->priority = std::clamp(priority, kGreatestStreamPriority, kLeastStreamPriority);
+    stream->id = d.next_stream_id++;
+    *out = stream.get();
+    d.streams.emplace(stream.get(), std::move(stream));
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult DestroyStream(CUstream stream) {
+  Driver& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  return d.streams.erase(stream) == 1 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult StreamWaitEvent(CUstream stream, CUevent event, unsigned flags) {
+  Driver& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  if (const CUresult r = CheckStreamLocked(d, stream); r != CUDA_SUCCESS) return r;
+  if (FindEventLocked(d, event) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  return flags == 0 || flags == CU_EVENT_WAIT_EXTERNAL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+// Streams are queried for flags, priority and id; the built-in streams have fixed answers.
+template <typename Visit>
+CUresult WithStream(CUstream stream, bool per_thread_api, Visit&& visit) {
+  Driver& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  if (IsBuiltinStream(stream)) {
+    const bool per_thread = stream == CU_STREAM_PER_THREAD || (stream == nullptr && per_thread_api);
+    CUstream_st builtin{0, 0, per_thread ? kPerThreadStreamId : kLegacyStreamId};
+    visit(builtin);
+    return CUDA_SUCCESS;
+  }
+  const auto it = d.streams.find(stream);
+  if (it == d.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
+  visit(*it->second);
+  return CUDA_SUCCESS;
+}
+
+CUresult RecordEvent(CUevent event, CUstream stream) {
+  Driver& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  if (const CUresult r = CheckStreamLocked(d, stream); r != CUDA_SUCCESS) return r;
+  CUevent_st* e = FindEventLocked(d, event);
+  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  e->recorded = true;
+  e->time = std::chrono::steady_clock::now();
+  return CUDA_SUCCESS;
+}
+
+CUresult EventOp(CUevent event) {
+  Driver& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  return FindEventLocked(d, event) == nullptr ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+}
+
+CUresult ElapsedTime(float* milliseconds, CUevent start, CUevent end) {
+  Driver& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  if (milliseconds == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const CUevent_st* a = FindEventLocked(d, start);
+  const CUevent_st* b = FindEventLocked(d, end);
+  if (a == nullptr || b == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
+  if (!a->recorded || !b->recorded) return CUDA_ERROR_INVALID_HANDLE;
+  *milliseconds = std::chrono::duration<float, std::milli>(b->time - a->time).count();
+  return CUDA_SUCCESS;
+}
+
+CUresult DestroyEvent(CUevent event) {
+  Driver& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  return d.events.erase(event) == 1 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult ReleasePrimary(CUdevice device) {
+  Driver& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (const CUresult r = RequireDevice(device); r != CUDA_SUCCESS) return r;
+  if (d.primary_retains == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (--d.primary_retains == 0) DestroyContextResourcesLocked(d);
+  return CUDA_SUCCESS;
+}
+
+CUresult ResetPrimary(CUdevice device) {
+  Driver& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (const CUresult r = RequireDevice(device); r != CUDA_SUCCESS) return r;
+  DestroyContextResourcesLocked(d);
+  return CUDA_SUCCESS;
+}
+
+CUresult SetPrimaryFlags(CUdevice device, unsigned flags) {
+  Driver& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (const CUresult r = RequireDevice(device); r != CUDA_SUCCESS) return r;
+  d.primary_flags = flags;
+  return CUDA_SUCCESS;
+}
+
+CUresult PushContext(CUcontext context) {
+  Driver& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (context != &d.primary) return CUDA_ERROR_INVALID_CONTEXT;
+  t_context_stack.push_back(context);
+  return CUDA_SUCCESS;
+}
+
+CUresult PopContext(CUcontext* context) {
+  Driver& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (t_context_stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (context != nullptr) *context = t_context_stack.back();
+  t_context_stack.pop_back();
+  return CUDA_SUCCESS;
+}
+
+CUresult ContextDevice(CUdevice* device, CUcontext context) {
+  Driver& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (context == nullptr) {
+    if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  } else if (context != &d.primary) {
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *device = 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult SynchronizeContext(CUcontext context) {
+  Driver& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (context == nullptr) return RequireContextLocked(d);
+  return context == &d.primary ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+CUresult DeviceUuid(CUuuid* uuid, CUdevice device) {
+  Driver& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (const CUresult r = RequireDevice(device); r != CUDA_SUCCESS) return r;
+  if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::memcpy(uuid->bytes, kDeviceUuid, sizeof(kDeviceUuid));
+  return CUDA_SUCCESS;
+}
+
+// What cuDeviceGetAttribute reports: an H200-like sm_90 part with 4 SMs. Attributes not listed
+// are 0 (not supported / not present).
+struct AttributeRow {
+  CUdevice_attribute attribute;
+  int value;
+};
+
+constexpr AttributeRow kAttributes[] = {
+    {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024},
+    {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, 1024},
+    {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, 1024},
+    {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, 64},
+    {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, INT_MAX},
+    {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, 65535},
+    {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, 65535},
+    {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, kMaxSharedMemPerBlock},
+    {CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY, 65536},
+    {CU_DEVICE_ATTRIBUTE_WARP_SIZE, 32},
+    {CU_DEVICE_ATTRIBUTE_MAX_PITCH, INT_MAX},
+    {CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, 65536},
+    {CU_DEVICE_ATTRIBUTE_CLOCK_RATE, 1980000},  // kHz
+    {CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, 512},
+    {CU_DEVICE_ATTRIBUTE_GPU_OVERLAP, 1},
+    {CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 4},
+    {CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, 1},
+    {CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, CU_COMPUTEMODE_DEFAULT},
+    {CU_DEVICE_ATTRIBUTE_SURFACE_ALIGNMENT, 512},
+    {CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS, 1},
+    {CU_DEVICE_ATTRIBUTE_ECC_ENABLED, 1},
+    {CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, 2619000},  // kHz
+    {CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, 6144},
+    {CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, 50 * 1024 * 1024},
+    {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, 2048},
+    {CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, 2},
+    {CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 1},
+    {CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, 32},
+    {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 9},
+    {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 0},
+    {CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED, 1},
+    {CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED, 1},
+    {CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED, 1},
+    {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 233472},
+    {CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, 65536},
+    {CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO, 2},
+    {CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED, 1},
+    {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 232448},
+    {CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, 32},
+    {CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, 1024},
+};
+
+int AttributeValue(CUdevice_attribute attribute) {
+  for (const AttributeRow& row : kAttributes) {
+    if (row.attribute == attribute) return row.value;
+  }
+  return 0;
+}
+
+// The error names and descriptions cuGetErrorName/cuGetErrorString return. Names come from
+// cuda.h (standin_cu_results.inc); descriptions are the driver's for the common errors and the
+// name for the rest.
+struct ResultText {
+  CUresult result;
+  const char* name;
+};
+
+constexpr ResultText kResultNames[] = {
+#define NDT_CU_RESULT(name) {name, #name},
+#include "standin_cu_results.inc"
+#undef NDT_CU_RESULT
+};
+
+constexpr ResultText kResultDescriptions[] = {
+    {CUDA_SUCCESS, "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "invalid argument"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "out of memory"},
+    {CUDA_ERROR_NOT_INITIALIZED, "initialization error"},
+    {CUDA_ERROR_DEINITIALIZED, "driver shutting down"},
+    {CUDA_ERROR_NO_DEVICE, "no CUDA-capable device is detected"},
+    {CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal"},
+    {CUDA_ERROR_INVALID_IMAGE, "device kernel image is invalid"},
+    {CUDA_ERROR_INVALID_CONTEXT, "invalid device context"},
+    {CUDA_ERROR_INVALID_HANDLE, "invalid resource handle"},
+    {CUDA_ERROR_NOT_FOUND, "named symbol not found"},
+    {CUDA_ERROR_NOT_READY, "device not ready"},
+    {CUDA_ERROR_ILLEGAL_ADDRESS, "an illegal memory access was encountered"},
+    {CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "too many resources requested for launch"},
+    {CUDA_ERROR_LAUNCH_FAILED, "unspecified launch failure"},
+    {CUDA_ERROR_NOT_PERMITTED, "operation not permitted"},
+    {CUDA_ERROR_NOT_SUPPORTED, "operation not supported"},
+    {CUDA_ERROR_UNKNOWN, "unknown error"},
+};
+
+// cuGetProcAddress: which exported variant a (base name, cudaVersion, flags) query selects.
+// For each base name, the rows are in increasing `version`; a query takes the last row whose
+// version is at most its cudaVersion, and the per-thread-default-stream variant when it asks
+// for one and the row has it. The versions are the ones in cudaTypedefs.h's PFN_<name>_v<N>.
+struct ProcRow {
+  std::string_view base;
+  int version;
+  void* legacy;
+  std::string_view legacy_name;
+  void* per_thread;
+  std::string_view per_thread_name;
+};
+
+#define NDT_PROC(base, version, fn) \
+  { base, version, reinterpret_cast<void*>(&fn), #fn, reinterpret_cast<void*>(&fn), #fn }
+#define NDT_PROC_PT(base, version, fn, pt_fn) \
+  { base, version, reinterpret_cast<void*>(&fn), #fn, reinterpret_cast<void*>(&pt_fn), #pt_fn }
+
+const ProcRow kProcRows[] = {
+    NDT_PROC("cuInit", 2000, cuInit),
+    NDT_PROC("cuDriverGetVersion", 2020, cuDriverGetVersion),
+    NDT_PROC("cuGetErrorName", 6000, cuGetErrorName),
+    NDT_PROC("cuGetErrorString", 6000, cuGetErrorString),
+    NDT_PROC("cuGetProcAddress", 11030, cuGetProcAddress),
+    NDT_PROC("cuGetProcAddress", 12000, cuGetProcAddress_v2),
+    NDT_PROC("cuDeviceGet", 2000, cuDeviceGet),
+    NDT_PROC("cuDeviceGetCount", 2000, cuDeviceGetCount),
+    NDT_PROC("cuDeviceGetName", 2000, cuDeviceGetName),
+    NDT_PROC("cuDeviceGetUuid", 9020, cuDeviceGetUuid),
+    NDT_PROC("cuDeviceGetUuid", 11040, cuDeviceGetUuid_v2),
+    NDT_PROC("cuDeviceGetAttribute", 2000, cuDeviceGetAttribute),
+    NDT_PROC("cuDeviceTotalMem", 2000, cuDeviceTotalMem),
+    NDT_PROC("cuDeviceTotalMem", 3020, cuDeviceTotalMem_v2),
+    NDT_PROC("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain),
+    NDT_PROC("cuDevicePrimaryCtxRelease", 7000, cuDevicePrimaryCtxRelease),
+    NDT_PROC("cuDevicePrimaryCtxRelease", 11000, cuDevicePrimaryCtxRelease_v2),
+    NDT_PROC("cuDevicePrimaryCtxReset", 7000, cuDevicePrimaryCtxReset),
+    NDT_PROC("cuDevicePrimaryCtxReset", 11000, cuDevicePrimaryCtxReset_v2),
+    NDT_PROC("cuDevicePrimaryCtxSetFlags", 7000, cuDevicePrimaryCtxSetFlags),
+    NDT_PROC("cuDevicePrimaryCtxSetFlags", 11000, cuDevicePrimaryCtxSetFlags_v2),
+    NDT_PROC("cuDevicePrimaryCtxGetState", 7000, cuDevicePrimaryCtxGetState),
+    NDT_PROC("cuCtxGetCurrent", 4000, cuCtxGetCurrent),
+    NDT_PROC("cuCtxSetCurrent", 4000, cuCtxSetCurrent),
+    NDT_PROC("cuCtxPushCurrent", 2000, cuCtxPushCurrent),
+    NDT_PROC("cuCtxPushCurrent", 4000, cuCtxPushCurrent_v2),
+    NDT_PROC("cuCtxPopCurrent", 2000, cuCtxPopCurrent),
+    NDT_PROC("cuCtxPopCurrent", 4000, cuCtxPopCurrent_v2),
+    NDT_PROC("cuCtxGetDevice", 2000, cuCtxGetDevice),
+    NDT_PROC("cuCtxSynchronize", 2000, cuCtxSynchronize),
+    NDT_PROC("cuCtxGetApiVersion", 3020, cuCtxGetApiVersion),
+    NDT_PROC("cuCtxGetStreamPriorityRange", 5050, cuCtxGetStreamPriorityRange),
+    NDT_PROC("cuMemAlloc", 2000, cuMemAlloc),
+    NDT_PROC("cuMemAlloc", 3020, cuMemAlloc_v2),
+    NDT_PROC("cuMemFree", 2000, cuMemFree),
+    NDT_PROC("cuMemFree", 3020, cuMemFree_v2),
+    NDT_PROC("cuMemGetInfo", 2000, cuMemGetInfo),
+    NDT_PROC("cuMemGetInfo", 3020, cuMemGetInfo_v2),
+    NDT_PROC("cuMemGetAddressRange", 2000, cuMemGetAddressRange),
+    NDT_PROC("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2),
+    NDT_PROC("cuPointerGetAttribute", 4000, cuPointerGetAttribute),
+    NDT_PROC_PT("cuMemcpy", 4000, cuMemcpy, cuMemcpy_ptds),
+    NDT_PROC_PT("cuMemcpyAsync", 4000, cuMemcpyAsync, cuMemcpyAsync_ptsz),
+    NDT_PROC("cuMemcpyHtoD", 2000, cuMemcpyHtoD),
+    NDT_PROC_PT("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds),
+    NDT_PROC("cuMemcpyDtoH", 2000, cuMemcpyDtoH),
+    NDT_PROC_PT("cuMemcpyDtoH", 3020, cuMemcpyDtoH_v2, cuMemcpyDtoH_v2_ptds),
+    NDT_PROC("cuMemcpyDtoD", 2000, cuMemcpyDtoD),
+    NDT_PROC_PT("cuMemcpyDtoD", 3020, cuMemcpyDtoD_v2, cuMemcpyDtoD_v2_ptds),
+    NDT_PROC("cuMemcpyHtoDAsync", 2000, cuMemcpyHtoDAsync),
+    NDT_PROC_PT("cuMemcpyHtoDAsync", 3020, cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync_v2_ptsz),
+    NDT_PROC("cuMemcpyDtoHAsync", 2000, cuMemcpyDtoHAsync),
+    NDT_PROC_PT("cuMemcpyDtoHAsync", 3020, cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync_v2_ptsz),
+    NDT_PROC("cuMemcpyDtoDAsync", 3000, cuMemcpyDtoDAsync),
+    NDT_PROC_PT("cuMemcpyDtoDAsync", 3020, cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz),
+    NDT_PROC("cuMemsetD8", 2000, cuMemsetD8),
+    NDT_PROC_PT("cuMemsetD8", 3020, cuMemsetD8_v2, cuMemsetD8_v2_ptds),
+    NDT_PROC("cuMemsetD16", 2000, cuMemsetD16),
+    NDT_PROC_PT("cuMemsetD16", 3020, cuMemsetD16_v2, cuMemsetD16_v2_ptds),
+    NDT_PROC("cuMemsetD32", 2000, cuMemsetD32),
+    NDT_PROC_PT("cuMemsetD32", 3020, cuMemsetD32_v2, cuMemsetD32_v2_ptds),
+    NDT_PROC_PT("cuMemsetD8Async", 3020, cuMemsetD8Async, cuMemsetD8Async_ptsz),
+    NDT_PROC_PT("cuMemsetD16Async", 3020, cuMemsetD16Async, cuMemsetD16Async_ptsz),
+    NDT_PROC_PT("cuMemsetD32Async", 3020, cuMemsetD32Async, cuMemsetD32Async_ptsz),
+    NDT_PROC("cuStreamCreate", 2000, cuStreamCreate),
+    NDT_PROC("cuStreamCreateWithPriority", 5050, cuStreamCreateWithPriority),
+    NDT_PROC("cuStreamDestroy", 2000, cuStreamDestroy),
+    NDT_PROC("cuStreamDestroy", 4000, cuStreamDestroy_v2),
+    NDT_PROC_PT("cuStreamSynchronize", 2000, cuStreamSynchronize, cuStreamSynchronize_ptsz),
+    NDT_PROC_PT("cuStreamQuery", 2000, cuStreamQuery, cuStreamQuery_ptsz),
+    NDT_PROC_PT("cuStreamWaitEvent", 3020, cuStreamWaitEvent, cuStreamWaitEvent_ptsz),
+    NDT_PROC_PT("cuStreamGetFlags", 5050, cuStreamGetFlags, cuStreamGetFlags_ptsz),
+    NDT_PROC_PT("cuStreamGetPriority", 5050, cuStreamGetPriority, cuStreamGetPriority_ptsz),
+    NDT_PROC_PT("cuStreamGetId", 12000, cuStreamGetId, cuStreamGetId_ptsz),
+    NDT_PROC_PT("cuLaunchHostFunc", 10000, cuLaunchHostFunc, cuLaunchHostFunc_ptsz),
+    NDT_PROC("cuEventCreate", 2000, cuEventCreate),
+    NDT_PROC_PT("cuEventRecord", 2000, cuEventRecord, cuEventRecord_ptsz),
+    NDT_PROC_PT("cuEventRecordWithFlags", 11010, cuEventRecordWithFlags,
+                cuEventRecordWithFlags_ptsz),
+    NDT_PROC("cuEventSynchronize", 2000, cuEventSynchronize),
+    NDT_PROC("cuEventQuery", 2000, cuEventQuery),
+    NDT_PROC("cuEventElapsedTime", 2000, cuEventElapsedTime),
+    NDT_PROC("cuEventElapsedTime", 12080, cuEventElapsedTime_v2),
+    NDT_PROC("cuEventDestroy", 2000, cuEventDestroy),
+    NDT_PROC("cuEventDestroy", 4000, cuEventDestroy_v2),
+    NDT_PROC("cuModuleLoadData", 2000, cuModuleLoadData),
+    NDT_PROC("cuModuleLoadDataEx", 2010, cuModuleLoadDataEx),
+    NDT_PROC("cuModuleLoadFatBinary", 2000, cuModuleLoadFatBinary),
+    NDT_PROC("cuModuleGetFunction", 2000, cuModuleGetFunction),
+    NDT_PROC("cuModuleUnload", 2000, cuModuleUnload),
+    NDT_PROC("cuModuleGetLoadingMode", 11070, cuModuleGetLoadingMode),
+    NDT_PROC("cuLibraryLoadData", 12000, cuLibraryLoadData),
+    NDT_PROC("cuLibraryUnload", 12000, cuLibraryUnload),
+    NDT_PROC("cuLibraryGetKernel", 12000, cuLibraryGetKernel),
+    NDT_PROC("cuLibraryGetModule", 12000, cuLibraryGetModule),
+    NDT_PROC("cuKernelGetFunction", 12000, cuKernelGetFunction),
+    NDT_PROC("cuKernelGetName", 12030, cuKernelGetName),
+    NDT_PROC("cuKernelGetParamInfo", 12040, cuKernelGetParamInfo),
+    NDT_PROC("cuKernelGetLibrary", 12050, cuKernelGetLibrary),
+    NDT_PROC("cuFuncGetName", 12030, cuFuncGetName),
+    NDT_PROC("cuFuncGetParamInfo", 12040, cuFuncGetParamInfo),
+    NDT_PROC("cuFuncGetModule", 11000, cuFuncGetModule),
+    NDT_PROC("cuFuncGetAttribute", 2020, cuFuncGetAttribute),
+    NDT_PROC_PT("cuLaunchKernel", 4000, cuLaunchKernel, cuLaunchKernel_ptsz),
+    NDT_PROC_PT("cuLaunchKernelEx", 11060, cuLaunchKernelEx, cuLaunchKernelEx_ptsz),
+};
+
+#undef NDT_PROC
+#undef NDT_PROC_PT
+
+// `name` without an ABI suffix (_v2, _v3, _ptds, _ptsz, in any combination).
+std::string_view BaseName(std::string_view name) {
+  for (bool stripped = true; stripped;) {
+    stripped = false;
+    for (std::string_view suffix : {"_ptds", "_ptsz"}) {
+      if (name.ends_with(suffix)) {
+        name.remove_suffix(suffix.size());
+        stripped = true;
+      }
+    }
+    const std::size_t underscore = name.rfind("_v");
+    if (underscore != std::string_view::npos && underscore + 2 < name.size() &&
+        name.find_first_not_of("0123456789", underscore + 2) == std::string_view::npos) {
+      name.remove_suffix(name.size() - underscore);
+      stripped = true;
+    }
+  }
+  return name;
+}
+
+struct ProcLookup {
+  CUresult result;
+  CUdriverProcAddressQueryResult status;
+  void* address;
+  std::string_view name;  // of the symbol handed out, for the log
+};
+
+ProcLookup LookUpProc(std::string_view symbol, int cuda_version, cuuint64_t flags) {
+  const bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+  const ProcRow* chosen = nullptr;
+  bool known = false;
+  for (const ProcRow& row : kProcRows) {
+    if (row.base != symbol) continue;
+    known = true;
+    if (row.version <= cuda_version) chosen = &row;
+  }
+  if (chosen != nullptr) {
+    return per_thread ? ProcLookup{CUDA_SUCCESS, CU_GET_PROC_ADDRESS_SUCCESS, chosen->per_thread,
+                                   chosen->per_thread_name}
+                      : ProcLookup{CUDA_SUCCESS, CU_GET_PROC_ADDRESS_SUCCESS, chosen->legacy,
+                                   chosen->legacy_name};
+  }
+  if (known) {
+    return {CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT, nullptr, {}};
+  }
+  // Not implemented but exported by the real driver: hand out the stub, which fails cleanly.
+  for (const DriverEntryPoint& entry : AllDriverEntryPoints()) {
+    if (BaseName(entry.name) == symbol) {
+      return {CUDA_SUCCESS, CU_GET_PROC_ADDRESS_SUCCESS, entry.address, entry.name};
+    }
+  }
+  return {CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, nullptr, {}};
+}
+
+CUresult GetProcAddress(const char* api, const char* symbol, void** pfn, int cuda_version,
+                        cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
+  constexpr cuuint64_t kKnownFlags =
+      CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  if (symbol == nullptr || pfn == nullptr || (flags & ~kKnownFlags) != 0) {
+    LogDriverCall(std::string(api) + " -> invalid value");
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const ProcLookup found = LookUpProc(symbol, cuda_version, flags);
+  *pfn = found.address;
+  if (status != nullptr) *status = found.status;
+  std::string line = std::string(api) + " " + symbol + " " + std::to_string(cuda_version) + " " +
+                     std::to_string(flags) + " -> ";
+  if (found.result == CUDA_SUCCESS) {
+    line += found.name;
+  } else if (found.status == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT) {
+    line += "version not sufficient";
+  } else {
+    line += "not found";
+  }
+  LogDriverCall(line);
+  return found.result;
+}
+
+}  // namespace
+
+void LogDriverCall(std::string_view line) {
+  static const int fd = OpenCallLog();
+  if (fd < 0) return;
+  char buffer[512];
+  const std::size_t n = std::min(line.size(), sizeof(buffer) - 1);
+  std::memcpy(buffer, line.data(), n);
+  buffer[n] = '\n';
+  [[maybe_unused]] const ssize_t written = ::write(fd, buffer, n + 1);
+}
+
+}  // namespace ndt::standin
+
+using ndt::standin::Dim3;
+using ndt::standin::GetDriver;
+using ndt::standin::Guarded;
+using ndt::standin::RequireContextLocked;
+using ndt::standin::RequireDevice;
+using ndt::standin::RequireInitLocked;
+using ndt::standin::Side;
+
+#define NDT_SERVE() ::ndt::standin::LogDriverCall(__func__)
+
+extern "C" {
+
+// --- Initialization, version, errors -------------------------------------------------------
+
+CUresult cuInit(unsigned int flags) {
+  NDT_SERVE();
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  d.initialized = true;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDriverGetVersion(int* driverVersion) {
+  NDT_SERVE();
+  if (driverVersion == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *driverVersion = ndt::standin::kDriverVersion;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGetErrorName(CUresult error, const char** pStr) {
+  NDT_SERVE();
+  if (pStr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (const auto& entry : ndt::standin::kResultNames) {
+    if (entry.result == error) {
+      *pStr = entry.name;
+      return CUDA_SUCCESS;
+    }
+  }
+  *pStr = nullptr;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGetErrorString(CUresult error, const char** pStr) {
+  NDT_SERVE();
+  if (pStr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (const auto& entry : ndt::standin::kResultDescriptions) {
+    if (entry.result == error) {
+      *pStr = entry.name;
+      return CUDA_SUCCESS;
+    }
+  }
+  for (const auto& entry : ndt::standin::kResultNames) {
+    if (entry.result == error) {
+      *pStr = entry.name;
+      return CUDA_SUCCESS;
+    }
+  }
+  *pStr = nullptr;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult* symbolStatus) {
+  return Guarded([&] {
+    return ndt::standin::GetProcAddress("cuGetProcAddress_v2", symbol, pfn, cudaVersion, flags,
+                                        symbolStatus);
+  });
+}
+
+CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
+  return Guarded([&] {
+    return ndt::standin::GetProcAddress("cuGetProcAddress", symbol, pfn, cudaVersion, flags,
+                                        nullptr);
+  });
+}
+
+// --- Devices ---------------------------------------------------------------------------------
+
+CUresult cuDeviceGet(CUdevice* device, int ordinal) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *device = 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetCount(int* count) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *count = 1;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (const CUresult r = RequireDevice(dev); r != CUDA_SUCCESS) return r;
+  if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  std::snprintf(name, static_cast<std::size_t>(len), "%s", ndt::standin::kDeviceName);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
+  NDT_SERVE();
+  return ndt::standin::DeviceUuid(uuid, dev);
+}
+
+CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
+  NDT_SERVE();
+  return ndt::standin::DeviceUuid(uuid, dev);
+}
+
+CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (const CUresult r = RequireDevice(dev); r != CUDA_SUCCESS) return r;
+  if (pi == nullptr || static_cast<int>(attrib) <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *pi = ndt::standin::AttributeValue(attrib);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (const CUresult r = RequireDevice(dev); r != CUDA_SUCCESS) return r;
+  if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *bytes = ndt::standin::kTotalMemBytes;
+  return CUDA_SUCCESS;
+}
+
+// --- Primary context and the context stack ----------------------------------------------------
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (const CUresult r = RequireDevice(dev); r != CUDA_SUCCESS) return r;
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ++d.primary_retains;
+  *pctx = &d.primary;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+  NDT_SERVE();
+  return ndt::standin::ReleasePrimary(dev);
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  NDT_SERVE();
+  return ndt::standin::ReleasePrimary(dev);
+}
+
+CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+  NDT_SERVE();
+  return ndt::standin::ResetPrimary(dev);
+}
+
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  NDT_SERVE();
+  return ndt::standin::ResetPrimary(dev);
+}
+
+CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
+  NDT_SERVE();
+  return ndt::standin::SetPrimaryFlags(dev, flags);
+}
+
+CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
+  NDT_SERVE();
+  return ndt::standin::SetPrimaryFlags(dev, flags);
+}
+
+CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (const CUresult r = RequireDevice(dev); r != CUDA_SUCCESS) return r;
+  if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *flags = d.primary_flags;
+  *active = d.primary_retains > 0 ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetCurrent(CUcontext* pctx) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = ndt::standin::CurrentContext();
+  return CUDA_SUCCESS;
+}
+
+// Replaces the top of the calling thread's context stack; NULL pops it.
+CUresult cuCtxSetCurrent(CUcontext ctx) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  auto& stack = ndt::standin::t_context_stack;
+  if (ctx == nullptr) {
+    if (!stack.empty()) stack.pop_back();
+    return CUDA_SUCCESS;
+  }
+  if (ctx != &d.primary) return CUDA_ERROR_INVALID_CONTEXT;
+  if (stack.empty()) {
+    stack.push_back(ctx);
+  } else {
+    stack.back() = ctx;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPushCurrent(CUcontext ctx) {
+  NDT_SERVE();
+  return ndt::standin::PushContext(ctx);
+}
+
+CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
+  NDT_SERVE();
+  return ndt::standin::PushContext(ctx);
+}
+
+CUresult cuCtxPopCurrent(CUcontext* pctx) {
+  NDT_SERVE();
+  return ndt::standin::PopContext(pctx);
+}
+
+CUresult cuCtxPopCurrent_v2(CUcontext* pctx) {
+  NDT_SERVE();
+  return ndt::standin::PopContext(pctx);
+}
+
+CUresult cuCtxGetDevice(CUdevice* device) {
+  NDT_SERVE();
+  return ndt::standin::ContextDevice(device, nullptr);
+}
+
+CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
+  NDT_SERVE();
+  return ndt::standin::ContextDevice(device, ctx);
+}
+
+// Work runs when it is enqueued, so there is never anything to wait for.
+CUresult cuCtxSynchronize(void) {
+  NDT_SERVE();
+  return ndt::standin::SynchronizeContext(nullptr);
+}
+
+CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  NDT_SERVE();
+  return ndt::standin::SynchronizeContext(ctx);
+}
+
+CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int* version) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (ctx != nullptr && ctx != &d.primary) return CUDA_ERROR_INVALID_CONTEXT;
+  if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *version = ndt::standin::kDriverVersion;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetStreamPriorityRange(int* leastPriority, int* greatestPriority) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  if (leastPriority != nullptr) *leastPriority = ndt::standin::kLeastStreamPriority;
+  if (greatestPriority != nullptr) *greatestPriority = ndt::standin::kGreatestStreamPriority;
+  return CUDA_SUCCESS;
+}
+
+// --- Memory -----------------------------------------------------------------------------------
+
+CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  NDT_SERVE();
+  return Guarded([&] {
+    auto& d = GetDriver();
+    std::lock_guard lock(d.mu);
+    if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+    if (dptr == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+    constexpr std::size_t kAlign = ndt::standin::kAllocationAlignment;
+    if (bytesize > ndt::standin::kTotalMemBytes - d.allocated_bytes) {
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    const std::size_t rounded = (bytesize + kAlign - 1) / kAlign * kAlign;
+    auto* memory = static_cast<unsigned char*>(std::aligned_alloc(kAlign, rounded));
+    if (memory == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+    std::memset(memory, 0, rounded);
+    const auto base = reinterpret_cast<std::uintptr_t>(memory);
+    ndt::standin::Allocation allocation;
+    allocation.memory.reset(memory);
+    allocation.size = bytesize;
+    allocation.buffer_id = d.next_buffer_id++;
+    d.allocations.emplace(base, std::move(allocation));
+    d.allocated_bytes += bytesize;
+    *dptr = base;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  const auto it = d.allocations.find(dptr);
+  if (it == d.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+  d.allocated_bytes -= it->second.size;
+  d.allocations.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  if (free == nullptr || total == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *total = ndt::standin::kTotalMemBytes;
+  *free = ndt::standin::kTotalMemBytes - d.allocated_bytes;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  const auto it = ndt::standin::FindAllocationLocked(d, dptr);
+  if (it == d.allocations.end()) return CUDA_ERROR_NOT_FOUND;
+  if (pbase != nullptr) *pbase = it->first;
+  if (psize != nullptr) *psize = it->second.size;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const auto it = ndt::standin::FindAllocationLocked(d, ptr);
+  if (it == d.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      *static_cast<CUcontext*>(data) = &d.primary;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *static_cast<unsigned int*>(data) = CU_MEMORYTYPE_DEVICE;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+      *static_cast<CUdeviceptr*>(data) = ptr;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+      return CUDA_ERROR_INVALID_VALUE;  // device memory is not mapped into the host
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      *static_cast<unsigned long long*>(data) = it->second.buffer_id;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+      *static_cast<int*>(data) = 0;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      *static_cast<CUdeviceptr*>(data) = it->first;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      *static_cast<size_t*>(data) = it->second.size;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
+  NDT_SERVE();
+  return ndt::standin::Copy(dst, Side::kAny, src, Side::kAny, ByteCount, nullptr);
+}
+
+CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
+  NDT_SERVE();
+  return ndt::standin::Copy(dst, Side::kAny, src, Side::kAny, ByteCount, CU_STREAM_PER_THREAD);
+}
+
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::Copy(dst, Side::kAny, src, Side::kAny, ByteCount, hStream);
+}
+
+CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::Copy(dst, Side::kAny, src, Side::kAny, ByteCount, hStream);
+}
+
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount) {
+  NDT_SERVE();
+  return ndt::standin::Copy(dstDevice, Side::kDevice, reinterpret_cast<std::uintptr_t>(srcHost),
+                            Side::kHost, ByteCount, nullptr);
+}
+
+CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount) {
+  NDT_SERVE();
+  return ndt::standin::Copy(dstDevice, Side::kDevice, reinterpret_cast<std::uintptr_t>(srcHost),
+                            Side::kHost, ByteCount, CU_STREAM_PER_THREAD);
+}
+
+CUresult cuMemcpyDtoH_v2(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
+  NDT_SERVE();
+  return ndt::standin::Copy(reinterpret_cast<std::uintptr_t>(dstHost), Side::kHost, srcDevice,
+                            Side::kDevice, ByteCount, nullptr);
+}
+
+CUresult cuMemcpyDtoH_v2_ptds(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
+  NDT_SERVE();
+  return ndt::standin::Copy(reinterpret_cast<std::uintptr_t>(dstHost), Side::kHost, srcDevice,
+                            Side::kDevice, ByteCount, CU_STREAM_PER_THREAD);
+}
+
+CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
+  NDT_SERVE();
+  return ndt::standin::Copy(dstDevice, Side::kDevice, srcDevice, Side::kDevice, ByteCount, nullptr);
+}
+
+CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
+  NDT_SERVE();
+  return ndt::standin::Copy(dstDevice, Side::kDevice, srcDevice, Side::kDevice, ByteCount,
+                            CU_STREAM_PER_THREAD);
+}
+
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount,
+                              CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::Copy(dstDevice, Side::kDevice, reinterpret_cast<std::uintptr_t>(srcHost),
+                            Side::kHost, ByteCount, hStream);
+}
+
+CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount,
+                                   CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::Copy(dstDevice, Side::kDevice, reinterpret_cast<std::uintptr_t>(srcHost),
+                            Side::kHost, ByteCount, hStream);
+}
+
+CUresult cuMemcpyDtoHAsync_v2(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+                              CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::Copy(reinterpret_cast<std::uintptr_t>(dstHost), Side::kHost, srcDevice,
+                            Side::kDevice, ByteCount, hStream);
+}
+
+CUresult cuMemcpyDtoHAsync_v2_ptsz(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+                                   CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::Copy(reinterpret_cast<std::uintptr_t>(dstHost), Side::kHost, srcDevice,
+                            Side::kDevice, ByteCount, hStream);
+}
+
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
+                              CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::Copy(dstDevice, Side::kDevice, srcDevice, Side::kDevice, ByteCount, hStream);
+}
+
+CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
+                                   CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::Copy(dstDevice, Side::kDevice, srcDevice, Side::kDevice, ByteCount, hStream);
+}
+
+CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
+  NDT_SERVE();
+  return ndt::standin::Fill(dstDevice, &uc, sizeof(uc), N, nullptr);
+}
+
+CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
+  NDT_SERVE();
+  return ndt::standin::Fill(dstDevice, &uc, sizeof(uc), N, CU_STREAM_PER_THREAD);
+}
+
+CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N) {
+  NDT_SERVE();
+  return ndt::standin::Fill(dstDevice, &us, sizeof(us), N, nullptr);
+}
+
+CUresult cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N) {
+  NDT_SERVE();
+  return ndt::standin::Fill(dstDevice, &us, sizeof(us), N, CU_STREAM_PER_THREAD);
+}
+
+CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
+  NDT_SERVE();
+  return ndt::standin::Fill(dstDevice, &ui, sizeof(ui), N, nullptr);
+}
+
+CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
+  NDT_SERVE();
+  return ndt::standin::Fill(dstDevice, &ui, sizeof(ui), N, CU_STREAM_PER_THREAD);
+}
+
+CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::Fill(dstDevice, &uc, sizeof(uc), N, hStream);
+}
+
+CUresult cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::Fill(dstDevice, &uc, sizeof(uc), N, hStream);
+}
+
+CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::Fill(dstDevice, &us, sizeof(us), N, hStream);
+}
+
+CUresult cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N,
+                               CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::Fill(dstDevice, &us, sizeof(us), N, hStream);
+}
+
+CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::Fill(dstDevice, &ui, sizeof(ui), N, hStream);
+}
+
+CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::Fill(dstDevice, &ui, sizeof(ui), N, hStream);
+}
+
+// --- Streams ----------------------------------------------------------------------------------
+
+CUresult cuStreamCreate(CUstream* phStream, unsigned int Flags) {
+  NDT_SERVE();
+  return ndt::standin::CreateStream(phStream, Flags, 0);
+}
+
+CUresult cuStreamCreateWithPriority(CUstream* phStream, unsigned int flags, int priority) {
+  NDT_SERVE();
+  return ndt::standin::CreateStream(phStream, flags, priority);
+}
+
+CUresult cuStreamDestroy(CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::DestroyStream(hStream);
+}
+
+CUresult cuStreamDestroy_v2(CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::DestroyStream(hStream);
+}
+
+// Work already ran at enqueue time, so a valid stream is always complete.
+CUresult cuStreamSynchronize(CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::StreamOp(hStream);
+}
+
+CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::StreamOp(hStream);
+}
+
+CUresult cuStreamQuery(CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::StreamOp(hStream);
+}
+
+CUresult cuStreamQuery_ptsz(CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::StreamOp(hStream);
+}
+
+CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+  NDT_SERVE();
+  return ndt::standin::StreamWaitEvent(hStream, hEvent, Flags);
+}
+
+CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+  NDT_SERVE();
+  return ndt::standin::StreamWaitEvent(hStream, hEvent, Flags);
+}
+
+CUresult cuStreamGetFlags(CUstream hStream, unsigned int* flags) {
+  NDT_SERVE();
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return ndt::standin::WithStream(hStream, false, [&](const CUstream_st& s) { *flags = s.flags; });
+}
+
+CUresult cuStreamGetFlags_ptsz(CUstream hStream, unsigned int* flags) {
+  NDT_SERVE();
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return ndt::standin::WithStream(hStream, true, [&](const CUstream_st& s) { *flags = s.flags; });
+}
+
+CUresult cuStreamGetPriority(CUstream hStream, int* priority) {
+  NDT_SERVE();
+  if (priority == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return ndt::standin::WithStream(hStream, false,
+                                  [&](const CUstream_st& s) { *priority = s.priority; });
+}
+
+CUresult cuStreamGetPriority_ptsz(CUstream hStream, int* priority) {
+  NDT_SERVE();
+  if (priority == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return ndt::standin::WithStream(hStream, true,
+                                  [&](const CUstream_st& s) { *priority = s.priority; });
+}
+
+CUresult cuStreamGetId(CUstream hStream, unsigned long long* streamId) {
+  NDT_SERVE();
+  if (streamId == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return ndt::standin::WithStream(hStream, false, [&](const CUstream_st& s) { *streamId = s.id; });
+}
+
+CUresult cuStreamGetId_ptsz(CUstream hStream, unsigned long long* streamId) {
+  NDT_SERVE();
+  if (streamId == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return ndt::standin::WithStream(hStream, true, [&](const CUstream_st& s) { *streamId = s.id; });
+}
+
+CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) {
+  NDT_SERVE();
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (const CUresult r = ndt::standin::StreamOp(hStream); r != CUDA_SUCCESS) return r;
+  fn(userData);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void* userData) {
+  NDT_SERVE();
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (const CUresult r = ndt::standin::StreamOp(hStream); r != CUDA_SUCCESS) return r;
+  fn(userData);
+  return CUDA_SUCCESS;
+}
+
+// --- Events -----------------------------------------------------------------------------------
+
+CUresult cuEventCreate(CUevent* phEvent, unsigned int Flags) {
+  NDT_SERVE();
+  return Guarded([&] {
+    auto& d = GetDriver();
+    std::lock_guard lock(d.mu);
+    if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+    constexpr unsigned kKnown =
+        CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
+    if (phEvent == nullptr || (Flags & ~kKnown) != 0) return CUDA_ERROR_INVALID_VALUE;
+    if ((Flags & CU_EVENT_INTERPROCESS) && !(Flags & CU_EVENT_DISABLE_TIMING)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    auto event = std::make_unique<CUevent_st>();
+    event->flags = Flags;
+    *phEvent = event.get();
+    d.events.emplace(event.get(), std::move(event));
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::RecordEvent(hEvent, hStream);
+}
+
+CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::RecordEvent(hEvent, hStream);
+}
+
+CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) {
+  NDT_SERVE();
+  if (flags & ~unsigned{CU_EVENT_RECORD_EXTERNAL}) return CUDA_ERROR_INVALID_VALUE;
+  return ndt::standin::RecordEvent(hEvent, hStream);
+}
+
+CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags) {
+  NDT_SERVE();
+  if (flags & ~unsigned{CU_EVENT_RECORD_EXTERNAL}) return CUDA_ERROR_INVALID_VALUE;
+  return ndt::standin::RecordEvent(hEvent, hStream);
+}
+
+// The work an event follows has already run, so every event is complete.
+CUresult cuEventSynchronize(CUevent hEvent) {
+  NDT_SERVE();
+  return ndt::standin::EventOp(hEvent);
+}
+
+CUresult cuEventQuery(CUevent hEvent) {
+  NDT_SERVE();
+  return ndt::standin::EventOp(hEvent);
+}
+
+CUresult cuEventElapsedTime(float* pMilliseconds, CUevent hStart, CUevent hEnd) {
+  NDT_SERVE();
+  return ndt::standin::ElapsedTime(pMilliseconds, hStart, hEnd);
+}
+
+CUresult cuEventElapsedTime_v2(float* pMilliseconds, CUevent hStart, CUevent hEnd) {
+  NDT_SERVE();
+  return ndt::standin::ElapsedTime(pMilliseconds, hStart, hEnd);
+}
+
+CUresult cuEventDestroy(CUevent hEvent) {
+  NDT_SERVE();
+  return ndt::standin::DestroyEvent(hEvent);
+}
+
+CUresult cuEventDestroy_v2(CUevent hEvent) {
+  NDT_SERVE();
+  return ndt::standin::DestroyEvent(hEvent);
+}
+
+// --- Modules ----------------------------------------------------------------------------------
+
+CUresult cuModuleLoadData(CUmodule* module, const void* image) {
+  NDT_SERVE();
+  return Guarded([&] {
+    auto& d = GetDriver();
+    std::lock_guard lock(d.mu);
+    if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+    return ndt::standin::LoadModuleLocked(d, module, image);
+  });
+}
+
+CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int numOptions,
+                            CUjit_option* options, void** optionValues) {
+  NDT_SERVE();
+  if (numOptions > 0 && (options == nullptr || optionValues == nullptr)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return Guarded([&] {
+    auto& d = GetDriver();
+    std::lock_guard lock(d.mu);
+    if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+    return ndt::standin::LoadModuleLocked(d, module, image);
+  });
+}
+
+CUresult cuModuleLoadFatBinary(CUmodule* module, const void* fatCubin) {
+  NDT_SERVE();
+  return Guarded([&] {
+    auto& d = GetDriver();
+    std::lock_guard lock(d.mu);
+    if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+    return ndt::standin::LoadModuleLocked(d, module, fatCubin);
+  });
+}
+
+CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name) {
+  NDT_SERVE();
+  return Guarded([&] {
+    auto& d = GetDriver();
+    std::lock_guard lock(d.mu);
+    if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+    if (hfunc == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    const auto it = d.modules.find(hmod);
+    if (it == d.modules.end()) return CUDA_ERROR_INVALID_HANDLE;
+    return ndt::standin::GetFunctionLocked(d, it->second.get(), name, hfunc);
+  });
+}
+
+CUresult cuModuleUnload(CUmodule hmod) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  const auto it = d.modules.find(hmod);
+  if (it == d.modules.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (it->second->library != nullptr) return CUDA_ERROR_NOT_PERMITTED;  // owned by its library
+  ndt::standin::DestroyModuleLocked(d, hmod);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
+  NDT_SERVE();
+  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *mode = CU_MODULE_LAZY_LOADING;
+  return CUDA_SUCCESS;
+}
+
+// --- Libraries and kernels (context-independent) ---------------------------------------------
+
+CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option* jitOptions,
+                           void** jitOptionsValues, unsigned int numJitOptions,
+                           CUlibraryOption* libraryOptions, void** libraryOptionValues,
+                           unsigned int numLibraryOptions) {
+  NDT_SERVE();
+  if ((numJitOptions > 0 && (jitOptions == nullptr || jitOptionsValues == nullptr)) ||
+      (numLibraryOptions > 0 && (libraryOptions == nullptr || libraryOptionValues == nullptr))) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return Guarded([&] {
+    auto& d = GetDriver();
+    std::lock_guard lock(d.mu);
+    if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+    if (library == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    auto loaded = std::make_unique<CUlib_st>();
+    if (const CUresult r = ndt::standin::CopyImage(code, &loaded->image); r != CUDA_SUCCESS) {
+      return r;
+    }
+    *library = loaded.get();
+    d.libraries.emplace(loaded.get(), std::move(loaded));
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult cuLibraryUnload(CUlibrary library) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  const auto it = d.libraries.find(library);
+  if (it == d.libraries.end()) return CUDA_ERROR_INVALID_HANDLE;
+  for (const auto& [name, kernel] : it->second->kernels) d.kernels.erase(kernel.get());
+  if (it->second->context_module != nullptr) {
+    ndt::standin::DestroyModuleLocked(d, it->second->context_module);
+  }
+  d.libraries.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuLibraryGetKernel(CUkernel* pKernel, CUlibrary library, const char* name) {
+  NDT_SERVE();
+  return Guarded([&] {
+    auto& d = GetDriver();
+    std::lock_guard lock(d.mu);
+    if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+    if (pKernel == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    const auto it = d.libraries.find(library);
+    if (it == d.libraries.end()) return CUDA_ERROR_INVALID_HANDLE;
+    CUlib_st& lib = *it->second;
+    if (const auto found = lib.kernels.find(std::string_view(name)); found != lib.kernels.end()) {
+      *pKernel = found->second.get();
+      return CUDA_SUCCESS;
+    }
+    const ndt::standin::HostKernel* host = ndt::standin::FindHostKernel(name);
+    if (host == nullptr) return CUDA_ERROR_NOT_FOUND;
+    auto kernel = std::make_unique<CUkern_st>();
+    kernel->library = &lib;
+    kernel->name = name;
+    kernel->kernel = host;
+    *pKernel = kernel.get();
+    d.kernels.insert(kernel.get());
+    lib.kernels.emplace(name, std::move(kernel));
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult cuLibraryGetModule(CUmodule* pMod, CUlibrary library) {
+  NDT_SERVE();
+  return Guarded([&] {
+    auto& d = GetDriver();
+    std::lock_guard lock(d.mu);
+    if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+    if (pMod == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    const auto it = d.libraries.find(library);
+    if (it == d.libraries.end()) return CUDA_ERROR_INVALID_HANDLE;
+    *pMod = ndt::standin::LibraryModuleLocked(d, it->second.get());
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult cuKernelGetFunction(CUfunction* pFunc, CUkernel kernel) {
+  NDT_SERVE();
+  return Guarded([&] {
+    auto& d = GetDriver();
+    std::lock_guard lock(d.mu);
+    if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+    if (pFunc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (!d.kernels.contains(kernel)) return CUDA_ERROR_INVALID_HANDLE;
+    if (kernel->function == nullptr) {
+      CUmod_st* module = ndt::standin::LibraryModuleLocked(d, kernel->library);
+      CUfunction function;
+      if (const CUresult r = ndt::standin::GetFunctionLocked(d, module, kernel->name, &function);
+          r != CUDA_SUCCESS) {
+        return r;
+      }
+      kernel->function = function;
+    }
+    *pFunc = kernel->function;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult cuKernelGetName(const char** name, CUkernel hfunc) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!d.kernels.contains(hfunc)) return CUDA_ERROR_INVALID_HANDLE;
+  *name = hfunc->name.c_str();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t* paramOffset,
+                              size_t* paramSize) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (!d.kernels.contains(kernel)) return CUDA_ERROR_INVALID_HANDLE;
+  return ndt::standin::ParamInfo(*kernel->kernel, paramIndex, paramOffset, paramSize);
+}
+
+CUresult cuKernelGetLibrary(CUlibrary* pLib, CUkernel kernel) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (pLib == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!d.kernels.contains(kernel)) return CUDA_ERROR_INVALID_HANDLE;
+  *pLib = kernel->library;
+  return CUDA_SUCCESS;
+}
+
+// --- Functions (per context). These take a CUfunction only, not a CUkernel cast to one. ------
+
+CUresult cuFuncGetName(const char** name, CUfunction hfunc) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!d.functions.contains(hfunc)) return CUDA_ERROR_INVALID_HANDLE;
+  *name = hfunc->name.c_str();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* paramOffset,
+                            size_t* paramSize) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (!d.functions.contains(func)) return CUDA_ERROR_INVALID_HANDLE;
+  return ndt::standin::ParamInfo(*func->kernel, paramIndex, paramOffset, paramSize);
+}
+
+CUresult cuFuncGetModule(CUmodule* hmod, CUfunction hfunc) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (hmod == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!d.functions.contains(hfunc)) return CUDA_ERROR_INVALID_HANDLE;
+  *hmod = hfunc->module;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUfunction hfunc) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (pi == nullptr || static_cast<int>(attrib) < 0 || attrib >= CU_FUNC_ATTRIBUTE_MAX) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (!d.functions.contains(hfunc)) return CUDA_ERROR_INVALID_HANDLE;
+  switch (attrib) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+      *pi = 1024;
+      break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS:
+      *pi = 32;
+      break;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
+      *pi = 90;
+      break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
+      *pi = 90;
+      break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+      *pi = static_cast<int>(ndt::standin::kMaxSharedMemPerBlock);
+      break;
+    default:
+      *pi = 0;
+      break;
+  }
+  return CUDA_SUCCESS;
+}
+
+// --- Launch -----------------------------------------------------------------------------------
+
+CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                        unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                        void** kernelParams, void** extra) {
+  NDT_SERVE();
+  return Guarded([&] {
+    return ndt::standin::Launch(f, Dim3{gridDimX, gridDimY, gridDimZ},
+                                Dim3{blockDimX, blockDimY, blockDimZ}, sharedMemBytes, hStream,
+                                kernelParams, extra);
+  });
+}
+
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                             unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                             unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                             void** kernelParams, void** extra) {
+  NDT_SERVE();
+  return Guarded([&] {
+    return ndt::standin::Launch(f, Dim3{gridDimX, gridDimY, gridDimZ},
+                                Dim3{blockDimX, blockDimY, blockDimZ}, sharedMemBytes, hStream,
+                                kernelParams, extra);
+  });
+}
+
+CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
+                          void** extra) {
+  NDT_SERVE();
+  return Guarded([&] { return ndt::standin::LaunchEx(config, f, kernelParams, extra); });
+}
+
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
+                               void** extra) {
+  NDT_SERVE();
+  return Guarded([&] { return ndt::standin::LaunchEx(config, f, kernelParams, extra); });
+}
+
+}  // extern "C"

@@ -1,0 +1,139 @@
+// Host implementations of the kernels in tests/programs/. Each one computes what its __global__
+// twin computes on a GPU; the CUDA kernels are grid-stride loops, so the result does not depend
+// on the launch geometry and the host versions simply cover every element.
+//
+// To add a kernel: write the __global__ function in tests/programs/, take its mangled name from
+// the PTX (`nvcc -ptx`, the `.entry` line) with its parameter offsets and sizes (the `.param`
+// lines), add a Run* function below and a row to kHostKernels. tests/standin/README.md has the
+// long version.
+#include "standin_kernels.h"
+
+#include <atomic>
+#include <bit>
+#include <cstdint>
+#include <latch>
+#include <random>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+namespace ndt::standin {
+namespace {
+
+// VectorAdd(const float* a, const float* b, float* c, int n): c[i] = a[i] + b[i].
+constexpr ParamSlot kVectorAddParams[] = {{0, 8}, {8, 8}, {16, 8}, {24, 4}};
+
+bool RunVectorAdd(const LaunchGeometry&, const KernelArgs& args) {
+  const int n = args.Value<int>(3);
+  if (n <= 0) return true;
+  const auto count = static_cast<std::size_t>(n);
+  const float* a = args.DeviceArray<const float>(0, count);
+  const float* b = args.DeviceArray<const float>(1, count);
+  float* c = args.DeviceArray<float>(2, count);
+  if (a == nullptr || b == nullptr || c == nullptr) return false;
+  for (std::size_t i = 0; i < count; ++i) c[i] = a[i] + b[i];
+  return true;
+}
+
+// Adds `value` to `*cell` with a compare-and-swap loop on the float's bits, like a GPU float
+// atomicAdd: the addition is atomic, the order of additions is whatever the race decides.
+void AtomicAddFloat(float* cell, float value) {
+  std::atomic_ref<std::uint32_t> bits(*reinterpret_cast<std::uint32_t*>(cell));
+  std::uint32_t expected = bits.load(std::memory_order_relaxed);
+  while (!bits.compare_exchange_weak(
+      expected, std::bit_cast<std::uint32_t>(std::bit_cast<float>(expected) + value),
+      std::memory_order_relaxed)) {
+  }
+}
+
+// RacySum(const float* values, float* sums, int n, int bins): sums[i % bins] += values[i] with
+// atomicAdd. Genuinely nondeterministic here as on a GPU: kRacyThreads threads take contiguous
+// quarters of `values`, start together and race on the same few cells. Float addition is not
+// associative, so a different order of additions gives different bits. On many cores the race
+// alone reorders them; so that it also does on one core (where threads would otherwise take
+// turns in the same pattern every run), each thread yields the processor after a random
+// number of additions, drawn from std::random_device.
+constexpr ParamSlot kRacySumParams[] = {{0, 8}, {8, 8}, {16, 4}, {20, 4}};
+constexpr int kRacyThreads = 4;
+constexpr unsigned kRacyMaxRun = 1024;  // additions between yields: 1 to this, at random
+
+bool RunRacySum(const LaunchGeometry&, const KernelArgs& args) {
+  const int n = args.Value<int>(2);
+  const int bins = args.Value<int>(3);
+  if (n <= 0) return true;
+  if (bins <= 0) return false;  // i % 0 is undefined on a GPU; the stand-in reports a fault
+  const auto count = static_cast<std::size_t>(n);
+  const auto bin_count = static_cast<std::size_t>(bins);
+  const float* values = args.DeviceArray<const float>(0, count);
+  float* sums = args.DeviceArray<float>(1, bin_count);
+  if (values == nullptr || sums == nullptr) return false;
+
+  auto add_range = [values, sums, bin_count, count](int t) {
+    const std::size_t begin = count * static_cast<std::size_t>(t) / kRacyThreads;
+    const std::size_t end = count * static_cast<std::size_t>(t + 1) / kRacyThreads;
+    std::minstd_rand random(std::random_device{}());
+    unsigned until_yield = random() % kRacyMaxRun + 1;
+    for (std::size_t i = begin; i < end; ++i) {
+      AtomicAddFloat(&sums[i % bin_count], values[i]);
+      if (--until_yield == 0) {
+        std::this_thread::yield();
+        until_yield = random() % kRacyMaxRun + 1;
+      }
+    }
+  };
+  std::latch start(kRacyThreads);
+  std::vector<int> not_started;
+  {
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < kRacyThreads; ++t) {
+      try {
+        threads.emplace_back([&start, &add_range, t] {
+          start.arrive_and_wait();
+          add_range(t);
+        });
+      } catch (const std::system_error&) {  // no thread to spare: do that quarter below
+        not_started.push_back(t);
+        start.count_down();
+      }
+    }
+  }  // the jthreads join here
+  for (int t : not_started) add_range(t);
+  return true;
+}
+
+// ScaleOffset(unsigned* data, unsigned mul, unsigned add, int n): data[i] = data[i] * mul + add
+// (unsigned wrap-around, so the result is exact on every device).
+constexpr ParamSlot kScaleOffsetParams[] = {{0, 8}, {8, 4}, {12, 4}, {16, 4}};
+
+bool RunScaleOffset(const LaunchGeometry&, const KernelArgs& args) {
+  const auto mul = args.Value<std::uint32_t>(1);
+  const auto add = args.Value<std::uint32_t>(2);
+  const int n = args.Value<int>(3);
+  if (n <= 0) return true;
+  const auto count = static_cast<std::size_t>(n);
+  std::uint32_t* data = args.DeviceArray<std::uint32_t>(0, count);
+  if (data == nullptr) return false;
+  for (std::size_t i = 0; i < count; ++i) data[i] = data[i] * mul + add;
+  return true;
+}
+
+constexpr HostKernel kHostKernels[] = {
+    {"_Z9VectorAddPKfS0_Pfi", kVectorAddParams, RunVectorAdd},
+    {"_Z7RacySumPKfPfii", kRacySumParams, RunRacySum},
+    {"_Z11ScaleOffsetPjjji", kScaleOffsetParams, RunScaleOffset},
+};
+
+}  // namespace
+
+const HostKernel* FindHostKernel(std::string_view mangled_name) {
+  for (const HostKernel& kernel : kHostKernels) {
+    if (kernel.mangled_name == mangled_name) return &kernel;
+  }
+  return nullptr;
+}
+
+std::span<const HostKernel> AllHostKernels() {
+  return kHostKernels;
+}
+
+}  // namespace ndt::standin

@@ -1,0 +1,955 @@
+// The stand-in libcudart.so.13: the part of the CUDA runtime API the test programs use, plus the
+// registration and launch glue that nvcc-generated host code calls.
+//
+// It reaches the driver only the way the real runtime does: on first use it dlopen()s
+// "libcuda.so.1", dlsym()s "cuGetProcAddress_v2" and nothing else, and asks cuGetProcAddress_v2
+// for every driver function it needs, by base name with cudaVersion 13000. Stream-ordered
+// functions are fetched twice, with CU_GET_PROC_ADDRESS_LEGACY_STREAM and with
+// CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM; the runtime's _ptds/_ptsz entry points (what
+// nvcc --default-stream per-thread compiles to) use the second set. So a driver-level hook sees
+// every runtime operation, as on a real GPU.
+//
+// Kernels: __cudaRegisterFunction maps each host stub to (fat binary, mangled device name).
+// __cudaGetKernel (called once per <<<>>> site by CUDA 13 code) loads the fat binary with
+// cuLibraryLoadData on first use and returns cuLibraryGetKernel's CUkernel as the
+// cudaKernel_t; __cudaLaunchKernel and cudaLaunchKernel launch it with cuLaunchKernel.
+//
+// Not modelled: several devices, sticky errors, graphs, pinned or managed memory, textures.
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+
+#include <climits>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "standin_immortal.h"
+
+// The glue nvcc-generated code calls (crt/host_runtime.h, crt/device_functions.h). Those headers
+// only compile under nvcc, so the prototypes are repeated here.
+extern "C" {
+void** __cudaRegisterFatBinary(void* fatCubin);
+void __cudaRegisterFatBinaryEnd(void** fatCubinHandle);
+void __cudaUnregisterFatBinary(void** fatCubinHandle);
+void __cudaRegisterFunction(void** fatCubinHandle, const char* hostFun, char* deviceFun,
+                            const char* deviceName, int thread_limit, uint3* tid, uint3* bid,
+                            dim3* bDim, dim3* gDim, int* wSize);
+void __cudaRegisterVar(void** fatCubinHandle, char* hostVar, char* deviceAddress,
+                       const char* deviceName, int ext, size_t size, int constant, int global);
+void __cudaRegisterManagedVar(void** fatCubinHandle, void** hostVarPtrAddress, char* deviceAddress,
+                              const char* deviceName, int ext, size_t size, int constant,
+                              int global);
+char __cudaInitModule(void** fatCubinHandle);
+unsigned __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem,
+                                     struct CUstream_st* stream);
+cudaError_t __cudaPopCallConfiguration(dim3* gridDim, dim3* blockDim, size_t* sharedMem,
+                                       void* stream);
+cudaError_t __cudaGetKernel(cudaKernel_t* kernel, const void* hostFun);
+cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args,
+                               size_t sharedMem, cudaStream_t stream);
+cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args,
+                                    size_t sharedMem, cudaStream_t stream);
+}
+
+namespace ndt::standin {
+namespace {
+
+// The driver functions the runtime uses outside streams, each from cuGetProcAddress_v2.
+struct DriverApi {
+  PFN_cuInit_v2000 cuInit = nullptr;
+  PFN_cuDriverGetVersion_v2020 cuDriverGetVersion = nullptr;
+  PFN_cuDeviceGetCount_v2000 cuDeviceGetCount = nullptr;
+  PFN_cuDeviceGet_v2000 cuDeviceGet = nullptr;
+  PFN_cuDeviceGetName_v2000 cuDeviceGetName = nullptr;
+  PFN_cuDeviceGetUuid_v11040 cuDeviceGetUuid = nullptr;
+  PFN_cuDeviceGetAttribute_v2000 cuDeviceGetAttribute = nullptr;
+  PFN_cuDeviceTotalMem_v3020 cuDeviceTotalMem = nullptr;
+  PFN_cuDevicePrimaryCtxRetain_v7000 cuDevicePrimaryCtxRetain = nullptr;
+  PFN_cuDevicePrimaryCtxReset_v11000 cuDevicePrimaryCtxReset = nullptr;
+  PFN_cuCtxGetCurrent_v4000 cuCtxGetCurrent = nullptr;
+  PFN_cuCtxSetCurrent_v4000 cuCtxSetCurrent = nullptr;
+  PFN_cuCtxSynchronize_v2000 cuCtxSynchronize = nullptr;
+  PFN_cuMemAlloc_v3020 cuMemAlloc = nullptr;
+  PFN_cuMemFree_v3020 cuMemFree = nullptr;
+  PFN_cuMemGetInfo_v3020 cuMemGetInfo = nullptr;
+  PFN_cuStreamCreateWithPriority_v5050 cuStreamCreateWithPriority = nullptr;
+  PFN_cuStreamDestroy_v4000 cuStreamDestroy = nullptr;
+  PFN_cuEventCreate_v2000 cuEventCreate = nullptr;
+  PFN_cuEventSynchronize_v2000 cuEventSynchronize = nullptr;
+  PFN_cuEventQuery_v2000 cuEventQuery = nullptr;
+  PFN_cuEventElapsedTime_v12080 cuEventElapsedTime = nullptr;
+  PFN_cuEventDestroy_v4000 cuEventDestroy = nullptr;
+  PFN_cuLibraryLoadData_v12000 cuLibraryLoadData = nullptr;
+  PFN_cuLibraryUnload_v12000 cuLibraryUnload = nullptr;
+  PFN_cuLibraryGetKernel_v12000 cuLibraryGetKernel = nullptr;
+};
+
+// The stream-ordered driver functions, in one of their two default-stream flavours (the
+// per-thread variants have the same prototypes as the legacy ones).
+struct StreamApi {
+  PFN_cuMemcpy_v4000 cuMemcpy = nullptr;
+  PFN_cuMemcpyHtoD_v3020 cuMemcpyHtoD = nullptr;
+  PFN_cuMemcpyDtoH_v3020 cuMemcpyDtoH = nullptr;
+  PFN_cuMemcpyDtoD_v3020 cuMemcpyDtoD = nullptr;
+  PFN_cuMemcpyAsync_v4000 cuMemcpyAsync = nullptr;
+  PFN_cuMemcpyHtoDAsync_v3020 cuMemcpyHtoDAsync = nullptr;
+  PFN_cuMemcpyDtoHAsync_v3020 cuMemcpyDtoHAsync = nullptr;
+  PFN_cuMemcpyDtoDAsync_v3020 cuMemcpyDtoDAsync = nullptr;
+  PFN_cuMemsetD8_v3020 cuMemsetD8 = nullptr;
+  PFN_cuMemsetD8Async_v3020 cuMemsetD8Async = nullptr;
+  PFN_cuStreamSynchronize_v2000 cuStreamSynchronize = nullptr;
+  PFN_cuStreamQuery_v2000 cuStreamQuery = nullptr;
+  PFN_cuStreamWaitEvent_v3020 cuStreamWaitEvent = nullptr;
+  PFN_cuEventRecord_v2000 cuEventRecord = nullptr;
+  PFN_cuLaunchKernel_v4000 cuLaunchKernel = nullptr;
+};
+
+enum DefaultStream { kLegacyStream = 0, kPerThreadStream = 1 };
+
+struct FatbinRecord {
+  void* fatbin;  // first member: the handle nvcc code holds is a pointer to it
+  CUlibrary library = nullptr;
+};
+
+struct HostFunctionRecord {
+  FatbinRecord* fatbin = nullptr;
+  std::string device_name;
+  CUkernel kernel = nullptr;
+};
+
+struct CallConfiguration {
+  dim3 grid;
+  dim3 block;
+  size_t shared_mem;
+  cudaStream_t stream;
+};
+
+// All runtime state; every member is guarded by `mu`.
+struct Runtime {
+  std::mutex mu;
+  bool init_attempted = false;
+  cudaError_t init_status = cudaErrorInitializationError;
+  bool driver_loaded = false;
+  PFN_cuGetProcAddress_v12000 get_proc_address = nullptr;
+  DriverApi api;
+  StreamApi stream_api[2];
+  CUcontext primary = nullptr;
+  std::vector<std::unique_ptr<FatbinRecord>> fatbins;
+  std::unordered_map<const void*, HostFunctionRecord> host_functions;
+};
+
+Runtime& GetRuntime() {
+  static Immortal<Runtime> runtime;
+  return *runtime;
+}
+
+thread_local cudaError_t t_last_error = cudaSuccess;
+thread_local int t_device = 0;
+thread_local bool t_context_bound = false;
+thread_local std::vector<CallConfiguration> t_call_configurations;
+
+// Error names come from driver_types.h (standin_cuda_errors.inc); descriptions are the
+// runtime's for the common errors and the name for the rest.
+struct ErrorText {
+  cudaError_t error;
+  const char* text;
+};
+
+constexpr ErrorText kErrorNames[] = {
+#define NDT_CUDA_ERROR(name) {name, #name},
+#include "standin_cuda_errors.inc"
+#undef NDT_CUDA_ERROR
+};
+
+constexpr ErrorText kErrorDescriptions[] = {
+    {cudaSuccess, "no error"},
+    {cudaErrorInvalidValue, "invalid argument"},
+    {cudaErrorMemoryAllocation, "out of memory"},
+    {cudaErrorInitializationError, "initialization error"},
+    {cudaErrorCudartUnloading, "driver shutting down"},
+    {cudaErrorInvalidConfiguration, "invalid configuration argument"},
+    {cudaErrorInvalidMemcpyDirection, "invalid copy direction for memcpy"},
+    {cudaErrorInsufficientDriver, "CUDA driver version is insufficient for CUDA runtime version"},
+    {cudaErrorMissingConfiguration, "__global__ function call is not configured"},
+    {cudaErrorNoDevice, "no CUDA-capable device is detected"},
+    {cudaErrorInvalidDevice, "invalid device ordinal"},
+    {cudaErrorInvalidKernelImage, "device kernel image is invalid"},
+    {cudaErrorDeviceUninitialized, "invalid device context"},
+    {cudaErrorInvalidDeviceFunction, "invalid device function"},
+    {cudaErrorInvalidResourceHandle, "invalid resource handle"},
+    {cudaErrorSymbolNotFound, "named symbol not found"},
+    {cudaErrorNotReady, "device not ready"},
+    {cudaErrorIllegalAddress, "an illegal memory access was encountered"},
+    {cudaErrorLaunchOutOfResources, "too many resources requested for launch"},
+    {cudaErrorLaunchFailure, "unspecified launch failure"},
+    {cudaErrorNotPermitted, "operation not permitted"},
+    {cudaErrorNotSupported, "operation not supported"},
+    {cudaErrorUnknown, "unknown error"},
+};
+
+constexpr char kUnrecognized[] = "unrecognized error code";
+
+const char* ErrorName(cudaError_t error) {
+  for (const ErrorText& entry : kErrorNames) {
+    if (entry.error == error) return entry.text;
+  }
+  return nullptr;
+}
+
+// The runtime error for a driver error. The CUDA runtime numbers most driver errors the same way
+// (CUDA_ERROR_INVALID_VALUE = cudaErrorInvalidValue = 1, ..._ILLEGAL_ADDRESS = 700); values the
+// runtime has no name for become cudaErrorUnknown.
+cudaError_t FromDriver(CUresult result) {
+  const auto error = static_cast<cudaError_t>(result);
+  return ErrorName(error) != nullptr ? error : cudaErrorUnknown;
+}
+
+// Records a failure for cudaGetLastError/cudaPeekAtLastError and passes it through.
+cudaError_t Report(cudaError_t error) {
+  if (error != cudaSuccess) t_last_error = error;
+  return error;
+}
+
+cudaError_t ReportDriver(CUresult result) {
+  return Report(FromDriver(result));
+}
+
+template <typename Pfn>
+bool Resolve(Runtime& rt, const char* name, cuuint64_t flags, Pfn* out) {
+  void* address = nullptr;
+  CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  const CUresult result = rt.get_proc_address(name, &address, CUDART_VERSION, flags, &status);
+  if (result != CUDA_SUCCESS || status != CU_GET_PROC_ADDRESS_SUCCESS || address == nullptr) {
+    return false;
+  }
+  *out = reinterpret_cast<Pfn>(address);
+  return true;
+}
+
+bool ResolveStreamApi(Runtime& rt, cuuint64_t flags, StreamApi* s) {
+  return Resolve(rt, "cuMemcpy", flags, &s->cuMemcpy) &&
+         Resolve(rt, "cuMemcpyHtoD", flags, &s->cuMemcpyHtoD) &&
+         Resolve(rt, "cuMemcpyDtoH", flags, &s->cuMemcpyDtoH) &&
+         Resolve(rt, "cuMemcpyDtoD", flags, &s->cuMemcpyDtoD) &&
+         Resolve(rt, "cuMemcpyAsync", flags, &s->cuMemcpyAsync) &&
+         Resolve(rt, "cuMemcpyHtoDAsync", flags, &s->cuMemcpyHtoDAsync) &&
+         Resolve(rt, "cuMemcpyDtoHAsync", flags, &s->cuMemcpyDtoHAsync) &&
+         Resolve(rt, "cuMemcpyDtoDAsync", flags, &s->cuMemcpyDtoDAsync) &&
+         Resolve(rt, "cuMemsetD8", flags, &s->cuMemsetD8) &&
+         Resolve(rt, "cuMemsetD8Async", flags, &s->cuMemsetD8Async) &&
+         Resolve(rt, "cuStreamSynchronize", flags, &s->cuStreamSynchronize) &&
+         Resolve(rt, "cuStreamQuery", flags, &s->cuStreamQuery) &&
+         Resolve(rt, "cuStreamWaitEvent", flags, &s->cuStreamWaitEvent) &&
+         Resolve(rt, "cuEventRecord", flags, &s->cuEventRecord) &&
+         Resolve(rt, "cuLaunchKernel", flags, &s->cuLaunchKernel);
+}
+
+bool ResolveDriverApi(Runtime& rt) {
+  constexpr cuuint64_t kDefault = CU_GET_PROC_ADDRESS_DEFAULT;
+  DriverApi& a = rt.api;
+  return Resolve(rt, "cuInit", kDefault, &a.cuInit) &&
+         Resolve(rt, "cuDriverGetVersion", kDefault, &a.cuDriverGetVersion) &&
+         Resolve(rt, "cuDeviceGetCount", kDefault, &a.cuDeviceGetCount) &&
+         Resolve(rt, "cuDeviceGet", kDefault, &a.cuDeviceGet) &&
+         Resolve(rt, "cuDeviceGetName", kDefault, &a.cuDeviceGetName) &&
+         Resolve(rt, "cuDeviceGetUuid", kDefault, &a.cuDeviceGetUuid) &&
+         Resolve(rt, "cuDeviceGetAttribute", kDefault, &a.cuDeviceGetAttribute) &&
+         Resolve(rt, "cuDeviceTotalMem", kDefault, &a.cuDeviceTotalMem) &&
+         Resolve(rt, "cuDevicePrimaryCtxRetain", kDefault, &a.cuDevicePrimaryCtxRetain) &&
+         Resolve(rt, "cuDevicePrimaryCtxReset", kDefault, &a.cuDevicePrimaryCtxReset) &&
+         Resolve(rt, "cuCtxGetCurrent", kDefault, &a.cuCtxGetCurrent) &&
+         Resolve(rt, "cuCtxSetCurrent", kDefault, &a.cuCtxSetCurrent) &&
+         Resolve(rt, "cuCtxSynchronize", kDefault, &a.cuCtxSynchronize) &&
+         Resolve(rt, "cuMemAlloc", kDefault, &a.cuMemAlloc) &&
+         Resolve(rt, "cuMemFree", kDefault, &a.cuMemFree) &&
+         Resolve(rt, "cuMemGetInfo", kDefault, &a.cuMemGetInfo) &&
+         Resolve(rt, "cuStreamCreateWithPriority", kDefault, &a.cuStreamCreateWithPriority) &&
+         Resolve(rt, "cuStreamDestroy", kDefault, &a.cuStreamDestroy) &&
+         Resolve(rt, "cuEventCreate", kDefault, &a.cuEventCreate) &&
+         Resolve(rt, "cuEventSynchronize", kDefault, &a.cuEventSynchronize) &&
+         Resolve(rt, "cuEventQuery", kDefault, &a.cuEventQuery) &&
+         Resolve(rt, "cuEventElapsedTime", kDefault, &a.cuEventElapsedTime) &&
+         Resolve(rt, "cuEventDestroy", kDefault, &a.cuEventDestroy) &&
+         Resolve(rt, "cuLibraryLoadData", kDefault, &a.cuLibraryLoadData) &&
+         Resolve(rt, "cuLibraryUnload", kDefault, &a.cuLibraryUnload) &&
+         Resolve(rt, "cuLibraryGetKernel", kDefault, &a.cuLibraryGetKernel) &&
+         ResolveStreamApi(rt, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &rt.stream_api[kLegacyStream]) &&
+         ResolveStreamApi(rt, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+                          &rt.stream_api[kPerThreadStream]);
+}
+
+cudaError_t InitializeLocked(Runtime& rt) {
+  // RTLD_LOCAL: the driver's symbols stay out of the global namespace, as with the real runtime.
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (driver == nullptr) return cudaErrorInsufficientDriver;
+  rt.get_proc_address =
+      reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(driver, "cuGetProcAddress_v2"));
+  if (rt.get_proc_address == nullptr || !ResolveDriverApi(rt)) return cudaErrorInsufficientDriver;
+  rt.driver_loaded = true;
+  if (const CUresult r = rt.api.cuInit(0); r != CUDA_SUCCESS) {
+    return r == CUDA_ERROR_NO_DEVICE ? cudaErrorNoDevice : FromDriver(r);
+  }
+  int driver_version = 0;
+  if (rt.api.cuDriverGetVersion(&driver_version) != CUDA_SUCCESS ||
+      driver_version < CUDART_VERSION) {
+    return cudaErrorInsufficientDriver;
+  }
+  return cudaSuccess;
+}
+
+// Loads the driver and initializes it, once per process; later calls return the first result.
+cudaError_t EnsureInitialized() {
+  Runtime& rt = GetRuntime();
+  std::lock_guard lock(rt.mu);
+  if (!rt.init_attempted) {
+    rt.init_attempted = true;
+    rt.init_status = InitializeLocked(rt);
+  }
+  return rt.init_status;
+}
+
+// Makes the primary context of the device current on the calling thread (retaining it once per
+// process), as the runtime does on the first call that needs a context.
+cudaError_t EnsureContext() {
+  if (const cudaError_t e = EnsureInitialized(); e != cudaSuccess) return e;
+  if (t_context_bound) return cudaSuccess;
+  Runtime& rt = GetRuntime();
+  CUcontext primary;
+  {
+    std::lock_guard lock(rt.mu);
+    if (rt.primary == nullptr) {
+      CUdevice device;
+      if (const CUresult r = rt.api.cuDeviceGet(&device, 0); r != CUDA_SUCCESS) {
+        return FromDriver(r);
+      }
+      if (const CUresult r = rt.api.cuDevicePrimaryCtxRetain(&rt.primary, device);
+          r != CUDA_SUCCESS) {
+        return FromDriver(r);
+      }
+    }
+    primary = rt.primary;
+  }
+  CUcontext current = nullptr;
+  if (const CUresult r = rt.api.cuCtxGetCurrent(&current); r != CUDA_SUCCESS) {
+    return FromDriver(r);
+  }
+  if (current == nullptr) {
+    if (const CUresult r = rt.api.cuCtxSetCurrent(primary); r != CUDA_SUCCESS) {
+      return FromDriver(r);
+    }
+  }
+  t_context_bound = true;
+  return cudaSuccess;
+}
+
+const DriverApi& Api() {
+  return GetRuntime().api;
+}
+
+const StreamApi& Streams(DefaultStream flavour) {
+  return GetRuntime().stream_api[flavour];
+}
+
+CUstream ToDriver(cudaStream_t stream) {
+  return reinterpret_cast<CUstream>(stream);
+}
+
+CUdeviceptr ToDevicePtr(const void* p) {
+  return reinterpret_cast<CUdeviceptr>(p);
+}
+
+cudaError_t Memcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                   cudaStream_t stream, bool async, DefaultStream flavour) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  const StreamApi& s = Streams(flavour);
+  const CUstream cu_stream = ToDriver(stream);
+  CUresult r;
+  switch (kind) {
+    case cudaMemcpyHostToDevice:
+      r = async ? s.cuMemcpyHtoDAsync(ToDevicePtr(dst), src, count, cu_stream)
+                : s.cuMemcpyHtoD(ToDevicePtr(dst), src, count);
+      break;
+    case cudaMemcpyDeviceToHost:
+      r = async ? s.cuMemcpyDtoHAsync(dst, ToDevicePtr(src), count, cu_stream)
+                : s.cuMemcpyDtoH(dst, ToDevicePtr(src), count);
+      break;
+    case cudaMemcpyDeviceToDevice:
+      r = async ? s.cuMemcpyDtoDAsync(ToDevicePtr(dst), ToDevicePtr(src), count, cu_stream)
+                : s.cuMemcpyDtoD(ToDevicePtr(dst), ToDevicePtr(src), count);
+      break;
+    case cudaMemcpyHostToHost:
+    case cudaMemcpyDefault:
+      r = async ? s.cuMemcpyAsync(ToDevicePtr(dst), ToDevicePtr(src), count, cu_stream)
+                : s.cuMemcpy(ToDevicePtr(dst), ToDevicePtr(src), count);
+      break;
+    default:
+      return Report(cudaErrorInvalidMemcpyDirection);
+  }
+  return ReportDriver(r);
+}
+
+cudaError_t Memset(void* dst, int value, size_t count, cudaStream_t stream, bool async,
+                   DefaultStream flavour) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  const StreamApi& s = Streams(flavour);
+  const auto byte = static_cast<unsigned char>(value);
+  return ReportDriver(async ? s.cuMemsetD8Async(ToDevicePtr(dst), byte, count, ToDriver(stream))
+                            : s.cuMemsetD8(ToDevicePtr(dst), byte, count));
+}
+
+cudaError_t StreamSynchronize(cudaStream_t stream, DefaultStream flavour) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  return ReportDriver(Streams(flavour).cuStreamSynchronize(ToDriver(stream)));
+}
+
+cudaError_t StreamQuery(cudaStream_t stream, DefaultStream flavour) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  const CUresult r = Streams(flavour).cuStreamQuery(ToDriver(stream));
+  return r == CUDA_ERROR_NOT_READY ? cudaErrorNotReady : ReportDriver(r);
+}
+
+cudaError_t StreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags,
+                            DefaultStream flavour) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  return ReportDriver(Streams(flavour).cuStreamWaitEvent(ToDriver(stream),
+                                                         reinterpret_cast<CUevent>(event), flags));
+}
+
+cudaError_t EventRecord(cudaEvent_t event, cudaStream_t stream, DefaultStream flavour) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  return ReportDriver(
+      Streams(flavour).cuEventRecord(reinterpret_cast<CUevent>(event), ToDriver(stream)));
+}
+
+// The CUkernel for a registered host stub: loads its fat binary as a library on first use.
+cudaError_t KernelForHostFunction(const void* host_function, CUkernel* out) {
+  if (const cudaError_t e = EnsureInitialized(); e != cudaSuccess) return e;
+  Runtime& rt = GetRuntime();
+  std::lock_guard lock(rt.mu);
+  const auto it = rt.host_functions.find(host_function);
+  if (it == rt.host_functions.end()) return cudaErrorInvalidDeviceFunction;
+  HostFunctionRecord& record = it->second;
+  if (record.kernel == nullptr) {
+    FatbinRecord& fatbin = *record.fatbin;
+    if (fatbin.library == nullptr) {
+      const CUresult r = rt.api.cuLibraryLoadData(&fatbin.library, fatbin.fatbin, nullptr, nullptr,
+                                                  0, nullptr, nullptr, 0);
+      if (r != CUDA_SUCCESS) return FromDriver(r);
+    }
+    const CUresult r =
+        rt.api.cuLibraryGetKernel(&record.kernel, fatbin.library, record.device_name.c_str());
+    if (r == CUDA_ERROR_NOT_FOUND) return cudaErrorInvalidDeviceFunction;
+    if (r != CUDA_SUCCESS) return FromDriver(r);
+  }
+  *out = record.kernel;
+  return cudaSuccess;
+}
+
+cudaError_t LaunchKernel(CUkernel kernel, dim3 grid, dim3 block, void** args, size_t shared_mem,
+                         cudaStream_t stream, DefaultStream flavour) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  if (kernel == nullptr) return Report(cudaErrorInvalidDeviceFunction);
+  if (shared_mem > UINT_MAX) return Report(cudaErrorInvalidValue);
+  const CUresult r = Streams(flavour).cuLaunchKernel(
+      reinterpret_cast<CUfunction>(kernel), grid.x, grid.y, grid.z, block.x, block.y, block.z,
+      static_cast<unsigned>(shared_mem), ToDriver(stream), args, nullptr);
+  // A launch the driver rejects for its geometry is a configuration error to the runtime.
+  return Report(r == CUDA_ERROR_INVALID_VALUE ? cudaErrorInvalidConfiguration : FromDriver(r));
+}
+
+cudaError_t LaunchHostFunction(const void* func, dim3 grid, dim3 block, void** args,
+                               size_t shared_mem, cudaStream_t stream, DefaultStream flavour) {
+  CUkernel kernel = nullptr;
+  if (const cudaError_t e = KernelForHostFunction(func, &kernel); e != cudaSuccess) {
+    return Report(e);
+  }
+  return LaunchKernel(kernel, grid, block, args, shared_mem, stream, flavour);
+}
+
+cudaError_t GetDriverEntryPoint(const char* symbol, void** func, unsigned version,
+                                unsigned long long flags, cudaDriverEntryPointQueryResult* status) {
+  if (const cudaError_t e = EnsureInitialized(); e != cudaSuccess) return Report(e);
+  if (symbol == nullptr || func == nullptr) return Report(cudaErrorInvalidValue);
+  CUdriverProcAddressQueryResult driver_status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  // cudaEnable* flags and cudaDriverEntryPoint* results have the driver's values.
+  const CUresult r =
+      GetRuntime().get_proc_address(symbol, func, static_cast<int>(version), flags, &driver_status);
+  if (status != nullptr) *status = static_cast<cudaDriverEntryPointQueryResult>(driver_status);
+  if (r == CUDA_ERROR_NOT_FOUND) return cudaSuccess;  // reported through *status, as documented
+  return ReportDriver(r);
+}
+
+void FillProperties(const DriverApi& api, CUdevice device, cudaDeviceProp* p) {
+  const auto attr = [&](CUdevice_attribute attribute) {
+    int value = 0;
+    api.cuDeviceGetAttribute(&value, attribute, device);
+    return value;
+  };
+  std::memset(p, 0, sizeof(*p));
+  api.cuDeviceGetName(p->name, sizeof(p->name), device);
+  CUuuid uuid;
+  if (api.cuDeviceGetUuid(&uuid, device) == CUDA_SUCCESS) {
+    std::memcpy(&p->uuid, &uuid, sizeof(uuid));
+  }
+  api.cuDeviceTotalMem(&p->totalGlobalMem, device);
+  p->sharedMemPerBlock = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
+  p->regsPerBlock = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
+  p->warpSize = attr(CU_DEVICE_ATTRIBUTE_WARP_SIZE);
+  p->memPitch = attr(CU_DEVICE_ATTRIBUTE_MAX_PITCH);
+  p->maxThreadsPerBlock = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+  p->maxThreadsDim[0] = attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X);
+  p->maxThreadsDim[1] = attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y);
+  p->maxThreadsDim[2] = attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z);
+  p->maxGridSize[0] = attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X);
+  p->maxGridSize[1] = attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y);
+  p->maxGridSize[2] = attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z);
+  p->totalConstMem = attr(CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY);
+  p->major = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+  p->minor = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+  p->textureAlignment = attr(CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT);
+  p->texturePitchAlignment = attr(CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT);
+  p->multiProcessorCount = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+  p->integrated = attr(CU_DEVICE_ATTRIBUTE_INTEGRATED);
+  p->canMapHostMemory = attr(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY);
+  p->surfaceAlignment = attr(CU_DEVICE_ATTRIBUTE_SURFACE_ALIGNMENT);
+  p->concurrentKernels = attr(CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS);
+  p->ECCEnabled = attr(CU_DEVICE_ATTRIBUTE_ECC_ENABLED);
+  p->pciBusID = attr(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID);
+  p->pciDeviceID = attr(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID);
+  p->pciDomainID = attr(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID);
+  p->tccDriver = attr(CU_DEVICE_ATTRIBUTE_TCC_DRIVER);
+  p->asyncEngineCount = attr(CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT);
+  p->unifiedAddressing = attr(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING);
+  p->memoryBusWidth = attr(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH);
+  p->l2CacheSize = attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
+  p->persistingL2CacheMaxSize = attr(CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE);
+  p->maxThreadsPerMultiProcessor = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
+  p->streamPrioritiesSupported = attr(CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED);
+  p->globalL1CacheSupported = attr(CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED);
+  p->localL1CacheSupported = attr(CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED);
+  p->sharedMemPerMultiprocessor = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR);
+  p->regsPerMultiprocessor = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR);
+  p->managedMemory = attr(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY);
+  p->isMultiGpuBoard = attr(CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD);
+  p->computePreemptionSupported = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED);
+  p->cooperativeLaunch = attr(CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH);
+  p->sharedMemPerBlockOptin = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+  p->maxBlocksPerMultiProcessor = attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR);
+  p->accessPolicyMaxWindowSize = attr(CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE);
+  p->reservedSharedMemPerBlock = attr(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK);
+  p->memoryPoolsSupported = attr(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED);
+  p->clusterLaunch = attr(CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH);
+}
+
+cudaError_t CheckDevice(int device) {
+  if (const cudaError_t e = EnsureInitialized(); e != cudaSuccess) return e;
+  int count = 0;
+  if (const CUresult r = Api().cuDeviceGetCount(&count); r != CUDA_SUCCESS) return FromDriver(r);
+  return device >= 0 && device < count ? cudaSuccess : cudaErrorInvalidDevice;
+}
+
+}  // namespace
+
+int RuntimeCallNotSupported() {
+  return Report(cudaErrorNotSupported);
+}
+
+}  // namespace ndt::standin
+
+using ndt::standin::Api;
+using ndt::standin::EnsureContext;
+using ndt::standin::EnsureInitialized;
+using ndt::standin::kLegacyStream;
+using ndt::standin::kPerThreadStream;
+using ndt::standin::Report;
+using ndt::standin::ReportDriver;
+
+extern "C" {
+
+// --- Versions and errors -----------------------------------------------------------------------
+
+cudaError_t cudaRuntimeGetVersion(int* runtimeVersion) {
+  if (runtimeVersion == nullptr) return Report(cudaErrorInvalidValue);
+  *runtimeVersion = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+// 0 (and success) when there is no driver, as documented.
+cudaError_t cudaDriverGetVersion(int* driverVersion) {
+  if (driverVersion == nullptr) return Report(cudaErrorInvalidValue);
+  *driverVersion = 0;
+  EnsureInitialized();
+  ndt::standin::Runtime& rt = ndt::standin::GetRuntime();
+  bool loaded;
+  {
+    std::lock_guard lock(rt.mu);
+    loaded = rt.driver_loaded;
+  }
+  if (!loaded) return cudaSuccess;
+  return ReportDriver(Api().cuDriverGetVersion(driverVersion));
+}
+
+cudaError_t cudaGetLastError(void) {
+  const cudaError_t error = ndt::standin::t_last_error;
+  ndt::standin::t_last_error = cudaSuccess;
+  return error;
+}
+
+cudaError_t cudaPeekAtLastError(void) {
+  return ndt::standin::t_last_error;
+}
+
+const char* cudaGetErrorName(cudaError_t error) {
+  const char* name = ndt::standin::ErrorName(error);
+  return name != nullptr ? name : ndt::standin::kUnrecognized;
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+  for (const auto& entry : ndt::standin::kErrorDescriptions) {
+    if (entry.error == error) return entry.text;
+  }
+  return cudaGetErrorName(error);
+}
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr,
+                                             unsigned int cudaVersion, unsigned long long flags,
+                                             cudaDriverEntryPointQueryResult* driverStatus) {
+  return ndt::standin::GetDriverEntryPoint(symbol, funcPtr, cudaVersion, flags, driverStatus);
+}
+
+cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char* symbol, void** funcPtr,
+                                                  unsigned int cudaVersion,
+                                                  unsigned long long flags,
+                                                  cudaDriverEntryPointQueryResult* driverStatus) {
+  return ndt::standin::GetDriverEntryPoint(symbol, funcPtr, cudaVersion, flags, driverStatus);
+}
+
+// --- Devices -----------------------------------------------------------------------------------
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  if (count == nullptr) return Report(cudaErrorInvalidValue);
+  *count = 0;
+  if (const cudaError_t e = EnsureInitialized(); e != cudaSuccess) return Report(e);
+  return ReportDriver(Api().cuDeviceGetCount(count));
+}
+
+// Since CUDA 12 this also makes the device's primary context current.
+cudaError_t cudaSetDevice(int device) {
+  if (const cudaError_t e = ndt::standin::CheckDevice(device); e != cudaSuccess) return Report(e);
+  ndt::standin::t_device = device;
+  return Report(EnsureContext());
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  if (device == nullptr) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = EnsureInitialized(); e != cudaSuccess) return Report(e);
+  *device = ndt::standin::t_device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (prop == nullptr) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = ndt::standin::CheckDevice(device); e != cudaSuccess) return Report(e);
+  CUdevice cu_device;
+  if (const CUresult r = Api().cuDeviceGet(&cu_device, device); r != CUDA_SUCCESS) {
+    return ReportDriver(r);
+  }
+  ndt::standin::FillProperties(Api(), cu_device, prop);
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (value == nullptr) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = ndt::standin::CheckDevice(device); e != cudaSuccess) return Report(e);
+  CUdevice cu_device;
+  if (const CUresult r = Api().cuDeviceGet(&cu_device, device); r != CUDA_SUCCESS) {
+    return ReportDriver(r);
+  }
+  // cudaDevAttr* and CU_DEVICE_ATTRIBUTE_* share their values.
+  return ReportDriver(
+      Api().cuDeviceGetAttribute(value, static_cast<CUdevice_attribute>(attr), cu_device));
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  return ReportDriver(Api().cuCtxSynchronize());
+}
+
+// Frees everything the device's primary context holds. Registered kernels stay usable: their
+// libraries are context-independent.
+cudaError_t cudaDeviceReset(void) {
+  if (const cudaError_t e = EnsureInitialized(); e != cudaSuccess) return Report(e);
+  CUdevice device;
+  if (const CUresult r = Api().cuDeviceGet(&device, ndt::standin::t_device); r != CUDA_SUCCESS) {
+    return ReportDriver(r);
+  }
+  return ReportDriver(Api().cuDevicePrimaryCtxReset(device));
+}
+
+// --- Memory ------------------------------------------------------------------------------------
+
+cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  if (devPtr == nullptr) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  *devPtr = nullptr;
+  if (size == 0) return cudaSuccess;
+  CUdeviceptr address = 0;
+  const CUresult r = Api().cuMemAlloc(&address, size);
+  if (r == CUDA_SUCCESS) *devPtr = reinterpret_cast<void*>(address);
+  return ReportDriver(r);
+}
+
+cudaError_t cudaFree(void* devPtr) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  if (devPtr == nullptr) return cudaSuccess;
+  return ReportDriver(Api().cuMemFree(ndt::standin::ToDevicePtr(devPtr)));
+}
+
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  return ReportDriver(Api().cuMemGetInfo(free, total));
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  return ndt::standin::Memcpy(dst, src, count, kind, nullptr, false, kLegacyStream);
+}
+
+cudaError_t cudaMemcpy_ptds(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  return ndt::standin::Memcpy(dst, src, count, kind, nullptr, false, kPerThreadStream);
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+  return ndt::standin::Memcpy(dst, src, count, kind, stream, true, kLegacyStream);
+}
+
+cudaError_t cudaMemcpyAsync_ptsz(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                                 cudaStream_t stream) {
+  return ndt::standin::Memcpy(dst, src, count, kind, stream, true, kPerThreadStream);
+}
+
+cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
+  return ndt::standin::Memset(devPtr, value, count, nullptr, false, kLegacyStream);
+}
+
+cudaError_t cudaMemset_ptds(void* devPtr, int value, size_t count) {
+  return ndt::standin::Memset(devPtr, value, count, nullptr, false, kPerThreadStream);
+}
+
+cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream) {
+  return ndt::standin::Memset(devPtr, value, count, stream, true, kLegacyStream);
+}
+
+cudaError_t cudaMemsetAsync_ptsz(void* devPtr, int value, size_t count, cudaStream_t stream) {
+  return ndt::standin::Memset(devPtr, value, count, stream, true, kPerThreadStream);
+}
+
+// --- Streams -----------------------------------------------------------------------------------
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* pStream, unsigned int flags, int priority) {
+  if (pStream == nullptr || (flags & ~unsigned{cudaStreamNonBlocking}) != 0) {
+    return Report(cudaErrorInvalidValue);
+  }
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  CUstream stream = nullptr;  // cudaStreamNonBlocking == CU_STREAM_NON_BLOCKING
+  const CUresult r = Api().cuStreamCreateWithPriority(&stream, flags, priority);
+  if (r == CUDA_SUCCESS) *pStream = reinterpret_cast<cudaStream_t>(stream);
+  return ReportDriver(r);
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int flags) {
+  return cudaStreamCreateWithPriority(pStream, flags, 0);
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* pStream) {
+  return cudaStreamCreateWithPriority(pStream, cudaStreamDefault, 0);
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  return ReportDriver(Api().cuStreamDestroy(ndt::standin::ToDriver(stream)));
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  return ndt::standin::StreamSynchronize(stream, kLegacyStream);
+}
+
+cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream) {
+  return ndt::standin::StreamSynchronize(stream, kPerThreadStream);
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  return ndt::standin::StreamQuery(stream, kLegacyStream);
+}
+
+cudaError_t cudaStreamQuery_ptsz(cudaStream_t stream) {
+  return ndt::standin::StreamQuery(stream, kPerThreadStream);
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+  return ndt::standin::StreamWaitEvent(stream, event, flags, kLegacyStream);
+}
+
+cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+  return ndt::standin::StreamWaitEvent(stream, event, flags, kPerThreadStream);
+}
+
+// --- Events ------------------------------------------------------------------------------------
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+  if (event == nullptr) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  CUevent created = nullptr;  // cudaEvent* flags == CU_EVENT_* flags
+  const CUresult r = Api().cuEventCreate(&created, flags);
+  if (r == CUDA_SUCCESS) *event = reinterpret_cast<cudaEvent_t>(created);
+  return ReportDriver(r);
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  return cudaEventCreateWithFlags(event, cudaEventDefault);
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  return ndt::standin::EventRecord(event, stream, kLegacyStream);
+}
+
+cudaError_t cudaEventRecord_ptsz(cudaEvent_t event, cudaStream_t stream) {
+  return ndt::standin::EventRecord(event, stream, kPerThreadStream);
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  return ReportDriver(Api().cuEventSynchronize(reinterpret_cast<CUevent>(event)));
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  const CUresult r = Api().cuEventQuery(reinterpret_cast<CUevent>(event));
+  return r == CUDA_ERROR_NOT_READY ? cudaErrorNotReady : ReportDriver(r);
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  return ReportDriver(Api().cuEventElapsedTime(ms, reinterpret_cast<CUevent>(start),
+                                               reinterpret_cast<CUevent>(end)));
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  return ReportDriver(Api().cuEventDestroy(reinterpret_cast<CUevent>(event)));
+}
+
+// Implemented because its stub could not be: it returns a struct.
+cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, int z, int w, cudaChannelFormatKind f) {
+  return cudaChannelFormatDesc{x, y, z, w, f};
+}
+
+// --- Launch ------------------------------------------------------------------------------------
+
+cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim, void** args,
+                             size_t sharedMem, cudaStream_t stream) {
+  return ndt::standin::LaunchHostFunction(func, gridDim, blockDim, args, sharedMem, stream,
+                                          kLegacyStream);
+}
+
+cudaError_t cudaLaunchKernel_ptsz(const void* func, dim3 gridDim, dim3 blockDim, void** args,
+                                  size_t sharedMem, cudaStream_t stream) {
+  return ndt::standin::LaunchHostFunction(func, gridDim, blockDim, args, sharedMem, stream,
+                                          kPerThreadStream);
+}
+
+// --- The glue nvcc-generated host code calls ---------------------------------------------------
+
+void** __cudaRegisterFatBinary(void* fatCubin) {
+  ndt::standin::Runtime& rt = ndt::standin::GetRuntime();
+  std::lock_guard lock(rt.mu);
+  auto record = std::make_unique<ndt::standin::FatbinRecord>();
+  record->fatbin = fatCubin;
+  void** handle = &record->fatbin;
+  rt.fatbins.push_back(std::move(record));
+  return handle;
+}
+
+void __cudaRegisterFatBinaryEnd(void**) {}
+
+void __cudaUnregisterFatBinary(void** fatCubinHandle) {
+  ndt::standin::Runtime& rt = ndt::standin::GetRuntime();
+  std::lock_guard lock(rt.mu);
+  auto* record = reinterpret_cast<ndt::standin::FatbinRecord*>(fatCubinHandle);
+  std::erase_if(rt.host_functions,
+                [record](const auto& entry) { return entry.second.fatbin == record; });
+  if (record->library != nullptr && rt.api.cuLibraryUnload != nullptr) {
+    rt.api.cuLibraryUnload(record->library);
+  }
+  std::erase_if(rt.fatbins, [record](const auto& owned) { return owned.get() == record; });
+}
+
+void __cudaRegisterFunction(void** fatCubinHandle, const char* hostFun, char*,
+                            const char* deviceName, int, uint3*, uint3*, dim3*, dim3*, int*) {
+  ndt::standin::Runtime& rt = ndt::standin::GetRuntime();
+  std::lock_guard lock(rt.mu);
+  ndt::standin::HostFunctionRecord record;
+  record.fatbin = reinterpret_cast<ndt::standin::FatbinRecord*>(fatCubinHandle);
+  record.device_name = deviceName;
+  rt.host_functions[hostFun] = std::move(record);
+}
+
+// Device variables are not modelled: the test programs have none.
+void __cudaRegisterVar(void**, char*, char*, const char*, int, size_t, int, int) {}
+
+void __cudaRegisterManagedVar(void**, void**, char*, const char*, int, size_t, int, int) {}
+
+char __cudaInitModule(void**) {
+  return 1;
+}
+
+unsigned __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem,
+                                     struct CUstream_st* stream) {
+  ndt::standin::t_call_configurations.push_back(
+      {gridDim, blockDim, sharedMem, reinterpret_cast<cudaStream_t>(stream)});
+  return 0;
+}
+
+cudaError_t __cudaPopCallConfiguration(dim3* gridDim, dim3* blockDim, size_t* sharedMem,
+                                       void* stream) {
+  auto& stack = ndt::standin::t_call_configurations;
+  if (stack.empty()) return Report(cudaErrorMissingConfiguration);
+  const ndt::standin::CallConfiguration config = stack.back();
+  stack.pop_back();
+  *gridDim = config.grid;
+  *blockDim = config.block;
+  *sharedMem = config.shared_mem;
+  *static_cast<cudaStream_t*>(stream) = config.stream;
+  return cudaSuccess;
+}
+
+cudaError_t __cudaGetKernel(cudaKernel_t* kernel, const void* hostFun) {
+  if (kernel == nullptr) return Report(cudaErrorInvalidValue);
+  CUkernel found = nullptr;
+  const cudaError_t e = ndt::standin::KernelForHostFunction(hostFun, &found);
+  *kernel = found;
+  return Report(e);
+}
+
+cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args,
+                               size_t sharedMem, cudaStream_t stream) {
+  return ndt::standin::LaunchKernel(kernel, gridDim, blockDim, args, sharedMem, stream,
+                                    kLegacyStream);
+}
+
+cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args,
+                                    size_t sharedMem, cudaStream_t stream) {
+  return ndt::standin::LaunchKernel(kernel, gridDim, blockDim, args, sharedMem, stream,
+                                    kPerThreadStream);
+}
+
+}  // extern "C"

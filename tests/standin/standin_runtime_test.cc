@@ -1,0 +1,146 @@
+// Tests of the stand-in libcudart.so.13 on its own: it is dlopen()ed by path, and it finds the
+// stand-in libcuda.so.1 itself through LD_LIBRARY_PATH (set by CTest), as a program would.
+// What nvcc-built programs do with it is tested by tests/programs/.
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+
+#include <catch2/catch.hpp>
+#include <iterator>
+#include <string>
+
+// nvcc-generated code calls this; no includable header declares it.
+extern "C" cudaError_t __cudaPopCallConfiguration(dim3* gridDim, dim3* blockDim, size_t* sharedMem,
+                                                  void* stream);
+
+namespace {
+
+void* Runtime() {
+  static void* handle = dlopen(NDT_STANDIN_LIBCUDART, RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(handle != nullptr);
+  return handle;
+}
+
+// The stand-in's definition of runtime function `name`, typed like the real one.
+template <typename Fn>
+Fn* Get(const char* name) {
+  auto* fn = reinterpret_cast<Fn*>(dlsym(Runtime(), name));
+  INFO(name);
+  REQUIRE(fn != nullptr);
+  return fn;
+}
+
+#define NDT_RUNTIME(name) Get<decltype(name)>(#name)
+
+TEST_CASE("every function of the real runtime is exported", "[standin]") {
+  const char* const kNames[] = {
+#define NDT_RUNTIME_ENTRY_POINT(name) #name,
+#include "standin_runtime_entry_points.inc"
+#undef NDT_RUNTIME_ENTRY_POINT
+  };
+  CHECK(std::size(kNames) > 400);
+  for (const char* name : kNames) {
+    INFO(name);
+    CHECK(dlsym(Runtime(), name) != nullptr);
+  }
+}
+
+TEST_CASE("unimplemented runtime functions fail with cudaErrorNotSupported", "[standin]") {
+  void* pinned = nullptr;
+  CHECK(NDT_RUNTIME(cudaMallocHost)(&pinned, 64) == cudaErrorNotSupported);
+  CHECK(NDT_RUNTIME(cudaPeekAtLastError)() == cudaErrorNotSupported);
+  CHECK(NDT_RUNTIME(cudaGetLastError)() == cudaErrorNotSupported);
+  CHECK(NDT_RUNTIME(cudaGetLastError)() == cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  CHECK(NDT_RUNTIME(cudaGraphCreate)(&graph, 0) == cudaErrorNotSupported);
+  const cudaChannelFormatDesc desc =
+      NDT_RUNTIME(cudaCreateChannelDesc)(32, 0, 0, 0, cudaChannelFormatKindFloat);
+  CHECK(desc.x == 32);
+  CHECK(desc.f == cudaChannelFormatKindFloat);
+}
+
+TEST_CASE("the runtime describes the stand-in device from driver attributes", "[standin]") {
+  int count = 0;
+  REQUIRE(NDT_RUNTIME(cudaGetDeviceCount)(&count) == cudaSuccess);
+  CHECK(count == 1);
+  cudaDeviceProp prop;
+  REQUIRE(NDT_RUNTIME(cudaGetDeviceProperties)(&prop, 0) == cudaSuccess);
+  CHECK(std::string(prop.name) == "ndtrace stand-in device");
+  CHECK(prop.major == 9);
+  CHECK(prop.minor == 0);
+  CHECK(prop.multiProcessorCount == 4);
+  CHECK(prop.warpSize == 32);
+  CHECK(prop.maxThreadsPerBlock == 1024);
+  CHECK(prop.totalGlobalMem > 0);
+  int value = 0;
+  CHECK(NDT_RUNTIME(cudaDeviceGetAttribute)(&value, cudaDevAttrMultiProcessorCount, 0) ==
+        cudaSuccess);
+  CHECK(value == 4);
+  CHECK(NDT_RUNTIME(cudaGetDeviceProperties)(&prop, 1) == cudaErrorInvalidDevice);
+  CHECK(NDT_RUNTIME(cudaSetDevice)(1) == cudaErrorInvalidDevice);
+  int version = 0;
+  CHECK(NDT_RUNTIME(cudaRuntimeGetVersion)(&version) == cudaSuccess);
+  CHECK(version == 13000);
+  CHECK(NDT_RUNTIME(cudaDriverGetVersion)(&version) == cudaSuccess);
+  CHECK(version == 13000);
+}
+
+TEST_CASE("cudaGetDriverEntryPointByVersion hands out the driver's own variants", "[standin]") {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+  REQUIRE(NDT_RUNTIME(cudaGetDriverEntryPointByVersion)("cuMemAlloc", &fn, 13000, cudaEnableDefault,
+                                                        &status) == cudaSuccess);
+  CHECK(status == cudaDriverEntryPointSuccess);
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(driver != nullptr);  // loaded by the runtime, found through LD_LIBRARY_PATH
+  CHECK(fn == dlsym(driver, "cuMemAlloc_v2"));
+  CHECK(NDT_RUNTIME(cudaGetDriverEntryPointByVersion)("cuLaunchKernel", &fn, 13000,
+                                                      cudaEnablePerThreadDefaultStream,
+                                                      &status) == cudaSuccess);
+  CHECK(fn == dlsym(driver, "cuLaunchKernel_ptsz"));
+  CHECK(NDT_RUNTIME(cudaGetDriverEntryPointByVersion)("cuNoSuchFunction", &fn, 13000,
+                                                      cudaEnableDefault, &status) == cudaSuccess);
+  CHECK(status == cudaDriverEntryPointSymbolNotFound);
+  dlclose(driver);
+}
+
+TEST_CASE("runtime memory calls check their arguments", "[standin]") {
+  void* p = &p;
+  CHECK(NDT_RUNTIME(cudaMalloc)(&p, 0) == cudaSuccess);
+  CHECK(p == nullptr);
+  CHECK(NDT_RUNTIME(cudaFree)(nullptr) == cudaSuccess);
+  REQUIRE(NDT_RUNTIME(cudaMalloc)(&p, 256) == cudaSuccess);
+  char host[256] = {};
+  CHECK(NDT_RUNTIME(cudaMemcpy)(p, host, 256, static_cast<cudaMemcpyKind>(7)) ==
+        cudaErrorInvalidMemcpyDirection);
+  CHECK(NDT_RUNTIME(cudaMemcpy)(p, host, 512, cudaMemcpyHostToDevice) == cudaErrorInvalidValue);
+  CHECK(NDT_RUNTIME(cudaMemset)(p, 7, 256) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaMemcpy)(host, p, 256, cudaMemcpyDefault) == cudaSuccess);
+  CHECK(host[255] == 7);
+  CHECK(NDT_RUNTIME(cudaFree)(p) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaFree)(p) == cudaErrorInvalidValue);
+  CHECK(NDT_RUNTIME(cudaGetLastError)() == cudaErrorInvalidValue);
+}
+
+TEST_CASE("launching an unregistered function is an invalid device function", "[standin]") {
+  int not_a_kernel = 0;
+  CHECK(NDT_RUNTIME(cudaLaunchKernel)(&not_a_kernel, dim3(1), dim3(1), nullptr, 0, nullptr) ==
+        cudaErrorInvalidDeviceFunction);
+  dim3 grid, block;
+  size_t shared = 0;
+  cudaStream_t stream = nullptr;
+  CHECK(NDT_RUNTIME(__cudaPopCallConfiguration)(&grid, &block, &shared, &stream) ==
+        cudaErrorMissingConfiguration);
+  CHECK(NDT_RUNTIME(cudaGetLastError)() == cudaErrorMissingConfiguration);
+}
+
+TEST_CASE("runtime errors have the runtime's names and descriptions", "[standin]") {
+  CHECK(std::string(NDT_RUNTIME(cudaGetErrorName)(cudaErrorInvalidValue)) ==
+        "cudaErrorInvalidValue");
+  CHECK(std::string(NDT_RUNTIME(cudaGetErrorString)(cudaErrorInvalidValue)) == "invalid argument");
+  CHECK(std::string(NDT_RUNTIME(cudaGetErrorName)(cudaErrorStubLibrary)) == "cudaErrorStubLibrary");
+  CHECK(std::string(NDT_RUNTIME(cudaGetErrorName)(static_cast<cudaError_t>(123456))) ==
+        "unrecognized error code");
+}
+
+}  // namespace
