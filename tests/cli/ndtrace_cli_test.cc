@@ -22,6 +22,7 @@
 #include "formats/trace_reader.h"
 #include "formats/trace_writer.h"
 #include "tools/synthetic_trace.h"
+#include "support/temp_dir.h"
 
 extern char** environ;
 
@@ -33,25 +34,7 @@ using ndt::format::TraceWriter;
 using ndt::format::WriterOptions;
 using ndt::tools::SyntheticOptions;
 
-// A fresh directory under the system's temporary directory, removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "ndtrace_cli_XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
+using ndt::testing::TempDir;
 
 std::string ReadFile(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -13,6 +13,7 @@
 
 #include "formats/trace_reader.h"
 #include "formats/trace_writer.h"
+#include "support/temp_dir.h"
 
 namespace {
 
@@ -20,24 +21,7 @@ namespace fs = std::filesystem;
 using ndt::format::Record;
 using ndt::tools::SyntheticOptions;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "ndtrace_synth_XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using ndt::testing::TempDir;
 
 struct Trace {
   ndt::format::TraceHeader header;
