@@ -384,29 +384,32 @@ void ReadArgumentInto(wire::Argument::Reader r, Argument* a) {
   }
 }
 
+void ReadChoiceInto(wire::AlgorithmChoice::Reader r, AlgorithmChoice* c) {
+  AssignText(r.getLibrary(), &c->library);
+  c->id = r.getId();
+  AssignText(r.getName(), &c->name);
+  auto knobs = r.getKnobs();
+  c->knobs.resize(knobs.size());
+  for (unsigned i = 0; i < knobs.size(); ++i) c->knobs[i] = {knobs[i].getType(), knobs[i].getValue()};
+  const auto opaque = r.getOpaque();
+  c->opaque.assign(reinterpret_cast<const char*>(opaque.begin()), opaque.size());
+  c->determinism = FromWire(r.getDeterminism(), 3, Determinism::kUnknown);
+  c->source = FromWire(r.getSource(), 6, ChoiceSource::kUnknown);
+}
+
 AlgorithmChoice ReadChoice(wire::AlgorithmChoice::Reader r) {
   AlgorithmChoice c;
-  c.library = FromText(r.getLibrary());
-  c.id = r.getId();
-  c.name = FromText(r.getName());
-  auto knobs = r.getKnobs();
-  c.knobs.reserve(knobs.size());
-  for (auto k : knobs) c.knobs.push_back(Knob{k.getType(), k.getValue()});
-  c.opaque = FromData(r.getOpaque());
-  c.determinism = FromWire(r.getDeterminism(), 3, Determinism::kUnknown);
-  c.source = FromWire(r.getSource(), 6, ChoiceSource::kUnknown);
+  ReadChoiceInto(r, &c);
   return c;
 }
 
-RngState ReadRng(wire::RngState::Reader r) {
-  RngState s;
-  s.generator = FromText(r.getGenerator());
-  s.seed = r.getSeed();
-  s.offset = r.getOffset();
-  s.subsequence = r.getSubsequence();
-  s.ordering = FromText(r.getOrdering());
-  s.device_dependent = r.getDeviceDependent();
-  return s;
+void ReadRngInto(wire::RngState::Reader r, RngState* s) {
+  AssignText(r.getGenerator(), &s->generator);
+  s->seed = r.getSeed();
+  s->offset = r.getOffset();
+  s->subsequence = r.getSubsequence();
+  AssignText(r.getOrdering(), &s->ordering);
+  s->device_dependent = r.getDeviceDependent();
 }
 
 void ReadBufferDigestInto(wire::BufferDigest::Reader r, BufferDigest* d) {
@@ -451,12 +454,12 @@ void ReadOpInto(wire::OpRecord::Reader r, OpRecord* op) {
   op->args.resize(args.size());
   for (unsigned i = 0; i < args.size(); ++i) ReadArgumentInto(args[i], &op->args[i]);
   if (r.hasAlgorithm()) {
-    op->algorithm = ReadChoice(r.getAlgorithm());
+    ReadChoiceInto(r.getAlgorithm(), op->algorithm ? &*op->algorithm : &op->algorithm.emplace());
   } else {
     op->algorithm.reset();
   }
   if (r.hasRng()) {
-    op->rng = ReadRng(r.getRng());
+    ReadRngInto(r.getRng(), op->rng ? &*op->rng : &op->rng.emplace());
   } else {
     op->rng.reset();
   }
