@@ -23,5 +23,9 @@ Command AddShowCommand(CLI::App& parent);
 Command AddStatsCommand(CLI::App& parent);
 // `ndtrace export TRACE --format json|perfetto [--stable] [-o OUT]`
 Command AddExportCommand(CLI::App& parent);
+// `ndtrace record [-o PATH] [--quiet] -- CMD...`
+Command AddRecordCommand(CLI::App& parent);
+// `ndtrace diff A B [--json] [-o OUT]`
+Command AddDiffCommand(CLI::App& parent);
 
 }  // namespace ndt::tools

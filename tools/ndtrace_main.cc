@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
         AddShowCommand(app),
         AddStatsCommand(app),
         AddExportCommand(app),
+        AddRecordCommand(app),
+        AddDiffCommand(app),
     };
     if (std::optional<int> exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
     for (const Command& command : commands) {

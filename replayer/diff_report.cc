@@ -1,0 +1,179 @@
+#include "replayer/diff_report.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+namespace ndt::replay {
+namespace {
+
+struct Style {
+  bool color;
+  std::string Bold(const std::string& s) const { return color ? "\x1b[1m" + s + "\x1b[0m" : s; }
+  std::string Red(const std::string& s) const { return color ? "\x1b[1;31m" + s + "\x1b[0m" : s; }
+  std::string Yellow(const std::string& s) const {
+    return color ? "\x1b[1;33m" + s + "\x1b[0m" : s;
+  }
+  std::string Green(const std::string& s) const {
+    return color ? "\x1b[1;32m" + s + "\x1b[0m" : s;
+  }
+  std::string Cyan(const std::string& s) const { return color ? "\x1b[1;36m" + s + "\x1b[0m" : s; }
+};
+
+std::string Where(const OpLocation& op) {
+  return fmt::format("op {}, thread {}, stream {} (its op #{} there), {}", op.sequence,
+                     op.thread_id, op.stream_id, op.lane_index, format::OpKindName(op.kind));
+}
+
+std::string Headline(const Divergence& d) {
+  switch (d.klass) {
+    case DivergenceClass::kNondeterministicOp:
+      return fmt::format("op {} is nondeterministic", d.op.sequence);
+    case DivergenceClass::kRngState:
+      return fmt::format("op {} consumed different random state", d.op.sequence);
+    case DivergenceClass::kAlgorithmSelection:
+      return fmt::format("op {} ran a different algorithm", d.op.sequence);
+    case DivergenceClass::kPropagated:
+      return fmt::format("op {} received inputs that already differ", d.op.sequence);
+    case DivergenceClass::kUncovered:
+      return fmt::format("device memory diverged by op {}", d.op.sequence);
+  }
+  return "divergence";
+}
+
+std::string Summary(const DiffReport& r) {
+  return fmt::format("{} ops in run A, {} in run B, {} compared, {} diverged, {} structural "
+                     "difference{}",
+                     r.ops_a, r.ops_b, r.ops_compared, r.divergent_ops, r.structural_differences,
+                     r.structural_differences == 1 ? "" : "s");
+}
+
+nlohmann::json OpJson(const OpLocation& op) {
+  return {{"sequence", op.sequence},
+          {"thread", op.thread_id},
+          {"stream", op.stream_id},
+          {"lane_index", op.lane_index},
+          {"kind", format::OpKindName(op.kind)},
+          {"name", op.name}};
+}
+
+}  // namespace
+
+std::string RenderDiffText(const DiffReport& r, bool color) {
+  const Style s{color};
+  std::string out;
+  for (const auto& h : r.header) {
+    out += fmt::format("{}: {} differs: {} (run A) vs {} (run B){}\n",
+                       h.blocking ? s.Red("not comparable") : s.Yellow("warning"), h.field, h.a,
+                       h.b, h.blocking ? "; bitwise-identical results are not expected" : "");
+  }
+  for (const auto& w : r.warnings) out += s.Yellow("warning") + ": " + w + "\n";
+  if (r.first_divergence) {
+    const Divergence& d = *r.first_divergence;
+    out += fmt::format("{}: {}\n", s.Red(fmt::format("error[{}]", DivergenceClassName(d.klass))),
+                       s.Bold(Headline(d)));
+    if (d.klass == DivergenceClass::kUncovered) {
+      out += fmt::format("  --> {}\n", d.op.name);
+    } else {
+      out += fmt::format("  --> {}\n", Where(d.op));
+      out += fmt::format("      {}\n", d.op.name);
+      if (d.sequence_b != d.op.sequence) {
+        out += fmt::format("      (op {} in run B)\n", d.sequence_b);
+      }
+    }
+    out += fmt::format("   = {}\n", d.what);
+    for (const auto& line : d.evidence) out += "   = " + line + "\n";
+    if (d.size) {
+      const auto& z = *d.size;
+      out += fmt::format("   = size: `{}` sums to {:.9g} (A) and {:.9g} (B), |diff| {:.3g}; "
+                         "largest |x| {:.9g} (A), {:.9g} (B)\n",
+                         z.role, z.sum_a, z.sum_b, std::fabs(z.sum_a - z.sum_b), z.max_abs_a,
+                         z.max_abs_b);
+    }
+    if (d.root) {
+      out += fmt::format("   = suspect: op {}, {}: {}\n", d.root->sequence,
+                         format::OpKindName(d.root->kind), d.root->name);
+    }
+    if (d.window_begin && d.window_end) {
+      out += fmt::format("   = window: the divergence arose in ops {}..{}; digesting each op "
+                         "there would pinpoint it\n",
+                         *d.window_begin, *d.window_end);
+    }
+    if (d.hint) {
+      out += fmt::format("   = why: {}: {}\n", d.hint->framework_op, d.hint->mechanism);
+      out += fmt::format("{}: {}\n", s.Cyan("help"), d.hint->fix);
+    }
+  }
+  if (r.first_structural) {
+    const auto& st = *r.first_structural;
+    out += fmt::format("{}: the runs differ in structure: {}\n", s.Yellow("note"), st.what);
+    if (st.a) out += fmt::format("  --> run A: {}: {}\n", Where(*st.a), st.a->name);
+    if (st.b) out += fmt::format("  --> run B: {}: {}\n", Where(*st.b), st.b->name);
+  }
+  const char* verdict = r.identical() ? "identical" : "diverged";
+  out += fmt::format("{}: {} vs {}: {}\n",
+                     r.identical() ? s.Green(verdict) : s.Red(verdict), r.path_a, r.path_b,
+                     Summary(r));
+  return out;
+}
+
+std::string RenderDiffJson(const DiffReport& r) {
+  nlohmann::json j;
+  j["schema"] = "ndtrace.diff/1";
+  j["a"] = r.path_a;
+  j["b"] = r.path_b;
+  j["verdict"] = r.identical() ? "identical" : "diverged";
+  j["comparable"] = r.comparable();
+  j["header_differences"] = nlohmann::json::array();
+  for (const auto& h : r.header) {
+    j["header_differences"].push_back(
+        {{"field", h.field}, {"a", h.a}, {"b", h.b}, {"blocking", h.blocking}});
+  }
+  j["first_divergence"] = nullptr;
+  if (r.first_divergence) {
+    const Divergence& d = *r.first_divergence;
+    nlohmann::json v;
+    v["class"] = DivergenceClassName(d.klass);
+    v["op"] = OpJson(d.op);
+    v["sequence_b"] = d.sequence_b;
+    v["what"] = d.what;
+    v["evidence"] = d.evidence;
+    v["root"] = d.root ? nlohmann::json{{"sequence", d.root->sequence},
+                                        {"kind", format::OpKindName(d.root->kind)},
+                                        {"name", d.root->name}}
+                       : nlohmann::json(nullptr);
+    v["bisect_window"] = d.window_begin && d.window_end
+                             ? nlohmann::json::array({*d.window_begin, *d.window_end})
+                             : nlohmann::json(nullptr);
+    v["size"] = d.size ? nlohmann::json{{"role", d.size->role},
+                                        {"dtype", format::DTypeName(d.size->dtype)},
+                                        {"sum_a", d.size->sum_a},
+                                        {"sum_b", d.size->sum_b},
+                                        {"max_abs_a", d.size->max_abs_a},
+                                        {"max_abs_b", d.size->max_abs_b}}
+                       : nlohmann::json(nullptr);
+    v["hint"] = d.hint ? nlohmann::json{{"framework_op", d.hint->framework_op},
+                                        {"mechanism", d.hint->mechanism},
+                                        {"fix", d.hint->fix}}
+                       : nlohmann::json(nullptr);
+    j["first_divergence"] = std::move(v);
+  }
+  j["first_structural_difference"] = nullptr;
+  if (r.first_structural) {
+    const auto& st = *r.first_structural;
+    j["first_structural_difference"] = {
+        {"what", st.what},
+        {"a", st.a ? OpJson(*st.a) : nlohmann::json(nullptr)},
+        {"b", st.b ? OpJson(*st.b) : nlohmann::json(nullptr)}};
+  }
+  j["counts"] = {{"ops_a", r.ops_a},
+                 {"ops_b", r.ops_b},
+                 {"ops_compared", r.ops_compared},
+                 {"divergent_ops", r.divergent_ops},
+                 {"structural_differences", r.structural_differences}};
+  j["warnings"] = r.warnings;
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace ndt::replay

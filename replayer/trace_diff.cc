@@ -1,0 +1,531 @@
+// Streaming alignment of two traces.
+//
+// The two readers are pumped alternately, one record at a time. Ops go into per-lane
+// queues (lane = thread id and stream id, which is the order a GPU executes them in); as
+// soon as both runs have op k of a lane, the pair is compared and dropped. Ops of one
+// lane come from one thread, and the writer keeps each thread's records in order, so a
+// lane's queue is in issue order in both runs. State digests are aligned by their order.
+//
+// Resynchronisation: when the heads of a lane differ in kind or name, the first pair (i, j)
+// within the next `resync_window` ops of each run whose kind and name agree, with i + j
+// smallest, is taken as the next common op; the ops before it exist in one run only.
+//
+// The first divergence is the smallest op sequence (run A) among all divergent pairs; an
+// uncovered divergence (a state digest) counts at the end of its window, so an op-level
+// divergence inside the window, which explains it, wins.
+#include "replayer/trace_diff.h"
+
+#include <cmath>
+#include <deque>
+#include <map>
+#include <memory>
+#include <utility>
+
+#include "formats/trace_reader.h"
+#include "kernels/digest_v1.h"
+
+namespace ndt::replay {
+namespace {
+
+using format::OpRecord;
+
+std::string Hex(const format::Digest& d) { return kernels::ToHex({d.lo, d.hi}); }
+
+std::string PointerText(const format::DevicePointer& p) {
+  if (p.allocation_id == 0) return "(unknown allocation)";
+  return "a" + std::to_string(p.allocation_id) + "+" + std::to_string(p.offset);
+}
+
+std::string BufferText(const format::BufferDigest& d) {
+  std::string text = d.role.empty() ? "buffer" : "`" + d.role + "`";
+  text += " (" + PointerText(d.pointer) + ", " + std::to_string(d.bytes) + " B";
+  if (d.dtype != format::DType::kUnknown) text += std::string(", ") + format::DTypeName(d.dtype);
+  return text + ")";
+}
+
+std::string ChoiceText(const format::AlgorithmChoice& c) {
+  std::string text = c.library + " " + (c.name.empty() ? "algo " + std::to_string(c.id) : c.name);
+  if (!c.knobs.empty()) {
+    text += " knobs";
+    for (const auto& knob : c.knobs) {
+      text += " " + std::to_string(knob.type) + "=" + std::to_string(knob.value);
+    }
+  }
+  if (c.determinism == format::Determinism::kNondeterministic) text += " [nondeterministic]";
+  switch (c.source) {
+    case format::ChoiceSource::kBenchmark: return text + " (picked by benchmark)";
+    case format::ChoiceSource::kHeuristic: return text + " (picked by heuristics)";
+    case format::ChoiceSource::kPinned: return text + " (pinned)";
+    case format::ChoiceSource::kEnforced: return text + " (enforced)";
+    default: return text;
+  }
+}
+
+std::string RngText(const format::RngState& r) {
+  return r.generator + " seed " + std::to_string(r.seed) + " offset " +
+         std::to_string(r.offset) +
+         (r.subsequence ? " subsequence " + std::to_string(r.subsequence) : "") +
+         (r.ordering.empty() ? "" : " ordering " + r.ordering);
+}
+
+bool SameChoice(const format::AlgorithmChoice& a, const format::AlgorithmChoice& b) {
+  return a.library == b.library && a.id == b.id && a.knobs == b.knobs && a.opaque == b.opaque;
+}
+
+bool SameRng(const format::RngState& a, const format::RngState& b) {
+  return a.generator == b.generator && a.seed == b.seed && a.offset == b.offset &&
+         a.subsequence == b.subsequence && a.ordering == b.ordering;
+}
+
+// Arguments compared without raw addresses.
+bool SameArgument(const format::Argument& a, const format::Argument& b) {
+  if (a.name != b.name || a.value.index() != b.value.index()) return false;
+  if (const auto* p = std::get_if<format::DevicePointer>(&a.value)) {
+    const auto& q = std::get<format::DevicePointer>(b.value);
+    if (p->allocation_id == 0 && q.allocation_id == 0) return true;  // unknown: not comparable
+    return p->allocation_id == q.allocation_id && p->offset == q.offset;
+  }
+  return a.value == b.value;
+}
+
+std::string ArgumentText(const format::Argument& a) {
+  return std::visit(
+      [&](const auto& v) -> std::string {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::monostate>) {
+          return a.name + "=?";
+        } else if constexpr (std::is_same_v<T, uint64_t> || std::is_same_v<T, int64_t>) {
+          return a.name + "=" + std::to_string(v);
+        } else if constexpr (std::is_same_v<T, double>) {
+          return a.name + "=" + std::to_string(v);
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          return a.name + "=\"" + v + "\"";
+        } else if constexpr (std::is_same_v<T, format::Argument::Bytes>) {
+          return a.name + "=<" + std::to_string(v.data.size()) + " bytes>";
+        } else if constexpr (std::is_same_v<T, format::DevicePointer>) {
+          return a.name + "=" + PointerText(v);
+        } else {
+          std::string text = a.name + "=[";
+          for (size_t i = 0; i < v.size(); ++i) text += (i ? "," : "") + std::to_string(v[i]);
+          return text + "]";
+        }
+      },
+      a.value);
+}
+
+OpLocation Locate(const OpRecord& op, uint64_t lane_index) {
+  return OpLocation{op.sequence, op.thread_id, op.stream_id, lane_index, op.kind, op.name};
+}
+
+bool SameShape(const OpRecord& a, const OpRecord& b) {
+  return a.kind == b.kind && a.name == b.name;
+}
+
+double MaxAbs(const format::NumericSummary& s) { return std::max(std::fabs(s.min), std::fabs(s.max)); }
+
+struct Lane {
+  std::deque<OpRecord> a;
+  std::deque<OpRecord> b;
+  uint64_t next_index_a = 0;  // lane position of a.front()
+  uint64_t next_index_b = 0;
+};
+
+struct LastWriter {
+  uint64_t sequence = 0;
+  format::OpKind kind = format::OpKind::kOther;
+  std::string name;
+};
+
+class Differ {
+ public:
+  Differ(std::unique_ptr<format::TraceReader> a, std::unique_ptr<format::TraceReader> b,
+         DiffReport* report, const DiffOptions& options)
+      : a_(std::move(a)), b_(std::move(b)), report_(*report), options_(options) {}
+
+  void Run() {
+    CompareHeaders();
+    bool more_a = true;
+    bool more_b = true;
+    format::Record record;
+    while (more_a || more_b) {
+      if (more_a && (more_a = a_->Next(&record))) Take(std::move(record), /*run_a=*/true);
+      if (more_b && (more_b = b_->Next(&record))) Take(std::move(record), /*run_a=*/false);
+    }
+    finished_ = true;
+    for (auto& [key, lane] : lanes_) Match(lane);
+    for (auto& [key, lane] : lanes_) {
+      for (const OpRecord& op : lane.a) Structural(&op, lane.next_index_a++, nullptr, 0, "only in run A");
+      for (const OpRecord& op : lane.b) Structural(nullptr, 0, &op, lane.next_index_b++, "only in run B");
+    }
+    CompareStateDigests();
+    Warnings(*a_, report_.path_a, "A");
+    Warnings(*b_, report_.path_b, "B");
+    if (report_.first_divergence) {
+      auto& d = *report_.first_divergence;
+      if (d.root && d.root->kind == format::OpKind::kKernelLaunch) {
+        // The kernel that wrote the differing data is the suspect: its hint is the useful one.
+        OpRecord root;
+        root.kind = d.root->kind;
+        root.name = d.root->name;
+        d.hint = FindFixHint(root, DivergenceClass::kNondeterministicOp);
+      } else if (d.klass != DivergenceClass::kUncovered && first_op_) {
+        d.hint = FindFixHint(*first_op_, d.klass);
+      }
+    }
+  }
+
+ private:
+  void Take(format::Record&& record, bool run_a) {
+    if (auto* op = std::get_if<OpRecord>(&record)) {
+      (run_a ? report_.ops_a : report_.ops_b)++;
+      Lane& lane = lanes_[(uint64_t{op->thread_id} << 32) | op->stream_id];
+      (run_a ? lane.a : lane.b).push_back(std::move(*op));
+      Match(lane);
+    } else if (auto* state = std::get_if<format::StateDigestRecord>(&record)) {
+      (run_a ? states_a_ : states_b_).push_back(std::move(*state));
+      CompareStateDigests();
+    } else if (auto* dropped = std::get_if<format::DroppedRecords>(&record)) {
+      (run_a ? dropped_a_ : dropped_b_) += dropped->records;
+    }
+  }
+
+  // Compares heads of the lane while both runs have one, resynchronising on mismatch.
+  void Match(Lane& lane) {
+    while (!lane.a.empty() && !lane.b.empty()) {
+      if (SameShape(lane.a.front(), lane.b.front())) {
+        ComparePair(lane.a.front(), lane.next_index_a, lane.b.front());
+        Pop(lane, true);
+        Pop(lane, false);
+        continue;
+      }
+      const size_t window = options_.resync_window;
+      if (!finished_ && (lane.a.size() < window || lane.b.size() < window)) return;  // wait
+      size_t best_i = 0, best_j = 0;
+      bool found = false;
+      for (size_t sum = 1; !found && sum < 2 * window; ++sum) {
+        for (size_t i = 0; i <= sum && !found; ++i) {
+          const size_t j = sum - i;
+          if (i < lane.a.size() && j < lane.b.size() && i < window && j < window &&
+              SameShape(lane.a[i], lane.b[j])) {
+            best_i = i;
+            best_j = j;
+            found = true;
+          }
+        }
+      }
+      if (!found) {  // no common op in the window: a different op at the same place
+        Structural(&lane.a.front(), lane.next_index_a, &lane.b.front(), lane.next_index_b,
+                   "a different op at the same place");
+        Pop(lane, true);
+        Pop(lane, false);
+        continue;
+      }
+      for (size_t i = 0; i < best_i; ++i) {
+        Structural(&lane.a.front(), lane.next_index_a, nullptr, 0, "only in run A");
+        Pop(lane, true);
+      }
+      for (size_t j = 0; j < best_j; ++j) {
+        Structural(nullptr, 0, &lane.b.front(), lane.next_index_b, "only in run B");
+        Pop(lane, false);
+      }
+    }
+  }
+
+  void Pop(Lane& lane, bool run_a) {
+    if (run_a) {
+      NoteWrites(lane.a.front());
+      lane.a.pop_front();
+      ++lane.next_index_a;
+    } else {
+      lane.b.pop_front();
+      ++lane.next_index_b;
+    }
+  }
+
+  // Remembers which op last wrote (or may have written) each allocation, in run A.
+  void NoteWrites(const OpRecord& op) {
+    for (const auto& out : op.outputs) {
+      if (out.pointer.allocation_id) {
+        last_writer_[out.pointer.allocation_id] = {op.sequence, op.kind, op.name};
+      }
+    }
+    if (op.kind == format::OpKind::kKernelLaunch) {
+      for (const auto& arg : op.args) {
+        if (const auto* p = std::get_if<format::DevicePointer>(&arg.value); p && p->allocation_id) {
+          last_writer_[p->allocation_id] = {op.sequence, op.kind, op.name};
+        }
+      }
+    }
+  }
+
+  void Structural(const OpRecord* a, uint64_t index_a, const OpRecord* b, uint64_t index_b,
+                  const std::string& what) {
+    ++report_.structural_differences;
+    const uint64_t key = a ? a->sequence : b->sequence;
+    if (report_.first_structural && key >= structural_key_) return;
+    structural_key_ = key;
+    StructuralDifference difference;
+    if (a) difference.a = Locate(*a, index_a);
+    if (b) difference.b = Locate(*b, index_b);
+    difference.what = what;
+    report_.first_structural = std::move(difference);
+  }
+
+  void ComparePair(const OpRecord& a, uint64_t lane_index, const OpRecord& b) {
+    ++report_.ops_compared;
+    Divergence d;
+    d.op = Locate(a, lane_index);
+    d.sequence_b = b.sequence;
+
+    // Arguments first: a different argument means the program asked for something else.
+    for (size_t i = 0; i < std::max(a.args.size(), b.args.size()); ++i) {
+      if (i >= a.args.size() || i >= b.args.size() || !SameArgument(a.args[i], b.args[i])) {
+        const std::string text_a = i < a.args.size() ? ArgumentText(a.args[i]) : "(none)";
+        const std::string text_b = i < b.args.size() ? ArgumentText(b.args[i]) : "(none)";
+        Structural(&a, lane_index, &b, lane_index,
+                   "the same op with different arguments: " + text_a + " in run A, " + text_b +
+                       " in run B");
+        return;
+      }
+    }
+    if (a.algorithm.has_value() != b.algorithm.has_value() ||
+        (a.algorithm && !SameChoice(*a.algorithm, *b.algorithm))) {
+      d.klass = DivergenceClass::kAlgorithmSelection;
+      d.what = "the library chose a different algorithm";
+      d.evidence.push_back("run A: " + (a.algorithm ? ChoiceText(*a.algorithm) : "(none)"));
+      d.evidence.push_back("run B: " + (b.algorithm ? ChoiceText(*b.algorithm) : "(none)"));
+      AddOutputEvidence(a, b, &d);
+      return Found(std::move(d), a, a.sequence);
+    }
+    if (a.rng.has_value() != b.rng.has_value() || (a.rng && !SameRng(*a.rng, *b.rng))) {
+      d.klass = DivergenceClass::kRngState;
+      d.what = "the op consumed different random-number-generator state";
+      d.evidence.push_back("run A: " + (a.rng ? RngText(*a.rng) : "(none)"));
+      d.evidence.push_back("run B: " + (b.rng ? RngText(*b.rng) : "(none)"));
+      AddOutputEvidence(a, b, &d);
+      return Found(std::move(d), a, a.sequence);
+    }
+    for (size_t i = 0; i < std::min(a.inputs.size(), b.inputs.size()); ++i) {
+      if (a.inputs[i].digest == b.inputs[i].digest) continue;
+      d.klass = DivergenceClass::kPropagated;
+      d.evidence.push_back("input " + BufferText(a.inputs[i]) + ": " + Hex(a.inputs[i].digest) +
+                           " in run A, " + Hex(b.inputs[i].digest) + " in run B");
+      const uint64_t allocation = a.inputs[i].pointer.allocation_id;
+      if (a.kind == format::OpKind::kMemcpy && a.args.size() + a.inputs.size() > 0 &&
+          (allocation == 0 || !last_writer_.count(allocation))) {
+        d.what = "the host data copied to the GPU differs: the runs diverged on the CPU";
+      } else if (auto it = last_writer_.find(allocation); it != last_writer_.end()) {
+        d.what = "the op's inputs already differ; they were last written by op " +
+                 std::to_string(it->second.sequence) + ", which recorded no output digest";
+        SetRoot(it->second, a.sequence, &d);
+      } else {
+        d.what = "the op's inputs already differ, and no earlier op in the trace wrote them";
+      }
+      AddOutputEvidence(a, b, &d);
+      return Found(std::move(d), a, a.sequence);
+    }
+    if (a.status != b.status) {
+      Structural(&a, lane_index, &b, lane_index,
+                 "the same op returned " + std::to_string(a.status) + " in run A and " +
+                     std::to_string(b.status) + " in run B");
+      return;
+    }
+    // A copy or a memset is deterministic: when what it wrote differs, its device source
+    // (no digest of its own) already differed.
+    if ((a.kind == format::OpKind::kMemcpy || a.kind == format::OpKind::kMemset) &&
+        AddOutputEvidence(a, b, &d)) {
+      d.klass = DivergenceClass::kPropagated;
+      d.what = "the data this op copied already differs on the device";
+      for (const auto& arg : a.args) {
+        const auto* p = std::get_if<format::DevicePointer>(&arg.value);
+        if (p == nullptr || p->allocation_id == 0) continue;
+        if (auto it = last_writer_.find(p->allocation_id); it != last_writer_.end()) {
+          d.what += "; `" + arg.name + "` was last written by op " +
+                    std::to_string(it->second.sequence) + ", which recorded no output digest";
+          SetRoot(it->second, a.sequence, &d);
+          break;
+        }
+      }
+      return Found(std::move(d), a, a.sequence);
+    }
+    d.klass = DivergenceClass::kNondeterministicOp;
+    if (AddOutputEvidence(a, b, &d)) {
+      d.what = a.inputs.empty() ? "the op gave different results in the two runs"
+                                : "the op gave different results from identical inputs";
+      if (a.algorithm) d.evidence.push_back("algorithm (same in both runs): " + ChoiceText(*a.algorithm));
+      return Found(std::move(d), a, a.sequence);
+    }
+  }
+
+  static void SetRoot(const LastWriter& writer, uint64_t sequence, Divergence* d) {
+    d->root = OpLocation{writer.sequence, 0, 0, 0, writer.kind, writer.name};
+    d->window_begin = writer.sequence;
+    d->window_end = sequence;
+  }
+
+  // Adds one evidence line per differing output and the size of the first numeric one;
+  // returns whether any output differs.
+  bool AddOutputEvidence(const OpRecord& a, const OpRecord& b, Divergence* d) {
+    bool differs = false;
+    for (size_t i = 0; i < std::min(a.outputs.size(), b.outputs.size()); ++i) {
+      const auto& x = a.outputs[i];
+      const auto& y = b.outputs[i];
+      if (x.digest == y.digest) continue;
+      differs = true;
+      d->evidence.push_back("output " + BufferText(x) + ": " + Hex(x.digest) + " in run A, " +
+                            Hex(y.digest) + " in run B");
+      if (!d->size && x.summary.count && y.summary.count) {
+        d->size = DivergenceSize{x.role, x.dtype, x.summary.sum, y.summary.sum,
+                                 MaxAbs(x.summary), MaxAbs(y.summary)};
+      }
+    }
+    if (!differs && (!a.outputs.empty() || !b.outputs.empty())) {
+      d->evidence.push_back("outputs identical in both runs");
+    }
+    return differs;
+  }
+
+  void Found(Divergence&& d, const OpRecord& op, uint64_t key) {
+    ++report_.divergent_ops;
+    if (report_.first_divergence && key >= divergence_key_) return;
+    divergence_key_ = key;
+    first_op_ = std::make_unique<OpRecord>(op);
+    report_.first_divergence = std::move(d);
+  }
+
+  // Compares state digests present in both runs, in order.
+  void CompareStateDigests() {
+    while (!states_a_.empty() && !states_b_.empty()) {
+      const auto& x = states_a_.front();
+      const auto& y = states_b_.front();
+      std::map<uint64_t, const format::BufferDigest*> in_b;
+      for (const auto& d : y.allocations) in_b[d.pointer.allocation_id] = &d;
+      std::vector<std::string> differing;
+      for (const auto& d : x.allocations) {
+        auto it = in_b.find(d.pointer.allocation_id);
+        if (it != in_b.end() && !(it->second->digest == d.digest)) differing.push_back(BufferText(d));
+      }
+      if (!differing.empty() || x.after_op != y.after_op) {
+        Divergence d;
+        d.klass = DivergenceClass::kUncovered;
+        d.op.sequence = x.after_op;
+        d.op.name = "state digest after op " + std::to_string(x.after_op);
+        d.sequence_b = y.after_op;
+        d.window_begin = last_equal_state_ ? *last_equal_state_ + 1 : 0;
+        d.window_end = x.after_op;
+        d.what = "device memory differs after op " + std::to_string(x.after_op) +
+                 ", and no op with an output digest diverged before it";
+        for (const auto& text : differing) d.evidence.push_back("allocation " + text + " differs");
+        if (x.after_op != y.after_op) {
+          d.evidence.push_back("taken after op " + std::to_string(x.after_op) + " in run A, " +
+                               std::to_string(y.after_op) + " in run B");
+        }
+        ++report_.divergent_ops;
+        if (!report_.first_divergence || x.after_op < divergence_key_) {
+          divergence_key_ = x.after_op;
+          first_op_.reset();
+          report_.first_divergence = std::move(d);
+        }
+      } else if (!report_.first_divergence) {
+        last_equal_state_ = x.after_op;
+      }
+      states_a_.pop_front();
+      states_b_.pop_front();
+    }
+  }
+
+  void CompareHeaders() {
+    const auto& x = a_->header();
+    const auto& y = b_->header();
+    auto add = [&](std::string field, std::string va, std::string vb, bool blocking) {
+      if (va != vb) report_.header.push_back({std::move(field), std::move(va), std::move(vb), blocking});
+    };
+    add("gpu count", std::to_string(x.gpus.size()), std::to_string(y.gpus.size()), true);
+    for (size_t i = 0; i < std::min(x.gpus.size(), y.gpus.size()); ++i) {
+      const auto& g = x.gpus[i];
+      const auto& h = y.gpus[i];
+      const std::string prefix = "gpu " + std::to_string(i) + " ";
+      add(prefix + "name", g.name, h.name, true);
+      add(prefix + "compute capability", std::to_string(g.cc_major) + "." + std::to_string(g.cc_minor),
+          std::to_string(h.cc_major) + "." + std::to_string(h.cc_minor), true);
+      add(prefix + "SM count", std::to_string(g.sm_count), std::to_string(h.sm_count), true);
+      add(prefix + "simulated", g.simulated ? "yes" : "no", h.simulated ? "yes" : "no", true);
+    }
+    const auto version = [](uint32_t v) { return v ? std::to_string(v) : std::string("(not loaded)"); };
+    add("driver version", version(x.versions.driver), version(y.versions.driver), false);
+    add("runtime version", version(x.versions.runtime), version(y.versions.runtime), false);
+    add("cuDNN version", version(x.versions.cudnn), version(y.versions.cudnn), false);
+    add("cuBLAS version", version(x.versions.cublas), version(y.versions.cublas), false);
+    add("NCCL version", version(x.versions.nccl), version(y.versions.nccl), false);
+    add("cuRAND version", version(x.versions.curand), version(y.versions.curand), false);
+    add("policy", format::PolicyName(x.policy), format::PolicyName(y.policy), false);
+    std::map<std::string, std::pair<std::string, std::string>> env;
+    for (const auto& v : x.environment) env[v.name].first = v.value;
+    for (const auto& v : y.environment) env[v.name].second = v.value;
+    for (const auto& [name, values] : env) add("environment " + name, values.first, values.second, false);
+  }
+
+  void Warnings(const format::TraceReader& reader, const std::string& path, const char* run) {
+    if (!reader.complete()) {
+      report_.warnings.push_back(std::string("run ") + run + " (" + path +
+                                 ") is incomplete: it was never closed; ops after its last "
+                                 "whole chunk are missing");
+    }
+    for (const auto& damage : reader.damage()) {
+      report_.warnings.push_back(std::string("run ") + run + " (" + path + "): " + damage.what +
+                                 " (bytes " + std::to_string(damage.begin) + ".." +
+                                 std::to_string(damage.end) + ")");
+    }
+    const uint64_t dropped = run[0] == 'A' ? dropped_a_ : dropped_b_;
+    if (dropped) {
+      report_.warnings.push_back(std::string("run ") + run + " dropped " + std::to_string(dropped) +
+                                 " records while recording; alignment may report them as "
+                                 "structural differences");
+    }
+  }
+
+  std::unique_ptr<format::TraceReader> a_;
+  std::unique_ptr<format::TraceReader> b_;
+  DiffReport& report_;
+  const DiffOptions options_;
+  bool finished_ = false;
+  std::map<uint64_t, Lane> lanes_;
+  std::deque<format::StateDigestRecord> states_a_;
+  std::deque<format::StateDigestRecord> states_b_;
+  std::optional<uint64_t> last_equal_state_;
+  std::map<uint64_t, LastWriter> last_writer_;
+  uint64_t divergence_key_ = 0;
+  uint64_t structural_key_ = 0;
+  std::unique_ptr<OpRecord> first_op_;  // the first divergent op of run A, for its hint
+  uint64_t dropped_a_ = 0;
+  uint64_t dropped_b_ = 0;
+};
+
+}  // namespace
+
+bool DiffReport::comparable() const {
+  for (const auto& h : header) {
+    if (h.blocking) return false;
+  }
+  return true;
+}
+
+bool DiffReport::identical() const {
+  return comparable() && !first_divergence && structural_differences == 0;
+}
+
+StatusOr<DiffReport> DiffTraces(const std::string& path_a, const std::string& path_b,
+                                const DiffOptions& options) {
+  auto a = format::TraceReader::Open(path_a);
+  if (!a.ok()) return a.status();
+  auto b = format::TraceReader::Open(path_b);
+  if (!b.ok()) return b.status();
+  DiffReport report;
+  report.path_a = path_a;
+  report.path_b = path_b;
+  Differ differ(std::move(a).value(), std::move(b).value(), &report, options);
+  differ.Run();
+  return report;
+}
+
+}  // namespace ndt::replay

@@ -1,0 +1,107 @@
+// TraceDiff: compares two traces of the same program and names the first op where they
+// stop being bitwise identical, and why.
+//
+// Both traces are read as streams. Ops are aligned per lane — (thread id, stream id) — by
+// their position in the lane, so op k of a lane in run A meets op k of the same lane in run
+// B whatever the interleaving between threads. An op present in one run only, or a
+// different kernel at the same place, is a structural difference: it is reported once
+// (the first) and alignment resynchronises by looking ahead a bounded window. Memory is
+// bounded by that window and by how far the two files' chunk interleavings drift apart,
+// never by the traces' length.
+//
+// Classification of an aligned pair whose outputs (or consumed state) differ:
+//   algorithm selection  the library chose a different algorithm/engine
+//   RNG state            seed/offset/ordering of the random state consumed differ
+//   propagated           the op's inputs already differ (root: host data, or an earlier op)
+//   nondeterministic op  inputs equal (or none), outputs differ
+//   uncovered            a state digest differs with no op-level divergence before it
+// The first divergence is the one with the smallest op sequence in run A.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "formats/records.h"
+#include "formats/status.h"
+#include "replayer/fix_hints.h"
+
+namespace ndt::replay {
+
+// Where an op is, in the words a user recognises.
+struct OpLocation {
+  uint64_t sequence = 0;
+  uint32_t thread_id = 0;
+  uint32_t stream_id = 0;
+  uint64_t lane_index = 0;  // position in its (thread, stream) lane
+  format::OpKind kind = format::OpKind::kOther;
+  std::string name;
+};
+
+// A difference between the two headers. `blocking` ones make bitwise equality impossible
+// or very unlikely (another GPU model, SM count, compute capability); the others are
+// warnings (library versions, determinism-relevant environment, policy).
+struct HeaderDifference {
+  std::string field;
+  std::string a;
+  std::string b;
+  bool blocking = false;
+};
+
+// The first op present in one run only or of a different kind/name at the same place.
+struct StructuralDifference {
+  std::optional<OpLocation> a;  // absent: the op exists only in B
+  std::optional<OpLocation> b;  // absent: the op exists only in A
+  std::string what;
+};
+
+// Size of a numeric divergence, from the outputs' numeric summaries.
+struct DivergenceSize {
+  std::string role;
+  format::DType dtype = format::DType::kUnknown;
+  double sum_a = 0, sum_b = 0;
+  double max_abs_a = 0, max_abs_b = 0;
+};
+
+struct Divergence {
+  DivergenceClass klass = DivergenceClass::kNondeterministicOp;
+  OpLocation op;                   // in run A (run B's op is at the same lane position)
+  uint64_t sequence_b = 0;         // the aligned op's sequence in run B
+  std::string what;                // one sentence: what differs
+  std::vector<std::string> evidence;
+  std::optional<OpLocation> root;            // kPropagated: the op that last wrote the input
+                                             // (lane_index unknown: 0)
+  std::optional<uint64_t> window_begin;      // kUncovered / kPropagated: ops to bisect
+  std::optional<uint64_t> window_end;
+  std::optional<DivergenceSize> size;
+  std::optional<FixHint> hint;  // for `op`, or for `root` when the root is a kernel
+};
+
+struct DiffReport {
+  std::string path_a;
+  std::string path_b;
+  std::vector<HeaderDifference> header;
+  std::optional<StructuralDifference> first_structural;
+  uint64_t structural_differences = 0;
+  std::optional<Divergence> first_divergence;
+  uint64_t divergent_ops = 0;      // aligned pairs that differ in any compared fact
+  uint64_t ops_a = 0;
+  uint64_t ops_b = 0;
+  uint64_t ops_compared = 0;       // aligned pairs
+  std::vector<std::string> warnings;  // damage, incomplete traces, dropped records
+
+  bool comparable() const;  // no blocking header difference
+  bool identical() const;   // comparable, no divergence, no structural difference
+};
+
+struct DiffOptions {
+  size_t resync_window = 64;  // ops looked ahead per lane to resynchronise after a mismatch
+};
+
+// Compares the traces at `path_a` and `path_b`. Fails only when a trace cannot be opened;
+// damage inside a trace becomes a warning in the report.
+StatusOr<DiffReport> DiffTraces(const std::string& path_a, const std::string& path_b,
+                                const DiffOptions& options = {});
+
+}  // namespace ndt::replay

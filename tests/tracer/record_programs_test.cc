@@ -1,0 +1,345 @@
+// End-to-end tests of the tracer: the programs of tests/programs run under `ndtrace record` on
+// the stand-in device, and their traces are read back with TraceReader.
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <sstream>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "formats/records.h"
+#include "formats/trace_reader.h"
+
+namespace {
+
+using ndt::format::Argument;
+using ndt::format::DevicePointer;
+using ndt::format::OpKind;
+using ndt::format::OpRecord;
+using ndt::format::Record;
+
+struct RunResult {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TMPDIR");
+  return std::string(dir != nullptr ? dir : "/tmp") + "/ndt_tracer_test_" +
+         std::to_string(getpid()) + "_" + name;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Runs `command` through the shell with the stand-in libraries first on LD_LIBRARY_PATH.
+RunResult Run(const std::string& command) {
+  const std::string out = TempPath("stdout"), err = TempPath("stderr");
+  const std::string line =
+      "LD_LIBRARY_PATH='" NDT_STANDIN_DIR "' " + command + " >" + out + " 2>" + err;
+  const int raw = std::system(line.c_str());
+  RunResult result;
+  result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  result.out = Slurp(out);
+  result.err = Slurp(err);
+  std::remove(out.c_str());
+  std::remove(err.c_str());
+  return result;
+}
+
+RunResult RecordRun(const std::string& trace, const std::string& program) {
+  std::remove(trace.c_str());
+  return Run(std::string("'" NDTRACE_BIN "' record -o '") + trace + "' -- '" + program + "'");
+}
+
+std::vector<Record> ReadAll(const std::string& path) {
+  auto reader = ndt::format::TraceReader::Open(path);
+  REQUIRE(reader.ok());
+  CHECK((*reader)->complete());
+  std::vector<Record> records;
+  Record record;
+  while ((*reader)->Next(&record)) records.push_back(record);
+  return records;
+}
+
+std::vector<OpRecord> Ops(const std::vector<Record>& records) {
+  std::vector<OpRecord> ops;
+  for (const Record& record : records) {
+    if (const auto* op = std::get_if<OpRecord>(&record)) ops.push_back(*op);
+  }
+  std::sort(ops.begin(), ops.end(),
+            [](const OpRecord& a, const OpRecord& b) { return a.sequence < b.sequence; });
+  return ops;
+}
+
+// The op with its times and raw addresses cleared: what must be equal between two runs.
+OpRecord Masked(OpRecord op) {
+  op.start_ns = op.end_ns = 0;
+  for (Argument& argument : op.args) {
+    if (auto* pointer = std::get_if<DevicePointer>(&argument.value)) pointer->raw_address = 0;
+  }
+  for (auto* digests : {&op.inputs, &op.outputs}) {
+    for (auto& digest : *digests) digest.pointer.raw_address = 0;
+  }
+  return op;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::vector<std::string> NdtraceLines(const std::string& text) {
+  std::vector<std::string> lines;
+  for (const std::string& line : Lines(text)) {
+    if (line.rfind("ndtrace:", 0) == 0) lines.push_back(line);
+  }
+  return lines;
+}
+
+const DevicePointer& PointerArg(const OpRecord& op, const std::string& name) {
+  for (const Argument& argument : op.args) {
+    if (argument.name == name) {
+      REQUIRE(std::holds_alternative<DevicePointer>(argument.value));
+      return std::get<DevicePointer>(argument.value);
+    }
+  }
+  FAIL("no argument " << name << " in op " << op.name);
+  static DevicePointer none;
+  return none;
+}
+
+}  // namespace
+
+TEST_CASE("vector_add under ndtrace record keeps its output and records every op canonically",
+          "[tracer]") {
+  const RunResult plain = Run("'" PROG_VECTOR_ADD "'");
+  REQUIRE(plain.status == 0);
+  const std::string trace = TempPath("vector_add.ndt");
+  const RunResult traced = RecordRun(trace, PROG_VECTOR_ADD);
+  CHECK(traced.status == 0);
+  CHECK(traced.out == plain.out);
+  CHECK(traced.err.find("ndtrace: trace written to " + trace + " (12 ops,") != std::string::npos);
+
+  auto reader = ndt::format::TraceReader::Open(trace);
+  REQUIRE(reader.ok());
+  REQUIRE((*reader)->header().gpus.size() == 1);
+  CHECK((*reader)->header().gpus[0].simulated);
+  CHECK((*reader)->header().gpus[0].name == "ndtrace stand-in device");
+  CHECK((*reader)->header().command_line.at(0) == PROG_VECTOR_ADD);
+
+  const std::vector<Record> records = ReadAll(trace);
+  const std::vector<OpRecord> ops = Ops(records);
+  std::vector<std::string> names;
+  for (const OpRecord& op : ops) names.push_back(op.name.substr(0, op.name.find('(')));
+  const std::vector<std::string> expected = {
+      "cuMemsetD8_v2",        "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2", "VectorAdd",
+      "cuMemcpyDtoHAsync_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2", "VectorAdd",
+      "cuMemcpyDtoHAsync_v2", "cuStreamSynchronize",  "cuStreamSynchronize",  "cuCtxSynchronize"};
+  REQUIRE(names == expected);
+  for (size_t i = 0; i < ops.size(); ++i) CHECK(ops[i].sequence == i);
+
+  const OpRecord& launch = ops[3];
+  CHECK(launch.kind == OpKind::kKernelLaunch);
+  CHECK(launch.name == "VectorAdd(float const*, float const*, float*, int)");
+  CHECK(launch.module_id == 1);
+  CHECK(launch.stream_id == 1);
+  CHECK(std::get<Argument::Dims>(launch.args.at(0).value) == Argument::Dims{64, 1, 1});
+  CHECK(std::get<Argument::Dims>(launch.args.at(1).value) == Argument::Dims{256, 1, 1});
+  CHECK(PointerArg(launch, "arg0").allocation_id == 1);
+  CHECK(PointerArg(launch, "arg1").allocation_id == 2);
+  CHECK(PointerArg(launch, "arg2").allocation_id == 3);
+  CHECK(PointerArg(launch, "arg2").offset == 0);
+  CHECK(PointerArg(ops[7], "arg2").offset == 32768 * 4);
+  CHECK(ops[7].stream_id == 2);
+  const Argument& count = launch.args.back();
+  REQUIRE(std::holds_alternative<Argument::Bytes>(count.value));
+  CHECK(std::get<Argument::Bytes>(count.value).data == std::string("\x00\x80\x00\x00", 4));
+
+  const OpRecord& copy_in = ops[1];
+  CHECK(copy_in.kind == OpKind::kMemcpy);
+  REQUIRE(copy_in.inputs.size() == 1);
+  CHECK(copy_in.inputs[0].bytes == 131072);
+  CHECK(copy_in.inputs[0].pointer.allocation_id == 1);
+  // Asynchronous copies out are digested when their stream synchronises.
+  REQUIRE(ops[9].outputs.size() == 1);
+  CHECK(ops[9].outputs[0].role == "dst of op 4");
+  CHECK(ops[9].outputs[0].pointer.allocation_id == 3);
+
+  int allocations = 0, frees = 0, modules = 0;
+  for (const Record& record : records) {
+    if (const auto* allocation = std::get_if<ndt::format::AllocationRecord>(&record)) {
+      (allocation->event == ndt::format::AllocationEvent::kAllocate ? allocations : frees)++;
+      CHECK(allocation->bytes == 262144);
+    }
+    if (const auto* module = std::get_if<ndt::format::ModuleLoadRecord>(&record)) {
+      ++modules;
+      CHECK(module->api == "cuLibraryLoadData");
+      CHECK(module->image_bytes > 0);
+    }
+  }
+  CHECK(allocations == 3);
+  CHECK(frees == 3);
+  CHECK(modules == 1);
+  std::remove(trace.c_str());
+}
+
+TEST_CASE("two recordings of vector_add give identical op streams and output digests", "[tracer]") {
+  const std::string first = TempPath("vector_add_1.ndt"), second = TempPath("vector_add_2.ndt");
+  REQUIRE(RecordRun(first, PROG_VECTOR_ADD).status == 0);
+  REQUIRE(RecordRun(second, PROG_VECTOR_ADD).status == 0);
+  std::vector<OpRecord> a = Ops(ReadAll(first)), b = Ops(ReadAll(second));
+  REQUIRE(a.size() == b.size());
+  size_t output_digests = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("op " << i << " " << a[i].name);
+    CHECK(Masked(a[i]) == Masked(b[i]));
+    output_digests += a[i].outputs.size();
+  }
+  CHECK(output_digests == 2);
+  std::remove(first.c_str());
+  std::remove(second.c_str());
+}
+
+TEST_CASE("recordings of racy_sum give different digests of its output", "[tracer]") {
+  std::set<std::pair<uint64_t, uint64_t>> digests;
+  const std::string trace = TempPath("racy_sum.ndt");
+  for (int run = 0; run < 6 && digests.size() < 2; ++run) {
+    REQUIRE(RecordRun(trace, PROG_RACY_SUM).status == 0);
+    const std::vector<OpRecord> ops = Ops(ReadAll(trace));
+    REQUIRE(!ops.empty());
+    const OpRecord& copy_out = ops.back();
+    CHECK(copy_out.name == "cuMemcpyDtoH_v2_ptds");
+    REQUIRE(copy_out.outputs.size() == 1);
+    CHECK(copy_out.outputs[0].bytes == 16);
+    digests.insert({copy_out.outputs[0].digest.lo, copy_out.outputs[0].digest.hi});
+    // Inputs are the same every run: only the racing kernel differs.
+    CHECK(ops.front().name == "cuMemcpyHtoD_v2_ptds");
+  }
+  CHECK(digests.size() >= 2);
+  std::remove(trace.c_str());
+}
+
+TEST_CASE("ndtrace diff of two racy_sum recordings names the racing kernel as the suspect",
+          "[tracer]") {
+  const std::string a = TempPath("racy_a.ndt"), b = TempPath("racy_b.ndt");
+  RunResult diff;
+  // The race makes two runs differ with overwhelming probability; allow a few tries.
+  for (int run = 0; run < 5 && diff.status != 1; ++run) {
+    REQUIRE(RecordRun(a, PROG_RACY_SUM).status == 0);
+    REQUIRE(RecordRun(b, PROG_RACY_SUM).status == 0);
+    diff = Run(std::string("'" NDTRACE_BIN "' diff '") + a + "' '" + b + "'");
+  }
+  INFO(diff.out << diff.err);
+  CHECK(diff.status == 1);
+  CHECK_THAT(diff.out, Catch::Contains("error[propagated]") &&
+                           Catch::Contains("suspect: op 2, kernel_launch: RacySum("));
+  std::remove(a.c_str());
+  std::remove(b.c_str());
+}
+
+TEST_CASE("ndtrace diff of two vector_add recordings finds them identical", "[tracer]") {
+  const std::string a = TempPath("vector_a.ndt"), b = TempPath("vector_b.ndt");
+  REQUIRE(RecordRun(a, PROG_VECTOR_ADD).status == 0);
+  REQUIRE(RecordRun(b, PROG_VECTOR_ADD).status == 0);
+  const RunResult diff = Run(std::string("'" NDTRACE_BIN "' diff '") + a + "' '" + b + "'");
+  INFO(diff.out << diff.err);
+  CHECK(diff.status == 0);
+  CHECK_THAT(diff.out, Catch::StartsWith("identical: "));
+  std::remove(a.c_str());
+  std::remove(b.c_str());
+}
+
+TEST_CASE("driver_only, which reaches the driver only through cuGetProcAddress_v2, is traced",
+          "[tracer]") {
+  const RunResult plain = Run("'" PROG_DRIVER_ONLY "'");
+  const std::string trace = TempPath("driver_only.ndt");
+  const RunResult traced = RecordRun(trace, PROG_DRIVER_ONLY);
+  CHECK(traced.status == plain.status);
+  CHECK(traced.out == plain.out);
+  const std::vector<Record> records = ReadAll(trace);
+  const std::vector<OpRecord> ops = Ops(records);
+  std::vector<std::string> names;
+  for (const OpRecord& op : ops) names.push_back(op.name);
+  CHECK(names ==
+        std::vector<std::string>{"cuMemcpyHtoD_v2",
+                                 "ScaleOffset(unsigned int*, unsigned int, unsigned int, int)",
+                                 "cuCtxSynchronize", "cuMemcpyDtoH_v2"});
+  REQUIRE(ops.size() == 4);
+  CHECK(ops[1].module_id == 1);
+  CHECK(PointerArg(ops[1], "arg0").allocation_id == 1);
+  CHECK(ops[3].outputs.size() == 1);
+  bool module_seen = false;
+  for (const Record& record : records) {
+    if (const auto* module = std::get_if<ndt::format::ModuleLoadRecord>(&record)) {
+      module_seen = true;
+      CHECK(module->api == "cuModuleLoadData");
+      CHECK(module->image_bytes > 0);
+    }
+  }
+  CHECK(module_seen);
+  std::remove(trace.c_str());
+}
+
+TEST_CASE("an unwritable trace path leaves the program's output and status unchanged", "[tracer]") {
+  const RunResult plain = Run("'" PROG_VECTOR_ADD "'");
+  const RunResult traced = RecordRun("/nonexistent/x.ndt", PROG_VECTOR_ADD);
+  CHECK(traced.status == plain.status);
+  CHECK(traced.out == plain.out);
+  const std::vector<std::string> lines = NdtraceLines(traced.err);
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0].find("/nonexistent/x.ndt") != std::string::npos);
+  CHECK(lines[0].find("No such file or directory") != std::string::npos);
+}
+
+TEST_CASE("ndtrace record passes the exit status through and writes no trace without CUDA",
+          "[tracer]") {
+  const std::string trace = TempPath("no_cuda.ndt");
+  std::remove(trace.c_str());
+  const RunResult result =
+      Run(std::string("'" NDTRACE_BIN "' record -o '") + trace + "' -- sh -c 'exit 7'");
+  CHECK(result.status == 7);
+  CHECK(access(trace.c_str(), F_OK) != 0);
+  CHECK(NdtraceLines(result.err).size() == 1);
+  CHECK(result.err.find("made no CUDA call") != std::string::npos);
+}
+
+TEST_CASE("ndtrace record without -- before the command is a usage error", "[tracer]") {
+  const RunResult missing_separator = Run("'" NDTRACE_BIN "' record -o x.ndt true");
+  CHECK(missing_separator.status == 2);
+  CHECK(missing_separator.err.find("error: ") != std::string::npos);
+  const RunResult missing_command = Run("'" NDTRACE_BIN "' record -o x.ndt --");
+  CHECK(missing_command.status == 2);
+}
+
+TEST_CASE("libndtrace.so exports only its hooks", "[tracer]") {
+  const RunResult nm = Run("nm -D --defined-only '" NDT_TRACER_LIB "'");
+  REQUIRE(nm.status == 0);
+  std::set<std::string> names;
+  for (const std::string& line : Lines(nm.out)) {
+    const std::string name = line.substr(line.rfind(' ') + 1);
+    names.insert(name);
+    INFO("exported: " << name);
+    CHECK((name == "dlsym" || name == "dlvsym" || name.rfind("cu", 0) == 0));
+  }
+  for (const char* hook : {"dlsym", "dlvsym", "cuGetProcAddress", "cuGetProcAddress_v2",
+                           "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx",
+                           "cuMemAlloc_v2", "cuMemcpyHtoD_v2", "cuLibraryLoadData"}) {
+    CHECK(names.count(hook) == 1);
+  }
+  // Unversioned: a version script with a node name would version every hook.
+  const RunResult versions = Run("readelf -V '" NDT_TRACER_LIB "'");
+  CHECK(versions.out.find("Version definition") == std::string::npos);
+}

@@ -1,0 +1,384 @@
+// ndtrace diff on traces written through the writer: one test per divergence class, the
+// structural and header differences, the text report against golden files and the JSON
+// against its schema.
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "formats/trace_writer.h"
+#include "replayer/diff_report.h"
+#include "replayer/trace_diff.h"
+#include "support/sample_records.h"
+#include "support/temp_dir.h"
+
+namespace ndt::replay {
+namespace {
+
+using format::AlgorithmChoice;
+using format::Argument;
+using format::BufferDigest;
+using format::DevicePointer;
+using format::DType;
+using format::OpKind;
+using format::OpRecord;
+using format::Record;
+using testing::TempDir;
+
+BufferDigest Buffer(const char* role, uint64_t allocation, uint64_t digest, double sum = 0) {
+  BufferDigest b;
+  b.role = role;
+  b.pointer = {allocation, 0, 0x7f0000000000 + (allocation << 20)};
+  b.bytes = 4096;
+  b.digest = {digest, ~digest};
+  b.dtype = DType::kF32;
+  if (sum != 0) b.summary = {1024, -1.0, 2.0, sum, 0, 0};
+  return b;
+}
+
+Argument Pointer(const char* name, uint64_t allocation) {
+  return {name, DevicePointer{allocation, 0, 0x7f0000000000 + (allocation << 20)}};
+}
+
+// A small training-like program: copy in, an index_add_ kernel, a cuDNN convolution,
+// dropout, copy out, and a state digest. `change` edits it to plant a divergence.
+std::vector<Record> Program(const std::function<void(std::vector<OpRecord>&)>& change = {}) {
+  std::vector<OpRecord> ops(5);
+  ops[0].kind = OpKind::kMemcpy;
+  ops[0].name = "cuMemcpyHtoDAsync_v2";
+  ops[0].args = {Pointer("dstDevice", 1), {"ByteCount", uint64_t{4096}}};
+  ops[0].inputs = {Buffer("src", 0, 100)};
+  ops[1].kind = OpKind::kKernelLaunch;
+  ops[1].name =
+      "void at::native::indexFuncLargeIndex<float, long, unsigned int, 2, 2, -2, true>(...)";
+  ops[1].args = {{"grid", Argument::Dims{64, 1, 1}}, Pointer("arg0", 2), Pointer("arg1", 1)};
+  ops[2].kind = OpKind::kCudnnBackendExecute;
+  ops[2].name = "cudnnBackendExecute";
+  ops[2].algorithm = AlgorithmChoice{"cudnn", 3, "engine 3", {{1, 2}}, "",
+                                     format::Determinism::kDeterministic,
+                                     format::ChoiceSource::kHeuristic};
+  ops[2].inputs = {Buffer("x", 2, 200)};
+  ops[2].outputs = {Buffer("y", 3, 300, 12.5)};
+  ops[3].kind = OpKind::kKernelLaunch;
+  ops[3].name = "void at::native::fused_dropout_kernel_vec<float>(..., at::PhiloxCudaState)";
+  ops[3].args = {Pointer("arg0", 3), Pointer("arg1", 4)};
+  ops[3].rng = format::RngState{"philox", 42, 8, 0, "", false};
+  ops[4].kind = OpKind::kMemcpy;
+  ops[4].name = "cuMemcpyDtoH_v2";
+  ops[4].args = {Pointer("srcDevice", 4), {"ByteCount", uint64_t{4096}}};
+  ops[4].outputs = {Buffer("dst", 0, 500)};
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ops[i].sequence = i;
+    ops[i].stream_id = 1;
+    ops[i].start_ns = 1000 * i;
+  }
+  if (change) change(ops);
+  std::vector<Record> records;
+  for (auto& op : ops) records.push_back(op);
+  records.push_back(format::StateDigestRecord{
+      4, "exit", {Buffer("", 3, 300), Buffer("", 4, 400)}, 9000});
+  return records;
+}
+
+std::string Write(const TempDir& dir, const std::string& name, const std::vector<Record>& records,
+                  format::TraceHeader header = testing::SampleHeader()) {
+  const std::string path = dir / name;
+  auto writer = format::TraceWriter::Create(path, header);
+  REQUIRE(writer.ok());
+  for (const Record& record : records) (*writer)->Append(record);
+  REQUIRE((*writer)->Close().ok());
+  return path;
+}
+
+DiffReport Diff(const TempDir& dir, const std::vector<Record>& a, const std::vector<Record>& b) {
+  auto report = DiffTraces(Write(dir, "a.ndt", a), Write(dir, "b.ndt", b));
+  REQUIRE(report.ok());
+  return std::move(report).value();
+}
+
+TEST_CASE("two identical runs are reported identical", "[replayer]") {
+  TempDir dir;
+  const DiffReport report = Diff(dir, Program(), Program());
+  CHECK(report.identical());
+  CHECK(report.ops_compared == 5);
+  CHECK_FALSE(report.first_divergence.has_value());
+  CHECK_THAT(RenderDiffText(report), Catch::StartsWith("identical: "));
+}
+
+TEST_CASE("different outputs from identical inputs name a nondeterministic op", "[replayer]") {
+  TempDir dir;
+  const DiffReport report = Diff(dir, Program(), Program([](auto& ops) {
+    ops[2].outputs[0].digest.lo ^= 1;
+    ops[2].outputs[0].summary.sum = 12.500001;
+    ops[4].outputs[0].digest.lo ^= 1;  // propagates to the copy out: not the first
+  }));
+  REQUIRE(report.first_divergence.has_value());
+  const Divergence& d = *report.first_divergence;
+  CHECK(d.klass == DivergenceClass::kNondeterministicOp);
+  CHECK(d.op.sequence == 2);
+  CHECK(d.op.name == "cudnnBackendExecute");
+  REQUIRE(d.size.has_value());
+  CHECK(d.size->sum_b == Approx(12.500001));
+  REQUIRE(d.hint.has_value());
+  CHECK_THAT(d.hint->framework_op, Catch::Contains("Conv"));
+  CHECK(report.divergent_ops == 2);
+}
+
+TEST_CASE("a racing kernel with output digests is named with the PyTorch op it implements",
+          "[replayer]") {
+  TempDir dir;
+  auto with_output = [](uint64_t digest) {
+    return [digest](std::vector<OpRecord>& ops) { ops[1].outputs = {Buffer("arg0", 2, digest)}; };
+  };
+  const DiffReport report = Diff(dir, Program(with_output(7)), Program(with_output(8)));
+  REQUIRE(report.first_divergence.has_value());
+  CHECK(report.first_divergence->klass == DivergenceClass::kNondeterministicOp);
+  CHECK(report.first_divergence->op.sequence == 1);
+  REQUIRE(report.first_divergence->hint.has_value());
+  CHECK_THAT(report.first_divergence->hint->framework_op, Catch::Contains("index_add_"));
+  CHECK_THAT(report.first_divergence->hint->fix,
+             Catch::Contains("torch.use_deterministic_algorithms(True)"));
+}
+
+TEST_CASE("a different Philox offset is an RNG-state divergence", "[replayer]") {
+  TempDir dir;
+  const DiffReport report =
+      Diff(dir, Program(), Program([](auto& ops) { ops[3].rng->offset = 12; }));
+  REQUIRE(report.first_divergence.has_value());
+  CHECK(report.first_divergence->klass == DivergenceClass::kRngState);
+  CHECK(report.first_divergence->op.sequence == 3);
+  CHECK_THAT(report.first_divergence->evidence[1], Catch::Contains("offset 12"));
+  CHECK_THAT(report.first_divergence->hint->fix, Catch::Contains("torch.manual_seed"));
+}
+
+TEST_CASE("a different engine picked by benchmark is an algorithm-selection divergence",
+          "[replayer]") {
+  TempDir dir;
+  const DiffReport report = Diff(dir, Program(), Program([](auto& ops) {
+    ops[2].algorithm->id = 5;
+    ops[2].algorithm->name = "engine 5";
+    ops[2].algorithm->source = format::ChoiceSource::kBenchmark;
+    ops[2].outputs[0].digest.hi ^= 4;
+  }));
+  REQUIRE(report.first_divergence.has_value());
+  const Divergence& d = *report.first_divergence;
+  CHECK(d.klass == DivergenceClass::kAlgorithmSelection);
+  CHECK_THAT(d.evidence[1], Catch::Contains("engine 5") && Catch::Contains("(picked by benchmark)"));
+  CHECK_THAT(d.hint->fix, Catch::Contains("--pin"));
+}
+
+TEST_CASE("inputs that already differ point back to the uncovered kernel that wrote them",
+          "[replayer]") {
+  TempDir dir;
+  const DiffReport report = Diff(dir, Program(), Program([](auto& ops) {
+    ops[2].inputs[0].digest.lo ^= 1;
+    ops[2].outputs[0].digest.lo ^= 1;
+  }));
+  REQUIRE(report.first_divergence.has_value());
+  const Divergence& d = *report.first_divergence;
+  CHECK(d.klass == DivergenceClass::kPropagated);
+  CHECK(d.op.sequence == 2);
+  REQUIRE(d.root.has_value());
+  CHECK(d.root->sequence == 1);
+  REQUIRE(d.hint.has_value());  // the suspect kernel's hint
+  CHECK_THAT(d.hint->framework_op, Catch::Contains("index_add_"));
+  CHECK(d.window_begin == std::optional<uint64_t>(1));
+  CHECK(d.window_end == std::optional<uint64_t>(2));
+}
+
+TEST_CASE("a copy of device data that differs points at the kernel that last wrote it",
+          "[replayer]") {
+  TempDir dir;
+  const DiffReport report =
+      Diff(dir, Program(), Program([](auto& ops) { ops[4].outputs[0].digest.lo ^= 2; }));
+  REQUIRE(report.first_divergence.has_value());
+  const Divergence& d = *report.first_divergence;
+  CHECK(d.klass == DivergenceClass::kPropagated);
+  CHECK(d.op.sequence == 4);
+  REQUIRE(d.root.has_value());
+  CHECK(d.root->sequence == 3);
+  CHECK_THAT(d.root->name, Catch::Contains("fused_dropout_kernel_vec"));
+  CHECK(d.window_begin == std::optional<uint64_t>(3));
+}
+
+TEST_CASE("different host data entering the GPU is traced to the CPU side", "[replayer]") {
+  TempDir dir;
+  const DiffReport report =
+      Diff(dir, Program(), Program([](auto& ops) { ops[0].inputs[0].digest.lo = 101; }));
+  REQUIRE(report.first_divergence.has_value());
+  CHECK(report.first_divergence->klass == DivergenceClass::kPropagated);
+  CHECK(report.first_divergence->op.sequence == 0);
+  CHECK_THAT(report.first_divergence->what, Catch::Contains("host data"));
+  CHECK_THAT(report.first_divergence->hint->fix, Catch::Contains("DataLoader"));
+}
+
+TEST_CASE("a state digest that differs with no op-level divergence is uncovered", "[replayer]") {
+  TempDir dir;
+  std::vector<Record> b = Program();
+  std::get<format::StateDigestRecord>(b.back()).allocations[1].digest.lo ^= 1;
+  const DiffReport report = Diff(dir, Program(), b);
+  REQUIRE(report.first_divergence.has_value());
+  const Divergence& d = *report.first_divergence;
+  CHECK(d.klass == DivergenceClass::kUncovered);
+  CHECK(d.window_begin == std::optional<uint64_t>(0));
+  CHECK(d.window_end == std::optional<uint64_t>(4));
+  CHECK_THAT(d.evidence[0], Catch::Contains("a4+0"));
+}
+
+TEST_CASE("an op present in one run only is a structural difference and alignment recovers",
+          "[replayer]") {
+  TempDir dir;
+  const DiffReport report = Diff(dir, Program(), Program([](auto& ops) {
+    OpRecord extra = ops[1];
+    extra.name = "void at::native::elementwise_kernel<128, 4>(...)";
+    ops.insert(ops.begin() + 1, extra);
+    for (size_t i = 0; i < ops.size(); ++i) ops[i].sequence = i;
+  }));
+  REQUIRE(report.first_structural.has_value());
+  CHECK_FALSE(report.first_structural->a.has_value());
+  REQUIRE(report.first_structural->b.has_value());
+  CHECK_THAT(report.first_structural->b->name, Catch::Contains("elementwise_kernel"));
+  CHECK(report.structural_differences == 1);
+  CHECK(report.ops_compared == 5);
+  CHECK_FALSE(report.first_divergence.has_value());
+  CHECK_FALSE(report.identical());
+}
+
+TEST_CASE("ops of several threads align by lane whatever their order in the file",
+          "[replayer]") {
+  TempDir dir;
+  // Each run appends the same per-thread op streams from 4 threads that race.
+  auto write_run = [&](const std::string& name) {
+    const std::string path = dir / name;
+    auto writer = format::TraceWriter::Create(path, testing::SampleHeader());
+    REQUIRE(writer.ok());
+    std::vector<std::thread> threads;
+    for (uint32_t t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (uint64_t i = 0; i < 2000; ++i) {
+          OpRecord op = testing::SampleOp(i * 4 + t, t);
+          op.stream_id = t;
+          (*writer)->Append(op);
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    REQUIRE((*writer)->Close().ok());
+    return path;
+  };
+  auto report = DiffTraces(write_run("a.ndt"), write_run("b.ndt"));
+  REQUIRE(report.ok());
+  CHECK(report->identical());
+  CHECK(report->ops_compared == 8000);
+}
+
+TEST_CASE("another GPU model makes the runs not comparable", "[replayer]") {
+  TempDir dir;
+  format::TraceHeader other = testing::SampleHeader();
+  other.gpus[0].name = "NVIDIA H100";
+  other.environment.push_back({"CUDA_LAUNCH_BLOCKING", "1"});
+  auto report = DiffTraces(Write(dir, "a.ndt", Program()), Write(dir, "b.ndt", Program(), other));
+  REQUIRE(report.ok());
+  CHECK_FALSE(report->comparable());
+  CHECK_FALSE(report->identical());
+  REQUIRE(report->header.size() == 2);
+  CHECK(report->header[0].blocking);
+  CHECK_FALSE(report->header[1].blocking);
+  CHECK_THAT(RenderDiffText(*report), Catch::StartsWith("not comparable: gpu 0 name differs"));
+}
+
+TEST_CASE("a missing trace is an error naming it", "[replayer]") {
+  TempDir dir;
+  auto report = DiffTraces(Write(dir, "a.ndt", Program()), dir / "missing.ndt");
+  REQUIRE_FALSE(report.ok());
+  CHECK_THAT(report.status().message(), Catch::Contains("missing.ndt"));
+}
+
+// Compares `text` (with the temporary directory masked) with a golden file, or rewrites it
+// when NDT_UPDATE_GOLDEN=1.
+void CheckGolden(std::string text, const TempDir& dir, const std::string& name) {
+  const std::string prefix = dir.path().string();
+  for (size_t at; (at = text.find(prefix)) != std::string::npos;) text.replace(at, prefix.size(), "<dir>");
+  const std::string path = std::string(NDT_TEST_DATA_DIR) + "/golden/" + name;
+  if (const char* update = std::getenv("NDT_UPDATE_GOLDEN"); update && std::string(update) == "1") {
+    std::ofstream(path) << text;
+  }
+  std::ifstream in(path);
+  std::stringstream golden;
+  golden << in.rdbuf();
+  CHECK(text == golden.str());
+}
+
+TEST_CASE("the text report of a nondeterministic op matches its golden file", "[replayer]") {
+  TempDir dir;
+  auto racing = [](uint64_t digest, double sum) {
+    return [=](std::vector<OpRecord>& ops) { ops[1].outputs = {Buffer("self", 2, digest, sum)}; };
+  };
+  const DiffReport report = Diff(dir, Program(racing(7, 3.0)), Program(racing(8, 3.25)));
+  CheckGolden(RenderDiffText(report), dir, "diff_nondeterministic_op.txt");
+}
+
+TEST_CASE("the text report of a structural difference matches its golden file", "[replayer]") {
+  TempDir dir;
+  const DiffReport report = Diff(dir, Program(), Program([](auto& ops) {
+    ops.erase(ops.begin() + 3);
+    for (size_t i = 0; i < ops.size(); ++i) ops[i].sequence = i;
+  }));
+  CheckGolden(RenderDiffText(report), dir, "diff_structural.txt");
+}
+
+TEST_CASE("the JSON report follows the ndtrace.diff/1 schema", "[replayer]") {
+  TempDir dir;
+  const DiffReport report =
+      Diff(dir, Program(), Program([](auto& ops) { ops[3].rng->seed = 43; }));
+  const auto j = nlohmann::json::parse(RenderDiffJson(report));
+  CHECK(j.at("schema") == "ndtrace.diff/1");
+  CHECK(j.at("verdict") == "diverged");
+  CHECK(j.at("comparable").is_boolean());
+  CHECK(j.at("header_differences").is_array());
+  const auto& d = j.at("first_divergence");
+  CHECK(d.at("class") == "rng_state");
+  for (const char* key : {"sequence", "thread", "stream", "lane_index", "kind", "name"}) {
+    CHECK(d.at("op").contains(key));
+  }
+  CHECK(d.at("op").at("sequence") == 3);
+  CHECK(d.at("evidence").is_array());
+  CHECK(d.at("hint").at("fix").is_string());
+  CHECK(d.at("root").is_null());
+  CHECK(d.at("bisect_window").is_null());
+  CHECK(j.at("first_structural_difference").is_null());
+  for (const char* key :
+       {"ops_a", "ops_b", "ops_compared", "divergent_ops", "structural_differences"}) {
+    CHECK(j.at("counts").at(key).is_number_unsigned());
+  }
+  CHECK(j.at("warnings").is_array());
+}
+
+TEST_CASE("every kernel-name row of the fix-hint table is reachable", "[replayer]") {
+  const char* names[] = {
+      "indexFuncLargeIndex", "index_put_with_sort_kernel", "scatter_gather_elementwise_kernel",
+      "index_copy_kernel", "embedding_bag_backward_cuda_max", "ctc_loss_backward_log_beta",
+      "atomic_adaptive_average_gradinput", "adaptive_max_pool2d_backward", "avg_pool3d_backward",
+      "upsample_bilinear2d_backward_out_frame", "grid_sampler_2d_backward_kernel",
+      "reflection_pad2d_backward", "replication_pad2d_backward", "max_unpool2d",
+      "nll_loss_forward_reduce_cuda_kernel_2d", "histogramdd_kernel", "bincount_kernel",
+      "put_kernel", "cub::DeviceScanKernel", "kthvalue_kernel"};
+  std::set<std::string> distinct;
+  for (const char* name : names) {
+    OpRecord op;
+    op.kind = OpKind::kKernelLaunch;
+    op.name = std::string("void at::native::") + name + "<float>(...)";
+    const auto hint = FindFixHint(op, DivergenceClass::kNondeterministicOp);
+    REQUIRE(hint.has_value());
+    CHECK_THAT(hint->framework_op, !Catch::Contains("not in ndtrace's table"));
+    distinct.insert(hint->framework_op);
+  }
+  CHECK(distinct.size() == KernelHintCount());
+}
+
+}  // namespace
+}  // namespace ndt::replay

@@ -1,0 +1,40 @@
+#include "tracer/allocation_map.h"
+
+namespace ndt::tracer {
+
+uint64_t AllocationMap::Add(uint64_t base, uint64_t bytes) {
+  const uint64_t end = base + (bytes == 0 ? 1 : bytes);
+  // Drop stale entries overlapping [base, end): the first one that starts before base and
+  // reaches into it, then every one that starts inside it.
+  auto it = by_base_.lower_bound(base);
+  if (it != by_base_.begin()) {
+    auto before = std::prev(it);
+    const uint64_t before_end =
+        before->second.base + (before->second.bytes == 0 ? 1 : before->second.bytes);
+    if (before_end > base) by_base_.erase(before);
+  }
+  while (it != by_base_.end() && it->first < end) it = by_base_.erase(it);
+  const uint64_t id = next_id_++;
+  by_base_[base] = Allocation{id, base, bytes};
+  return id;
+}
+
+std::optional<Allocation> AllocationMap::Remove(uint64_t base) {
+  auto it = by_base_.find(base);
+  if (it == by_base_.end()) return std::nullopt;
+  Allocation allocation = it->second;
+  by_base_.erase(it);
+  return allocation;
+}
+
+std::optional<Allocation> AllocationMap::Find(uint64_t address) const {
+  auto it = by_base_.upper_bound(address);
+  if (it == by_base_.begin()) return std::nullopt;
+  --it;
+  const Allocation& allocation = it->second;
+  const uint64_t extent = allocation.bytes == 0 ? 1 : allocation.bytes;
+  if (address - allocation.base < extent) return allocation;
+  return std::nullopt;
+}
+
+}  // namespace ndt::tracer

@@ -1,0 +1,40 @@
+// AllocationMap: the live device allocations of one traced process, by address, so that a raw
+// device pointer can be named canonically as (allocation id, offset).
+//
+// Not thread-safe: the owner (Session) serialises access under its own lock.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+
+namespace ndt::tracer {
+
+// A live allocation: its canonical id (1, 2, ... in allocation order) and its extent.
+struct Allocation {
+  uint64_t id = 0;
+  uint64_t base = 0;
+  uint64_t bytes = 0;
+};
+
+class AllocationMap {
+ public:
+  // Records a new allocation [base, base + bytes) and returns its canonical id. An allocation
+  // that overlaps a recorded one replaces it (the driver reused the range; we missed a free).
+  uint64_t Add(uint64_t base, uint64_t bytes);
+
+  // Removes the allocation that starts at `base` and returns it, or nullopt if none does.
+  std::optional<Allocation> Remove(uint64_t base);
+
+  // The allocation containing `address`, or nullopt. A zero-byte allocation contains only
+  // its base address.
+  std::optional<Allocation> Find(uint64_t address) const;
+
+  size_t size() const { return by_base_.size(); }
+
+ private:
+  std::map<uint64_t, Allocation> by_base_;  // keyed by base address
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace ndt::tracer

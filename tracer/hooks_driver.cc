@@ -1,0 +1,555 @@
+// The exported CUDA driver hooks: one function per hooked ABI variant (driver_table.h), each
+// with the exact name and signature of the driver's export, forwarding to the real function
+// of the same name.
+//
+// Every hook follows one shape (RunHook): with no real function (libcuda.so.1 not loaded) it
+// fails with CUDA_ERROR_NOT_INITIALIZED; nested calls and calls while not recording pass
+// straight through; otherwise it records around the real call. Nothing escapes: an exception
+// from the recording code is caught here, reported once (recording stops), and the call
+// still completes exactly once. No lock is held across the real call.
+// Every driver function declared here is one libndtrace.so may export: default visibility
+// (the build hides everything else; libndtrace.map picks the exports).
+#pragma GCC visibility push(default)
+#include <cuda.h>
+#pragma GCC visibility pop
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "formats/records.h"
+#include "kernels/digest_v1.h"
+#include "tracer/driver_table.h"
+#include "tracer/recorder.h"
+
+// Per-thread-default-stream variants, which cuda.h declares only under
+// CUDA_API_PER_THREAD_DEFAULT_STREAM.
+#pragma GCC visibility push(default)
+extern "C" {
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream stream);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream);
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z,
+                             unsigned block_x, unsigned block_y, unsigned block_z,
+                             unsigned shared_bytes, CUstream stream, void** params, void** extra);
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params,
+                               void** extra);
+CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void* src, size_t bytes);
+CUresult cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, size_t bytes);
+CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t bytes);
+CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void* src, size_t bytes, CUstream stream);
+CUresult cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, size_t bytes, CUstream stream);
+CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
+CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t bytes);
+CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
+CUresult cuMemsetD8_v2_ptds(CUdeviceptr dst, unsigned char value, size_t count);
+CUresult cuMemsetD16_v2_ptds(CUdeviceptr dst, unsigned short value, size_t count);
+CUresult cuMemsetD32_v2_ptds(CUdeviceptr dst, unsigned int value, size_t count);
+CUresult cuMemsetD8Async_ptsz(CUdeviceptr dst, unsigned char value, size_t count, CUstream stream);
+CUresult cuMemsetD16Async_ptsz(CUdeviceptr dst, unsigned short value, size_t count,
+                               CUstream stream);
+CUresult cuMemsetD32Async_ptsz(CUdeviceptr dst, unsigned int value, size_t count, CUstream stream);
+CUresult cuStreamSynchronize_ptsz(CUstream stream);
+}
+#pragma GCC visibility pop
+
+namespace ndt::tracer {
+namespace {
+
+using format::Argument;
+using format::BufferDigest;
+using format::OpKind;
+using format::OpRecord;
+
+// The result of the real call, once it has been made.
+struct RealCall {
+  CUresult result = CUDA_SUCCESS;
+  bool done = false;
+  CUresult Set(CUresult value) {
+    result = value;
+    done = true;
+    return value;
+  }
+};
+
+template <typename Fn>
+Fn Real(Hook hook) {
+  return reinterpret_cast<Fn>(RealDriverFunction(hook));
+}
+#define NDT_REAL(name) ::ndt::tracer::Real<decltype(&::name)>(::ndt::tracer::Hook::k_##name)
+
+// Runs a hook: `pass()` makes the real call unrecorded; `record(session, call)` records around
+// it and makes the real call through `call`.
+template <typename Pass, typename Record>
+CUresult RunHook(const char* name, bool have_real, Pass pass, Record record) noexcept {
+  if (!have_real) return CUDA_ERROR_NOT_INITIALIZED;
+  HookScope scope;
+  if (scope.fail_closed()) return CUDA_ERROR_UNKNOWN;
+  if (scope.session() == nullptr) return pass();
+  RealCall call;
+  try {
+    return record(*scope.session(), call);
+  } catch (...) {
+    ReportHookFailure(name);
+    return call.done ? call.result : pass();
+  }
+}
+
+uint64_t Handle(const void* handle) {
+  return reinterpret_cast<uint64_t>(handle);
+}
+
+OpRecord BeginOp(Session& session, OpKind kind, std::string name, uint32_t stream_id) {
+  OpRecord op;
+  op.sequence = session.TakeOpSequence();
+  op.thread_id = session.ThreadId();
+  op.stream_id = stream_id;
+  op.kind = kind;
+  op.name = std::move(name);
+  op.start_ns = session.NowNs();
+  return op;
+}
+
+void EndOp(Session& session, OpRecord& op, CUresult result) {
+  op.status = static_cast<int32_t>(result);
+  op.end_ns = session.NowNs();
+  session.Append(op);
+}
+
+Argument Unsigned(const char* name, uint64_t value) {
+  Argument argument;
+  argument.name = name;
+  argument.value = value;
+  return argument;
+}
+
+Argument Dims(const char* name, unsigned x, unsigned y, unsigned z) {
+  Argument argument;
+  argument.name = name;
+  argument.value = Argument::Dims{x, y, z};
+  return argument;
+}
+
+// A copy endpoint: the canonical device pointer, or "host" (no value: host addresses differ
+// between runs and are not recorded).
+Argument Endpoint(const char* name, bool device, const format::DevicePointer& pointer) {
+  Argument argument;
+  argument.name = name;
+  if (device) argument.value = pointer;
+  return argument;
+}
+
+BufferDigest HostDigest(const char* role, const format::DevicePointer& pointer, const void* host,
+                        uint64_t bytes) {
+  BufferDigest digest;
+  digest.role = role;
+  digest.pointer = pointer;
+  digest.bytes = bytes;
+  const kernels::Digest128 value = kernels::DigestV1(bytes == 0 ? nullptr : host, bytes);
+  digest.digest = {value.lo, value.hi};
+  return digest;
+}
+
+// ---- recording bodies -------------------------------------------------------------------
+
+enum class Direction { kHostToDevice, kDeviceToHost, kDeviceToDevice, kUnified };
+
+// Any copy. `dst`/`src` are raw addresses (host or device); `Call` makes the real call.
+template <typename Call>
+CUresult RecordCopy(Session& session, RealCall& call, const char* name, Direction direction,
+                    uint64_t dst, uint64_t src, size_t bytes, CUstream stream, bool per_thread,
+                    bool async, Call real) {
+  const uint32_t stream_id = async || per_thread ? session.StreamId(Handle(stream), per_thread)
+                                                 : session.StreamId(0, per_thread);
+  const bool dst_device = direction == Direction::kUnified ? session.IsDevice(dst)
+                                                           : direction != Direction::kDeviceToHost;
+  const bool src_device = direction == Direction::kUnified ? session.IsDevice(src)
+                                                           : direction != Direction::kHostToDevice;
+  const format::DevicePointer dst_pointer = session.Canonical(dst);
+  const format::DevicePointer src_pointer = session.Canonical(src);
+  OpRecord op = BeginOp(session, OpKind::kMemcpy, name, stream_id);
+  op.args.push_back(Endpoint("dst", dst_device, dst_pointer));
+  op.args.push_back(Endpoint("src", src_device, src_pointer));
+  op.args.push_back(Unsigned("bytes", bytes));
+  const void* src_host = reinterpret_cast<const void*>(src);
+  const void* dst_host = reinterpret_cast<const void*>(dst);
+  if (dst_device && !src_device) {
+    // Bytes entering the GPU: digest the host source as the program handed it over.
+    op.inputs.push_back(HostDigest("src", dst_pointer, src_host, bytes));
+  }
+  const CUresult result = call.Set(real());
+  if (result == CUDA_SUCCESS && src_device && !dst_device) {
+    if (async) {
+      // Its bytes are final only once the stream synchronises: digested then, attached to
+      // that synchronize op as "dst of op N".
+      session.AddPendingDigest({stream_id, op.sequence, src_pointer, dst_host, bytes});
+    } else {
+      op.outputs.push_back(HostDigest("dst", src_pointer, dst_host, bytes));
+    }
+  }
+  EndOp(session, op, result);
+  return result;
+}
+
+template <typename Call>
+CUresult RecordMemset(Session& session, RealCall& call, const char* name, CUdeviceptr dst,
+                      uint64_t value, size_t count, unsigned element_bytes, CUstream stream,
+                      bool per_thread, Call real) {
+  const uint32_t stream_id = session.StreamId(Handle(stream), per_thread);
+  OpRecord op = BeginOp(session, OpKind::kMemset, name, stream_id);
+  Argument pointer;
+  pointer.name = "dst";
+  pointer.value = session.Canonical(dst);
+  op.args.push_back(std::move(pointer));
+  op.args.push_back(Unsigned("value", value));
+  op.args.push_back(Unsigned("count", count));
+  op.args.push_back(Unsigned("elementBytes", element_bytes));
+  const CUresult result = call.Set(real());
+  EndOp(session, op, result);
+  return result;
+}
+
+// The bytes of parameter `index` (at `offset`, `size` bytes) of a launch, or empty.
+std::string ParamBytes(void** params, void** extra, size_t index, uint64_t offset, uint64_t size) {
+  if (params != nullptr) {
+    if (params[index] == nullptr) return {};
+    return std::string(static_cast<const char*>(params[index]), size);
+  }
+  const char* buffer = nullptr;
+  size_t buffer_bytes = 0;
+  for (void** entry = extra; entry != nullptr && *entry != CU_LAUNCH_PARAM_END; entry += 2) {
+    if (entry[0] == CU_LAUNCH_PARAM_BUFFER_POINTER) buffer = static_cast<const char*>(entry[1]);
+    if (entry[0] == CU_LAUNCH_PARAM_BUFFER_SIZE && entry[1] != nullptr) {
+      buffer_bytes = *static_cast<const size_t*>(entry[1]);
+    }
+  }
+  if (buffer == nullptr || offset + size > buffer_bytes) return {};
+  return std::string(buffer + offset, size);
+}
+
+template <typename Call>
+CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunction function,
+                      const unsigned grid[3], const unsigned block[3], unsigned shared_bytes,
+                      CUstream stream, bool per_thread, void** params, void** extra,
+                      unsigned attributes, Call real) {
+  const KernelInfo kernel = session.Kernel(function);
+  const uint32_t stream_id = session.StreamId(Handle(stream), per_thread);
+  OpRecord op = BeginOp(session, OpKind::kKernelLaunch, kernel.name, stream_id);
+  op.module_id = kernel.module_id;
+  op.args.push_back(Dims("grid", grid[0], grid[1], grid[2]));
+  op.args.push_back(Dims("block", block[0], block[1], block[2]));
+  op.args.push_back(Unsigned("sharedMemBytes", shared_bytes));
+  if (attributes != 0) op.args.push_back(Unsigned("launchAttributes", attributes));
+  if (!kernel.params_known) {
+    Argument unknown;
+    unknown.name = std::string("params of ") + api;  // layout unknown: not captured
+    op.args.push_back(std::move(unknown));
+  }
+  for (size_t i = 0; i < kernel.params.size(); ++i) {
+    const auto [offset, size] = kernel.params[i];
+    Argument argument;
+    argument.name = "arg" + std::to_string(i);
+    std::string bytes = ParamBytes(params, extra, i, offset, size);
+    uint64_t word = 0;
+    if (bytes.size() == 8 && offset % 8 == 0) std::memcpy(&word, bytes.data(), 8);
+    if (word != 0 && session.IsDevice(word)) {
+      argument.value = session.Canonical(word);
+    } else {
+      argument.value = Argument::Bytes{std::move(bytes)};
+    }
+    op.args.push_back(std::move(argument));
+  }
+  const CUresult result = call.Set(real());
+  EndOp(session, op, result);
+  return result;
+}
+
+template <typename Call>
+CUresult RecordSynchronize(Session& session, RealCall& call, const char* name,
+                           std::optional<uint32_t> stream_id, Call real) {
+  OpRecord op = BeginOp(session, OpKind::kSynchronize, name, stream_id.value_or(0));
+  const CUresult result = call.Set(real());
+  if (result == CUDA_SUCCESS) op.outputs = session.TakePendingDigests(stream_id);
+  EndOp(session, op, result);
+  return result;
+}
+
+}  // namespace
+}  // namespace ndt::tracer
+
+using ndt::tracer::Direction;
+using ndt::tracer::Hook;
+using ndt::tracer::RealCall;
+using ndt::tracer::Session;
+
+// ---- allocation -------------------------------------------------------------------------
+
+#define NDT_ALLOC_HOOK(NAME, PER_THREAD, ...)                                                \
+  extern "C" CUresult NAME(CUdeviceptr* dptr, size_t bytes __VA_OPT__(, CUstream stream)) {  \
+    auto real = NDT_REAL(NAME);                                                              \
+    CUstream hstream = nullptr;                                                              \
+    __VA_OPT__(hstream = stream;)                                                            \
+    auto pass = [&] { return real(dptr, bytes __VA_OPT__(, stream)); };                      \
+    return ndt::tracer::RunHook(#NAME, real != nullptr, pass, [&](Session& s, RealCall& c) { \
+      const CUresult result = c.Set(pass());                                                 \
+      if (result == CUDA_SUCCESS && dptr != nullptr) {                                       \
+        const bool async = (__VA_OPT__(true ||) false);                                      \
+        s.OnAllocate(*dptr, bytes, #NAME,                                                    \
+                     async ? s.StreamId(ndt::tracer::Handle(hstream), PER_THREAD) : 0);      \
+      }                                                                                      \
+      return result;                                                                         \
+    });                                                                                      \
+  }
+NDT_ALLOC_HOOK(cuMemAlloc_v2, false)
+NDT_ALLOC_HOOK(cuMemAllocAsync, false, stream)
+NDT_ALLOC_HOOK(cuMemAllocAsync_ptsz, true, stream)
+
+#define NDT_FREE_HOOK(NAME, PER_THREAD, ...)                                                     \
+  extern "C" CUresult NAME(CUdeviceptr dptr __VA_OPT__(, CUstream stream)) {                     \
+    auto real = NDT_REAL(NAME);                                                                  \
+    CUstream hstream = nullptr;                                                                  \
+    __VA_OPT__(hstream = stream;)                                                                \
+    auto pass = [&] { return real(dptr __VA_OPT__(, stream)); };                                 \
+    return ndt::tracer::RunHook(#NAME, real != nullptr, pass, [&](Session& s, RealCall& c) {     \
+      const CUresult result = c.Set(pass());                                                     \
+      if (result == CUDA_SUCCESS) {                                                              \
+        const bool async = (__VA_OPT__(true ||) false);                                          \
+        s.OnFree(dptr, #NAME, async ? s.StreamId(ndt::tracer::Handle(hstream), PER_THREAD) : 0); \
+      }                                                                                          \
+      return result;                                                                             \
+    });                                                                                          \
+  }
+NDT_FREE_HOOK(cuMemFree_v2, false)
+NDT_FREE_HOOK(cuMemFreeAsync, false, stream)
+NDT_FREE_HOOK(cuMemFreeAsync_ptsz, true, stream)
+
+// ---- modules, libraries, kernels ----------------------------------------------------------
+
+extern "C" CUresult cuModuleLoadData(CUmodule* module, const void* image) {
+  auto real = NDT_REAL(cuModuleLoadData);
+  auto pass = [&] { return real(module, image); };
+  return ndt::tracer::RunHook("cuModuleLoadData", real != nullptr, pass,
+                              [&](Session& s, RealCall& c) {
+                                const CUresult result = c.Set(pass());
+                                if (result == CUDA_SUCCESS && module != nullptr) {
+                                  s.OnModuleLoad(*module, "cuModuleLoadData", image);
+                                }
+                                return result;
+                              });
+}
+
+extern "C" CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned options,
+                                       CUjit_option* option_keys, void** option_values) {
+  auto real = NDT_REAL(cuModuleLoadDataEx);
+  auto pass = [&] { return real(module, image, options, option_keys, option_values); };
+  return ndt::tracer::RunHook("cuModuleLoadDataEx", real != nullptr, pass,
+                              [&](Session& s, RealCall& c) {
+                                const CUresult result = c.Set(pass());
+                                if (result == CUDA_SUCCESS && module != nullptr) {
+                                  s.OnModuleLoad(*module, "cuModuleLoadDataEx", image);
+                                }
+                                return result;
+                              });
+}
+
+extern "C" CUresult cuLibraryLoadData(CUlibrary* library, const void* code,
+                                      CUjit_option* jit_options, void** jit_values,
+                                      unsigned jit_count, CUlibraryOption* library_options,
+                                      void** library_values, unsigned library_count) {
+  auto real = NDT_REAL(cuLibraryLoadData);
+  auto pass = [&] {
+    return real(library, code, jit_options, jit_values, jit_count, library_options, library_values,
+                library_count);
+  };
+  return ndt::tracer::RunHook("cuLibraryLoadData", real != nullptr, pass,
+                              [&](Session& s, RealCall& c) {
+                                const CUresult result = c.Set(pass());
+                                if (result == CUDA_SUCCESS && library != nullptr) {
+                                  s.OnModuleLoad(*library, "cuLibraryLoadData", code);
+                                }
+                                return result;
+                              });
+}
+
+extern "C" CUresult cuModuleGetFunction(CUfunction* function, CUmodule module, const char* name) {
+  auto real = NDT_REAL(cuModuleGetFunction);
+  auto pass = [&] { return real(function, module, name); };
+  return ndt::tracer::RunHook("cuModuleGetFunction", real != nullptr, pass,
+                              [&](Session& s, RealCall& c) {
+                                const CUresult result = c.Set(pass());
+                                if (result == CUDA_SUCCESS && function != nullptr && name) {
+                                  s.OnKernelHandle(*function, module, name, false);
+                                }
+                                return result;
+                              });
+}
+
+extern "C" CUresult cuLibraryGetKernel(CUkernel* kernel, CUlibrary library, const char* name) {
+  auto real = NDT_REAL(cuLibraryGetKernel);
+  auto pass = [&] { return real(kernel, library, name); };
+  return ndt::tracer::RunHook("cuLibraryGetKernel", real != nullptr, pass,
+                              [&](Session& s, RealCall& c) {
+                                const CUresult result = c.Set(pass());
+                                if (result == CUDA_SUCCESS && kernel != nullptr && name) {
+                                  s.OnKernelHandle(*kernel, library, name, true);
+                                }
+                                return result;
+                              });
+}
+
+extern "C" CUresult cuKernelGetFunction(CUfunction* function, CUkernel kernel) {
+  auto real = NDT_REAL(cuKernelGetFunction);
+  auto pass = [&] { return real(function, kernel); };
+  return ndt::tracer::RunHook("cuKernelGetFunction", real != nullptr, pass,
+                              [&](Session& s, RealCall& c) {
+                                const CUresult result = c.Set(pass());
+                                if (result == CUDA_SUCCESS && function != nullptr) {
+                                  s.OnKernelFunction(*function, kernel);
+                                }
+                                return result;
+                              });
+}
+
+// ---- launches -----------------------------------------------------------------------------
+
+#define NDT_LAUNCH_HOOK(NAME, PER_THREAD)                                                         \
+  extern "C" CUresult NAME(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z,       \
+                           unsigned block_x, unsigned block_y, unsigned block_z,                  \
+                           unsigned shared_bytes, CUstream stream, void** params, void** extra) { \
+    auto real = NDT_REAL(NAME);                                                                   \
+    auto pass = [&] {                                                                             \
+      return real(f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream,     \
+                  params, extra);                                                                 \
+    };                                                                                            \
+    return ndt::tracer::RunHook(#NAME, real != nullptr, pass, [&](Session& s, RealCall& c) {      \
+      const unsigned grid[3] = {grid_x, grid_y, grid_z};                                          \
+      const unsigned block[3] = {block_x, block_y, block_z};                                      \
+      return ndt::tracer::RecordLaunch(s, c, #NAME, f, grid, block, shared_bytes, stream,         \
+                                       PER_THREAD, params, extra, 0, pass);                       \
+    });                                                                                           \
+  }
+NDT_LAUNCH_HOOK(cuLaunchKernel, false)
+NDT_LAUNCH_HOOK(cuLaunchKernel_ptsz, true)
+
+#define NDT_LAUNCH_EX_HOOK(NAME, PER_THREAD)                                                 \
+  extern "C" CUresult NAME(const CUlaunchConfig* config, CUfunction f, void** params,        \
+                           void** extra) {                                                   \
+    auto real = NDT_REAL(NAME);                                                              \
+    auto pass = [&] { return real(config, f, params, extra); };                              \
+    if (config == nullptr) return real != nullptr ? pass() : CUDA_ERROR_NOT_INITIALIZED;     \
+    return ndt::tracer::RunHook(#NAME, real != nullptr, pass, [&](Session& s, RealCall& c) { \
+      const unsigned grid[3] = {config->gridDimX, config->gridDimY, config->gridDimZ};       \
+      const unsigned block[3] = {config->blockDimX, config->blockDimY, config->blockDimZ};   \
+      return ndt::tracer::RecordLaunch(s, c, #NAME, f, grid, block, config->sharedMemBytes,  \
+                                       config->hStream, PER_THREAD, params, extra,           \
+                                       config->numAttrs, pass);                              \
+    });                                                                                      \
+  }
+NDT_LAUNCH_EX_HOOK(cuLaunchKernelEx, false)
+NDT_LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, true)
+
+// ---- copies ---------------------------------------------------------------------------------
+
+#define NDT_COPY_HOOK(NAME, DST_T, SRC_T, DIRECTION, PER_THREAD, ASYNC, ...)                    \
+  extern "C" CUresult NAME(DST_T dst, SRC_T src, size_t bytes __VA_OPT__(, CUstream stream)) {  \
+    auto real = NDT_REAL(NAME);                                                                 \
+    CUstream hstream = nullptr;                                                                 \
+    __VA_OPT__(hstream = stream;)                                                               \
+    auto pass = [&] { return real(dst, src, bytes __VA_OPT__(, stream)); };                     \
+    return ndt::tracer::RunHook(#NAME, real != nullptr, pass, [&](Session& s, RealCall& c) {    \
+      return ndt::tracer::RecordCopy(s, c, #NAME, Direction::DIRECTION, (uint64_t)(dst),        \
+                                     (uint64_t)(src), bytes, hstream, PER_THREAD, ASYNC, pass); \
+    });                                                                                         \
+  }
+NDT_COPY_HOOK(cuMemcpyHtoD_v2, CUdeviceptr, const void*, kHostToDevice, false, false)
+NDT_COPY_HOOK(cuMemcpyHtoD_v2_ptds, CUdeviceptr, const void*, kHostToDevice, true, false)
+NDT_COPY_HOOK(cuMemcpyDtoH_v2, void*, CUdeviceptr, kDeviceToHost, false, false)
+NDT_COPY_HOOK(cuMemcpyDtoH_v2_ptds, void*, CUdeviceptr, kDeviceToHost, true, false)
+NDT_COPY_HOOK(cuMemcpyDtoD_v2, CUdeviceptr, CUdeviceptr, kDeviceToDevice, false, false)
+NDT_COPY_HOOK(cuMemcpyDtoD_v2_ptds, CUdeviceptr, CUdeviceptr, kDeviceToDevice, true, false)
+NDT_COPY_HOOK(cuMemcpyHtoDAsync_v2, CUdeviceptr, const void*, kHostToDevice, false, true, s)
+NDT_COPY_HOOK(cuMemcpyHtoDAsync_v2_ptsz, CUdeviceptr, const void*, kHostToDevice, true, true, s)
+NDT_COPY_HOOK(cuMemcpyDtoHAsync_v2, void*, CUdeviceptr, kDeviceToHost, false, true, s)
+NDT_COPY_HOOK(cuMemcpyDtoHAsync_v2_ptsz, void*, CUdeviceptr, kDeviceToHost, true, true, s)
+NDT_COPY_HOOK(cuMemcpyDtoDAsync_v2, CUdeviceptr, CUdeviceptr, kDeviceToDevice, false, true, s)
+NDT_COPY_HOOK(cuMemcpyDtoDAsync_v2_ptsz, CUdeviceptr, CUdeviceptr, kDeviceToDevice, true, true, s)
+NDT_COPY_HOOK(cuMemcpy, CUdeviceptr, CUdeviceptr, kUnified, false, false)
+NDT_COPY_HOOK(cuMemcpy_ptds, CUdeviceptr, CUdeviceptr, kUnified, true, false)
+NDT_COPY_HOOK(cuMemcpyAsync, CUdeviceptr, CUdeviceptr, kUnified, false, true, s)
+NDT_COPY_HOOK(cuMemcpyAsync_ptsz, CUdeviceptr, CUdeviceptr, kUnified, true, true, s)
+
+// ---- memset ---------------------------------------------------------------------------------
+
+#define NDT_MEMSET_HOOK(NAME, VALUE_T, PER_THREAD, ...)                                          \
+  extern "C" CUresult NAME(CUdeviceptr dst, VALUE_T value,                                       \
+                           size_t count __VA_OPT__(, CUstream stream)) {                         \
+    auto real = NDT_REAL(NAME);                                                                  \
+    CUstream hstream = nullptr;                                                                  \
+    __VA_OPT__(hstream = stream;)                                                                \
+    auto pass = [&] { return real(dst, value, count __VA_OPT__(, stream)); };                    \
+    return ndt::tracer::RunHook(#NAME, real != nullptr, pass, [&](Session& s, RealCall& c) {     \
+      return ndt::tracer::RecordMemset(s, c, #NAME, dst, value, count, sizeof(VALUE_T), hstream, \
+                                       PER_THREAD, pass);                                        \
+    });                                                                                          \
+  }
+NDT_MEMSET_HOOK(cuMemsetD8_v2, unsigned char, false)
+NDT_MEMSET_HOOK(cuMemsetD8_v2_ptds, unsigned char, true)
+NDT_MEMSET_HOOK(cuMemsetD16_v2, unsigned short, false)
+NDT_MEMSET_HOOK(cuMemsetD16_v2_ptds, unsigned short, true)
+NDT_MEMSET_HOOK(cuMemsetD32_v2, unsigned int, false)
+NDT_MEMSET_HOOK(cuMemsetD32_v2_ptds, unsigned int, true)
+NDT_MEMSET_HOOK(cuMemsetD8Async, unsigned char, false, s)
+NDT_MEMSET_HOOK(cuMemsetD8Async_ptsz, unsigned char, true, s)
+NDT_MEMSET_HOOK(cuMemsetD16Async, unsigned short, false, s)
+NDT_MEMSET_HOOK(cuMemsetD16Async_ptsz, unsigned short, true, s)
+NDT_MEMSET_HOOK(cuMemsetD32Async, unsigned int, false, s)
+NDT_MEMSET_HOOK(cuMemsetD32Async_ptsz, unsigned int, true, s)
+
+// ---- synchronisation --------------------------------------------------------------------------
+
+#define NDT_STREAM_SYNC_HOOK(NAME, PER_THREAD)                                               \
+  extern "C" CUresult NAME(CUstream stream) {                                                \
+    auto real = NDT_REAL(NAME);                                                              \
+    auto pass = [&] { return real(stream); };                                                \
+    return ndt::tracer::RunHook(#NAME, real != nullptr, pass, [&](Session& s, RealCall& c) { \
+      return ndt::tracer::RecordSynchronize(                                                 \
+          s, c, #NAME, s.StreamId(ndt::tracer::Handle(stream), PER_THREAD), pass);           \
+    });                                                                                      \
+  }
+NDT_STREAM_SYNC_HOOK(cuStreamSynchronize, false)
+NDT_STREAM_SYNC_HOOK(cuStreamSynchronize_ptsz, true)
+
+extern "C" CUresult cuCtxSynchronize() {
+  auto real = NDT_REAL(cuCtxSynchronize);
+  auto pass = [&] { return real(); };
+  return ndt::tracer::RunHook(
+      "cuCtxSynchronize", real != nullptr, pass, [&](Session& s, RealCall& c) {
+        return ndt::tracer::RecordSynchronize(s, c, "cuCtxSynchronize", std::nullopt, pass);
+      });
+}
+
+extern "C" CUresult cuCtxSynchronize_v2(CUcontext context) {
+  auto real = NDT_REAL(cuCtxSynchronize_v2);
+  auto pass = [&] { return real(context); };
+  return ndt::tracer::RunHook(
+      "cuCtxSynchronize_v2", real != nullptr, pass, [&](Session& s, RealCall& c) {
+        return ndt::tracer::RecordSynchronize(s, c, "cuCtxSynchronize_v2", std::nullopt, pass);
+      });
+}
+
+// ---- the table driver_table.cc maps real pointers with ----------------------------------------
+
+namespace ndt::tracer {
+
+const char* const kHookNames[kHookCount] = {
+#define NDT_HOOK_NAME(name) #name,
+    NDT_HOOKED_DRIVER_FUNCTIONS(NDT_HOOK_NAME)
+#undef NDT_HOOK_NAME
+};
+
+void* const kHookWrappers[kHookCount] = {
+#define NDT_HOOK_WRAPPER(name) reinterpret_cast<void*>(&::name),
+    NDT_HOOKED_DRIVER_FUNCTIONS(NDT_HOOK_WRAPPER)
+#undef NDT_HOOK_WRAPPER
+};
+
+}  // namespace ndt::tracer

@@ -1,0 +1,588 @@
+#include "tracer/recorder.h"
+
+// Every driver function declared here is one libndtrace.so may export: default visibility
+// (the build hides everything else; libndtrace.map picks the exports).
+#pragma GCC visibility push(default)
+#include <cuda.h>
+#pragma GCC visibility pop
+#include <cxxabi.h>
+#include <elf.h>
+#include <pthread.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <new>
+
+#include "kernels/digest_v1.h"
+#include "tracer/driver_table.h"
+
+extern char** environ;
+
+namespace ndt::tracer {
+namespace {
+
+uint64_t SteadyNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+bool EnvFlag(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && value[0] != '\0' && std::strcmp(value, "0") != 0;
+}
+
+format::Digest ToFormat(kernels::Digest128 digest) {
+  return {digest.lo, digest.hi};
+}
+
+std::string Demangle(const char* mangled) {
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  if (status != 0 || demangled == nullptr) return mangled;
+  std::string name(demangled);
+  std::free(demangled);
+  return name;
+}
+
+constexpr uint32_t kFatbinMagic = 0xBA55ED50;         // a fat binary
+constexpr uint32_t kFatbinWrapperMagic = 0x466243B1;  // nvcc's __fatBinC_Wrapper_t
+
+// The bytes of a loadable image: a fat binary (bare, or behind nvcc's wrapper: then `image` is
+// moved to the fat binary), an ELF cubin, or NUL-terminated PTX. 0 when unrecognised.
+uint64_t ImageBytes(const void** image) {
+  const auto* bytes = static_cast<const unsigned char*>(*image);
+  uint32_t magic;
+  std::memcpy(&magic, bytes, sizeof(magic));
+  if (magic == kFatbinWrapperMagic) {
+    const void* data;  // int magic; int version; const unsigned long long* data; ...
+    std::memcpy(&data, bytes + 8, sizeof(data));
+    if (data == nullptr) return 0;
+    *image = data;
+    bytes = static_cast<const unsigned char*>(data);
+    std::memcpy(&magic, bytes, sizeof(magic));
+  }
+  if (magic == kFatbinMagic) {  // u32 magic; u16 version; u16 header size; u64 payload size
+    uint16_t header_size;
+    uint64_t payload_size;
+    std::memcpy(&header_size, bytes + 6, sizeof(header_size));
+    std::memcpy(&payload_size, bytes + 8, sizeof(payload_size));
+    return uint64_t{header_size} + payload_size;
+  }
+  if (std::memcmp(bytes, ELFMAG, SELFMAG) == 0 && bytes[EI_CLASS] == ELFCLASS64) {
+    Elf64_Ehdr header;
+    std::memcpy(&header, bytes, sizeof(header));
+    const uint64_t sections = header.e_shoff + uint64_t{header.e_shnum} * header.e_shentsize;
+    const uint64_t segments = header.e_phoff + uint64_t{header.e_phnum} * header.e_phentsize;
+    return std::max({sections, segments, uint64_t{sizeof(header)}});
+  }
+  if (bytes[0] == '/' || bytes[0] == '.' || bytes[0] == '\n' || bytes[0] == ' ' ||
+      bytes[0] == '\t') {
+    return std::strlen(reinterpret_cast<const char*>(bytes)) + 1;
+  }
+  return 0;
+}
+
+// The digest v1 of host memory the program may have unmapped since it handed it to us: read
+// through process_vm_readv, which fails (EFAULT) instead of faulting. nullopt if unreadable.
+std::optional<kernels::Digest128> DigestHostSafely(const void* host, uint64_t bytes) {
+  constexpr uint64_t kPiece = 1 << 20;  // a multiple of the 16-byte digest block
+  std::vector<unsigned char> buffer(std::min(bytes, kPiece));
+  kernels::DigestV1Accumulator sum;
+  for (uint64_t done = 0; done < bytes;) {
+    const uint64_t piece = std::min(kPiece, bytes - done);
+    iovec local{buffer.data(), piece};
+    iovec remote{const_cast<unsigned char*>(static_cast<const unsigned char*>(host) + done), piece};
+    if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(piece)) {
+      return std::nullopt;
+    }
+    sum = kernels::DigestV1Add(sum, kernels::DigestV1Partial(buffer.data(), piece, done / 16));
+    done += piece;
+  }
+  return kernels::DigestV1Finish(sum, bytes);
+}
+
+template <typename Fn>
+Fn Proc(const char* name, int version) {
+  return reinterpret_cast<Fn>(DriverProc(name, version));
+}
+
+std::vector<std::string> CommandLine() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  size_t start = 0;
+  while (start < all.size()) {
+    size_t end = all.find('\0', start);
+    if (end == std::string::npos) end = all.size();
+    args.push_back(all.substr(start, end - start));
+    start = end + 1;
+  }
+  return args;
+}
+
+int32_t Rank() {
+  for (const char* name : {"RANK", "LOCAL_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr || *value == '\0') continue;
+    char* end = nullptr;
+    const long rank = std::strtol(value, &end, 10);
+    if (end != nullptr && *end == '\0' && rank >= 0 && rank <= INT32_MAX) {
+      return static_cast<int32_t>(rank);
+    }
+  }
+  return -1;
+}
+
+bool IsDeterminismRelevant(std::string_view name) {
+  for (std::string_view exact :
+       {"CUBLAS_WORKSPACE_CONFIG", "CUDA_LAUNCH_BLOCKING", "PYTHONHASHSEED"}) {
+    if (name == exact) return true;
+  }
+  for (std::string_view prefix : {"NCCL_", "CUDNN_", "TORCH_"}) {
+    if (name.substr(0, prefix.size()) == prefix) return true;
+  }
+  return false;
+}
+
+// Asks the real driver about every device. Leaves `gpus` empty (and says so in `notes`) when
+// the driver is not initialised yet.
+void AddGpuFacts(format::TraceHeader& header) {
+  using DriverGetVersionFn = CUresult (*)(int*);
+  using DeviceGetCountFn = CUresult (*)(int*);
+  using DeviceGetFn = CUresult (*)(CUdevice*, int);
+  using DeviceGetNameFn = CUresult (*)(char*, int, CUdevice);
+  using DeviceGetUuidFn = CUresult (*)(CUuuid*, CUdevice);
+  using DeviceGetAttributeFn = CUresult (*)(int*, CUdevice_attribute, CUdevice);
+  using DeviceTotalMemFn = CUresult (*)(size_t*, CUdevice);
+  int driver_version = 0;
+  if (auto get_version = Proc<DriverGetVersionFn>("cuDriverGetVersion", 2020);
+      get_version != nullptr && get_version(&driver_version) == CUDA_SUCCESS) {
+    header.versions.driver = static_cast<uint32_t>(driver_version);
+  }
+  auto get_count = Proc<DeviceGetCountFn>("cuDeviceGetCount", 2000);
+  auto get_device = Proc<DeviceGetFn>("cuDeviceGet", 2000);
+  auto get_name = Proc<DeviceGetNameFn>("cuDeviceGetName", 2000);
+  auto get_uuid = Proc<DeviceGetUuidFn>("cuDeviceGetUuid", 11040);
+  auto get_attribute = Proc<DeviceGetAttributeFn>("cuDeviceGetAttribute", 2000);
+  auto total_mem = Proc<DeviceTotalMemFn>("cuDeviceTotalMem", 3020);
+  int count = 0;
+  if (get_count == nullptr || get_count(&count) != CUDA_SUCCESS || get_device == nullptr) {
+    header.notes.push_back("GPU facts unavailable: the driver was not initialised");
+    return;
+  }
+  for (int ordinal = 0; ordinal < count; ++ordinal) {
+    CUdevice device = 0;
+    if (get_device(&device, ordinal) != CUDA_SUCCESS) continue;
+    format::GpuInfo gpu;
+    gpu.ordinal = static_cast<uint32_t>(ordinal);
+    char name[256] = {};
+    if (get_name != nullptr && get_name(name, sizeof(name) - 1, device) == CUDA_SUCCESS) {
+      gpu.name = name;
+    }
+    CUuuid uuid;
+    if (get_uuid != nullptr && get_uuid(&uuid, device) == CUDA_SUCCESS) {
+      gpu.uuid.assign(uuid.bytes, sizeof(uuid.bytes));
+    }
+    const auto attribute = [&](CUdevice_attribute which) -> uint32_t {
+      int value = 0;
+      if (get_attribute == nullptr || get_attribute(&value, which, device) != CUDA_SUCCESS) {
+        return 0;
+      }
+      return static_cast<uint32_t>(value);
+    };
+    gpu.cc_major = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+    gpu.cc_minor = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+    gpu.sm_count = attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    size_t bytes = 0;
+    if (total_mem != nullptr && total_mem(&bytes, device) == CUDA_SUCCESS) {
+      gpu.memory_bytes = bytes;
+    }
+    gpu.simulated = gpu.name == "ndtrace stand-in device";
+    header.gpus.push_back(std::move(gpu));
+  }
+}
+
+format::TraceHeader BuildHeader() {
+  format::TraceHeader header;
+  header.tool_version = NDT_VERSION;
+  header.command_line = CommandLine();
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) == 0) header.host = host;
+  header.pid = static_cast<uint32_t>(getpid());
+  header.rank = Rank();
+  header.start_unix_ns =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count());
+  AddGpuFacts(header);
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    std::string_view text(*entry);
+    const size_t equals = text.find('=');
+    if (equals == std::string_view::npos) continue;
+    if (IsDeterminismRelevant(text.substr(0, equals))) {
+      header.environment.push_back(
+          {std::string(text.substr(0, equals)), std::string(text.substr(equals + 1))});
+    }
+  }
+  header.policy = format::Policy::kObserve;
+  return header;
+}
+
+// ---- Recorder --------------------------------------------------------------------------
+
+enum class State { kIdle, kRecording, kFailed, kClosed };
+
+class Recorder {
+ public:
+  static Recorder& Get() {
+    static Recorder* recorder = new Recorder();  // never destroyed: hooks run during exit
+    return *recorder;
+  }
+
+  // The session to record into, creating it on the first call; null when not recording.
+  Session* Current() {
+    Session* session = session_.load(std::memory_order_acquire);
+    if (session != nullptr) return session;
+    if (state_.load(std::memory_order_acquire) != State::kIdle) return nullptr;
+    return Start();
+  }
+
+  bool strict() const { return strict_; }
+  bool failed() const { return state_.load(std::memory_order_acquire) == State::kFailed; }
+
+  // Logs `message` as one `ndtrace:` line unless quiet. Never throws.
+  void Log(const std::string& message) {
+    if (!quiet_) std::fprintf(stderr, "ndtrace: %s\n", message.c_str());
+  }
+
+  // Stops recording after an internal failure; logs the first one.
+  void Fail(const std::string& message) {
+    bool expected = false;
+    if (!failure_logged_.compare_exchange_strong(expected, true)) return;
+    Session* session = session_.load(std::memory_order_acquire);
+    if (session != nullptr) {
+      format::TracerNote note;
+      note.severity = format::Severity::kError;
+      note.text = "recording stopped: " + message;
+      note.before_op = session->PeekOpSequence();
+      note.time_ns = session->NowNs();
+      session->Append(note);
+    }
+    state_.store(State::kFailed, std::memory_order_release);
+    session_.store(nullptr, std::memory_order_release);
+    Log(message + "; recording stopped, calls pass through");
+  }
+
+  // At exit: closes this process's trace. Later hooks pass through.
+  void Close() {
+    std::lock_guard lock(create_mutex_);
+    Session* session = session_.exchange(nullptr, std::memory_order_acq_rel);
+    State previous = state_.exchange(State::kClosed, std::memory_order_acq_rel);
+    if (session == nullptr || previous != State::kRecording || owner_pid_ != getpid()) return;
+    Status status = session->writer().Close();
+    if (!status.ok()) Log("trace " + output_ + ": " + status.message());
+  }
+
+ private:
+  Recorder() {
+    const char* output = std::getenv("NDTRACE_OUTPUT");
+    base_output_ = output != nullptr && *output != '\0'
+                       ? std::string(output)
+                       : "ndtrace-" + std::to_string(getpid()) + ".ndt";
+    output_ = base_output_;
+    strict_ = EnvFlag("NDTRACE_STRICT");
+    quiet_ = EnvFlag("NDTRACE_QUIET");
+    owner_pid_ = getpid();
+    pthread_atfork(nullptr, nullptr, [] { Get().OnForkChild(); });
+  }
+
+  // In the child of fork(), single-threaded: forget (leak, never touch) the parent's
+  // session, whose writer threads do not exist here, and start afresh on the next CUDA call.
+  void OnForkChild() {
+    new (&create_mutex_) std::mutex();
+    session_.store(nullptr, std::memory_order_relaxed);
+    failure_logged_.store(false, std::memory_order_relaxed);
+    const State parent_state = state_.load(std::memory_order_relaxed);
+    state_.store(parent_state == State::kClosed ? State::kClosed : State::kIdle,
+                 std::memory_order_relaxed);
+    owner_pid_ = getpid();
+    output_ = base_output_ + "." + std::to_string(owner_pid_);
+  }
+
+  Session* Start() {
+    std::lock_guard lock(create_mutex_);
+    if (state_.load(std::memory_order_acquire) != State::kIdle) {
+      return session_.load(std::memory_order_acquire);
+    }
+    const uint64_t start = SteadyNs();
+    format::TraceHeader header = BuildHeader();
+    StatusOr<std::unique_ptr<format::TraceWriter>> writer =
+        format::TraceWriter::Create(output_, header);
+    if (!writer.ok()) {
+      failure_logged_.store(true);
+      state_.store(State::kFailed, std::memory_order_release);
+      Log("cannot record: " + writer.status().message() + "; calls pass through");
+      return nullptr;
+    }
+    // Never freed: other threads may still hold it when the exit handler closes the writer.
+    auto* session = new Session(std::move(writer).value(), start);
+    if (!atexit_registered_) {
+      atexit_registered_ = true;
+      std::atexit([] { Get().Close(); });
+    }
+    session_.store(session, std::memory_order_release);
+    state_.store(State::kRecording, std::memory_order_release);
+    return session;
+  }
+
+  std::mutex create_mutex_;  // held while a session is created or closed, never in a hook
+  std::atomic<Session*> session_{nullptr};
+  std::atomic<State> state_{State::kIdle};
+  std::atomic<bool> failure_logged_{false};
+  bool atexit_registered_ = false;
+  std::string base_output_;
+  std::string output_;
+  bool strict_ = false;
+  bool quiet_ = false;
+  pid_t owner_pid_ = 0;
+};
+
+thread_local bool t_in_hook = false;
+
+}  // namespace
+
+// ---- HookScope -------------------------------------------------------------------------
+
+HookScope::HookScope() noexcept {
+  if (t_in_hook) return;
+  t_in_hook = true;
+  entered_ = true;
+  try {
+    Recorder& recorder = Recorder::Get();
+    session_ = recorder.Current();
+    fail_closed_ = session_ == nullptr && recorder.strict() && recorder.failed();
+  } catch (...) {
+    session_ = nullptr;
+  }
+}
+
+HookScope::~HookScope() {
+  if (entered_) t_in_hook = false;
+}
+
+void ReportHookFailure(const char* hook) noexcept {
+  try {
+    Recorder::Get().Fail(std::string("internal error in ") + hook);
+  } catch (...) {
+  }
+}
+
+// ---- Session ---------------------------------------------------------------------------
+
+Session::Session(std::unique_ptr<format::TraceWriter> writer, uint64_t start_steady_ns)
+    : writer_(std::move(writer)), start_steady_ns_(start_steady_ns) {}
+
+uint64_t Session::NowNs() const {
+  const uint64_t now = SteadyNs();
+  return now > start_steady_ns_ ? now - start_steady_ns_ : 0;
+}
+
+uint32_t Session::ThreadId() {
+  struct Cached {
+    const Session* session = nullptr;
+    uint32_t id = 0;
+  };
+  thread_local Cached cached;
+  if (cached.session != this) {
+    cached.session = this;
+    cached.id = next_thread_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return cached.id;
+}
+
+uint32_t Session::StreamId(uint64_t handle, bool per_thread_variant) {
+  const auto legacy = reinterpret_cast<uint64_t>(CU_STREAM_LEGACY);
+  const auto per_thread = reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD);
+  if (handle == legacy || (handle == 0 && !per_thread_variant)) return 0;
+  uint64_t key = handle;
+  if (handle == per_thread || handle == 0) key = (uint64_t{1} << 63) | ThreadId();
+  std::lock_guard lock(mutex_);
+  auto [it, inserted] = streams_.try_emplace(key, next_stream_);
+  if (inserted) ++next_stream_;
+  return it->second;
+}
+
+format::DevicePointer Session::Canonical(uint64_t address) {
+  format::DevicePointer pointer;
+  pointer.raw_address = address;
+  std::lock_guard lock(mutex_);
+  if (std::optional<Allocation> allocation = allocations_.Find(address)) {
+    pointer.allocation_id = allocation->id;
+    pointer.offset = address - allocation->base;
+  } else {
+    pointer.offset = address;
+  }
+  return pointer;
+}
+
+bool Session::IsDevice(uint64_t address) {
+  std::lock_guard lock(mutex_);
+  return allocations_.Find(address).has_value();
+}
+
+void Session::Append(const format::Record& record) {
+  writer_->Append(record);
+}
+
+void Session::OnAllocate(uint64_t base, uint64_t bytes, const char* api, uint32_t stream_id) {
+  format::AllocationRecord record;
+  {
+    std::lock_guard lock(mutex_);
+    record.allocation_id = allocations_.Add(base, bytes);
+  }
+  record.event = format::AllocationEvent::kAllocate;
+  record.bytes = bytes;
+  record.api = api;
+  record.raw_address = base;
+  record.before_op = PeekOpSequence();
+  record.stream_id = stream_id;
+  Append(record);
+}
+
+void Session::OnFree(uint64_t base, const char* api, uint32_t stream_id) {
+  std::optional<Allocation> allocation;
+  {
+    std::lock_guard lock(mutex_);
+    allocation = allocations_.Remove(base);
+  }
+  if (!allocation) return;  // not ours to name (or a double free the driver rejected)
+  format::AllocationRecord record;
+  record.allocation_id = allocation->id;
+  record.event = format::AllocationEvent::kFree;
+  record.bytes = allocation->bytes;
+  record.api = api;
+  record.raw_address = base;
+  record.before_op = PeekOpSequence();
+  record.stream_id = stream_id;
+  Append(record);
+}
+
+void Session::OnModuleLoad(const void* handle, const char* api, const void* image) {
+  format::ModuleLoadRecord record;
+  record.api = api;
+  uint64_t bytes = 0;
+  if (image != nullptr) bytes = ImageBytes(&image);
+  record.image_bytes = bytes;
+  record.digest = ToFormat(kernels::DigestV1(bytes == 0 ? nullptr : image, bytes));
+  {
+    std::lock_guard lock(mutex_);
+    record.module_id = next_module_++;
+    modules_[handle] = record.module_id;
+  }
+  Append(record);
+}
+
+void Session::OnKernelHandle(const void* handle, const void* module_or_library, const char* mangled,
+                             bool is_kernel) {
+  KernelInfo info;
+  info.name = Demangle(mangled);
+  info.is_kernel = is_kernel;
+  std::lock_guard lock(mutex_);
+  auto module = modules_.find(module_or_library);
+  if (module != modules_.end()) info.module_id = module->second;
+  kernels_[handle] = std::move(info);
+}
+
+void Session::OnKernelFunction(const void* function, const void* kernel) {
+  std::lock_guard lock(mutex_);
+  auto it = kernels_.find(kernel);
+  if (it == kernels_.end()) return;
+  KernelInfo info = it->second;
+  info.is_kernel = false;
+  info.params_known = false;
+  info.params.clear();
+  kernels_[function] = std::move(info);
+}
+
+KernelInfo Session::Kernel(const void* function) {
+  KernelInfo info;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = kernels_.find(function);
+    if (it != kernels_.end()) {
+      if (it->second.params_known) return it->second;
+      info = it->second;
+    } else {
+      info.name = "(unknown kernel)";
+    }
+  }
+  using ParamInfoFn = CUresult (*)(const void*, size_t, size_t*, size_t*);
+  // There is no parameter-count API: iterate until the driver says the index is too large.
+  const auto query = [&](ParamInfoFn param_info) {
+    if (param_info == nullptr) return false;
+    std::vector<std::pair<uint64_t, uint64_t>> params;
+    for (size_t index = 0; index < 4096; ++index) {
+      size_t offset = 0, size = 0;
+      const CUresult result = param_info(function, index, &offset, &size);
+      if (result == CUDA_ERROR_INVALID_VALUE) break;
+      if (result != CUDA_SUCCESS) return false;
+      params.emplace_back(offset, size);
+    }
+    info.params = std::move(params);
+    info.params_known = true;
+    return true;
+  };
+  auto func_info = Proc<ParamInfoFn>("cuFuncGetParamInfo", 12040);
+  auto kernel_info = Proc<ParamInfoFn>("cuKernelGetParamInfo", 12040);
+  if (info.is_kernel) {
+    if (!query(kernel_info)) query(func_info);
+  } else if (!query(func_info)) {
+    query(kernel_info);
+  }
+  std::lock_guard lock(mutex_);
+  kernels_[function] = info;
+  return info;
+}
+
+void Session::AddPendingDigest(const PendingDigest& pending) {
+  std::lock_guard lock(mutex_);
+  pending_.push_back(pending);
+}
+
+std::vector<format::BufferDigest> Session::TakePendingDigests(std::optional<uint32_t> stream_id) {
+  std::vector<PendingDigest> ready;
+  {
+    std::lock_guard lock(mutex_);
+    auto keep = pending_.begin();
+    for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+      if (!stream_id || it->stream_id == *stream_id) {
+        ready.push_back(*it);
+      } else {
+        *keep++ = *it;
+      }
+    }
+    pending_.erase(keep, pending_.end());
+  }
+  std::vector<format::BufferDigest> digests;
+  for (const PendingDigest& pending : ready) {
+    format::BufferDigest digest;
+    digest.role = "dst of op " + std::to_string(pending.op_sequence);
+    digest.pointer = pending.source;
+    digest.bytes = pending.bytes;
+    std::optional<kernels::Digest128> value = DigestHostSafely(pending.host, pending.bytes);
+    if (!value) continue;  // the program released the buffer before synchronising
+    digest.digest = ToFormat(*value);
+    digests.push_back(std::move(digest));
+  }
+  return digests;
+}
+
+}  // namespace ndt::tracer

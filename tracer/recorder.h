@@ -1,0 +1,142 @@
+// The recorder: the one process-global object of libndtrace.so and the per-process trace
+// session it owns.
+//
+// Recorder is created on first use and never destroyed (hooks may run during exit). It does
+// no I/O until the first intercepted CUDA call that records something: that call creates the
+// Session, which builds the trace header (asking the real driver about the GPU), creates the
+// trace file and registers an exit handler that closes it. Configuration comes from the
+// environment: NDTRACE_OUTPUT (trace path, default `ndtrace-<pid>.ndt`), NDTRACE_STRICT=1 (when
+// recording has failed, hooks return CUDA_ERROR_UNKNOWN instead of passing calls through),
+// NDTRACE_QUIET=1 (no `ndtrace:` lines on stderr).
+//
+// After fork(), the child forgets the parent's session without touching it (its writer threads
+// do not exist in the child) and starts its own trace, `<output>.<child pid>`, on its first
+// CUDA call; a child that makes none leaves no file.
+//
+// Every hook enters through a HookScope (a per-thread re-entrancy guard): calls made while a
+// hook is running on the same thread, including our own driver queries, are not recorded.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "formats/records.h"
+#include "formats/trace_writer.h"
+#include "tracer/allocation_map.h"
+
+namespace ndt::tracer {
+
+// What a launch needs to know about a kernel handle (CUfunction, or CUkernel cast to one).
+struct KernelInfo {
+  std::string name;  // demangled; the mangled name if it does not demangle
+  uint64_t module_id = 0;
+  bool is_kernel = false;  // a CUkernel (library API), not a CUfunction
+  bool params_known = false;
+  std::vector<std::pair<uint64_t, uint64_t>> params;  // (offset, size) per parameter
+};
+
+// A device-to-host copy whose host bytes can be digested only once its stream has
+// synchronised (asynchronous copies).
+struct PendingDigest {
+  uint32_t stream_id = 0;
+  uint64_t op_sequence = 0;
+  format::DevicePointer source;
+  const void* host = nullptr;
+  uint64_t bytes = 0;
+};
+
+// One process's trace: the writer and every canonical identity. Thread-safe; its lock is
+// never held across a real driver call.
+class Session {
+ public:
+  Session(std::unique_ptr<format::TraceWriter> writer, uint64_t start_steady_ns);
+
+  // ns since the trace started.
+  uint64_t NowNs() const;
+  // This thread's ordinal, by order of first op (or first query).
+  uint32_t ThreadId();
+  // The stable id of a stream handle: 0 for the legacy default stream (null handle in a
+  // legacy-stream function, or CU_STREAM_LEGACY); the calling thread's per-thread default
+  // stream (null handle in a _ptsz/_ptds function, or CU_STREAM_PER_THREAD) and every other
+  // stream get ids 1, 2, ... by order of first appearance.
+  uint32_t StreamId(uint64_t handle, bool per_thread_variant);
+  // `address` as (allocation id, offset); id 0 and offset = address when it lies in no known
+  // allocation.
+  format::DevicePointer Canonical(uint64_t address);
+  // Whether `address` lies in a known allocation.
+  bool IsDevice(uint64_t address);
+
+  // The next op's sequence number, taken in issue order (dense from 0).
+  uint64_t TakeOpSequence() { return next_op_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t PeekOpSequence() const { return next_op_.load(std::memory_order_relaxed); }
+
+  void Append(const format::Record& record);
+
+  // Allocation bookkeeping; each appends an AllocationRecord.
+  void OnAllocate(uint64_t base, uint64_t bytes, const char* api, uint32_t stream_id);
+  void OnFree(uint64_t base, const char* api, uint32_t stream_id);
+  // A module or library loaded from `image` (may be null); appends a ModuleLoadRecord.
+  void OnModuleLoad(const void* handle, const char* api, const void* image);
+  // A kernel handle obtained from a module or library by mangled name.
+  void OnKernelHandle(const void* handle, const void* module_or_library, const char* mangled,
+                      bool is_kernel);
+  // A CUfunction obtained for a CUkernel: same kernel, same module.
+  void OnKernelFunction(const void* function, const void* kernel);
+  // What we know about a launched handle; queries the driver for the parameter layout the
+  // first time (outside the lock).
+  KernelInfo Kernel(const void* function);
+
+  void AddPendingDigest(const PendingDigest& pending);
+  // The digests of the pending copies on `stream_id` (every stream if nullopt), computed now.
+  std::vector<format::BufferDigest> TakePendingDigests(std::optional<uint32_t> stream_id);
+
+  format::TraceWriter& writer() { return *writer_; }
+
+ private:
+  std::unique_ptr<format::TraceWriter> writer_;
+  const uint64_t start_steady_ns_;
+  std::atomic<uint64_t> next_op_{0};
+  std::atomic<uint32_t> next_thread_{0};
+
+  std::mutex mutex_;  // guards everything below
+  AllocationMap allocations_;
+  std::unordered_map<uint64_t, uint32_t> streams_;
+  uint32_t next_stream_ = 1;
+  std::unordered_map<const void*, uint64_t> modules_;  // CUmodule / CUlibrary -> module id
+  uint64_t next_module_ = 1;
+  std::unordered_map<const void*, KernelInfo> kernels_;
+  std::vector<PendingDigest> pending_;
+};
+
+// Entered by every hook for the duration of the call.
+class HookScope {
+ public:
+  HookScope() noexcept;
+  ~HookScope();
+  HookScope(const HookScope&) = delete;
+  HookScope& operator=(const HookScope&) = delete;
+
+  // The session to record into, or null: the call passes through unrecorded (nested call,
+  // recording off or failed, trace closed).
+  Session* session() const { return session_; }
+  // True when NDTRACE_STRICT=1 and recording has failed: the hook must not run the call and
+  // returns CUDA_ERROR_UNKNOWN.
+  bool fail_closed() const { return fail_closed_; }
+
+ private:
+  bool entered_ = false;
+  bool fail_closed_ = false;
+  Session* session_ = nullptr;
+};
+
+// Logs an internal failure of a hook (an exception caught at the boundary) once per process,
+// and stops recording.
+void ReportHookFailure(const char* hook) noexcept;
+
+}  // namespace ndt::tracer
