@@ -1,27 +1,42 @@
 #!/usr/bin/env bash
-# The main job's demo: installs what is needed, builds ndtrace, writes a trace and shows it.
-# Until the tracer lands, the trace is a synthetic training loop written through the trace
-# writer (no GPU and no traced program involved); `ndtrace check` replaces this later.
+# The main job's demo: installs what is needed, builds ndtrace and two small CUDA programs,
+# and runs `ndtrace check` on each: vector_add (deterministic) and racy_sum (a kernel that
+# adds floats with atomics in racing order). On a machine with a GPU and driver the programs
+# run on the GPU; otherwise on ndtrace's stand-in device (a CPU implementation of the CUDA
+# driver and runtime), and the output says "simulated device (no GPU found)".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 tools/install-deps.sh
-cmake --preset release >/dev/null
-cmake --build --preset release --target ndtrace ndtrace-synth
+cmake --preset dev >/dev/null
+cmake --build --preset dev --target ndtrace ndt_tracer ndt_standin_cuda ndt_standin_cudart \
+  prog_vector_add prog_racy_sum prog_gpu_probe
 
-bin=build/release/tools
-trace=build/demo/synthetic.ndt
+build=build/dev
+ndtrace=$build/tools/ndtrace
+programs=$build/tests/programs
+rm -rf build/demo
 mkdir -p build/demo
 echo
-echo "== writing a synthetic 4-thread training loop through the trace writer (no GPU involved)"
-"$bin/ndtrace-synth" -o "$trace" --steps 200 --threads 4 --streams 2
+if "$programs/gpu_probe" >/dev/null 2>&1; then
+  echo "== a GPU was found: the programs run on it"
+else
+  echo "== simulated device (no GPU found): the programs run on ndtrace's stand-in device"
+  export LD_LIBRARY_PATH="$PWD/$build/tests/standin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+
 echo
-echo "== ndtrace stats $trace"
-"$bin/ndtrace" stats "$trace"
+echo "== ndtrace check -- vector_add            (deterministic: expect exit 0)"
+status=0
+"$ndtrace" check -o build/demo/vector_add -- "$programs/vector_add" || status=$?
+echo "(exit $status)"
+
 echo
-echo "== ndtrace show $trace --limit 30"
-"$bin/ndtrace" show "$trace" --limit 30
+echo "== ndtrace check -n 3 -- racy_sum         (atomics in racing order: expect exit 1)"
+status=0
+"$ndtrace" check -n 3 -o build/demo/racy_sum -- "$programs/racy_sum" || status=$?
+echo "(exit $status)"
+
 echo
-echo "== ndtrace export $trace --format perfetto -o build/demo/synthetic.perfetto.json"
-"$bin/ndtrace" export "$trace" --format perfetto -o build/demo/synthetic.perfetto.json
-echo "open build/demo/synthetic.perfetto.json in https://ui.perfetto.dev to see one track per stream"
+echo "== ndtrace show build/demo/racy_sum/run-1.ndt"
+"$ndtrace" show build/demo/racy_sum/run-1.ndt

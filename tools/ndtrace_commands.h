@@ -27,5 +27,7 @@ Command AddExportCommand(CLI::App& parent);
 Command AddRecordCommand(CLI::App& parent);
 // `ndtrace diff A B [--json] [-o OUT]`
 Command AddDiffCommand(CLI::App& parent);
+// `ndtrace check [-n RUNS] [-o DIR] -- CMD...`
+Command AddCheckCommand(CLI::App& parent);
 
 }  // namespace ndt::tools

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
         AddExportCommand(app),
         AddRecordCommand(app),
         AddDiffCommand(app),
+        AddCheckCommand(app),
     };
     if (std::optional<int> exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
     for (const Command& command : commands) {

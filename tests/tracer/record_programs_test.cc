@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -260,6 +261,42 @@ TEST_CASE("ndtrace diff of two vector_add recordings finds them identical", "[tr
   CHECK_THAT(diff.out, Catch::StartsWith("identical: "));
   std::remove(a.c_str());
   std::remove(b.c_str());
+}
+
+TEST_CASE("ndtrace check finds vector_add deterministic and says the device is simulated",
+          "[tracer]") {
+  const std::string dir = TempPath("check_vector_add");
+  const RunResult check =
+      Run(std::string("'" NDTRACE_BIN "' check -o '") + dir + "' -- '" PROG_VECTOR_ADD "'");
+  INFO(check.out << check.err);
+  CHECK(check.status == 0);
+  CHECK_THAT(check.out, Catch::Contains("simulated device (no GPU found)"));
+  CHECK_THAT(check.out, Catch::Contains("ndtrace check: deterministic: 2 runs gave "
+                                        "bitwise-identical results (12 ops each)"));
+  CHECK_THAT(check.err, Catch::Contains("run 2 of 2: exit status 0, 12 ops recorded"));
+  CHECK(std::filesystem::exists(dir + "/run-1.ndt"));
+  CHECK(std::filesystem::exists(dir + "/run-2.log"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("ndtrace check finds racy_sum nondeterministic and names the racing kernel",
+          "[tracer]") {
+  const std::string dir = TempPath("check_racy_sum");
+  const RunResult check =
+      Run(std::string("'" NDTRACE_BIN "' check -n 4 -o '") + dir + "' -- '" PROG_RACY_SUM "'");
+  INFO(check.out << check.err);
+  CHECK(check.status == 1);
+  CHECK_THAT(check.out, Catch::Contains("error[propagated]"));
+  CHECK_THAT(check.out, Catch::Contains("ndtrace check: NOT deterministic:") &&
+                            Catch::Contains("suspect op 2 RacySum("));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("ndtrace check refuses a bad run count or a missing --", "[tracer]") {
+  CHECK(Run(std::string("'" NDTRACE_BIN "' check -n 1 -- '" PROG_VECTOR_ADD "'")).status == 2);
+  const RunResult no_separator = Run(std::string("'" NDTRACE_BIN "' check '" PROG_VECTOR_ADD "'"));
+  CHECK(no_separator.status == 2);
+  CHECK_THAT(no_separator.err, Catch::Contains("error: check: put `--`"));
 }
 
 TEST_CASE("driver_only, which reaches the driver only through cuGetProcAddress_v2, is traced",

@@ -1,0 +1,165 @@
+// `ndtrace check [-n RUNS] [-o DIR] -- CMD...`: is CMD deterministic on the GPU, and if not,
+// which op breaks it and why. Runs CMD RUNS times under the tracer into DIR, diffs every run
+// against the first, prints one report and a one-line verdict.
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "formats/trace_reader.h"
+#include "replayer/diff_report.h"
+#include "replayer/trace_diff.h"
+#include "tools/cli_support.h"
+#include "tools/ndtrace_commands.h"
+#include "tools/traced_run.h"
+
+namespace ndt::tools {
+namespace {
+
+struct CheckOptions {
+  int runs = 2;
+  std::string directory;
+  std::vector<std::string> command;
+};
+
+std::string DefaultDirectory() {
+  const std::time_t now = std::time(nullptr);
+  return fmt::format("ndtrace-check-{:%Y%m%d-%H%M%S}", fmt::localtime(now));
+}
+
+std::string CommandText(const std::vector<std::string>& command) {
+  std::string text;
+  for (const std::string& arg : command) text += (text.empty() ? "" : " ") + arg;
+  return text;
+}
+
+// One line naming the first divergence, for the verdict.
+std::string DivergenceLine(const replay::DiffReport& report) {
+  if (!report.first_divergence) {
+    if (report.first_structural) return "the runs differ in structure: " + report.first_structural->what;
+    return "the runs are not comparable";
+  }
+  const replay::Divergence& d = *report.first_divergence;
+  std::string line = fmt::format("op {} ({}", d.op.sequence, replay::DivergenceClassName(d.klass));
+  if (d.root) {
+    line += fmt::format("; suspect op {} {}", d.root->sequence, d.root->name);
+  } else if (d.klass != replay::DivergenceClass::kUncovered) {
+    line += "; " + d.op.name;
+  }
+  if (d.hint && d.hint->framework_op.rfind('(', 0) != 0) line += "; " + d.hint->framework_op;
+  return line + ")";
+}
+
+int RunCheck(const CheckOptions& options) {
+  if (!HasSeparator("check")) {
+    PrintError("check: put `--` before the command to run: ndtrace check [-n RUNS] -- CMD...");
+    return kExitUsage;
+  }
+  if (options.runs < 2 || options.runs > 100) {
+    PrintError(fmt::format("check: -n must be between 2 and 100 (got {})", options.runs));
+    return kExitUsage;
+  }
+  const std::filesystem::path directory =
+      options.directory.empty() ? DefaultDirectory() : options.directory;
+  std::error_code error;
+  std::filesystem::create_directories(directory, error);
+  if (error) {
+    PrintError(fmt::format("check: cannot create {}: {}", directory.string(), error.message()));
+    return kExitUsage;
+  }
+
+  const std::string command = CommandText(options.command);
+  std::vector<std::string> traces;
+  std::optional<int> first_exit;
+  for (int i = 1; i <= options.runs; ++i) {
+    const std::string trace = (directory / fmt::format("run-{}.ndt", i)).string();
+    const std::string log = (directory / fmt::format("run-{}.log", i)).string();
+    fmt::print(stderr, "ndtrace check: run {} of {}: {}\n", i, options.runs, command);
+    std::filesystem::remove(trace, error);
+    StatusOr<TracedRun> run = RunTraced("check", options.command, trace, log);
+    if (!run.ok()) {
+      PrintError(run.status().message());
+      return kExitUsage;
+    }
+    StatusOr<TraceSummary> summary = SummarizeTrace(trace);
+    if (!summary.ok()) {
+      PrintError(fmt::format("check: run {} left no readable trace (exit status {}; output in "
+                             "{}): {}",
+                             i, run->exit_code, log, summary.status().message()));
+      return kExitUsage;
+    }
+    fmt::print(stderr, "ndtrace check: run {} of {}: exit status {}, {} ops recorded\n", i,
+               options.runs, run->exit_code, summary->ops);
+    if (first_exit && *first_exit != run->exit_code) {
+      PrintWarning(fmt::format("run {} exited with status {}, run 1 with {}", i, run->exit_code,
+                               *first_exit));
+    }
+    if (!first_exit) first_exit = run->exit_code;
+    traces.push_back(trace);
+  }
+
+  // A stand-in result is never presented as a GPU result.
+  if (auto reader = format::TraceReader::Open(traces.front()); reader.ok()) {
+    const auto& gpus = (*reader)->header().gpus;
+    if (!gpus.empty() && gpus.front().simulated) {
+      fmt::print("note: simulated device (no GPU found): these runs used ndtrace's stand-in "
+                 "device, a CPU implementation of CUDA; results say nothing about a GPU\n");
+    }
+  }
+
+  std::optional<replay::DiffReport> first_diverged;
+  int diverged_runs = 0;
+  for (size_t i = 1; i < traces.size(); ++i) {
+    StatusOr<replay::DiffReport> report = replay::DiffTraces(traces.front(), traces[i]);
+    if (!report.ok()) {
+      PrintError(report.status().message());
+      return kExitUsage;
+    }
+    if (!report->identical()) {
+      ++diverged_runs;
+      if (!first_diverged) {
+        fmt::print("{}", replay::RenderDiffText(*report, ::isatty(STDOUT_FILENO)));
+        first_diverged = std::move(report).value();
+      } else {
+        fmt::print("run {} also diverged from run 1, at {}\n", i + 1, DivergenceLine(*report));
+      }
+    }
+  }
+  if (!first_diverged) {
+    StatusOr<TraceSummary> summary = SummarizeTrace(traces.front());
+    fmt::print("ndtrace check: deterministic: {} runs gave bitwise-identical results ({} ops "
+               "each); traces in {}\n",
+               options.runs, summary.ok() ? summary->ops : 0, directory.string());
+    return kExitOk;
+  }
+  fmt::print("ndtrace check: NOT deterministic: {} of {} runs diverged from run 1, first at {}; "
+             "traces in {}\n",
+             diverged_runs, options.runs - 1, DivergenceLine(*first_diverged),
+             directory.string());
+  return kExitFinding;
+}
+
+}  // namespace
+
+Command AddCheckCommand(CLI::App& parent) {
+  auto options = std::make_shared<CheckOptions>();
+  CLI::App* app = parent.add_subcommand(
+      "check", "Run CMD several times under the tracer and say whether its GPU work is "
+               "bitwise reproducible; if not, name the first divergent op and why. "
+               "Exit 0 deterministic, 1 not, 2 error.");
+  app->add_option("-n,--runs", options->runs, "How many runs (default 2)");
+  app->add_option("-o,--output", options->directory,
+                  "Directory for the traces and program logs (default ndtrace-check-<time>)");
+  app->add_option("command", options->command, "The program and its arguments, after --")
+      ->required();
+  return {app, [options] { return RunCheck(*options); }};
+}
+
+}  // namespace ndt::tools

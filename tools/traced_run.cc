@@ -1,0 +1,120 @@
+#include "tools/traced_run.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "formats/records.h"
+#include "formats/trace_reader.h"
+
+extern char** environ;
+
+namespace ndt::tools {
+
+bool HasSeparator(std::string_view subcommand) {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  bool after_subcommand = false;
+  for (size_t start = 0; start < all.size();) {
+    size_t end = all.find('\0', start);
+    if (end == std::string::npos) end = all.size();
+    const std::string_view arg(all.data() + start, end - start);
+    if (after_subcommand && arg == "--") return true;
+    if (arg == subcommand) after_subcommand = true;
+    start = end + 1;
+  }
+  return false;
+}
+
+std::string TracerLibrary() {
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    const std::filesystem::path beside = self.parent_path() / "libndtrace.so";
+    if (std::filesystem::exists(beside, error)) return beside.string();
+  }
+  const std::string built = NDT_TRACER_LIBRARY;
+  return !built.empty() && access(built.c_str(), R_OK) == 0 ? built : std::string();
+}
+
+StatusOr<TracedRun> RunTraced(const std::string& context, const std::vector<std::string>& command,
+                              const std::string& trace_path, const std::string& log_path) {
+  const std::string library = TracerLibrary();
+  if (library.empty()) {
+    return Status::Error(context + ": cannot find libndtrace.so beside ndtrace or in its build");
+  }
+  std::vector<std::string> environment;
+  std::string preload = library;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    std::string_view text(*entry);
+    if (text.rfind("LD_PRELOAD=", 0) == 0) {
+      if (text.size() > 11) preload += ":" + std::string(text.substr(11));
+    } else if (text.rfind("NDTRACE_OUTPUT=", 0) != 0) {
+      environment.emplace_back(text);
+    }
+  }
+  environment.push_back("LD_PRELOAD=" + preload);
+  if (!trace_path.empty()) {
+    // Absolute, so that a program that changes directory still writes it here.
+    std::error_code error;
+    const std::string absolute = std::filesystem::absolute(trace_path, error).string();
+    environment.push_back("NDTRACE_OUTPUT=" + (error ? trace_path : absolute));
+  }
+  std::vector<char*> envp;
+  for (std::string& entry : environment) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = command;
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (!log_path.empty()) {
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  }
+  pid_t child = 0;
+  const int spawn_error =
+      posix_spawnp(&child, argv[0], &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawn_error != 0) {
+    return Status::Error(fmt::format("{}: cannot run {}: {}", context, args[0],
+                                     std::strerror(spawn_error)));
+  }
+  int wait_status = 0;
+  while (waitpid(child, &wait_status, 0) < 0) {
+    if (errno != EINTR) return Status::Error(fmt::format("{}: waitpid: {}", context, std::strerror(errno)));
+  }
+  TracedRun run;
+  run.pid = child;
+  run.exit_code = WIFEXITED(wait_status)     ? WEXITSTATUS(wait_status)
+                  : WIFSIGNALED(wait_status) ? 128 + WTERMSIG(wait_status)
+                                             : 255;
+  return run;
+}
+
+StatusOr<TraceSummary> SummarizeTrace(const std::string& path) {
+  StatusOr<std::unique_ptr<format::TraceReader>> reader = format::TraceReader::Open(path);
+  if (!reader.ok()) return reader.status();
+  TraceSummary summary;
+  format::Record record;
+  while ((*reader)->Next(&record)) {
+    ++summary.records;
+    if (std::holds_alternative<format::OpRecord>(record)) ++summary.ops;
+  }
+  summary.bytes = (*reader)->file_bytes();
+  summary.complete = (*reader)->complete();
+  return summary;
+}
+
+}  // namespace ndt::tools

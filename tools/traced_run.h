@@ -1,0 +1,43 @@
+// Running a program under the tracer: what `ndtrace record` and `ndtrace check` share.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "formats/status.h"
+
+namespace ndt::tools {
+
+// Whether our own command line has a `--` after the word `subcommand` (CLI11 accepts a
+// command without it, but an option of CMD would then be taken for one of ours).
+bool HasSeparator(std::string_view subcommand);
+
+// libndtrace.so beside this executable (an installed or bundled layout), else the one this
+// binary was built with; empty when neither exists.
+std::string TracerLibrary();
+
+struct TracedRun {
+  int pid = 0;
+  int exit_code = 0;  // the program's status, 128 + signal if a signal killed it
+};
+
+// Runs `command` with the tracer preloaded (prepended to LD_PRELOAD) writing its trace to
+// `trace_path` (made absolute; empty: the tracer's default). stdout and stderr go to
+// `log_path` when it is not empty. Waits for the program. Fails when the tracer library is
+// missing or the program cannot be started; the message starts with `context`.
+StatusOr<TracedRun> RunTraced(const std::string& context, const std::vector<std::string>& command,
+                              const std::string& trace_path, const std::string& log_path = "");
+
+struct TraceSummary {
+  uint64_t ops = 0;
+  uint64_t records = 0;
+  uint64_t bytes = 0;
+  bool complete = false;
+};
+
+// Counts the ops and records of the trace at `path`.
+StatusOr<TraceSummary> SummarizeTrace(const std::string& path);
+
+}  // namespace ndt::tools
