@@ -1,6 +1,6 @@
-// `ndtrace check [-n RUNS] [-o DIR] -- CMD...`: is CMD deterministic on the GPU, and if not,
-// which op breaks it and why. Runs CMD RUNS times under the tracer into DIR, diffs every run
-// against the first, prints one report and a one-line verdict.
+// `ndtrace check [-n RUNS] [-o DIR] [digest options] -- CMD...`: is CMD deterministic on the GPU,
+// and if not, which op breaks it and why. Runs CMD RUNS times under the tracer into DIR, diffs
+// every run against the first, prints one report and a one-line verdict.
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -21,11 +21,13 @@
 #include "tools/traced_run.h"
 
 namespace ndt::tools {
+
 namespace {
 
 struct CheckOptions {
   int runs = 2;
   std::string directory;
+  DigestOptions digests;
   std::vector<std::string> command;
 };
 
@@ -66,6 +68,7 @@ int RunCheck(const CheckOptions& options) {
     PrintError(fmt::format("check: -n must be between 2 and 100 (got {})", options.runs));
     return kExitUsage;
   }
+  if (!ApplyDigestOptions("check", options.digests)) return kExitUsage;
   const std::filesystem::path directory =
       options.directory.empty() ? DefaultDirectory() : options.directory;
   std::error_code error;
@@ -157,6 +160,7 @@ Command AddCheckCommand(CLI::App& parent) {
   app->add_option("-n,--runs", options->runs, "How many runs (default 2)");
   app->add_option("-o,--output", options->directory,
                   "Directory for the traces and program logs (default ndtrace-check-<time>)");
+  AddDigestOptions(app, &options->digests);
   app->add_option("command", options->command, "The program and its arguments, after --")
       ->required();
   return {app, [options] { return RunCheck(*options); }};

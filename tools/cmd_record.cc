@@ -1,12 +1,15 @@
-// `ndtrace record [-o PATH] [--quiet] -- CMD...`: runs CMD with libndtrace.so preloaded, so
-// that it writes a trace of its GPU work to PATH, and returns CMD's exit status.
+// `ndtrace record [-o PATH] [--quiet] [digest options] -- CMD...`: runs CMD with libndtrace.so
+// preloaded, so that it writes a trace of its GPU work to PATH, and returns CMD's exit status.
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tools/cli_support.h"
@@ -14,11 +17,13 @@
 #include "tools/traced_run.h"
 
 namespace ndt::tools {
+
 namespace {
 
 struct RecordOptions {
   std::string output;
   bool quiet = false;
+  DigestOptions digests;
   std::vector<std::string> command;
 };
 
@@ -27,6 +32,7 @@ int RunRecord(const RecordOptions& options) {
     PrintError("record: put `--` before the command to run: ndtrace record [-o PATH] -- CMD...");
     return kExitUsage;
   }
+  if (!ApplyDigestOptions("record", options.digests)) return kExitUsage;
   StatusOr<TracedRun> run = RunTraced("record", options.command, options.output);
   if (!run.ok()) {
     PrintError(run.status().message());
@@ -67,6 +73,7 @@ Command AddRecordCommand(CLI::App& parent) {
   app->add_option("-o,--output", options->output,
                   "Trace path (default: ndtrace-<pid>.ndt in the program's directory)");
   app->add_flag("--quiet", options->quiet, "Do not print the summary line");
+  AddDigestOptions(app, &options->digests);
   app->add_option("command", options->command, "The program and its arguments, after --")
       ->required();
   return {app, [options] { return RunRecord(*options); }};

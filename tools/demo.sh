@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job's demo: installs what is needed, builds ndtrace and two small CUDA programs,
 # and runs `ndtrace check` on each: vector_add (deterministic) and racy_sum (a kernel that
-# adds floats with atomics in racing order). On a machine with a GPU and driver the programs
+# adds floats with atomics in racing order), then narrows racy_sum down to the kernel itself
+# with per-op digests in the window the first report named. On a machine with a GPU and driver the programs
 # run on the GPU; otherwise on ndtrace's stand-in device (a CPU implementation of the CUDA
 # driver and runtime), and the output says "simulated device (no GPU found)".
 set -euo pipefail
@@ -38,5 +39,12 @@ status=0
 echo "(exit $status)"
 
 echo
-echo "== ndtrace show build/demo/racy_sum/run-1.ndt"
-"$ndtrace" show build/demo/racy_sum/run-1.ndt
+echo "== ndtrace check --digest-window 2:4 -- racy_sum   (digest each op in the window it named)"
+status=0
+"$ndtrace" check --digest-window 2:4 -o build/demo/racy_sum_window -- "$programs/racy_sum" ||
+  status=$?
+echo "(exit $status)"
+
+echo
+echo "== ndtrace show build/demo/racy_sum_window/run-1.ndt"
+"$ndtrace" show build/demo/racy_sum_window/run-1.ndt

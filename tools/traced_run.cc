@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,10 +16,55 @@
 
 #include "formats/records.h"
 #include "formats/trace_reader.h"
+#include "tools/cli_support.h"
 
 extern char** environ;
 
 namespace ndt::tools {
+namespace {
+
+// Whether `text` is `A:B` or `A:` with A <= B (decimal op sequences).
+bool ValidWindow(std::string_view text) {
+  const auto parse = [](std::string_view digits, uint64_t* value) {
+    const char* end = digits.data() + digits.size();
+    return !digits.empty() && std::from_chars(digits.data(), end, *value).ptr == end;
+  };
+  const size_t colon = text.find(':');
+  if (colon == std::string_view::npos) return false;
+  uint64_t first = 0, last = UINT64_MAX;
+  if (!parse(text.substr(0, colon), &first)) return false;
+  const std::string_view rest = text.substr(colon + 1);
+  if (!rest.empty() && !parse(rest, &last)) return false;
+  return first <= last;
+}
+
+}  // namespace
+
+void AddDigestOptions(CLI::App* app, DigestOptions* options) {
+  app->add_option("--digest-every", options->every,
+                  "Digest all live device memory after every N ops (synchronises the host)");
+  app->add_flag("--digest-sync", options->sync,
+                "Digest all live device memory at every host synchronisation");
+  app->add_option("--digest-window", options->window,
+                  "A:B or A: (op sequences, inclusive): digest the allocations each kernel "
+                  "launch, memset and device-to-device copy in the window references, before "
+                  "and after it (synchronises the host)");
+  app->add_flag("--no-exit-digest", options->no_exit,
+                "Do not digest the live device memory at exit");
+}
+
+bool ApplyDigestOptions(const std::string& context, const DigestOptions& options) {
+  if (!options.window.empty() && !ValidWindow(options.window)) {
+    PrintError(fmt::format("{}: --digest-window must be A:B or A: with A <= B (got '{}')", context,
+                           options.window));
+    return false;
+  }
+  if (options.every != 0) setenv("NDTRACE_DIGEST_EVERY", std::to_string(options.every).c_str(), 1);
+  if (options.sync) setenv("NDTRACE_DIGEST_SYNC", "1", 1);
+  if (!options.window.empty()) setenv("NDTRACE_DIGEST_WINDOW", options.window.c_str(), 1);
+  if (options.no_exit) setenv("NDTRACE_DIGEST_EXIT", "0", 1);
+  return true;
+}
 
 bool HasSeparator(std::string_view subcommand) {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);

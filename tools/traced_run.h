@@ -8,7 +8,27 @@
 
 #include "formats/status.h"
 
+namespace CLI {
+class App;
+}
+
 namespace ndt::tools {
+
+// Which digests of device memory the tracer takes (tracer/README.md): the options of `record`
+// and `check`, passed on as the NDTRACE_DIGEST_* environment variables.
+struct DigestOptions {
+  uint64_t every = 0;    // --digest-every N: a state digest every N ops (0: off)
+  bool sync = false;     // --digest-sync: a state digest at every host synchronisation
+  std::string window;    // --digest-window A:B or A:: per-op digests of ops A..B
+  bool no_exit = false;  // --no-exit-digest
+};
+
+// Adds the four digest options to `app`.
+void AddDigestOptions(CLI::App* app, DigestOptions* options);
+
+// Validates `options` and sets the NDTRACE_DIGEST_* variables the traced program inherits
+// (only those the options ask for). False, after printing an `error:` line, when invalid.
+bool ApplyDigestOptions(const std::string& context, const DigestOptions& options);
 
 // Whether our own command line has a `--` after the word `subcommand` (CLI11 accepts a
 // command without it, but an option of CMD would then be taken for one of ours).

@@ -37,4 +37,11 @@ std::optional<Allocation> AllocationMap::Find(uint64_t address) const {
   return std::nullopt;
 }
 
+std::vector<Allocation> AllocationMap::All() const {
+  std::vector<Allocation> all;
+  all.reserve(by_base_.size());
+  for (const auto& entry : by_base_) all.push_back(entry.second);
+  return all;
+}
+
 }  // namespace ndt::tracer

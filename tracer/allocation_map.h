@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <vector>
 
 namespace ndt::tracer {
 
@@ -29,6 +30,9 @@ class AllocationMap {
   // The allocation containing `address`, or nullopt. A zero-byte allocation contains only
   // its base address.
   std::optional<Allocation> Find(uint64_t address) const;
+
+  // Every live allocation, by increasing base address.
+  std::vector<Allocation> All() const;
 
   size_t size() const { return by_base_.size(); }
 

@@ -109,10 +109,29 @@ OpRecord BeginOp(Session& session, OpKind kind, std::string name, uint32_t strea
   return op;
 }
 
+// Appends `op`, then takes the state digest the configuration asks for after it, if any.
 void EndOp(Session& session, OpRecord& op, CUresult result) {
   op.status = static_cast<int32_t>(result);
   op.end_ns = session.NowNs();
   session.Append(op);
+  session.AfterOp(op);
+}
+
+// Synchronises `stream` (of a per-thread-default-stream function when `per_thread`) through
+// the real driver, never our hooks, before its memory is digested.
+CUresult SyncStream(CUstream stream, bool per_thread) {
+  const auto synchronize =
+      per_thread ? NDT_REAL(cuStreamSynchronize_ptsz) : NDT_REAL(cuStreamSynchronize);
+  return synchronize != nullptr ? synchronize(stream) : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+// Inside the digest window: once `stream` has finished the op, the digests of the whole
+// allocations `buffers` (role, device address) reference; empty when it cannot synchronise.
+std::vector<BufferDigest> WindowDigests(
+    Session& session, CUstream stream, bool per_thread,
+    const std::vector<std::pair<std::string, uint64_t>>& buffers) {
+  if (buffers.empty() || SyncStream(stream, per_thread) != CUDA_SUCCESS) return {};
+  return session.DigestAllocations(buffers);
 }
 
 Argument Unsigned(const char* name, uint64_t value) {
@@ -177,6 +196,10 @@ CUresult RecordCopy(Session& session, RealCall& call, const char* name, Directio
     op.inputs.push_back(HostDigest("src", dst_pointer, src_host, bytes));
   }
   const CUresult result = call.Set(real());
+  if (result == CUDA_SUCCESS && src_device && dst_device &&
+      session.digests().InWindow(op.sequence)) {
+    op.outputs = WindowDigests(session, stream, per_thread, {{"dst", dst}});
+  }
   if (result == CUDA_SUCCESS && src_device && !dst_device) {
     if (async) {
       // Its bytes are final only once the stream synchronises: digested then, attached to
@@ -204,6 +227,9 @@ CUresult RecordMemset(Session& session, RealCall& call, const char* name, CUdevi
   op.args.push_back(Unsigned("count", count));
   op.args.push_back(Unsigned("elementBytes", element_bytes));
   const CUresult result = call.Set(real());
+  if (result == CUDA_SUCCESS && session.digests().InWindow(op.sequence)) {
+    op.outputs = WindowDigests(session, stream, per_thread, {{"dst", dst}});
+  }
   EndOp(session, op, result);
   return result;
 }
@@ -244,6 +270,7 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
     unknown.name = std::string("params of ") + api;  // layout unknown: not captured
     op.args.push_back(std::move(unknown));
   }
+  std::vector<std::pair<std::string, uint64_t>> referenced;  // pointer arguments
   for (size_t i = 0; i < kernel.params.size(); ++i) {
     const auto [offset, size] = kernel.params[i];
     Argument argument;
@@ -253,12 +280,20 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
     if (bytes.size() == 8 && offset % 8 == 0) std::memcpy(&word, bytes.data(), 8);
     if (word != 0 && session.IsDevice(word)) {
       argument.value = session.Canonical(word);
+      referenced.emplace_back(argument.name, word);
     } else {
       argument.value = Argument::Bytes{std::move(bytes)};
     }
     op.args.push_back(std::move(argument));
   }
+  // Inside the digest window: the referenced allocations before the launch (inputs) and after
+  // it (outputs), so that diff can tell equal inputs with different outputs.
+  const bool window = session.digests().InWindow(op.sequence);
+  if (window) op.inputs = WindowDigests(session, stream, per_thread, referenced);
   const CUresult result = call.Set(real());
+  if (window && result == CUDA_SUCCESS) {
+    op.outputs = WindowDigests(session, stream, per_thread, referenced);
+  }
   EndOp(session, op, result);
   return result;
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,7 @@
 #include <fstream>
 #include <iterator>
 #include <new>
+#include <string_view>
 
 #include "kernels/digest_v1.h"
 #include "tracer/driver_table.h"
@@ -107,6 +109,16 @@ std::optional<kernels::Digest128> DigestHostSafely(const void* host, uint64_t by
     done += piece;
   }
   return kernels::DigestV1Finish(sum, bytes);
+}
+
+// The most host memory a digest of device memory copies through at a time (a multiple of the
+// 16-byte digest block).
+constexpr uint64_t kDigestBufferBytes = uint64_t{64} << 20;
+
+// `text` as a decimal u64; false unless it is entirely one.
+bool ParseU64(std::string_view text, uint64_t* value) {
+  const char* end = text.data() + text.size();
+  return !text.empty() && std::from_chars(text.data(), end, *value).ptr == end;
 }
 
 template <typename Fn>
@@ -236,6 +248,8 @@ format::TraceHeader BuildHeader() {
   return header;
 }
 
+thread_local bool t_in_hook = false;
+
 // ---- Recorder --------------------------------------------------------------------------
 
 enum class State { kIdle, kRecording, kFailed, kClosed };
@@ -281,9 +295,18 @@ class Recorder {
     Log(message + "; recording stopped, calls pass through");
   }
 
-  // At exit: closes this process's trace. Later hooks pass through.
+  // At exit: takes the exit state digest, once (unless NDTRACE_DIGEST_EXIT=0; skipped with a
+  // note when the driver can no longer synchronise).
+  void TakeExitDigest() {
+    std::lock_guard lock(create_mutex_);
+    TakeExitDigestLocked();
+  }
+
+  // At exit: takes the exit state digest if that has not happened yet, and closes this
+  // process's trace. Later hooks pass through.
   void Close() {
     std::lock_guard lock(create_mutex_);
+    TakeExitDigestLocked();
     Session* session = session_.exchange(nullptr, std::memory_order_acq_rel);
     State previous = state_.exchange(State::kClosed, std::memory_order_acq_rel);
     if (session == nullptr || previous != State::kRecording || owner_pid_ != getpid()) return;
@@ -300,8 +323,24 @@ class Recorder {
     output_ = base_output_;
     strict_ = EnvFlag("NDTRACE_STRICT");
     quiet_ = EnvFlag("NDTRACE_QUIET");
+    digests_ = DigestConfigFromEnvironment(&digest_problems_);
     owner_pid_ = getpid();
     pthread_atfork(nullptr, nullptr, [] { Get().OnForkChild(); });
+  }
+
+  void TakeExitDigestLocked() {
+    Session* session = session_.load(std::memory_order_acquire);
+    if (session == nullptr || !digests_.at_exit || exit_digest_taken_ || owner_pid_ != getpid() ||
+        state_.load(std::memory_order_acquire) != State::kRecording || t_in_hook) {
+      return;
+    }
+    exit_digest_taken_ = true;
+    t_in_hook = true;  // our driver calls must not be recorded
+    try {
+      session->TakeStateDigest("exit");
+    } catch (...) {
+    }
+    t_in_hook = false;
   }
 
   // In the child of fork(), single-threaded: forget (leak, never touch) the parent's
@@ -314,6 +353,7 @@ class Recorder {
     state_.store(parent_state == State::kClosed ? State::kClosed : State::kIdle,
                  std::memory_order_relaxed);
     owner_pid_ = getpid();
+    exit_digest_taken_ = false;
     output_ = base_output_ + "." + std::to_string(owner_pid_);
   }
 
@@ -332,8 +372,10 @@ class Recorder {
       Log("cannot record: " + writer.status().message() + "; calls pass through");
       return nullptr;
     }
+    for (const std::string& problem : digest_problems_) Log(problem);
+    digest_problems_.clear();
     // Never freed: other threads may still hold it when the exit handler closes the writer.
-    auto* session = new Session(std::move(writer).value(), start);
+    auto* session = new Session(std::move(writer).value(), start, digests_);
     if (!atexit_registered_) {
       atexit_registered_ = true;
       std::atexit([] { Get().Close(); });
@@ -352,12 +394,70 @@ class Recorder {
   std::string output_;
   bool strict_ = false;
   bool quiet_ = false;
+  DigestConfig digests_;
+  std::vector<std::string> digest_problems_;  // logged when recording starts
+  bool exit_digest_taken_ = false;            // guarded by create_mutex_
   pid_t owner_pid_ = 0;
 };
 
-thread_local bool t_in_hook = false;
+// Takes the exit state digest when the main thread's thread-local objects are destroyed at
+// exit: before the atexit handlers, while thread-local driver state (the current context; the
+// stand-in keeps it in a thread_local) is still alive. Armed by the first op recorded on the
+// main thread, after that op's context was made current, so it is destroyed first. The exit
+// handler takes the digest when this did not (the main thread recorded no op).
+struct ExitDigestArm {
+  bool armed = false;
+  ~ExitDigestArm() {
+    if (!armed || gettid() != getpid()) return;
+    try {
+      Recorder::Get().TakeExitDigest();
+    } catch (...) {
+    }
+  }
+};
+thread_local ExitDigestArm t_exit_digest;
 
 }  // namespace
+
+// ---- DigestConfig ----------------------------------------------------------------------
+
+bool ParseDigestWindow(const std::string& text, DigestConfig* config) {
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos) return false;
+  uint64_t first = 0, last = UINT64_MAX;
+  if (!ParseU64(std::string_view(text).substr(0, colon), &first)) return false;
+  const std::string_view rest = std::string_view(text).substr(colon + 1);
+  if (!rest.empty() && !ParseU64(rest, &last)) return false;
+  if (first > last) return false;
+  config->window = true;
+  config->window_first = first;
+  config->window_last = last;
+  return true;
+}
+
+DigestConfig DigestConfigFromEnvironment(std::vector<std::string>* problems) {
+  DigestConfig config;
+  if (const char* every = std::getenv("NDTRACE_DIGEST_EVERY"); every != nullptr && *every) {
+    uint64_t value = 0;
+    if (ParseU64(every, &value) && value >= 1) {
+      config.every = value;
+    } else {
+      problems->push_back(std::string("ignoring NDTRACE_DIGEST_EVERY=") + every +
+                          ": not a whole number >= 1");
+    }
+  }
+  config.at_sync = EnvFlag("NDTRACE_DIGEST_SYNC");
+  if (const char* at_exit = std::getenv("NDTRACE_DIGEST_EXIT"); at_exit != nullptr) {
+    config.at_exit = std::strcmp(at_exit, "0") != 0;
+  }
+  if (const char* window = std::getenv("NDTRACE_DIGEST_WINDOW"); window != nullptr && *window) {
+    if (!ParseDigestWindow(window, &config)) {
+      problems->push_back(std::string("ignoring NDTRACE_DIGEST_WINDOW=") + window +
+                          ": not A:B or A: with A <= B");
+    }
+  }
+  return config;
+}
 
 // ---- HookScope -------------------------------------------------------------------------
 
@@ -387,8 +487,9 @@ void ReportHookFailure(const char* hook) noexcept {
 
 // ---- Session ---------------------------------------------------------------------------
 
-Session::Session(std::unique_ptr<format::TraceWriter> writer, uint64_t start_steady_ns)
-    : writer_(std::move(writer)), start_steady_ns_(start_steady_ns) {}
+Session::Session(std::unique_ptr<format::TraceWriter> writer, uint64_t start_steady_ns,
+                 DigestConfig digests)
+    : writer_(std::move(writer)), start_steady_ns_(start_steady_ns), digests_(digests) {}
 
 uint64_t Session::NowNs() const {
   const uint64_t now = SteadyNs();
@@ -580,6 +681,117 @@ std::vector<format::BufferDigest> Session::TakePendingDigests(std::optional<uint
     std::optional<kernels::Digest128> value = DigestHostSafely(pending.host, pending.bytes);
     if (!value) continue;  // the program released the buffer before synchronising
     digest.digest = ToFormat(*value);
+    digests.push_back(std::move(digest));
+  }
+  return digests;
+}
+
+// ---- digests of device memory ---------------------------------------------------------
+
+std::optional<format::Digest> Session::DigestDevice(uint64_t base, uint64_t bytes) {
+  using CopyFn = CUresult (*)(void*, CUdeviceptr, size_t);
+  const auto copy = reinterpret_cast<CopyFn>(RealDriverFunction(Hook::k_cuMemcpyDtoH_v2));
+  if (copy == nullptr) return std::nullopt;
+  std::lock_guard lock(digest_mutex_);
+  const uint64_t wanted = std::min(bytes, kDigestBufferBytes);
+  if (digest_buffer_.size() < wanted) digest_buffer_.resize(wanted);
+  kernels::DigestV1Accumulator sum;
+  for (uint64_t done = 0; done < bytes;) {
+    const uint64_t piece = std::min(kDigestBufferBytes, bytes - done);
+    if (copy(digest_buffer_.data(), base + done, piece) != CUDA_SUCCESS) return std::nullopt;
+    sum = kernels::DigestV1Add(sum,
+                               kernels::DigestV1Partial(digest_buffer_.data(), piece, done / 16));
+    done += piece;
+  }
+  return ToFormat(kernels::DigestV1Finish(sum, bytes));
+}
+
+void Session::AfterOp(const format::OpRecord& op) {
+  if (digests_.at_exit && !t_exit_digest.armed && gettid() == getpid()) {
+    t_exit_digest.armed = true;
+  }
+  const bool at_sync = digests_.at_sync && op.kind == format::OpKind::kSynchronize;
+  const bool every = digests_.every != 0 && (op.sequence + 1) % digests_.every == 0;
+  if (at_sync) {
+    TakeStateDigest("synchronize");
+  } else if (every) {
+    TakeStateDigest("every " + std::to_string(digests_.every) + " ops");
+  }
+}
+
+bool Session::TakeStateDigest(const std::string& reason) {
+  const uint64_t issued = PeekOpSequence();
+  const auto note = [&](const std::string& why) {
+    format::TracerNote skipped;
+    skipped.severity = format::Severity::kWarning;
+    skipped.text = "state digest (" + reason + ") skipped: " + why;
+    skipped.before_op = issued;
+    skipped.time_ns = NowNs();
+    Append(skipped);
+    return false;
+  };
+  using SynchronizeFn = CUresult (*)();
+  const auto synchronize =
+      reinterpret_cast<SynchronizeFn>(RealDriverFunction(Hook::k_cuCtxSynchronize));
+  if (synchronize == nullptr) return note("the driver is not loaded");
+  if (const CUresult result = synchronize(); result != CUDA_SUCCESS) {
+    return note("cuCtxSynchronize returned " + std::to_string(static_cast<int>(result)));
+  }
+  std::vector<Allocation> live;
+  {
+    std::lock_guard lock(mutex_);
+    live = allocations_.All();
+  }
+  std::sort(live.begin(), live.end(),
+            [](const Allocation& a, const Allocation& b) { return a.id < b.id; });
+  format::StateDigestRecord record;
+  record.after_op = issued == 0 ? 0 : issued - 1;
+  record.reason = reason;
+  uint64_t unreadable = 0;
+  for (const Allocation& allocation : live) {
+    std::optional<format::Digest> value = DigestDevice(allocation.base, allocation.bytes);
+    if (!value) {
+      ++unreadable;  // freed by another thread meanwhile, or the copy failed
+      continue;
+    }
+    format::BufferDigest digest;
+    digest.pointer = {allocation.id, 0, allocation.base};
+    digest.bytes = allocation.bytes;
+    digest.digest = *value;
+    record.allocations.push_back(std::move(digest));
+  }
+  record.time_ns = NowNs();
+  Append(record);
+  if (unreadable != 0) {
+    note(std::to_string(unreadable) + " of " + std::to_string(live.size()) +
+         " allocations could not be read");
+  }
+  return true;
+}
+
+std::vector<format::BufferDigest> Session::DigestAllocations(
+    const std::vector<std::pair<std::string, uint64_t>>& buffers) {
+  std::vector<std::pair<std::string, Allocation>> targets;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [role, address] : buffers) {
+      std::optional<Allocation> allocation = allocations_.Find(address);
+      if (!allocation) continue;
+      const bool seen = std::any_of(targets.begin(), targets.end(), [&](const auto& target) {
+        return target.second.id == allocation->id;
+      });
+      if (!seen) targets.emplace_back(role, *allocation);
+    }
+  }
+  std::vector<format::BufferDigest> digests;
+  for (const auto& [role, allocation] : targets) {
+    std::optional<format::Digest> value = DigestDevice(allocation.base, allocation.bytes);
+    if (!value) continue;
+    format::BufferDigest digest;
+    digest.role = role;
+    digest.pointer = {allocation.id, 0, allocation.base};
+    digest.bytes = allocation.bytes;
+    digest.digest = *value;
     digests.push_back(std::move(digest));
   }
   return digests;

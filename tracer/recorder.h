@@ -7,7 +7,8 @@
 // trace file and registers an exit handler that closes it. Configuration comes from the
 // environment: NDTRACE_OUTPUT (trace path, default `ndtrace-<pid>.ndt`), NDTRACE_STRICT=1 (when
 // recording has failed, hooks return CUDA_ERROR_UNKNOWN instead of passing calls through),
-// NDTRACE_QUIET=1 (no `ndtrace:` lines on stderr).
+// NDTRACE_QUIET=1 (no `ndtrace:` lines on stderr), and which digests of device memory to take
+// (DigestConfig).
 //
 // After fork(), the child forgets the parent's session without touching it (its writer threads
 // do not exist in the child) and starts its own trace, `<output>.<child pid>`, on its first
@@ -41,6 +42,37 @@ struct KernelInfo {
   std::vector<std::pair<uint64_t, uint64_t>> params;  // (offset, size) per parameter
 };
 
+// Which digests of device memory to take, from the environment (tracer/README.md, "Digests of
+// device memory"). They are taken through the driver: the host synchronises, copies the bytes
+// and computes digest v1 itself.
+struct DigestConfig {
+  // NDTRACE_DIGEST_EVERY=N (N >= 1): a state digest after every op whose sequence + 1 is a
+  // multiple of N. 0: none.
+  uint64_t every = 0;
+  // NDTRACE_DIGEST_SYNC=1: a state digest after every host synchronisation op.
+  bool at_sync = false;
+  // A state digest when the trace is closed at exit, unless NDTRACE_DIGEST_EXIT=0.
+  bool at_exit = true;
+  // NDTRACE_DIGEST_WINDOW=A:B or A: (op sequences, inclusive): launches, memsets and
+  // device-to-device copies in [window_first, window_last] get digests of the allocations they
+  // reference.
+  bool window = false;
+  uint64_t window_first = 0;
+  uint64_t window_last = UINT64_MAX;
+
+  bool InWindow(uint64_t sequence) const {
+    return window && sequence >= window_first && sequence <= window_last;
+  }
+};
+
+// Parses `A:B` or `A:` (decimal op sequences, A <= B) into `config`'s window. False, leaving
+// `config` unchanged, when `text` is not of that form.
+bool ParseDigestWindow(const std::string& text, DigestConfig* config);
+
+// The configuration the NDTRACE_DIGEST_* variables ask for. An invalid value is ignored and
+// described in `problems`.
+DigestConfig DigestConfigFromEnvironment(std::vector<std::string>* problems);
+
 // A device-to-host copy whose host bytes can be digested only once its stream has
 // synchronised (asynchronous copies).
 struct PendingDigest {
@@ -55,7 +87,8 @@ struct PendingDigest {
 // never held across a real driver call.
 class Session {
  public:
-  Session(std::unique_ptr<format::TraceWriter> writer, uint64_t start_steady_ns);
+  Session(std::unique_ptr<format::TraceWriter> writer, uint64_t start_steady_ns,
+          DigestConfig digests);
 
   // ns since the trace started.
   uint64_t NowNs() const;
@@ -96,6 +129,26 @@ class Session {
   // The digests of the pending copies on `stream_id` (every stream if nullopt), computed now.
   std::vector<format::BufferDigest> TakePendingDigests(std::optional<uint32_t> stream_id);
 
+  const DigestConfig& digests() const { return digests_; }
+
+  // Called after `op` has been appended: takes the state digest the configuration asks for at
+  // this point (every N ops, host synchronisation), if any.
+  void AfterOp(const format::OpRecord& op);
+
+  // Synchronises the context through the real driver and appends a StateDigestRecord of every
+  // live allocation (whole extent, in allocation id order) with `reason`; `after_op` is the
+  // last op issued so far. When the driver cannot synchronise (no context any more, a sticky
+  // error), appends a TracerNote instead and returns false. Call inside a HookScope (or with
+  // the re-entrancy guard otherwise held): the driver calls must not be recorded.
+  bool TakeStateDigest(const std::string& reason);
+
+  // The digests of the whole allocations containing each (role, device address) of `buffers`,
+  // deduplicated by allocation id (the first role is kept), in `buffers`' order. Addresses in
+  // no known allocation and allocations that cannot be read are skipped. The caller has
+  // synchronised the stream that wrote them; the copies use the real driver.
+  std::vector<format::BufferDigest> DigestAllocations(
+      const std::vector<std::pair<std::string, uint64_t>>& buffers);
+
   format::TraceWriter& writer() { return *writer_; }
 
  private:
@@ -112,6 +165,15 @@ class Session {
   uint64_t next_module_ = 1;
   std::unordered_map<const void*, KernelInfo> kernels_;
   std::vector<PendingDigest> pending_;
+
+  // The digest v1 of `bytes` bytes of device memory at `base`, copied chunk by chunk through
+  // digest_buffer_ with the real cuMemcpyDtoH_v2; nullopt when a copy fails. Holds
+  // digest_mutex_ (across the real copies: it is never taken otherwise by a hook).
+  std::optional<format::Digest> DigestDevice(uint64_t base, uint64_t bytes);
+
+  const DigestConfig digests_;
+  std::mutex digest_mutex_;                   // guards digest_buffer_
+  std::vector<unsigned char> digest_buffer_;  // grown on demand up to kDigestBufferBytes
 };
 
 // Entered by every hook for the duration of the call.

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -25,6 +26,7 @@ using ndt::format::DevicePointer;
 using ndt::format::OpKind;
 using ndt::format::OpRecord;
 using ndt::format::Record;
+using ndt::format::StateDigestRecord;
 
 struct RunResult {
   int status = -1;
@@ -58,9 +60,11 @@ RunResult Run(const std::string& command) {
   return result;
 }
 
-RunResult RecordRun(const std::string& trace, const std::string& program) {
+RunResult RecordRun(const std::string& trace, const std::string& program,
+                    const std::string& options = "") {
   std::remove(trace.c_str());
-  return Run(std::string("'" NDTRACE_BIN "' record -o '") + trace + "' -- '" + program + "'");
+  return Run(std::string("'" NDTRACE_BIN "' record ") + options + " -o '" + trace + "' -- '" +
+             program + "'");
 }
 
 std::vector<Record> ReadAll(const std::string& path) {
@@ -93,6 +97,50 @@ OpRecord Masked(OpRecord op) {
     for (auto& digest : *digests) digest.pointer.raw_address = 0;
   }
   return op;
+}
+
+std::vector<StateDigestRecord> StateDigests(const std::vector<Record>& records) {
+  std::vector<StateDigestRecord> states;
+  for (const Record& record : records) {
+    if (const auto* state = std::get_if<StateDigestRecord>(&record)) states.push_back(*state);
+  }
+  return states;
+}
+
+// The state digest with its time and raw addresses cleared.
+StateDigestRecord Masked(StateDigestRecord state) {
+  state.time_ns = 0;
+  for (auto& digest : state.allocations) digest.pointer.raw_address = 0;
+  return state;
+}
+
+// Checks that every state digest in `records` (a single-threaded program's, in file order)
+// covers exactly the allocations live at that point, whole; returns how many there were.
+size_t CheckStateDigestsCoverLiveAllocations(const std::vector<Record>& records) {
+  std::map<uint64_t, uint64_t> live;  // allocation id -> bytes
+  size_t states = 0;
+  for (const Record& record : records) {
+    if (const auto* allocation = std::get_if<ndt::format::AllocationRecord>(&record)) {
+      if (allocation->event == ndt::format::AllocationEvent::kAllocate) {
+        live[allocation->allocation_id] = allocation->bytes;
+      } else {
+        live.erase(allocation->allocation_id);
+      }
+    }
+    if (const auto* state = std::get_if<StateDigestRecord>(&record)) {
+      ++states;
+      INFO("state digest after op " << state->after_op << " (" << state->reason << ")");
+      std::map<uint64_t, uint64_t> covered;
+      for (const auto& digest : state->allocations) {
+        CHECK(digest.pointer.offset == 0);
+        CHECK(digest.pointer.raw_address != 0);
+        covered[digest.pointer.allocation_id] = digest.bytes;
+      }
+      CHECK(covered == live);
+      CHECK(state->allocations.size() == live.size());
+    }
+  }
+  return states;
 }
 
 std::vector<std::string> Lines(const std::string& text) {
@@ -379,4 +427,200 @@ TEST_CASE("libndtrace.so exports only its hooks", "[tracer]") {
   // Unversioned: a version script with a node name would version every hook.
   const RunResult versions = Run("readelf -V '" NDT_TRACER_LIB "'");
   CHECK(versions.out.find("Version definition") == std::string::npos);
+}
+
+// ---- digests of device memory ------------------------------------------------------------
+
+TEST_CASE("the exit state digest covers every live allocation and is the same in two recordings",
+          "[tracer]") {
+  const std::string first = TempPath("exit_1.ndt"), second = TempPath("exit_2.ndt");
+  REQUIRE(RecordRun(first, PROG_VECTOR_ADD).status == 0);
+  REQUIRE(RecordRun(second, PROG_VECTOR_ADD).status == 0);
+  const std::vector<Record> a = ReadAll(first), b = ReadAll(second);
+  const std::vector<StateDigestRecord> states_a = StateDigests(a), states_b = StateDigests(b);
+  REQUIRE(states_a.size() == 1);
+  REQUIRE(states_b.size() == 1);
+  CHECK(states_a[0].reason == "exit");
+  CHECK(states_a[0].after_op == Ops(a).back().sequence);
+  CHECK(CheckStateDigestsCoverLiveAllocations(a) == 1);
+  CHECK(Masked(states_a[0]) == Masked(states_b[0]));
+  // The exit digest is the last record: nothing is recorded after it.
+  CHECK(std::holds_alternative<StateDigestRecord>(a.back()));
+
+  // --no-exit-digest (NDTRACE_DIGEST_EXIT=0) turns it off.
+  REQUIRE(RecordRun(first, PROG_VECTOR_ADD, "--no-exit-digest").status == 0);
+  CHECK(StateDigests(ReadAll(first)).empty());
+  std::remove(first.c_str());
+  std::remove(second.c_str());
+}
+
+TEST_CASE("with --digest-every 1 a state digest of all live memory follows every op",
+          "[tracer]") {
+  const std::string first = TempPath("every_1.ndt"), second = TempPath("every_2.ndt");
+  const RunResult plain = Run("'" PROG_VECTOR_ADD "'");
+  const RunResult traced = RecordRun(first, PROG_VECTOR_ADD, "--digest-every 1");
+  REQUIRE(traced.status == 0);
+  CHECK(traced.out == plain.out);
+  REQUIRE(RecordRun(second, PROG_VECTOR_ADD, "--digest-every 1").status == 0);
+  const std::vector<Record> records = ReadAll(first);
+  const std::vector<OpRecord> ops = Ops(records);
+  REQUIRE(ops.size() == 12);
+  std::vector<uint64_t> after;
+  size_t exits = 0;
+  for (const StateDigestRecord& state : StateDigests(records)) {
+    if (state.reason == "exit") {
+      ++exits;
+    } else {
+      CHECK(state.reason == "every 1 ops");
+      after.push_back(state.after_op);
+    }
+  }
+  CHECK(exits == 1);
+  REQUIRE(after.size() == ops.size());
+  for (size_t i = 0; i < after.size(); ++i) CHECK(after[i] == i);
+  CHECK(CheckStateDigestsCoverLiveAllocations(records) == ops.size() + 1);
+  // Three 256 KiB allocations are live from op 0 to the last op.
+  CHECK(StateDigests(records).at(0).allocations.size() == 3);
+
+  const std::vector<StateDigestRecord> a = StateDigests(records);
+  const std::vector<StateDigestRecord> b = StateDigests(ReadAll(second));
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(Masked(a[i]) == Masked(b[i]));
+  const RunResult diff =
+      Run(std::string("'" NDTRACE_BIN "' diff '") + first + "' '" + second + "'");
+  INFO(diff.out << diff.err);
+  CHECK(diff.status == 0);
+  CHECK_THAT(diff.out, Catch::StartsWith("identical: "));
+
+  // Every 5 ops: after ops 4 and 9 (and at exit).
+  REQUIRE(RecordRun(first, PROG_VECTOR_ADD, "--digest-every 5 --no-exit-digest").status == 0);
+  after.clear();
+  for (const StateDigestRecord& state : StateDigests(ReadAll(first))) {
+    CHECK(state.reason == "every 5 ops");
+    after.push_back(state.after_op);
+  }
+  CHECK(after == std::vector<uint64_t>{4, 9});
+  std::remove(first.c_str());
+  std::remove(second.c_str());
+}
+
+TEST_CASE("with --digest-sync a state digest follows every host synchronisation", "[tracer]") {
+  const std::string trace = TempPath("sync.ndt");
+  REQUIRE(RecordRun(trace, PROG_VECTOR_ADD, "--digest-sync --no-exit-digest").status == 0);
+  const std::vector<Record> records = ReadAll(trace);
+  std::vector<uint64_t> after;
+  for (const StateDigestRecord& state : StateDigests(records)) {
+    CHECK(state.reason == "synchronize");
+    after.push_back(state.after_op);
+  }
+  // cuStreamSynchronize twice, then cuCtxSynchronize (ops 9, 10, 11).
+  CHECK(after == std::vector<uint64_t>{9, 10, 11});
+  CHECK(CheckStateDigestsCoverLiveAllocations(records) == 3);
+  std::remove(trace.c_str());
+}
+
+TEST_CASE("with --digest-window each op in the window digests what it references", "[tracer]") {
+  const std::string trace = TempPath("window.ndt");
+  REQUIRE(RecordRun(trace, PROG_VECTOR_ADD, "--digest-window 3:7").status == 0);
+  const std::vector<OpRecord> ops = Ops(ReadAll(trace));
+  REQUIRE(ops.size() == 12);
+  for (uint64_t sequence : {3, 7}) {
+    const OpRecord& launch = ops[sequence];
+    INFO("op " << sequence << " " << launch.name);
+    REQUIRE(launch.kind == OpKind::kKernelLaunch);
+    REQUIRE(launch.inputs.size() == 3);
+    REQUIRE(launch.outputs.size() == 3);
+    for (size_t i = 0; i < 3; ++i) {
+      CHECK(launch.inputs[i].role == "arg" + std::to_string(i));
+      CHECK(launch.inputs[i].pointer.allocation_id == i + 1);
+      CHECK(launch.inputs[i].pointer.offset == 0);
+      CHECK(launch.inputs[i].bytes == 262144);
+      CHECK(launch.outputs[i].role == launch.inputs[i].role);
+      CHECK(launch.outputs[i].pointer == launch.inputs[i].pointer);
+    }
+    // The inputs a and b are only read; c (arg2) is written.
+    CHECK(launch.outputs[0].digest == launch.inputs[0].digest);
+    CHECK(launch.outputs[1].digest == launch.inputs[1].digest);
+    CHECK(!(launch.outputs[2].digest == launch.inputs[2].digest));
+  }
+  // Ops outside the window (the first launch's memset, op 0) get no such digests.
+  CHECK(ops[0].outputs.empty());
+  std::remove(trace.c_str());
+
+  // The memset (op 0) in the window: its destination allocation, whole.
+  REQUIRE(RecordRun(trace, PROG_VECTOR_ADD, "--digest-window 0:0").status == 0);
+  const std::vector<OpRecord> memset_ops = Ops(ReadAll(trace));
+  REQUIRE(memset_ops.at(0).kind == OpKind::kMemset);
+  REQUIRE(memset_ops[0].outputs.size() == 1);
+  CHECK(memset_ops[0].outputs[0].role == "dst");
+  CHECK(memset_ops[0].outputs[0].bytes == 262144);
+  CHECK(memset_ops.at(3).inputs.empty());
+  std::remove(trace.c_str());
+}
+
+TEST_CASE("with --digest-window 0: diff names racy_sum's kernel as the nondeterministic op",
+          "[tracer]") {
+  const std::string a = TempPath("racy_window_a.ndt"), b = TempPath("racy_window_b.ndt");
+  RunResult diff;
+  for (int run = 0; run < 5 && diff.status != 1; ++run) {
+    REQUIRE(RecordRun(a, PROG_RACY_SUM, "--digest-window 0:").status == 0);
+    REQUIRE(RecordRun(b, PROG_RACY_SUM, "--digest-window 0:").status == 0);
+    diff = Run(std::string("'" NDTRACE_BIN "' diff '") + a + "' '" + b + "'");
+  }
+  INFO(diff.out << diff.err);
+  CHECK(diff.status == 1);
+  CHECK_THAT(diff.out, Catch::Contains("error[nondeterministic_op]: op 2 is nondeterministic") &&
+                           Catch::Contains("kernel_launch\n      RacySum(") &&
+                           Catch::Contains("different results from identical inputs"));
+  CHECK_THAT(diff.out, !Catch::Contains("suspect:"));
+
+  // Its inputs, the 4 MiB of values and the sums before the launch, are equal in both runs;
+  // its outputs (the sums after it) differ.
+  const std::vector<OpRecord> ops_a = Ops(ReadAll(a)), ops_b = Ops(ReadAll(b));
+  REQUIRE(ops_a.size() > 2);
+  REQUIRE(ops_b.size() > 2);
+  const OpRecord& x = ops_a[2];
+  const OpRecord& y = ops_b[2];
+  CHECK_THAT(x.name, Catch::StartsWith("RacySum("));
+  REQUIRE(x.inputs.size() == 2);
+  REQUIRE(y.inputs.size() == 2);
+  CHECK(x.inputs[0].bytes == 4 << 20);
+  CHECK(x.inputs[1].bytes == 16);
+  CHECK(x.inputs[0].digest == y.inputs[0].digest);
+  CHECK(x.inputs[1].digest == y.inputs[1].digest);
+  REQUIRE(x.outputs.size() == 2);
+  REQUIRE(y.outputs.size() == 2);
+  CHECK(x.outputs[0].digest == y.outputs[0].digest);
+  CHECK(!(x.outputs[1].digest == y.outputs[1].digest));
+  std::remove(a.c_str());
+  std::remove(b.c_str());
+}
+
+TEST_CASE("ndtrace record and check refuse a bad --digest-window", "[tracer]") {
+  for (const char* window : {"5", "3:2", "a:b", ":4", "1:2:3", "-1:", "1:x"}) {
+    INFO("--digest-window " << window);
+    const RunResult record = Run(std::string("'" NDTRACE_BIN "' record --digest-window '") +
+                                 window + "' -o /dev/null -- '" PROG_VECTOR_ADD "'");
+    CHECK(record.status == 2);
+    CHECK_THAT(record.err, Catch::Contains("error: record: --digest-window must be A:B or A:"));
+    const RunResult check = Run(std::string("'" NDTRACE_BIN "' check --digest-window '") + window +
+                                "' -o /dev/null -- '" PROG_VECTOR_ADD "'");
+    CHECK(check.status == 2);
+    CHECK_THAT(check.err, Catch::Contains("error: check: --digest-window must be A:B or A:"));
+  }
+}
+
+TEST_CASE("ndtrace check passes the digest options on to every run", "[tracer]") {
+  const std::string dir = TempPath("check_digests");
+  const RunResult check = Run(std::string("'" NDTRACE_BIN "' check --digest-every 4 "
+                                          "--digest-window 3:3 -o '") +
+                              dir + "' -- '" PROG_VECTOR_ADD "'");
+  INFO(check.out << check.err);
+  CHECK(check.status == 0);
+  for (const char* run : {"/run-1.ndt", "/run-2.ndt"}) {
+    const std::vector<Record> records = ReadAll(dir + run);
+    CHECK(StateDigests(records).size() == 4);  // after ops 3, 7, 11, and at exit
+    CHECK(Ops(records).at(3).outputs.size() == 3);
+  }
+  std::filesystem::remove_all(dir);
 }
