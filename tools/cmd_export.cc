@@ -2,7 +2,8 @@
 // ui.perfetto.dev and chrome://tracing open. Both are streamed: one record in memory at a
 // time, plus the set of tracks already named.
 //
-// Perfetto layout: one process (pid = the traced pid) named "ndtrace: <command>"; one
+// Perfetto layout: one process (pid = the traced pid; with --diff, 1 and 2 for the two runs)
+// named "ndtrace: <command>"; one
 // track per CUDA stream (tid = stream id, named "stream N") holding an "X" event per op;
 // one track per host thread (named "thread N") holding NVTX ranges as "B"/"E" events; and
 // one "ndtrace" track with tracer notes and state digests as instant events.
@@ -10,11 +11,13 @@
 
 #include <CLI/CLI.hpp>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
 #include "formats/check.h"
 #include "formats/trace_reader.h"
+#include "replayer/trace_diff.h"
 #include "tools/cli_support.h"
 #include "tools/ndtrace_commands.h"
 #include "tools/record_json.h"
@@ -27,6 +30,7 @@ struct ExportOptions {
   std::string trace;
   std::string format;
   std::string output;
+  std::string diff_with;  // --diff B: both runs on one timeline, the divergence marked
   bool stable = false;
 };
 
@@ -67,15 +71,25 @@ void ExportJson(format::TraceReader& reader, const ExportOptions& options, Outpu
   out.Write(buffer);
 }
 
-// Chrome trace-event JSON, one event per line.
+// Chrome trace-event JSON, one event per line. Holds one or more processes (a diff shows
+// both runs, each as its own process).
 class PerfettoWriter {
  public:
-  PerfettoWriter(const format::TraceHeader& header, OutputFile& out)
-      : pid_(header.pid), out_(out), json_(&buffer_) {
+  explicit PerfettoWriter(OutputFile& out) : out_(out), json_(&buffer_) {
     json_.BeginObject().Key("displayTimeUnit").String("ns").Key("traceEvents").BeginArray();
+  }
+
+  // Starts the events of one process. `marked`: the op to flag as the first divergence,
+  // with `mark` describing it.
+  void BeginProcess(uint32_t pid, const std::string& name, std::optional<uint64_t> marked = {},
+                    const std::string& mark = "") {
+    pid_ = pid;
+    named_tracks_.clear();
+    marked_ = marked;
+    mark_ = mark;
     BeginEvent("M", 0).Key("name").String("process_name");
     json_.Key("args").BeginObject();
-    json_.Key("name").String("ndtrace: " + CommandLineText(header.command_line));
+    json_.Key("name").String(name);
     json_.EndObject().EndObject();
   }
 
@@ -113,8 +127,14 @@ class PerfettoWriter {
     NameTrack(op.stream_id, fmt::format("stream {}", op.stream_id));
     const TextOptions text_options{.stable = false};
     const uint64_t duration = op.end_ns >= op.start_ns ? op.end_ns - op.start_ns : 0;
+    const bool marked = marked_ && *marked_ == op.sequence;
+    if (marked) {
+      Instant("first divergence: " + mark_, op.start_ns);
+      json_.Key("sequence").Uint(op.sequence);
+      EndInstant();
+    }
     BeginEvent("X", op.stream_id);
-    json_.Key("name").String(op.name);
+    json_.Key("name").String(marked ? "FIRST DIVERGENCE: " + op.name : op.name);
     json_.Key("cat").String(format::OpKindName(op.kind));
     json_.Key("ts").Double(Microseconds(op.start_ns));
     json_.Key("dur").Double(Microseconds(duration));
@@ -142,6 +162,7 @@ class PerfettoWriter {
       json_.EndArray();
     }
     if (op.status != 0) json_.Key("status").Int(op.status);
+    if (marked) json_.Key("divergence").String(mark_);
     json_.EndObject();
     EndEvent();
   }
@@ -178,23 +199,54 @@ class PerfettoWriter {
     }
   }
 
-  const uint32_t pid_;
+  uint32_t pid_ = 0;
   OutputFile& out_;
   std::string buffer_;
   JsonWriter json_;
   std::set<uint64_t> named_tracks_;
+  std::optional<uint64_t> marked_;
+  std::string mark_;
 };
 
 void ExportPerfetto(format::TraceReader& reader, OutputFile& out) {
-  PerfettoWriter writer(reader.header(), out);
+  PerfettoWriter writer(out);
+  writer.BeginProcess(reader.header().pid,
+                      "ndtrace: " + CommandLineText(reader.header().command_line));
   format::Record record;
   while (reader.Next(&record)) writer.Add(record);
+  writer.Finish();
+}
+
+// Both runs of a diff on one timeline (process 1: run A, process 2: run B; both from their
+// trace's start), the first divergent op flagged in each.
+void ExportPerfettoDiff(format::TraceReader& a, format::TraceReader& b,
+                        const replay::DiffReport& report, OutputFile& out) {
+  std::optional<uint64_t> marked_a, marked_b;
+  std::string mark;
+  if (report.first_divergence) {
+    const replay::Divergence& d = *report.first_divergence;
+    mark = std::string(replay::DivergenceClassName(d.klass)) + ": " + d.what;
+    if (d.klass != replay::DivergenceClass::kUncovered) {
+      marked_a = d.op.sequence;
+      marked_b = d.sequence_b;
+    }
+  }
+  PerfettoWriter writer(out);
+  format::Record record;
+  writer.BeginProcess(1, "run A: " + report.path_a, marked_a, mark);
+  while (a.Next(&record)) writer.Add(record);
+  writer.BeginProcess(2, "run B: " + report.path_b, marked_b, mark);
+  while (b.Next(&record)) writer.Add(record);
   writer.Finish();
 }
 
 int RunExport(const ExportOptions& options) {
   if (options.stable && options.format != "json") {
     PrintError("--stable applies to --format json only");
+    return kExitUsage;
+  }
+  if (!options.diff_with.empty() && options.format != "perfetto") {
+    PrintError("--diff applies to --format perfetto only");
     return kExitUsage;
   }
   std::unique_ptr<format::TraceReader> reader = OpenTraceOrReport(options.trace);
@@ -204,7 +256,16 @@ int RunExport(const ExportOptions& options) {
     PrintError(out.status().message());
     return kExitUsage;
   }
-  if (options.format == "json") {
+  if (!options.diff_with.empty()) {
+    std::unique_ptr<format::TraceReader> other = OpenTraceOrReport(options.diff_with);
+    if (other == nullptr) return kExitUsage;
+    StatusOr<replay::DiffReport> report = replay::DiffTraces(options.trace, options.diff_with);
+    if (!report.ok()) {
+      PrintError(report.status().message());
+      return kExitUsage;
+    }
+    ExportPerfettoDiff(*reader, *other, *report, **out);
+  } else if (options.format == "json") {
     ExportJson(*reader, options, **out);
   } else {
     ExportPerfetto(*reader, **out);
@@ -230,6 +291,10 @@ Command AddExportCommand(CLI::App& parent) {
       ->check(CLI::IsMember({"json", "perfetto"}));
   command->add_option("-o,--output", options->output, "Write to OUT instead of stdout")
       ->type_name("OUT");
+  command->add_option("--diff", options->diff_with,
+                      "With --format perfetto: put this second run beside TRACE on one timeline "
+                      "and flag the first divergent op (as ndtrace diff TRACE B finds it)")
+      ->type_name("B");
   command->add_flag("--stable", options->stable,
                     "With --format json: leave out times, host, pid and raw addresses");
   command->footer(kExitCodesHelp);

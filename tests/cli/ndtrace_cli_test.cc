@@ -372,6 +372,43 @@ TEST_CASE("export --format perfetto writes trace events: one X per op, a track p
   CHECK(named_streams == std::multiset<uint64_t>(op_streams.begin(), op_streams.end()));
 }
 
+TEST_CASE("export --format perfetto --diff puts both runs on one timeline and flags the "
+          "first divergent op",
+          "[cli]") {
+  TempDir dir;
+  const fs::path a = dir / "a.ndt";
+  const fs::path b = dir / "b.ndt";
+  SyntheticOptions options = GoldenOptions();
+  WriteTrace(a, options);
+  options.seed = 8;  // different host data from the first copy on
+  WriteTrace(b, options);
+  const RunResult result = Ndtrace(
+      {"export", a.string(), "--format", "perfetto", "--diff", b.string()}, dir);
+  REQUIRE(result.exit_code == 0);
+  const nlohmann::json timeline = nlohmann::json::parse(result.out);
+  std::set<uint64_t> processes;
+  std::vector<uint64_t> flagged_sequences;
+  uint64_t complete_events = 0;
+  for (const nlohmann::json& event : timeline.at("traceEvents")) {
+    if (event.at("ph") == "M" && event.at("name") == "process_name") {
+      processes.insert(event.at("pid").get<uint64_t>());
+    } else if (event.at("ph") == "X") {
+      ++complete_events;
+      const std::string name = event.at("name");
+      if (name.rfind("FIRST DIVERGENCE: ", 0) == 0) {
+        flagged_sequences.push_back(event.at("args").at("sequence").get<uint64_t>());
+        CHECK_THAT(event.at("args").at("divergence").get<std::string>(),
+                   Catch::StartsWith("propagated"));
+      }
+    }
+  }
+  CHECK(processes == std::set<uint64_t>{1, 2});
+  CHECK(complete_events == 2 * ndt::tools::SyntheticOpCount(options));
+  CHECK(flagged_sequences == std::vector<uint64_t>{0, 0});
+  CHECK(Ndtrace({"export", a.string(), "--format", "json", "--diff", b.string()}, dir).exit_code ==
+        2);
+}
+
 TEST_CASE("export --format json writes one document with the header and every record", "[cli]") {
   TempDir dir;
   const fs::path trace = dir / "synthetic.ndt";
