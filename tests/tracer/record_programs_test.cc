@@ -281,16 +281,23 @@ TEST_CASE("recordings of racy_sum give different digests of its output", "[trace
   std::remove(trace.c_str());
 }
 
+// Records racy_sum into `a` and `b` (with `options`) and diffs them. The race makes two runs
+// differ with overwhelming probability; up to 5 tries until they do.
+RunResult DiffTwoRacyRecordings(const std::string& a, const std::string& b,
+                                const std::string& options = "") {
+  RunResult diff;
+  for (int run = 0; run < 5 && diff.status != 1; ++run) {
+    REQUIRE(RecordRun(a, PROG_RACY_SUM, options).status == 0);
+    REQUIRE(RecordRun(b, PROG_RACY_SUM, options).status == 0);
+    diff = Run(std::string("'" NDTRACE_BIN "' diff '") + a + "' '" + b + "'");
+  }
+  return diff;
+}
+
 TEST_CASE("ndtrace diff of two racy_sum recordings names the racing kernel as the suspect",
           "[tracer]") {
   const std::string a = TempPath("racy_a.ndt"), b = TempPath("racy_b.ndt");
-  RunResult diff;
-  // The race makes two runs differ with overwhelming probability; allow a few tries.
-  for (int run = 0; run < 5 && diff.status != 1; ++run) {
-    REQUIRE(RecordRun(a, PROG_RACY_SUM).status == 0);
-    REQUIRE(RecordRun(b, PROG_RACY_SUM).status == 0);
-    diff = Run(std::string("'" NDTRACE_BIN "' diff '") + a + "' '" + b + "'");
-  }
+  const RunResult diff = DiffTwoRacyRecordings(a, b);
   INFO(diff.out << diff.err);
   CHECK(diff.status == 1);
   CHECK_THAT(diff.out, Catch::Contains("error[propagated]") &&
@@ -561,12 +568,7 @@ TEST_CASE("with --digest-window each op in the window digests what it references
 TEST_CASE("with --digest-window 0: diff names racy_sum's kernel as the nondeterministic op",
           "[tracer]") {
   const std::string a = TempPath("racy_window_a.ndt"), b = TempPath("racy_window_b.ndt");
-  RunResult diff;
-  for (int run = 0; run < 5 && diff.status != 1; ++run) {
-    REQUIRE(RecordRun(a, PROG_RACY_SUM, "--digest-window 0:").status == 0);
-    REQUIRE(RecordRun(b, PROG_RACY_SUM, "--digest-window 0:").status == 0);
-    diff = Run(std::string("'" NDTRACE_BIN "' diff '") + a + "' '" + b + "'");
-  }
+  const RunResult diff = DiffTwoRacyRecordings(a, b, "--digest-window 0:");
   INFO(diff.out << diff.err);
   CHECK(diff.status == 1);
   CHECK_THAT(diff.out, Catch::Contains("error[nondeterministic_op]: op 2 is nondeterministic") &&
