@@ -98,25 +98,6 @@ uint64_t Handle(const void* handle) {
   return reinterpret_cast<uint64_t>(handle);
 }
 
-OpRecord BeginOp(Session& session, OpKind kind, std::string name, uint32_t stream_id) {
-  OpRecord op;
-  op.sequence = session.TakeOpSequence();
-  op.thread_id = session.ThreadId();
-  op.stream_id = stream_id;
-  op.kind = kind;
-  op.name = std::move(name);
-  op.start_ns = session.NowNs();
-  return op;
-}
-
-// Appends `op`, then takes the state digest the configuration asks for after it, if any.
-void EndOp(Session& session, OpRecord& op, CUresult result) {
-  op.status = static_cast<int32_t>(result);
-  op.end_ns = session.NowNs();
-  session.Append(op);
-  session.AfterOp(op);
-}
-
 // Synchronises `stream` (of a per-thread-default-stream function when `per_thread`) through
 // the real driver, never our hooks, before its memory is digested.
 CUresult SyncStream(CUstream stream, bool per_thread) {
@@ -185,7 +166,7 @@ CUresult RecordCopy(Session& session, RealCall& call, const char* name, Directio
                                                            : direction != Direction::kHostToDevice;
   const format::DevicePointer dst_pointer = session.Canonical(dst);
   const format::DevicePointer src_pointer = session.Canonical(src);
-  OpRecord op = BeginOp(session, OpKind::kMemcpy, name, stream_id);
+  OpRecord op = session.BeginOp(OpKind::kMemcpy, name, stream_id);
   op.args.push_back(Endpoint("dst", dst_device, dst_pointer));
   op.args.push_back(Endpoint("src", src_device, src_pointer));
   op.args.push_back(Unsigned("bytes", bytes));
@@ -209,7 +190,7 @@ CUresult RecordCopy(Session& session, RealCall& call, const char* name, Directio
       op.outputs.push_back(HostDigest("dst", src_pointer, dst_host, bytes));
     }
   }
-  EndOp(session, op, result);
+  session.EndOp(op, static_cast<int32_t>(result));
   return result;
 }
 
@@ -218,7 +199,7 @@ CUresult RecordMemset(Session& session, RealCall& call, const char* name, CUdevi
                       uint64_t value, size_t count, unsigned element_bytes, CUstream stream,
                       bool per_thread, Call real) {
   const uint32_t stream_id = session.StreamId(Handle(stream), per_thread);
-  OpRecord op = BeginOp(session, OpKind::kMemset, name, stream_id);
+  OpRecord op = session.BeginOp(OpKind::kMemset, name, stream_id);
   Argument pointer;
   pointer.name = "dst";
   pointer.value = session.Canonical(dst);
@@ -230,7 +211,7 @@ CUresult RecordMemset(Session& session, RealCall& call, const char* name, CUdevi
   if (result == CUDA_SUCCESS && session.digests().InWindow(op.sequence)) {
     op.outputs = WindowDigests(session, stream, per_thread, {{"dst", dst}});
   }
-  EndOp(session, op, result);
+  session.EndOp(op, static_cast<int32_t>(result));
   return result;
 }
 
@@ -259,7 +240,7 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
                       unsigned attributes, Call real) {
   const KernelInfo kernel = session.Kernel(function);
   const uint32_t stream_id = session.StreamId(Handle(stream), per_thread);
-  OpRecord op = BeginOp(session, OpKind::kKernelLaunch, kernel.name, stream_id);
+  OpRecord op = session.BeginOp(OpKind::kKernelLaunch, kernel.name, stream_id);
   op.module_id = kernel.module_id;
   op.args.push_back(Dims("grid", grid[0], grid[1], grid[2]));
   op.args.push_back(Dims("block", block[0], block[1], block[2]));
@@ -294,17 +275,17 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
   if (window && result == CUDA_SUCCESS) {
     op.outputs = WindowDigests(session, stream, per_thread, referenced);
   }
-  EndOp(session, op, result);
+  session.EndOp(op, static_cast<int32_t>(result));
   return result;
 }
 
 template <typename Call>
 CUresult RecordSynchronize(Session& session, RealCall& call, const char* name,
                            std::optional<uint32_t> stream_id, Call real) {
-  OpRecord op = BeginOp(session, OpKind::kSynchronize, name, stream_id.value_or(0));
+  OpRecord op = session.BeginOp(OpKind::kSynchronize, name, stream_id.value_or(0));
   const CUresult result = call.Set(real());
   if (result == CUDA_SUCCESS) op.outputs = session.TakePendingDigests(stream_id);
-  EndOp(session, op, result);
+  session.EndOp(op, static_cast<int32_t>(result));
   return result;
 }
 

@@ -24,6 +24,7 @@
 
 #include "kernels/digest_v1.h"
 #include "tracer/driver_table.h"
+#include "tracer/library_support.h"
 
 extern char** environ;
 
@@ -222,6 +223,32 @@ void AddGpuFacts(format::TraceHeader& header) {
   }
 }
 
+// The versions of the GPU libraries already loaded (linked by the program or loaded before its
+// first CUDA call); 0 for the others.
+void AddLibraryVersions(format::TraceHeader& header) {
+  using SizeVersionFn = size_t (*)();
+  using IntVersionFn = int (*)(int*);
+  if (auto cudnn = reinterpret_cast<SizeVersionFn>(
+          RealLibraryFunction("libcudnn.so.9", "cudnnGetVersion"))) {
+    header.versions.cudnn = static_cast<uint32_t>(cudnn());
+  }
+  if (auto cublas = reinterpret_cast<SizeVersionFn>(
+          RealLibraryFunction("libcublasLt.so.13", "cublasLtGetVersion"))) {
+    header.versions.cublas = static_cast<uint32_t>(cublas());
+  }
+  int version = 0;
+  if (auto curand = reinterpret_cast<IntVersionFn>(
+          RealLibraryFunction("libcurand.so.10", "curandGetVersion"));
+      curand != nullptr && curand(&version) == 0) {
+    header.versions.curand = static_cast<uint32_t>(version);
+  }
+  if (auto nccl = reinterpret_cast<IntVersionFn>(
+          RealLibraryFunction("libnccl.so.2", "ncclGetVersion"));
+      nccl != nullptr && nccl(&version) == 0) {
+    header.versions.nccl = static_cast<uint32_t>(version);
+  }
+}
+
 format::TraceHeader BuildHeader() {
   format::TraceHeader header;
   header.tool_version = NDT_VERSION;
@@ -244,7 +271,7 @@ format::TraceHeader BuildHeader() {
           {std::string(text.substr(0, equals)), std::string(text.substr(equals + 1))});
     }
   }
-  header.policy = format::Policy::kObserve;
+  AddLibraryVersions(header);
   return header;
 }
 
@@ -324,6 +351,7 @@ class Recorder {
     strict_ = EnvFlag("NDTRACE_STRICT");
     quiet_ = EnvFlag("NDTRACE_QUIET");
     digests_ = DigestConfigFromEnvironment(&digest_problems_);
+    policy_ = PolicyFromEnvironment(&digest_problems_);
     owner_pid_ = getpid();
     pthread_atfork(nullptr, nullptr, [] { Get().OnForkChild(); });
   }
@@ -364,6 +392,20 @@ class Recorder {
     }
     const uint64_t start = SteadyNs();
     format::TraceHeader header = BuildHeader();
+    header.policy = ToFormat(policy_.mode);
+    std::unique_ptr<PinTable> pins;
+    if (policy_.mode == PolicyMode::kPin) {
+      header.pinned_from = policy_.pin_path;
+      StatusOr<PinTable> loaded = PinTable::Load(policy_.pin_path);
+      if (loaded.ok()) {
+        pins = std::make_unique<PinTable>(std::move(loaded).value());
+      } else {
+        const std::string why = "cannot pin choices from " + policy_.pin_path + ": " +
+                                loaded.status().message() + "; the program's own choices stand";
+        header.notes.push_back(why);
+        Log(why);
+      }
+    }
     StatusOr<std::unique_ptr<format::TraceWriter>> writer =
         format::TraceWriter::Create(output_, header);
     if (!writer.ok()) {
@@ -375,7 +417,14 @@ class Recorder {
     for (const std::string& problem : digest_problems_) Log(problem);
     digest_problems_.clear();
     // Never freed: other threads may still hold it when the exit handler closes the writer.
-    auto* session = new Session(std::move(writer).value(), start, digests_);
+    auto* session = new Session(std::move(writer).value(), std::move(header), start, digests_,
+                                policy_, std::move(pins));
+    for (const format::EnvVar& variable : EnvironmentSetByPolicy()) {
+      format::PolicyDecisionRecord decision;
+      decision.library = variable.name.substr(0, variable.name.find('_'));
+      decision.action = "set " + variable.name + "=" + variable.value;
+      session->Append(decision);
+    }
     if (!atexit_registered_) {
       atexit_registered_ = true;
       std::atexit([] { Get().Close(); });
@@ -395,6 +444,7 @@ class Recorder {
   bool strict_ = false;
   bool quiet_ = false;
   DigestConfig digests_;
+  PolicyConfig policy_;
   std::vector<std::string> digest_problems_;  // logged when recording starts
   bool exit_digest_taken_ = false;            // guarded by create_mutex_
   pid_t owner_pid_ = 0;
@@ -478,6 +528,14 @@ HookScope::~HookScope() {
   if (entered_) t_in_hook = false;
 }
 
+void HookScope::Lift() noexcept {
+  if (entered_) t_in_hook = false;
+}
+
+void HookScope::Restore() noexcept {
+  if (entered_) t_in_hook = true;
+}
+
 void ReportHookFailure(const char* hook) noexcept {
   try {
     Recorder::Get().Fail(std::string("internal error in ") + hook);
@@ -487,9 +545,45 @@ void ReportHookFailure(const char* hook) noexcept {
 
 // ---- Session ---------------------------------------------------------------------------
 
-Session::Session(std::unique_ptr<format::TraceWriter> writer, uint64_t start_steady_ns,
-                 DigestConfig digests)
-    : writer_(std::move(writer)), start_steady_ns_(start_steady_ns), digests_(digests) {}
+Session::Session(std::unique_ptr<format::TraceWriter> writer, format::TraceHeader header,
+                 uint64_t start_steady_ns, DigestConfig digests, PolicyConfig policy,
+                 std::unique_ptr<PinTable> pins)
+    : writer_(std::move(writer)),
+      header_(std::move(header)),
+      start_steady_ns_(start_steady_ns),
+      digests_(digests),
+      policy_(std::move(policy)),
+      pins_(std::move(pins)) {}
+
+format::OpRecord Session::BeginOp(format::OpKind kind, std::string name, uint32_t stream_id) {
+  format::OpRecord op;
+  op.sequence = TakeOpSequence();
+  op.thread_id = ThreadId();
+  op.stream_id = stream_id;
+  op.kind = kind;
+  op.name = std::move(name);
+  op.start_ns = NowNs();
+  return op;
+}
+
+void Session::EndOp(format::OpRecord& op, int32_t status) {
+  op.status = status;
+  op.end_ns = NowNs();
+  Append(op);
+  AfterOp(op);
+}
+
+void Session::Decide(const format::PolicyDecisionRecord& decision) {
+  Append(decision);
+  if (decision.applied) return;
+  {
+    std::lock_guard lock(mutex_);
+    if (std::find(said_.begin(), said_.end(), decision.action) != said_.end()) return;
+    said_.push_back(decision.action);
+  }
+  Recorder::Get().Log("op " + std::to_string(decision.op_sequence) + ": " + decision.action +
+                      "; the program keeps running");
+}
 
 uint64_t Session::NowNs() const {
   const uint64_t now = SteadyNs();

@@ -30,6 +30,7 @@
 #include "formats/records.h"
 #include "formats/trace_writer.h"
 #include "tracer/allocation_map.h"
+#include "tracer/policy.h"
 
 namespace ndt::tracer {
 
@@ -87,8 +88,9 @@ struct PendingDigest {
 // never held across a real driver call.
 class Session {
  public:
-  Session(std::unique_ptr<format::TraceWriter> writer, uint64_t start_steady_ns,
-          DigestConfig digests);
+  Session(std::unique_ptr<format::TraceWriter> writer, format::TraceHeader header,
+          uint64_t start_steady_ns, DigestConfig digests, PolicyConfig policy,
+          std::unique_ptr<PinTable> pins);
 
   // ns since the trace started.
   uint64_t NowNs() const;
@@ -110,6 +112,21 @@ class Session {
   uint64_t PeekOpSequence() const { return next_op_.load(std::memory_order_relaxed); }
 
   void Append(const format::Record& record);
+
+  // A new op on this thread, its sequence taken now; `EndOp` appends it with the call's status
+  // and then takes the state digest the configuration asks for at this point, if any.
+  format::OpRecord BeginOp(format::OpKind kind, std::string name, uint32_t stream_id);
+  void EndOp(format::OpRecord& op, int32_t status);
+
+  // ---- the library layer (policy.h, library_support.h) ----
+  const format::TraceHeader& header() const { return header_; }
+  const PolicyConfig& policy() const { return policy_; }
+  // Under --pin: the reference trace's choices; null otherwise, or when it could not be read
+  // (said once when recording started).
+  const PinTable* pins() const { return pins_.get(); }
+  // Appends `decision` (what the policy did, or could not do, to a library choice). One that
+  // was not applied is also said once on stderr per distinct `decision.action`.
+  void Decide(const format::PolicyDecisionRecord& decision);
 
   // Allocation bookkeeping; each appends an AllocationRecord.
   void OnAllocate(uint64_t base, uint64_t bytes, const char* api, uint32_t stream_id);
@@ -149,10 +166,17 @@ class Session {
   std::vector<format::BufferDigest> DigestAllocations(
       const std::vector<std::pair<std::string, uint64_t>>& buffers);
 
+  // The digest v1 of `bytes` bytes of device memory at `base`, copied chunk by chunk through
+  // a reusable host buffer with the real cuMemcpyDtoH_v2; nullopt when a copy fails. The
+  // caller has synchronised the work that writes it. Holds a lock across the real copies
+  // (taken by nothing else).
+  std::optional<format::Digest> DigestDevice(uint64_t base, uint64_t bytes);
+
   format::TraceWriter& writer() { return *writer_; }
 
  private:
   std::unique_ptr<format::TraceWriter> writer_;
+  const format::TraceHeader header_;
   const uint64_t start_steady_ns_;
   std::atomic<uint64_t> next_op_{0};
   std::atomic<uint32_t> next_thread_{0};
@@ -165,13 +189,11 @@ class Session {
   uint64_t next_module_ = 1;
   std::unordered_map<const void*, KernelInfo> kernels_;
   std::vector<PendingDigest> pending_;
-
-  // The digest v1 of `bytes` bytes of device memory at `base`, copied chunk by chunk through
-  // digest_buffer_ with the real cuMemcpyDtoH_v2; nullopt when a copy fails. Holds
-  // digest_mutex_ (across the real copies: it is never taken otherwise by a hook).
-  std::optional<format::Digest> DigestDevice(uint64_t base, uint64_t bytes);
+  std::vector<std::string> said_;  // unapplied decisions already said on stderr
 
   const DigestConfig digests_;
+  const PolicyConfig policy_;
+  const std::unique_ptr<PinTable> pins_;
   std::mutex digest_mutex_;                   // guards digest_buffer_
   std::vector<unsigned char> digest_buffer_;  // grown on demand up to kDigestBufferBytes
 };
@@ -190,6 +212,11 @@ class HookScope {
   // True when NDTRACE_STRICT=1 and recording has failed: the hook must not run the call and
   // returns CUDA_ERROR_UNKNOWN.
   bool fail_closed() const { return fail_closed_; }
+
+  // Lift the guard around a library's real call, so that the driver calls it makes are
+  // recorded as ops of their own; Restore puts it back. Only while this scope holds the guard.
+  void Lift() noexcept;
+  void Restore() noexcept;
 
  private:
   bool entered_ = false;

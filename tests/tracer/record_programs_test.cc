@@ -18,8 +18,11 @@
 
 #include "formats/records.h"
 #include "formats/trace_reader.h"
+#include "support/traced_program.h"
 
 namespace {
+
+using namespace ndt::test;  // NOLINT(google-build-using-namespace): the shared test helpers
 
 using ndt::format::Argument;
 using ndt::format::DevicePointer;
@@ -27,77 +30,6 @@ using ndt::format::OpKind;
 using ndt::format::OpRecord;
 using ndt::format::Record;
 using ndt::format::StateDigestRecord;
-
-struct RunResult {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TMPDIR");
-  return std::string(dir != nullptr ? dir : "/tmp") + "/ndt_tracer_test_" +
-         std::to_string(getpid()) + "_" + name;
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-// Runs `command` through the shell with the stand-in libraries first on LD_LIBRARY_PATH.
-RunResult Run(const std::string& command) {
-  const std::string out = TempPath("stdout"), err = TempPath("stderr");
-  const std::string line =
-      "LD_LIBRARY_PATH='" NDT_STANDIN_DIR "' " + command + " >" + out + " 2>" + err;
-  const int raw = std::system(line.c_str());
-  RunResult result;
-  result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  result.out = Slurp(out);
-  result.err = Slurp(err);
-  std::remove(out.c_str());
-  std::remove(err.c_str());
-  return result;
-}
-
-RunResult RecordRun(const std::string& trace, const std::string& program,
-                    const std::string& options = "") {
-  std::remove(trace.c_str());
-  return Run(std::string("'" NDTRACE_BIN "' record ") + options + " -o '" + trace + "' -- '" +
-             program + "'");
-}
-
-std::vector<Record> ReadAll(const std::string& path) {
-  auto reader = ndt::format::TraceReader::Open(path);
-  REQUIRE(reader.ok());
-  CHECK((*reader)->complete());
-  std::vector<Record> records;
-  Record record;
-  while ((*reader)->Next(&record)) records.push_back(record);
-  return records;
-}
-
-std::vector<OpRecord> Ops(const std::vector<Record>& records) {
-  std::vector<OpRecord> ops;
-  for (const Record& record : records) {
-    if (const auto* op = std::get_if<OpRecord>(&record)) ops.push_back(*op);
-  }
-  std::sort(ops.begin(), ops.end(),
-            [](const OpRecord& a, const OpRecord& b) { return a.sequence < b.sequence; });
-  return ops;
-}
-
-// The op with its times and raw addresses cleared: what must be equal between two runs.
-OpRecord Masked(OpRecord op) {
-  op.start_ns = op.end_ns = 0;
-  for (Argument& argument : op.args) {
-    if (auto* pointer = std::get_if<DevicePointer>(&argument.value)) pointer->raw_address = 0;
-  }
-  for (auto* digests : {&op.inputs, &op.outputs}) {
-    for (auto& digest : *digests) digest.pointer.raw_address = 0;
-  }
-  return op;
-}
 
 std::vector<StateDigestRecord> StateDigests(const std::vector<Record>& records) {
   std::vector<StateDigestRecord> states;
@@ -141,21 +73,6 @@ size_t CheckStateDigestsCoverLiveAllocations(const std::vector<Record>& records)
     }
   }
   return states;
-}
-
-std::vector<std::string> Lines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
-std::vector<std::string> NdtraceLines(const std::string& text) {
-  std::vector<std::string> lines;
-  for (const std::string& line : Lines(text)) {
-    if (line.rfind("ndtrace:", 0) == 0) lines.push_back(line);
-  }
-  return lines;
 }
 
 const DevicePointer& PointerArg(const OpRecord& op, const std::string& name) {

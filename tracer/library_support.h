@@ -1,0 +1,110 @@
+// What every library hook (cuDNN, cuBLAS/cuBLASLt, cuRAND, NCCL) shares: finding the real
+// function, the hook's shape, library ops and the digests of their exact extents.
+//
+// A library hook is an exported function with the library's exact name and signature
+// (`cudnnConvolutionForward`); programs and frameworks linked against the library bind to it
+// because libndtrace.so is first in the global scope. It forwards to the real function, found
+// in the already loaded library by its soname (never through our own exports).
+//
+// Unlike a driver hook, a library hook lifts the re-entrancy guard around the real call
+// (RealCall::Run): the driver calls the library makes (its kernel launches, allocations,
+// copies) are recorded as ops of their own, after the library op that caused them.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "formats/records.h"
+#include "tracer/recorder.h"
+
+namespace ndt::tracer {
+
+// The real `name` in the loaded library `soname` (dlopen RTLD_NOLOAD + the real dlsym), or
+// null when that library is not loaded or lacks it.
+void* RealLibraryFunction(const char* soname, const char* name) noexcept;
+
+// The real function `name` of `soname`, typed as `name` is declared, cached per call site once
+// found. NDT_REAL_LIBRARY_AS looks up `real_name` instead (NCCL: ncclX -> pncclX).
+#define NDT_REAL_LIBRARY_AS(soname, name, real_name)                                     \
+  ([]() noexcept {                                                                       \
+    static std::atomic<void*> slot{nullptr};                                             \
+    void* found = slot.load(std::memory_order_acquire);                                  \
+    if (found == nullptr) {                                                              \
+      found = ::ndt::tracer::RealLibraryFunction(soname, real_name);                     \
+      slot.store(found, std::memory_order_release);                                      \
+    }                                                                                    \
+    return reinterpret_cast<decltype(&::name)>(found);                                   \
+  }())
+#define NDT_REAL_LIBRARY(soname, name) NDT_REAL_LIBRARY_AS(soname, name, #name)
+
+// The real call of a library hook, made at most once, with the re-entrancy guard lifted.
+template <typename Result>
+class RealCall {
+ public:
+  explicit RealCall(HookScope& scope) : scope_(scope) {}
+  template <typename Call>
+  Result Run(Call&& call) {
+    scope_.Lift();
+    result_ = call();
+    scope_.Restore();
+    done_ = true;
+    return result_;
+  }
+  bool done() const { return done_; }
+  Result result() const { return result_; }
+
+ private:
+  HookScope& scope_;
+  Result result_{};
+  bool done_ = false;
+};
+
+// Runs a library hook. `unavailable` is returned when the real function is missing (the
+// library is not loaded) or, under NDTRACE_STRICT=1, when recording has failed. `pass()` makes
+// the real call unrecorded; `record(session, call)` records around it, making the real call
+// through `call.Run(...)`. An exception from recording is reported once (recording stops) and
+// the real call is still made exactly once.
+template <typename Result, typename Pass, typename Record>
+Result RunLibraryHook(const char* name, bool have_real, Result unavailable, Pass pass,
+                      Record record) noexcept {
+  if (!have_real) return unavailable;
+  HookScope scope;
+  if (scope.fail_closed()) return unavailable;
+  if (scope.session() == nullptr) return pass();
+  RealCall<Result> call(scope);
+  try {
+    return record(*scope.session(), call);
+  } catch (...) {
+    ReportHookFailure(name);
+    if (call.done()) return call.result();
+    scope.Lift();
+    return pass();
+  }
+}
+
+// A device extent a library op reads or writes, exactly as its descriptors give it.
+struct Extent {
+  std::string role;  // "x", "w", "y", "A", "C", "sendbuff", ...
+  uint64_t address = 0;
+  uint64_t bytes = 0;
+  format::DType dtype = format::DType::kUnknown;
+};
+
+// The digests of `extents` once `stream` (a CUstream / cudaStream_t handle, 0 = legacy default)
+// has finished its work so far: synchronises it through the real driver. Empty when library
+// digests are off (NDTRACE_LIBRARY_DIGESTS=0) or the stream cannot synchronise; an extent that
+// cannot be read is left out.
+std::vector<format::BufferDigest> DigestExtents(Session& session, uint64_t stream,
+                                                const std::vector<Extent>& extents);
+
+// Argument builders.
+format::Argument TextArgument(std::string name, std::string value);
+format::Argument UnsignedArgument(std::string name, uint64_t value);
+format::Argument SignedArgument(std::string name, int64_t value);
+format::Argument DimsArgument(std::string name, std::vector<int64_t> dims);
+format::Argument PointerArgument(Session& session, std::string name, uint64_t address);
+
+}  // namespace ndt::tracer

@@ -1,0 +1,152 @@
+#include "tracer/policy.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "formats/trace_reader.h"
+
+namespace ndt::tracer {
+namespace {
+
+std::vector<format::EnvVar>& SetByPolicy() {
+  static auto* set = new std::vector<format::EnvVar>();  // never destroyed: read during exit
+  return *set;
+}
+
+// Runs before main when the library is preloaded: the variables cuBLAS and NCCL read when a
+// handle or communicator is created must be in place before the program can create one.
+// Single-threaded at this point, so setenv is safe.
+__attribute__((constructor)) void ApplyDeterministicEnvironmentAtLoad() {
+  const char* policy = std::getenv("NDTRACE_POLICY");
+  if (policy == nullptr || std::strcmp(policy, "deterministic") != 0) return;
+  for (const format::EnvVar& variable : DeterministicEnvironment()) {
+    if (std::getenv(variable.name.c_str()) != nullptr) continue;
+    if (setenv(variable.name.c_str(), variable.value.c_str(), 0) == 0) {
+      SetByPolicy().push_back(variable);
+    }
+  }
+}
+
+}  // namespace
+
+PolicyConfig PolicyFromEnvironment(std::vector<std::string>* problems) {
+  PolicyConfig config;
+  if (const char* policy = std::getenv("NDTRACE_POLICY"); policy != nullptr && *policy) {
+    if (std::strcmp(policy, "deterministic") == 0) {
+      config.mode = PolicyMode::kEnforce;
+    } else if (std::strcmp(policy, "observe") != 0) {
+      problems->push_back(std::string("ignoring NDTRACE_POLICY=") + policy +
+                          ": not observe or deterministic");
+    }
+  }
+  if (const char* pin = std::getenv("NDTRACE_PIN"); pin != nullptr && *pin) {
+    config.mode = PolicyMode::kPin;
+    config.pin_path = pin;
+  }
+  if (const char* digests = std::getenv("NDTRACE_LIBRARY_DIGESTS"); digests != nullptr) {
+    config.library_digests = std::strcmp(digests, "0") != 0;
+  }
+  return config;
+}
+
+format::Policy ToFormat(PolicyMode mode) {
+  switch (mode) {
+    case PolicyMode::kEnforce:
+      return format::Policy::kEnforce;
+    case PolicyMode::kPin:
+      return format::Policy::kPin;
+    case PolicyMode::kObserve:
+      break;
+  }
+  return format::Policy::kObserve;
+}
+
+const std::vector<format::EnvVar>& DeterministicEnvironment() {
+  // research/cuda-interposition.md §4 (cuBLAS workspace) and §6 (NCCL strict-mode pinning).
+  static const auto* variables = new std::vector<format::EnvVar>{
+      {"CUBLAS_WORKSPACE_CONFIG", ":4096:8"},
+      {"NCCL_ALGO", "Ring"},
+      {"NCCL_PROTO", "Simple"},
+      {"NCCL_MIN_NCHANNELS", "4"},
+      {"NCCL_MAX_NCHANNELS", "4"},
+      {"NCCL_NVLS_ENABLE", "0"},
+      {"NCCL_COLLNET_ENABLE", "0"},
+  };
+  return *variables;
+}
+
+const std::vector<format::EnvVar>& EnvironmentSetByPolicy() {
+  return SetByPolicy();
+}
+
+StatusOr<PinTable> PinTable::Load(const std::string& path) {
+  StatusOr<std::unique_ptr<format::TraceReader>> opened = format::TraceReader::Open(path);
+  if (!opened.ok()) return opened.status();
+  format::TraceReader& reader = **opened;
+  PinTable table;
+  table.header_ = reader.header();
+  format::Record record;
+  while (reader.Next(&record)) {
+    const auto* op = std::get_if<format::OpRecord>(&record);
+    if (op == nullptr) continue;
+    const std::string_view fingerprint = FingerprintOf(*op);
+    if (fingerprint.empty()) continue;
+    if (op->algorithm && table.choices_.find(fingerprint) == table.choices_.end()) {
+      table.choices_.emplace(std::string(fingerprint), *op->algorithm);
+    }
+    if (op->rng && table.rng_.find(fingerprint) == table.rng_.end()) {
+      table.rng_.emplace(std::string(fingerprint), *op->rng);
+    }
+  }
+  return table;
+}
+
+const format::AlgorithmChoice* PinTable::Choice(std::string_view fingerprint) const {
+  auto found = choices_.find(fingerprint);
+  return found == choices_.end() ? nullptr : &found->second;
+}
+
+const format::RngState* PinTable::Rng(std::string_view fingerprint) const {
+  auto found = rng_.find(fingerprint);
+  return found == rng_.end() ? nullptr : &found->second;
+}
+
+std::string PinTable::Mismatch(const format::TraceHeader& current,
+                               std::string_view library) const {
+  if (!header_.gpus.empty() && !current.gpus.empty()) {
+    const format::GpuInfo& recorded = header_.gpus.front();
+    const format::GpuInfo& here = current.gpus.front();
+    if (recorded.name != here.name) {
+      return "the reference ran on " + recorded.name + ", this process on " + here.name;
+    }
+    if (recorded.sm_count != here.sm_count) {
+      return "the reference GPU had " + std::to_string(recorded.sm_count) + " SMs, this one " +
+             std::to_string(here.sm_count);
+    }
+  }
+  const auto differs = [&](const char* name, uint32_t recorded, uint32_t here) -> std::string {
+    if (recorded == 0 || here == 0 || recorded == here) return "";
+    return std::string("the reference used ") + name + " " + std::to_string(recorded) +
+           ", this process " + std::to_string(here);
+  };
+  const format::LibraryVersions& recorded = header_.versions;
+  const format::LibraryVersions& here = current.versions;
+  if (library == "cudnn") return differs("cuDNN", recorded.cudnn, here.cudnn);
+  if (library == "cublas" || library == "cublasLt") {
+    return differs("cuBLAS", recorded.cublas, here.cublas);
+  }
+  if (library == "curand") return differs("cuRAND", recorded.curand, here.curand);
+  if (library == "nccl") return differs("NCCL", recorded.nccl, here.nccl);
+  return "";
+}
+
+std::string_view FingerprintOf(const format::OpRecord& op) {
+  for (const format::Argument& argument : op.args) {
+    if (argument.name != "fingerprint") continue;
+    if (const auto* text = std::get_if<std::string>(&argument.value)) return *text;
+  }
+  return {};
+}
+
+}  // namespace ndt::tracer

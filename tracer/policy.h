@@ -1,0 +1,77 @@
+// The policy the tracer applies to library choices (DESIGN.md, "Policy"), from the environment:
+//
+//   NDTRACE_POLICY=observe        record choices as the program makes them (the default)
+//   NDTRACE_POLICY=deterministic  replace nondeterministic choices (--deterministic)
+//   NDTRACE_PIN=TRACE             force the choices recorded in TRACE (--pin TRACE); wins over
+//                                 NDTRACE_POLICY
+//   NDTRACE_LIBRARY_DIGESTS=0     no digests of library ops' inputs and outputs
+//
+// Pinning is keyed by fingerprint: every library op or choice that can be pinned carries an
+// argument named "fingerprint" (text) that describes the problem canonically (shapes, dtypes,
+// parameters; never pointers), and its AlgorithmChoice or RngState. A pinned run looks a
+// fingerprint up in the reference trace and gets the first choice recorded for it there.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "formats/records.h"
+#include "formats/status.h"
+
+namespace ndt::tracer {
+
+enum class PolicyMode { kObserve, kEnforce, kPin };
+
+struct PolicyConfig {
+  PolicyMode mode = PolicyMode::kObserve;
+  std::string pin_path;         // with kPin
+  bool library_digests = true;  // digests of library ops' inputs and outputs
+};
+
+// The configuration the NDTRACE_POLICY/PIN/LIBRARY_DIGESTS variables ask for; an invalid value
+// is ignored and described in `problems`.
+PolicyConfig PolicyFromEnvironment(std::vector<std::string>* problems);
+
+format::Policy ToFormat(PolicyMode mode);
+
+// The environment variables the deterministic policy sets when the program has not set them
+// (cuBLAS workspace, NCCL algorithm, protocol, channels, NVLS and CollNet), name and value.
+const std::vector<format::EnvVar>& DeterministicEnvironment();
+
+// What the deterministic policy set at load time: the subset of DeterministicEnvironment()
+// that was absent. Filled by the library constructor (before main, before any library reads
+// its environment) when NDTRACE_POLICY=deterministic.
+const std::vector<format::EnvVar>& EnvironmentSetByPolicy();
+
+// The choices recorded in a reference trace, by fingerprint.
+class PinTable {
+ public:
+  // Reads every op of the trace at `path`. Fails on an unreadable trace.
+  static StatusOr<PinTable> Load(const std::string& path);
+
+  // The first choice recorded for `fingerprint`, if any.
+  const format::AlgorithmChoice* Choice(std::string_view fingerprint) const;
+  // The first RNG state recorded for `fingerprint`, if any.
+  const format::RngState* Rng(std::string_view fingerprint) const;
+
+  // Why choices of `library` ("cudnn", "cublas", "cublasLt", "curand", "nccl") recorded in the
+  // reference may not apply in a process whose header is `current`: a different GPU model, SM
+  // count, or version of that library. Empty when they apply.
+  std::string Mismatch(const format::TraceHeader& current, std::string_view library) const;
+
+  const format::TraceHeader& header() const { return header_; }
+  size_t size() const { return choices_.size() + rng_.size(); }
+
+ private:
+  format::TraceHeader header_;
+  std::map<std::string, format::AlgorithmChoice, std::less<>> choices_;
+  std::map<std::string, format::RngState, std::less<>> rng_;
+};
+
+// The text of the argument named "fingerprint" of `op`, or empty.
+std::string_view FingerprintOf(const format::OpRecord& op);
+
+}  // namespace ndt::tracer
