@@ -1,4 +1,4 @@
-// `ndtrace check [-n RUNS] [-o DIR] [digest options] -- CMD...`: is CMD deterministic on the GPU,
+// `ndtrace check [-n RUNS] [-o DIR] [digest options] [--deterministic | --pin TRACE] -- CMD...`: is CMD deterministic on the GPU,
 // and if not, which op breaks it and why. Runs CMD RUNS times under the tracer into DIR, diffs
 // every run against the first, prints one report and a one-line verdict.
 #include <fmt/chrono.h>
@@ -28,6 +28,7 @@ struct CheckOptions {
   int runs = 2;
   std::string directory;
   DigestOptions digests;
+  PolicyOptions policy;
   std::vector<std::string> command;
 };
 
@@ -69,6 +70,7 @@ int RunCheck(const CheckOptions& options) {
     return kExitUsage;
   }
   if (!ApplyDigestOptions("check", options.digests)) return kExitUsage;
+  if (!ApplyPolicyOptions("check", options.policy)) return kExitUsage;
   const std::filesystem::path directory =
       options.directory.empty() ? DefaultDirectory() : options.directory;
   std::error_code error;
@@ -161,6 +163,7 @@ Command AddCheckCommand(CLI::App& parent) {
   app->add_option("-o,--output", options->directory,
                   "Directory for the traces and program logs (default ndtrace-check-<time>)");
   AddDigestOptions(app, &options->digests);
+  AddPolicyOptions(app, &options->policy);
   app->add_option("command", options->command, "The program and its arguments, after --")
       ->required();
   return {app, [options] { return RunCheck(*options); }};

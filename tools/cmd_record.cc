@@ -1,4 +1,4 @@
-// `ndtrace record [-o PATH] [--quiet] [digest options] -- CMD...`: runs CMD with libndtrace.so
+// `ndtrace record [-o PATH] [--quiet] [digest options] [--deterministic | --pin TRACE] -- CMD...`: runs CMD with libndtrace.so
 // preloaded, so that it writes a trace of its GPU work to PATH, and returns CMD's exit status.
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -24,6 +24,7 @@ struct RecordOptions {
   std::string output;
   bool quiet = false;
   DigestOptions digests;
+  PolicyOptions policy;
   std::vector<std::string> command;
 };
 
@@ -33,6 +34,7 @@ int RunRecord(const RecordOptions& options) {
     return kExitUsage;
   }
   if (!ApplyDigestOptions("record", options.digests)) return kExitUsage;
+  if (!ApplyPolicyOptions("record", options.policy)) return kExitUsage;
   StatusOr<TracedRun> run = RunTraced("record", options.command, options.output);
   if (!run.ok()) {
     PrintError(run.status().message());
@@ -74,6 +76,7 @@ Command AddRecordCommand(CLI::App& parent) {
                   "Trace path (default: ndtrace-<pid>.ndt in the program's directory)");
   app->add_flag("--quiet", options->quiet, "Do not print the summary line");
   AddDigestOptions(app, &options->digests);
+  AddPolicyOptions(app, &options->policy);
   app->add_option("command", options->command, "The program and its arguments, after --")
       ->required();
   return {app, [options] { return RunRecord(*options); }};

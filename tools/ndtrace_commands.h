@@ -23,11 +23,13 @@ Command AddShowCommand(CLI::App& parent);
 Command AddStatsCommand(CLI::App& parent);
 // `ndtrace export TRACE --format json|perfetto [--stable] [-o OUT]`
 Command AddExportCommand(CLI::App& parent);
-// `ndtrace record [-o PATH] [--quiet] -- CMD...`
+// `ndtrace record [-o PATH] [--quiet] [--deterministic | --pin TRACE] -- CMD...`
 Command AddRecordCommand(CLI::App& parent);
 // `ndtrace diff A B [--json] [-o OUT]`
 Command AddDiffCommand(CLI::App& parent);
-// `ndtrace check [-n RUNS] [-o DIR] -- CMD...`
+// `ndtrace check [-n RUNS] [-o DIR] [--deterministic | --pin TRACE] -- CMD...`
 Command AddCheckCommand(CLI::App& parent);
+// `ndtrace run (--deterministic | --pin TRACE) -- CMD...`
+Command AddRunCommand(CLI::App& parent);
 
 }  // namespace ndt::tools

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
         AddRecordCommand(app),
         AddDiffCommand(app),
         AddCheckCommand(app),
+        AddRunCommand(app),
     };
     if (std::optional<int> exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
     for (const Command& command : commands) {

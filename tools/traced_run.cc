@@ -66,6 +66,34 @@ bool ApplyDigestOptions(const std::string& context, const DigestOptions& options
   return true;
 }
 
+void AddPolicyOptions(CLI::App* app, PolicyOptions* options) {
+  CLI::Option* deterministic = app->add_flag(
+      "--deterministic", options->deterministic,
+      "Replace nondeterministic library choices (cuDNN algorithms and engines, cuBLAS atomics "
+      "and split-K, cuRAND dynamic ordering) and set CUBLAS_WORKSPACE_CONFIG and NCCL_* "
+      "when unset");
+  CLI::Option* pin = app->add_option(
+      "--pin", options->pin,
+      "Force the library choices (and cuRAND seeds and offsets) recorded in TRACE");
+  deterministic->excludes(pin);
+}
+
+bool ApplyPolicyOptions(const std::string& context, const PolicyOptions& options) {
+  if (!options.pin.empty()) {
+    StatusOr<std::unique_ptr<format::TraceReader>> reader =
+        format::TraceReader::Open(options.pin);
+    if (!reader.ok()) {
+      PrintError(fmt::format("{}: --pin: {}", context, reader.status().message()));
+      return false;
+    }
+    std::error_code error;
+    const std::string absolute = std::filesystem::absolute(options.pin, error).string();
+    setenv("NDTRACE_PIN", (error ? options.pin : absolute).c_str(), 1);
+  }
+  if (options.deterministic) setenv("NDTRACE_POLICY", "deterministic", 1);
+  return true;
+}
+
 bool HasSeparator(std::string_view subcommand) {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
   std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

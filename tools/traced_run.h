@@ -30,6 +30,20 @@ void AddDigestOptions(CLI::App* app, DigestOptions* options);
 // (only those the options ask for). False, after printing an `error:` line, when invalid.
 bool ApplyDigestOptions(const std::string& context, const DigestOptions& options);
 
+// The policy the tracer applies to library choices (tracer/policy.h): the options of `record`,
+// `check` and `run`, passed on as NDTRACE_POLICY / NDTRACE_PIN.
+struct PolicyOptions {
+  bool deterministic = false;  // --deterministic
+  std::string pin;             // --pin TRACE
+};
+
+// Adds --deterministic and --pin TRACE (mutually exclusive) to `app`.
+void AddPolicyOptions(CLI::App* app, PolicyOptions* options);
+
+// Checks that the --pin trace is readable and sets the variables the traced program inherits.
+// False, after printing an `error:` line, when it is not.
+bool ApplyPolicyOptions(const std::string& context, const PolicyOptions& options);
+
 // Whether our own command line has a `--` after the word `subcommand` (CLI11 accepts a
 // command without it, but an option of CMD would then be taken for one of ours).
 bool HasSeparator(std::string_view subcommand);

@@ -421,7 +421,7 @@ class Recorder {
                                 policy_, std::move(pins));
     for (const format::EnvVar& variable : EnvironmentSetByPolicy()) {
       format::PolicyDecisionRecord decision;
-      decision.library = variable.name.substr(0, variable.name.find('_'));
+      decision.library = variable.name.rfind("NCCL_", 0) == 0 ? "nccl" : "cublas";
       decision.action = "set " + variable.name + "=" + variable.value;
       session->Append(decision);
     }

@@ -1,0 +1,108 @@
+// `ndtrace run [--deterministic | --pin TRACE] [--show-decisions N] -- CMD...`: runs CMD with the
+// tracer applying a policy, without keeping a trace. The tracer records into a temporary trace
+// (metadata only: no digests) so that the policy's decisions can be listed when CMD ends; the
+// trace is then deleted.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "formats/trace_reader.h"
+#include "tools/cli_support.h"
+#include "tools/ndtrace_commands.h"
+#include "tools/record_text.h"
+#include "tools/traced_run.h"
+
+namespace ndt::tools {
+
+namespace {
+
+struct RunOptions {
+  PolicyOptions policy;
+  size_t show = 10;
+  std::vector<std::string> command;
+};
+
+// Prints the policy decisions of the trace at `path`: a count, then the first `show` of them.
+void PrintDecisions(const std::string& path, size_t show) {
+  StatusOr<std::unique_ptr<format::TraceReader>> reader = format::TraceReader::Open(path);
+  if (!reader.ok()) return;  // the program made no CUDA call: nothing was decided
+  std::string listed;
+  size_t decisions = 0, unapplied = 0;
+  format::Record record;
+  while ((*reader)->Next(&record)) {
+    const auto* decision = std::get_if<format::PolicyDecisionRecord>(&record);
+    if (decision == nullptr) continue;
+    ++decisions;
+    if (!decision->applied) ++unapplied;
+    if (decisions <= show) AppendRecordText(record, TextOptions{.stable = true}, &listed);
+  }
+  fmt::print(stderr, "ndtrace: {} policy decision{}{}\n", decisions, decisions == 1 ? "" : "s",
+             unapplied == 0 ? "" : fmt::format(" ({} not applied)", unapplied));
+  std::string line;
+  for (char c : listed) {
+    if (c != '\n') {
+      line.push_back(c);
+      continue;
+    }
+    const size_t start = line.find_first_not_of(' ');
+    fmt::print(stderr, "ndtrace:   {}\n", start == std::string::npos ? line : line.substr(start));
+    line.clear();
+  }
+  if (decisions > show) fmt::print(stderr, "ndtrace:   ... and {} more\n", decisions - show);
+}
+
+int RunRun(const RunOptions& options) {
+  if (!HasSeparator("run")) {
+    PrintError("run: put `--` before the command to run: ndtrace run --deterministic -- CMD...");
+    return kExitUsage;
+  }
+  if (!options.policy.deterministic && options.policy.pin.empty()) {
+    PrintError("run: give a policy: --deterministic or --pin TRACE");
+    return kExitUsage;
+  }
+  if (!ApplyPolicyOptions("run", options.policy)) return kExitUsage;
+  // Metadata only: the policy needs no digests.
+  setenv("NDTRACE_LIBRARY_DIGESTS", "0", 1);
+  setenv("NDTRACE_DIGEST_EXIT", "0", 1);
+  std::error_code error;
+  const std::filesystem::path temporary = std::filesystem::temp_directory_path(error);
+  const std::string trace =
+      (error ? std::filesystem::path("/tmp") : temporary) /
+      fmt::format("ndtrace-run-{}.ndt", getpid());
+  StatusOr<TracedRun> run = RunTraced("run", options.command, trace);
+  if (!run.ok()) {
+    PrintError(run.status().message());
+    return kExitUsage;
+  }
+  PrintDecisions(trace, options.show);
+  // Children of the program (fork) write <trace>.<pid>: remove those too.
+  const std::string prefix = std::filesystem::path(trace).filename().string();
+  for (const auto& entry : std::filesystem::directory_iterator(
+           std::filesystem::path(trace).parent_path(), error)) {
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) {
+      std::filesystem::remove(entry.path(), error);
+    }
+  }
+  return run->exit_code;
+}
+
+}  // namespace
+
+Command AddRunCommand(CLI::App& parent) {
+  auto options = std::make_shared<RunOptions>();
+  CLI::App* app = parent.add_subcommand(
+      "run", "Run CMD under a policy (--deterministic or --pin TRACE) without keeping a trace.");
+  AddPolicyOptions(app, &options->policy);
+  app->add_option("--show-decisions", options->show,
+                  "List at most N policy decisions when CMD ends (default 10)");
+  app->add_option("command", options->command, "The program and its arguments, after --")
+      ->required();
+  return {app, [options] { return RunRun(*options); }};
+}
+
+}  // namespace ndt::tools
