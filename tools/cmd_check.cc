@@ -15,6 +15,7 @@
 
 #include "formats/trace_reader.h"
 #include "replayer/diff_report.h"
+#include "replayer/run_set.h"
 #include "replayer/trace_diff.h"
 #include "tools/cli_support.h"
 #include "tools/ndtrace_commands.h"
@@ -41,6 +42,23 @@ std::string CommandText(const std::vector<std::string>& command) {
   std::string text;
   for (const std::string& arg : command) text += (text.empty() ? "" : " ") + arg;
   return text;
+}
+
+// The ops of every process of the run whose main trace path is `trace`.
+StatusOr<TraceSummary> SummarizeRun(const std::string& trace) {
+  StatusOr<std::vector<replay::ProcessTrace>> processes = replay::FindProcessTraces(trace);
+  if (!processes.ok()) return processes.status();
+  TraceSummary total;
+  total.processes = 0;
+  for (const replay::ProcessTrace& process : *processes) {
+    StatusOr<TraceSummary> summary = SummarizeTrace(process.path);
+    if (!summary.ok()) return summary.status();
+    total.ops += summary->ops;
+    total.records += summary->records;
+    total.bytes += summary->bytes;
+    ++total.processes;
+  }
+  return total;
 }
 
 // One line naming the first divergence, for the verdict.
@@ -93,15 +111,17 @@ int RunCheck(const CheckOptions& options) {
       PrintError(run.status().message());
       return kExitUsage;
     }
-    StatusOr<TraceSummary> summary = SummarizeTrace(trace);
+    StatusOr<TraceSummary> summary = SummarizeRun(trace);
     if (!summary.ok()) {
       PrintError(fmt::format("check: run {} left no readable trace (exit status {}; output in "
                              "{}): {}",
                              i, run->exit_code, log, summary.status().message()));
       return kExitUsage;
     }
-    fmt::print(stderr, "ndtrace check: run {} of {}: exit status {}, {} ops recorded\n", i,
-               options.runs, run->exit_code, summary->ops);
+    fmt::print(stderr, "ndtrace check: run {} of {}: exit status {}, {} ops recorded{}\n", i,
+               options.runs, run->exit_code, summary->ops,
+               summary->processes > 1 ? fmt::format(" by {} processes", summary->processes)
+                                      : std::string());
     if (first_exit && *first_exit != run->exit_code) {
       PrintWarning(fmt::format("run {} exited with status {}, run 1 with {}", i, run->exit_code,
                                *first_exit));
@@ -111,34 +131,42 @@ int RunCheck(const CheckOptions& options) {
   }
 
   // A stand-in result is never presented as a GPU result.
-  if (auto reader = format::TraceReader::Open(traces.front()); reader.ok()) {
-    const auto& gpus = (*reader)->header().gpus;
-    if (!gpus.empty() && gpus.front().simulated) {
-      fmt::print("note: simulated device (no GPU found): these runs used ndtrace's stand-in "
-                 "device, a CPU implementation of CUDA; results say nothing about a GPU\n");
+  StatusOr<std::vector<replay::ProcessTrace>> first_run = replay::FindProcessTraces(traces.front());
+  if (first_run.ok()) {
+    if (auto reader = format::TraceReader::Open(first_run->front().path); reader.ok()) {
+      const auto& gpus = (*reader)->header().gpus;
+      if (!gpus.empty() && gpus.front().simulated) {
+        fmt::print("note: simulated device (no GPU found): these runs used ndtrace's stand-in "
+                   "device, a CPU implementation of CUDA; results say nothing about a GPU\n");
+      }
     }
   }
 
   std::optional<replay::DiffReport> first_diverged;
+  std::string first_process;
   int diverged_runs = 0;
   for (size_t i = 1; i < traces.size(); ++i) {
-    StatusOr<replay::DiffReport> report = replay::DiffTraces(traces.front(), traces[i]);
-    if (!report.ok()) {
-      PrintError(report.status().message());
+    StatusOr<replay::RunDiff> diff = replay::DiffRuns(traces.front(), traces[i]);
+    if (!diff.ok()) {
+      PrintError(diff.status().message());
       return kExitUsage;
     }
-    if (!report->identical()) {
-      ++diverged_runs;
-      if (!first_diverged) {
-        fmt::print("{}", replay::RenderDiffText(*report, ::isatty(STDOUT_FILENO)));
-        first_diverged = std::move(report).value();
-      } else {
-        fmt::print("run {} also diverged from run 1, at {}\n", i + 1, DivergenceLine(*report));
+    if (diff->identical()) continue;
+    ++diverged_runs;
+    const auto* diverged = diff->first_diverged();
+    if (!first_diverged) {
+      fmt::print("{}", replay::RenderRunDiffText(*diff, ::isatty(STDOUT_FILENO)));
+      if (diverged != nullptr) {
+        first_diverged = diverged->second;
+        if (!diff->single()) first_process = diverged->first + ", ";
       }
+    } else if (diverged != nullptr) {
+      fmt::print("run {} also diverged from run 1, at {}{}\n", i + 1,
+                 diff->single() ? "" : diverged->first + ", ", DivergenceLine(diverged->second));
     }
   }
-  if (!first_diverged) {
-    StatusOr<TraceSummary> summary = SummarizeTrace(traces.front());
+  if (diverged_runs == 0) {
+    StatusOr<TraceSummary> summary = SummarizeRun(traces.front());
     fmt::print("ndtrace check: deterministic: {} runs gave bitwise-identical results ({} ops "
                "each); traces in {}\n",
                options.runs, summary.ok() ? summary->ops : 0, directory.string());
@@ -146,7 +174,9 @@ int RunCheck(const CheckOptions& options) {
   }
   fmt::print("ndtrace check: NOT deterministic: {} of {} runs diverged from run 1, first at {}; "
              "traces in {}\n",
-             diverged_runs, options.runs - 1, DivergenceLine(*first_diverged),
+             diverged_runs, options.runs - 1,
+             first_diverged ? first_process + DivergenceLine(*first_diverged)
+                            : std::string("a process that ran in one run only"),
              directory.string());
   return kExitFinding;
 }

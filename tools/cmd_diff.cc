@@ -1,11 +1,11 @@
 // `ndtrace diff A B [--json] [-o OUT]`: names the first op where two traces of the same
-// program stop being bitwise identical, and why (replayer/trace_diff.h).
+// program stop being bitwise identical, and why (replayer/trace_diff.h); runs of several
+// processes are compared rank by rank (replayer/run_set.h).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 
-#include "replayer/diff_report.h"
-#include "replayer/trace_diff.h"
+#include "replayer/run_set.h"
 #include "tools/cli_support.h"
 #include "tools/ndtrace_commands.h"
 
@@ -22,12 +22,16 @@ Command AddDiffCommand(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand(
       "diff", "Compare two traces: the first divergent op, its class, the evidence and a fix. "
               "Exit 0 identical, 1 diverged, 2 error.");
-  app->add_option("A", options->a, "the reference trace")->required();
-  app->add_option("B", options->b, "the trace to compare with it")->required();
+  app->add_option("A", options->a,
+                  "the reference run: a trace (with its per-process companions A.rank<R>, "
+                  "A.<pid>), or a directory of traces")
+      ->required();
+  app->add_option("B", options->b, "the run to compare with it, process by process")
+      ->required();
   app->add_flag("--json", options->json, "print the ndtrace.diff/1 JSON document");
   app->add_option("-o,--output", options->output, "write the report here instead of stdout");
   return {app, [options] {
-            auto report = replay::DiffTraces(options->a, options->b);
+            auto report = replay::DiffRuns(options->a, options->b);
             if (!report.ok()) {
               PrintError(report.status().message());
               return kExitUsage;
@@ -38,8 +42,8 @@ Command AddDiffCommand(CLI::App& parent) {
               return kExitUsage;
             }
             const bool color = options->output.empty() && ::isatty(STDOUT_FILENO);
-            (*out)->Write(options->json ? replay::RenderDiffJson(*report) + "\n"
-                                        : replay::RenderDiffText(*report, color));
+            (*out)->Write(options->json ? replay::RenderRunDiffJson(*report) + "\n"
+                                        : replay::RenderRunDiffText(*report, color));
             if (Status closed = (*out)->Close(); !closed.ok()) {
               PrintError(closed.message());
               return kExitUsage;

@@ -1,7 +1,6 @@
 // `ndtrace record [-o PATH] [--quiet] [digest options] [--deterministic | --pin TRACE] -- CMD...`: runs CMD with libndtrace.so
 // preloaded, so that it writes a trace of its GPU work to PATH, and returns CMD's exit status.
 #include <fmt/format.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "replayer/run_set.h"
 #include "tools/cli_support.h"
 #include "tools/ndtrace_commands.h"
 #include "tools/traced_run.h"
@@ -43,8 +43,8 @@ int RunRecord(const RecordOptions& options) {
   const int exit_code = run->exit_code;
   const std::string path =
       options.output.empty() ? fmt::format("ndtrace-{}.ndt", run->pid) : options.output;
-  struct stat file_status;
-  if (stat(path.c_str(), &file_status) != 0) {
+  StatusOr<std::vector<replay::ProcessTrace>> traces = replay::FindProcessTraces(path);
+  if (!traces.ok()) {
     // An unwritable path has been reported by the tracer inside the program already.
     const std::filesystem::path directory = std::filesystem::path(path).parent_path();
     const bool writable = access(directory.empty() ? "." : directory.c_str(), W_OK) == 0;
@@ -55,14 +55,18 @@ int RunRecord(const RecordOptions& options) {
     return exit_code;
   }
   if (options.quiet) return exit_code;
-  StatusOr<TraceSummary> summary = SummarizeTrace(path);
-  if (!summary.ok()) {
-    fmt::print(stderr, "ndtrace: trace {} is unreadable: {}\n", path, summary.status().message());
-    return exit_code;
+  for (const replay::ProcessTrace& trace : *traces) {
+    StatusOr<TraceSummary> summary = SummarizeTrace(trace.path);
+    if (!summary.ok()) {
+      fmt::print(stderr, "ndtrace: trace {} is unreadable: {}\n", trace.path,
+                 summary.status().message());
+      continue;
+    }
+    fmt::print(stderr, "ndtrace: trace written to {} ({}{} ops, {} records, {} bytes){}\n",
+               trace.path, trace.key == "main" ? "" : trace.key + ", ", summary->ops,
+               summary->records, summary->bytes,
+               summary->complete ? "" : " (incomplete: the program did not exit normally)");
   }
-  fmt::print(stderr, "ndtrace: trace written to {} ({} ops, {} records, {} bytes){}\n", path,
-             summary->ops, summary->records, summary->bytes,
-             summary->complete ? "" : " (incomplete: the program did not exit normally)");
   return exit_code;
 }
 

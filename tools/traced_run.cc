@@ -132,11 +132,14 @@ StatusOr<TracedRun> RunTraced(const std::string& context, const std::vector<std:
     std::string_view text(*entry);
     if (text.rfind("LD_PRELOAD=", 0) == 0) {
       if (text.size() > 11) preload += ":" + std::string(text.substr(11));
-    } else if (text.rfind("NDTRACE_OUTPUT=", 0) != 0) {
+    } else if (text.rfind("NDTRACE_OUTPUT=", 0) != 0 &&
+               text.rfind("NDTRACE_LAUNCHER_PID=", 0) != 0) {
       environment.emplace_back(text);
     }
   }
   environment.push_back("LD_PRELOAD=" + preload);
+  // The process spawned here writes `trace_path`; the others of its run write companions.
+  environment.push_back("NDTRACE_LAUNCHER_PID=" + std::to_string(getpid()));
   if (!trace_path.empty()) {
     // Absolute, so that a program that changes directory still writes it here.
     std::error_code error;

@@ -69,6 +69,7 @@ struct TraceSummary {
   uint64_t records = 0;
   uint64_t bytes = 0;
   bool complete = false;
+  uint64_t processes = 1;
 };
 
 // Counts the ops and records of the trace at `path`.

@@ -26,9 +26,8 @@ namespace ndt::tracer {
 // null when that library is not loaded or lacks it.
 void* RealLibraryFunction(const char* soname, const char* name) noexcept;
 
-// The real function `name` of `soname`, typed as `name` is declared, cached per call site once
-// found. NDT_REAL_LIBRARY_AS looks up `real_name` instead (NCCL: ncclX -> pncclX).
-#define NDT_REAL_LIBRARY_AS(soname, name, real_name)                                     \
+// The real function `real_name` of `soname` as a `Type`, cached per call site once found.
+#define NDT_REAL_LIBRARY_TYPED(soname, Type, real_name)                                  \
   ([]() noexcept {                                                                       \
     static std::atomic<void*> slot{nullptr};                                             \
     void* found = slot.load(std::memory_order_acquire);                                  \
@@ -36,8 +35,13 @@ void* RealLibraryFunction(const char* soname, const char* name) noexcept;
       found = ::ndt::tracer::RealLibraryFunction(soname, real_name);                     \
       slot.store(found, std::memory_order_release);                                      \
     }                                                                                    \
-    return reinterpret_cast<decltype(&::name)>(found);                                   \
+    return reinterpret_cast<Type>(found);                                                \
   }())
+// The real function `name` of `soname`, typed as `name` is declared (not for names C++
+// overloads: use NDT_REAL_LIBRARY_TYPED). NDT_REAL_LIBRARY_AS looks up `real_name` instead
+// (NCCL: ncclX -> pncclX).
+#define NDT_REAL_LIBRARY_AS(soname, name, real_name) \
+  NDT_REAL_LIBRARY_TYPED(soname, decltype(&::name), real_name)
 #define NDT_REAL_LIBRARY(soname, name) NDT_REAL_LIBRARY_AS(soname, name, #name)
 
 // The real call of a library hook, made at most once, with the re-entrancy guard lifted.

@@ -347,6 +347,15 @@ class Recorder {
     base_output_ = output != nullptr && *output != '\0'
                        ? std::string(output)
                        : "ndtrace-" + std::to_string(getpid()) + ".ndt";
+    // Under `ndtrace record`/`check` (NDTRACE_LAUNCHER_PID), only the process the launcher
+    // started writes the trace path itself; every other process of the run (a torchrun worker,
+    // an MPI rank, a subprocess) writes `<path>.rank<R>` when it has a rank, else
+    // `<path>.<pid>`.
+    if (const char* launcher = std::getenv("NDTRACE_LAUNCHER_PID");
+        launcher != nullptr && std::strtol(launcher, nullptr, 10) != getppid()) {
+      const int32_t rank = Rank();
+      base_output_ += rank >= 0 ? ".rank" + std::to_string(rank) : "." + std::to_string(getpid());
+    }
     output_ = base_output_;
     strict_ = EnvFlag("NDTRACE_STRICT");
     quiet_ = EnvFlag("NDTRACE_QUIET");
