@@ -1,1 +1,508 @@
-// Placeholder: filled in by the library-layer work.
+// The cuRAND host API hooks: generators' state and every generate call.
+//
+// Each generator gets a shadow (type, seed, offset, ordering, stream, calls so far) and a stable
+// id by creation order (1, 2, ...). Creation, destruction and the settings are recorded as ops
+// of their own (kind other) naming the generator; the seed and offset values themselves appear
+// in the RngState of the generate ops that consume them, not as arguments, so that a forgotten
+// seed is classified where the numbers are drawn (rng_state) rather than as a different
+// argument. Every generate is an OpKind::kCurandGenerate op with the state before the call, a
+// fingerprint naming the generator and its call index, and the digest of its output.
+//
+// The offset advances by n per generate call of n 32-bit results (uniform, normal and raw
+// floats/uint32), the position cuRAND's absolute offset (curandSetGeneratorOffset) counts in.
+//
+// Policy:
+//  - enforce: CURAND_ORDERING_PSEUDO_DYNAMIC ("adjusted to the device") is replaced by
+//    PSEUDO_DEFAULT, in curandSetGeneratorOrdering and before a generate;
+//  - pin: before a generate, the seed, offset and ordering recorded for the same fingerprint
+//    in the reference are forced through the real setters.
+#pragma GCC visibility push(default)
+#include <curand.h>
+#pragma GCC visibility pop
+
+#include <cctype>
+#include <cstdio>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "formats/records.h"
+#include "tracer/library_support.h"
+#include "tracer/policy.h"
+#include "tracer/recorder.h"
+
+namespace ndt::tracer {
+namespace {
+
+constexpr const char* kSoname = "libcurand.so.10";
+constexpr curandStatus_t kUnavailable = CURAND_STATUS_INITIALIZATION_FAILED;
+
+struct ShadowGenerator {
+  uint64_t id = 0;
+  curandRngType_t type = CURAND_RNG_PSEUDO_DEFAULT;
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+  curandOrdering_t ordering = CURAND_ORDERING_PSEUDO_DEFAULT;
+  uint64_t stream = 0;     // cudaStream_t handle
+  uint64_t generates = 0;  // generate calls made so far
+};
+
+// The shadows of the live generators. Thread-safe; never destroyed (hooks run during exit).
+class Generators {
+ public:
+  static Generators& Get() {
+    static auto* generators = new Generators();
+    return *generators;
+  }
+
+  uint64_t Create(curandGenerator_t handle, curandRngType_t type) {
+    std::lock_guard lock(mutex_);
+    ShadowGenerator shadow;
+    shadow.id = next_id_++;
+    // cuRAND documents PSEUDO_DEFAULT as XORWOW.
+    shadow.type = type == CURAND_RNG_PSEUDO_DEFAULT ? CURAND_RNG_PSEUDO_XORWOW : type;
+    live_[handle] = shadow;
+    return shadow.id;
+  }
+
+  void Destroy(curandGenerator_t handle) {
+    std::lock_guard lock(mutex_);
+    live_.erase(handle);
+  }
+
+  std::optional<ShadowGenerator> Find(curandGenerator_t handle) {
+    std::lock_guard lock(mutex_);
+    auto found = live_.find(handle);
+    if (found == live_.end()) return std::nullopt;
+    return found->second;
+  }
+
+  template <typename Change>
+  void Update(curandGenerator_t handle, Change change) {
+    std::lock_guard lock(mutex_);
+    auto found = live_.find(handle);
+    if (found != live_.end()) change(found->second);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<curandGenerator_t, ShadowGenerator> live_;
+  uint64_t next_id_ = 1;
+};
+
+const char* TypeName(curandRngType_t type) {
+  switch (type) {
+    case CURAND_RNG_PSEUDO_DEFAULT:
+    case CURAND_RNG_PSEUDO_XORWOW: return "XORWOW";
+    case CURAND_RNG_PSEUDO_MRG32K3A: return "MRG32K3A";
+    case CURAND_RNG_PSEUDO_MTGP32: return "MTGP32";
+    case CURAND_RNG_PSEUDO_MT19937: return "MT19937";
+    case CURAND_RNG_PSEUDO_PHILOX4_32_10: return "PHILOX4_32_10";
+    case CURAND_RNG_QUASI_SOBOL32: return "SOBOL32";
+    case CURAND_RNG_QUASI_SCRAMBLED_SOBOL32: return "SCRAMBLED_SOBOL32";
+    case CURAND_RNG_QUASI_SOBOL64: return "SOBOL64";
+    case CURAND_RNG_QUASI_SCRAMBLED_SOBOL64: return "SCRAMBLED_SOBOL64";
+    default: return "UNKNOWN";
+  }
+}
+
+// The short lower-case name a fingerprint uses.
+std::string ShortTypeName(curandRngType_t type) {
+  if (type == CURAND_RNG_PSEUDO_PHILOX4_32_10) return "philox";
+  std::string name = TypeName(type);
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
+
+constexpr std::pair<curandOrdering_t, const char*> kOrderings[] = {
+    {CURAND_ORDERING_PSEUDO_BEST, "PSEUDO_BEST"},
+    {CURAND_ORDERING_PSEUDO_DEFAULT, "PSEUDO_DEFAULT"},
+    {CURAND_ORDERING_PSEUDO_SEEDED, "PSEUDO_SEEDED"},
+    {CURAND_ORDERING_PSEUDO_LEGACY, "PSEUDO_LEGACY"},
+    {CURAND_ORDERING_PSEUDO_DYNAMIC, "PSEUDO_DYNAMIC"},
+    {CURAND_ORDERING_QUASI_DEFAULT, "QUASI_DEFAULT"},
+};
+
+std::string OrderingName(curandOrdering_t ordering) {
+  for (const auto& [value, name] : kOrderings) {
+    if (value == ordering) return name;
+  }
+  return "ORDERING_" + std::to_string(static_cast<int>(ordering));
+}
+
+std::optional<curandOrdering_t> OrderingFromName(const std::string& text) {
+  for (const auto& [value, name] : kOrderings) {
+    if (text == name) return value;
+  }
+  return std::nullopt;
+}
+
+format::RngState StateOf(const ShadowGenerator& shadow) {
+  format::RngState state;
+  state.generator = std::string("curand:") + TypeName(shadow.type);
+  state.seed = shadow.seed;
+  state.offset = shadow.offset;
+  state.ordering = OrderingName(shadow.ordering);
+  state.device_dependent = shadow.ordering == CURAND_ORDERING_PSEUDO_DYNAMIC;
+  return state;
+}
+
+format::Argument GeneratorArgument(const std::optional<ShadowGenerator>& shadow) {
+  return UnsignedArgument("generator", shadow ? shadow->id : 0);
+}
+
+format::Argument RealArgument(std::string name, double value) {
+  format::Argument argument;
+  argument.name = std::move(name);
+  argument.value = value;
+  return argument;
+}
+
+void Decide(Session& session, uint64_t sequence, std::string action, bool applied) {
+  format::PolicyDecisionRecord decision;
+  decision.op_sequence = sequence;
+  decision.library = "curand";
+  decision.action = std::move(action);
+  decision.applied = applied;
+  session.Decide(decision);
+}
+
+// Enforce: a generator about to draw with the device-dependent ordering is switched to the
+// default one through the real setter.
+void EnforceOrdering(Session& session, uint64_t sequence, curandGenerator_t generator,
+                     ShadowGenerator& shadow) {
+  if (session.policy().mode != PolicyMode::kEnforce ||
+      shadow.ordering != CURAND_ORDERING_PSEUDO_DYNAMIC) {
+    return;
+  }
+  const auto set_ordering = NDT_REAL_LIBRARY(kSoname, curandSetGeneratorOrdering);
+  const std::string what = "curand generator " + std::to_string(shadow.id) +
+                           " ordering PSEUDO_DYNAMIC (device-dependent)";
+  if (set_ordering == nullptr ||
+      set_ordering(generator, CURAND_ORDERING_PSEUDO_DEFAULT) != CURAND_STATUS_SUCCESS) {
+    Decide(session, sequence, "cannot replace " + what + ": the library refused PSEUDO_DEFAULT",
+           false);
+    return;
+  }
+  shadow.ordering = CURAND_ORDERING_PSEUDO_DEFAULT;
+  Generators::Get().Update(generator, [](ShadowGenerator& g) {
+    g.ordering = CURAND_ORDERING_PSEUDO_DEFAULT;
+  });
+  Decide(session, sequence, "replaced " + what + " by PSEUDO_DEFAULT", true);
+}
+
+// Pin: forces the state the reference recorded for `fingerprint` before a generate.
+// `description` names the call without its index, so that an unpinnable kind of call is said
+// once however often it is made.
+void PinState(Session& session, uint64_t sequence, curandGenerator_t generator,
+              ShadowGenerator& shadow, const std::string& fingerprint,
+              const std::string& description) {
+  if (session.policy().mode != PolicyMode::kPin) return;
+  const std::string cannot = "cannot pin " + description + ": ";
+  const PinTable* pins = session.pins();
+  if (pins == nullptr) {
+    Decide(session, sequence, cannot + "the reference trace could not be read", false);
+    return;
+  }
+  if (std::string why = pins->Mismatch(session.header(), "curand"); !why.empty()) {
+    Decide(session, sequence, cannot + why, false);
+    return;
+  }
+  const format::RngState* recorded = pins->Rng(fingerprint);
+  if (recorded == nullptr) {
+    Decide(session, sequence, cannot + "the reference recorded no RNG state for this call",
+           false);
+    return;
+  }
+  const format::RngState current = StateOf(shadow);
+  if (recorded->generator != current.generator) {
+    Decide(session, sequence, cannot + "the reference used " + recorded->generator, false);
+    return;
+  }
+  const std::optional<curandOrdering_t> ordering = OrderingFromName(recorded->ordering);
+  if (!ordering) {
+    Decide(session, sequence, cannot + "unknown recorded ordering " + recorded->ordering, false);
+    return;
+  }
+  if (recorded->seed == current.seed && recorded->offset == current.offset &&
+      *ordering == shadow.ordering) {
+    return;  // already in the recorded state
+  }
+  const auto set_seed = NDT_REAL_LIBRARY(kSoname, curandSetPseudoRandomGeneratorSeed);
+  const auto set_offset = NDT_REAL_LIBRARY(kSoname, curandSetGeneratorOffset);
+  const auto set_ordering = NDT_REAL_LIBRARY(kSoname, curandSetGeneratorOrdering);
+  if (set_seed == nullptr || set_offset == nullptr || set_ordering == nullptr ||
+      set_seed(generator, recorded->seed) != CURAND_STATUS_SUCCESS ||
+      set_offset(generator, recorded->offset) != CURAND_STATUS_SUCCESS ||
+      set_ordering(generator, *ordering) != CURAND_STATUS_SUCCESS) {
+    Decide(session, sequence, cannot + "the library refused the recorded state", false);
+    return;
+  }
+  const std::string action = "pinned curand generator " + std::to_string(shadow.id) +
+                             " to seed " + std::to_string(recorded->seed) + " offset " +
+                             std::to_string(recorded->offset) + " " + recorded->ordering +
+                             " (the program had seed " + std::to_string(current.seed) +
+                             " offset " + std::to_string(current.offset) + " " +
+                             current.ordering + ")";
+  shadow.seed = recorded->seed;
+  shadow.offset = recorded->offset;
+  shadow.ordering = *ordering;
+  Generators::Get().Update(generator, [&](ShadowGenerator& g) {
+    g.seed = shadow.seed;
+    g.offset = shadow.offset;
+    g.ordering = shadow.ordering;
+  });
+  Decide(session, sequence, action, true);
+}
+
+// What a generate call draws.
+struct Draw {
+  const char* distribution;  // "uniform", "normal", "bits"
+  std::string parameters;    // " mean=0 stddev=1", or empty
+  format::DType dtype;
+  double mean = 0;
+  double stddev = 0;
+};
+
+std::string Number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.9g", value);
+  return text;
+}
+
+template <typename Real>
+curandStatus_t RecordGenerate(Session& session, RealCall<curandStatus_t>& call, const char* api,
+                              curandGenerator_t generator, const void* output, size_t n,
+                              const Draw& draw, Real real) {
+  std::optional<ShadowGenerator> shadow = Generators::Get().Find(generator);
+  const uint64_t stream = shadow ? shadow->stream : 0;
+  format::OpRecord op =
+      session.BeginOp(format::OpKind::kCurandGenerate, api, session.StreamId(stream, false));
+  op.args.push_back(GeneratorArgument(shadow));
+  op.args.push_back(UnsignedArgument("n", n));
+  if (std::string(draw.distribution) == "normal") {
+    op.args.push_back(RealArgument("mean", draw.mean));
+    op.args.push_back(RealArgument("stddev", draw.stddev));
+  }
+  const auto address = reinterpret_cast<uint64_t>(output);
+  op.args.push_back(PointerArgument(session, "output", address));
+  if (shadow) {
+    const std::string description = "curand generator " + std::to_string(shadow->id) + " " +
+                                    ShortTypeName(shadow->type) + " " + draw.distribution +
+                                    " n=" + std::to_string(n) + draw.parameters;
+    const std::string fingerprint = "curand generator " + std::to_string(shadow->id) +
+                                    " generate " + std::to_string(shadow->generates) + ": " +
+                                    ShortTypeName(shadow->type) + " " + draw.distribution +
+                                    " n=" + std::to_string(n) + draw.parameters;
+    EnforceOrdering(session, op.sequence, generator, *shadow);
+    PinState(session, op.sequence, generator, *shadow, fingerprint, description);
+    op.args.push_back(TextArgument("fingerprint", fingerprint));
+    op.rng = StateOf(*shadow);
+  }
+  const curandStatus_t result = call.Run(real);
+  if (shadow) {
+    Generators::Get().Update(generator, [&](ShadowGenerator& g) {
+      if (result == CURAND_STATUS_SUCCESS) g.offset += n;
+      ++g.generates;
+    });
+  }
+  if (result == CURAND_STATUS_SUCCESS && n > 0) {
+    op.outputs = DigestExtents(session, stream, {{"output", address, n * 4, draw.dtype}});
+  }
+  session.EndOp(op, static_cast<int32_t>(result));
+  return result;
+}
+
+// Records a setting of `generator` as an op of its own, making the real call.
+template <typename Real>
+curandStatus_t RecordSetting(Session& session, RealCall<curandStatus_t>& call, const char* api,
+                             curandGenerator_t generator, std::vector<format::Argument> extra,
+                             Real real) {
+  const std::optional<ShadowGenerator> shadow = Generators::Get().Find(generator);
+  format::OpRecord op = session.BeginOp(format::OpKind::kOther, api,
+                                        session.StreamId(shadow ? shadow->stream : 0, false));
+  op.args.push_back(GeneratorArgument(shadow));
+  for (format::Argument& argument : extra) op.args.push_back(std::move(argument));
+  const curandStatus_t result = call.Run(real);
+  session.EndOp(op, static_cast<int32_t>(result));
+  return result;
+}
+
+}  // namespace
+}  // namespace ndt::tracer
+
+using ndt::tracer::Generators;
+using ndt::tracer::RealCall;
+using ndt::tracer::RunLibraryHook;
+using ndt::tracer::Session;
+using ndt::tracer::ShadowGenerator;
+
+extern "C" curandStatus_t curandCreateGenerator(curandGenerator_t* generator,
+                                                curandRngType_t rng_type) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandCreateGenerator);
+  const auto make = [&]() {
+    const curandStatus_t result = real(generator, rng_type);
+    if (result == CURAND_STATUS_SUCCESS) Generators::Get().Create(*generator, rng_type);
+    return result;
+  };
+  return RunLibraryHook<curandStatus_t>(
+      "curandCreateGenerator", real != nullptr, ndt::tracer::kUnavailable, make,
+      [&](Session& session, RealCall<curandStatus_t>& call) {
+        ndt::format::OpRecord op =
+            session.BeginOp(ndt::format::OpKind::kOther, "curandCreateGenerator", 0);
+        const curandStatus_t result = call.Run(make);
+        if (result == CURAND_STATUS_SUCCESS) {
+          op.args.push_back(ndt::tracer::GeneratorArgument(Generators::Get().Find(*generator)));
+        }
+        op.args.push_back(ndt::tracer::TextArgument("type", ndt::tracer::TypeName(rng_type)));
+        session.EndOp(op, static_cast<int32_t>(result));
+        return result;
+      });
+}
+
+extern "C" curandStatus_t curandDestroyGenerator(curandGenerator_t generator) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandDestroyGenerator);
+  const auto destroy = [&]() {
+    const curandStatus_t result = real(generator);
+    if (result == CURAND_STATUS_SUCCESS) Generators::Get().Destroy(generator);
+    return result;
+  };
+  return RunLibraryHook<curandStatus_t>(
+      "curandDestroyGenerator", real != nullptr, ndt::tracer::kUnavailable, destroy,
+      [&](Session& session, RealCall<curandStatus_t>& call) {
+        return ndt::tracer::RecordSetting(session, call, "curandDestroyGenerator", generator, {},
+                                          destroy);
+      });
+}
+
+extern "C" curandStatus_t curandSetStream(curandGenerator_t generator, cudaStream_t stream) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandSetStream);
+  const auto set = [&]() {
+    const curandStatus_t result = real(generator, stream);
+    if (result == CURAND_STATUS_SUCCESS) {
+      Generators::Get().Update(generator, [&](ShadowGenerator& g) {
+        g.stream = reinterpret_cast<uint64_t>(stream);
+      });
+    }
+    return result;
+  };
+  return RunLibraryHook<curandStatus_t>(
+      "curandSetStream", real != nullptr, ndt::tracer::kUnavailable, set,
+      [&](Session& session, RealCall<curandStatus_t>& call) {
+        const uint32_t stream_id = session.StreamId(reinterpret_cast<uint64_t>(stream), false);
+        return ndt::tracer::RecordSetting(session, call, "curandSetStream", generator,
+                                          {ndt::tracer::UnsignedArgument("stream", stream_id)},
+                                          set);
+      });
+}
+
+extern "C" curandStatus_t curandSetPseudoRandomGeneratorSeed(curandGenerator_t generator,
+                                                             unsigned long long seed) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandSetPseudoRandomGeneratorSeed);
+  const auto set = [&]() {
+    const curandStatus_t result = real(generator, seed);
+    if (result == CURAND_STATUS_SUCCESS) {
+      Generators::Get().Update(generator, [&](ShadowGenerator& g) { g.seed = seed; });
+    }
+    return result;
+  };
+  return RunLibraryHook<curandStatus_t>(
+      "curandSetPseudoRandomGeneratorSeed", real != nullptr, ndt::tracer::kUnavailable, set,
+      [&](Session& session, RealCall<curandStatus_t>& call) {
+        return ndt::tracer::RecordSetting(session, call, "curandSetPseudoRandomGeneratorSeed",
+                                          generator, {}, set);
+      });
+}
+
+extern "C" curandStatus_t curandSetGeneratorOffset(curandGenerator_t generator,
+                                                   unsigned long long offset) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandSetGeneratorOffset);
+  const auto set = [&]() {
+    const curandStatus_t result = real(generator, offset);
+    if (result == CURAND_STATUS_SUCCESS) {
+      Generators::Get().Update(generator, [&](ShadowGenerator& g) { g.offset = offset; });
+    }
+    return result;
+  };
+  return RunLibraryHook<curandStatus_t>(
+      "curandSetGeneratorOffset", real != nullptr, ndt::tracer::kUnavailable, set,
+      [&](Session& session, RealCall<curandStatus_t>& call) {
+        return ndt::tracer::RecordSetting(session, call, "curandSetGeneratorOffset", generator,
+                                          {}, set);
+      });
+}
+
+extern "C" curandStatus_t curandSetGeneratorOrdering(curandGenerator_t generator,
+                                                     curandOrdering_t order) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandSetGeneratorOrdering);
+  curandOrdering_t effective = order;
+  const auto set = [&]() {
+    const curandStatus_t result = real(generator, effective);
+    if (result == CURAND_STATUS_SUCCESS) {
+      Generators::Get().Update(generator, [&](ShadowGenerator& g) { g.ordering = effective; });
+    }
+    return result;
+  };
+  return RunLibraryHook<curandStatus_t>(
+      "curandSetGeneratorOrdering", real != nullptr, ndt::tracer::kUnavailable, set,
+      [&](Session& session, RealCall<curandStatus_t>& call) {
+        const std::optional<ShadowGenerator> shadow = Generators::Get().Find(generator);
+        const uint64_t sequence = session.PeekOpSequence();
+        const bool replace = session.policy().mode == ndt::tracer::PolicyMode::kEnforce &&
+                             order == CURAND_ORDERING_PSEUDO_DYNAMIC;
+        if (replace) effective = CURAND_ORDERING_PSEUDO_DEFAULT;
+        const curandStatus_t result = ndt::tracer::RecordSetting(
+            session, call, "curandSetGeneratorOrdering", generator,
+            {ndt::tracer::TextArgument("ordering", ndt::tracer::OrderingName(order))}, set);
+        if (replace) {
+          ndt::tracer::Decide(session, sequence,
+                              "replaced curand generator " +
+                                  std::to_string(shadow ? shadow->id : 0) +
+                                  " ordering PSEUDO_DYNAMIC (device-dependent) by PSEUDO_DEFAULT",
+                              result == CURAND_STATUS_SUCCESS);
+        }
+        return result;
+      });
+}
+
+extern "C" curandStatus_t curandGenerate(curandGenerator_t generator, unsigned int* output_ptr,
+                                         size_t num) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandGenerate);
+  const auto draw = [&]() { return real(generator, output_ptr, num); };
+  return RunLibraryHook<curandStatus_t>(
+      "curandGenerate", real != nullptr, ndt::tracer::kUnavailable, draw,
+      [&](Session& session, RealCall<curandStatus_t>& call) {
+        return ndt::tracer::RecordGenerate(session, call, "curandGenerate", generator, output_ptr,
+                                           num, {"bits", "", ndt::format::DType::kUnknown}, draw);
+      });
+}
+
+extern "C" curandStatus_t curandGenerateUniform(curandGenerator_t generator, float* output_ptr,
+                                                size_t num) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandGenerateUniform);
+  const auto draw = [&]() { return real(generator, output_ptr, num); };
+  return RunLibraryHook<curandStatus_t>(
+      "curandGenerateUniform", real != nullptr, ndt::tracer::kUnavailable, draw,
+      [&](Session& session, RealCall<curandStatus_t>& call) {
+        return ndt::tracer::RecordGenerate(session, call, "curandGenerateUniform", generator,
+                                           output_ptr, num,
+                                           {"uniform", "", ndt::format::DType::kF32}, draw);
+      });
+}
+
+extern "C" curandStatus_t curandGenerateNormal(curandGenerator_t generator, float* output_ptr,
+                                               size_t n, float mean, float stddev) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandGenerateNormal);
+  const auto draw = [&]() { return real(generator, output_ptr, n, mean, stddev); };
+  return RunLibraryHook<curandStatus_t>(
+      "curandGenerateNormal", real != nullptr, ndt::tracer::kUnavailable, draw,
+      [&](Session& session, RealCall<curandStatus_t>& call) {
+        const std::string parameters = " mean=" + ndt::tracer::Number(mean) +
+                                       " stddev=" + ndt::tracer::Number(stddev);
+        return ndt::tracer::RecordGenerate(
+            session, call, "curandGenerateNormal", generator, output_ptr, n,
+            {"normal", parameters, ndt::format::DType::kF32, mean, stddev}, draw);
+      });
+}

@@ -1,1 +1,279 @@
-// Placeholder: filled in by the library-layer work.
+// The stand-in libcurand.so.10: pseudorandom generators of the cuRAND host API computed on the
+// host with a real Philox4x32-10 (README.md, "The stand-in cuRAND").
+//
+// Like the real library it reaches the driver only through dlopen("libcuda.so.1") and
+// cuGetProcAddress_v2, and synchronises the generator's stream before it writes: device memory
+// is host memory on the stand-in device, so the "kernel" is a host loop run after the work
+// before it on the stream has finished.
+//
+// The sequence: value k (k = 0, 1, ...) of a generator is word k % 4 of Philox4x32-10 applied to
+// the 128-bit counter k / 4 with the 64-bit key `seed`. A generate call of n values writes
+// values offset .. offset + n - 1 and advances the offset by n, so the results depend only on
+// (seed, offset, ordering, n), never on the call history. Orderings:
+//  - PSEUDO_DEFAULT, PSEUDO_BEST, PSEUDO_LEGACY: output i is value offset + i;
+//  - PSEUDO_SEEDED: the same, with the key scrambled (another sequence for the same seed);
+//  - PSEUDO_DYNAMIC: "adjusted to the device": the n values are dealt to the device's SM count
+//    of lanes (cuDeviceGetAttribute), so the output order depends on the device.
+// These are not real cuRAND's numbers bit for bit; they honour the same state.
+#include <cuda.h>
+#include <curand.h>
+#include <dlfcn.h>
+
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <new>
+#include <type_traits>
+
+struct curandGenerator_st {
+  curandRngType_t type = CURAND_RNG_PSEUDO_PHILOX4_32_10;
+  unsigned long long seed = 0;
+  unsigned long long offset = 0;
+  curandOrdering_t ordering = CURAND_ORDERING_PSEUDO_DEFAULT;
+  cudaStream_t stream = nullptr;
+};
+
+namespace {
+
+// The driver functions the library uses, found as the real cuRAND finds them.
+struct Driver {
+  CUresult (*stream_synchronize)(CUstream) = nullptr;
+  CUresult (*address_range)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
+  CUresult (*ctx_get_device)(CUdevice*) = nullptr;
+  CUresult (*device_attribute)(int*, CUdevice_attribute, CUdevice) = nullptr;
+};
+
+const Driver& TheDriver() {
+  static const Driver driver = [] {
+    Driver found;
+    void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (library == nullptr) return found;
+    using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t,
+                                        CUdriverProcAddressQueryResult*);
+    const auto get = reinterpret_cast<GetProcAddress>(dlsym(library, "cuGetProcAddress_v2"));
+    if (get == nullptr) return found;
+    const auto lookup = [get](const char* name, auto*& slot) {
+      void* pointer = nullptr;
+      CUdriverProcAddressQueryResult status;
+      if (get(name, &pointer, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS) {
+        slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(pointer);
+      }
+    };
+    lookup("cuStreamSynchronize", found.stream_synchronize);
+    lookup("cuMemGetAddressRange", found.address_range);
+    lookup("cuCtxGetDevice", found.ctx_get_device);
+    lookup("cuDeviceGetAttribute", found.device_attribute);
+    return found;
+  }();
+  return driver;
+}
+
+bool Synchronize(cudaStream_t stream) {
+  const Driver& driver = TheDriver();
+  return driver.stream_synchronize != nullptr &&
+         driver.stream_synchronize(reinterpret_cast<CUstream>(stream)) == CUDA_SUCCESS;
+}
+
+// True when [pointer, pointer + bytes) lies inside one device allocation.
+bool IsDeviceRange(const void* pointer, size_t bytes) {
+  const Driver& driver = TheDriver();
+  if (driver.address_range == nullptr || pointer == nullptr) return false;
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  const auto address = reinterpret_cast<CUdeviceptr>(pointer);
+  if (driver.address_range(&base, &size, address) != CUDA_SUCCESS) return false;
+  return address + bytes <= base + size;
+}
+
+// The current device's SM count (PSEUDO_DYNAMIC's lanes); 1 when the driver cannot say.
+unsigned DeviceLanes() {
+  const Driver& driver = TheDriver();
+  CUdevice device = 0;
+  int count = 0;
+  if (driver.ctx_get_device == nullptr || driver.device_attribute == nullptr ||
+      driver.ctx_get_device(&device) != CUDA_SUCCESS ||
+      driver.device_attribute(&count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device) !=
+          CUDA_SUCCESS ||
+      count <= 0) {
+    return 1;
+  }
+  return static_cast<unsigned>(count);
+}
+
+// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11).
+struct Block {
+  uint32_t word[4];
+};
+
+Block Philox4x32x10(uint64_t counter, uint64_t key64) {
+  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
+  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+  uint32_t c[4] = {static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32), 0, 0};
+  uint32_t k[2] = {static_cast<uint32_t>(key64), static_cast<uint32_t>(key64 >> 32)};
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t p0 = static_cast<uint64_t>(kM0) * c[0];
+    const uint64_t p1 = static_cast<uint64_t>(kM1) * c[2];
+    const uint32_t next[4] = {static_cast<uint32_t>(p1 >> 32) ^ c[1] ^ k[0],
+                              static_cast<uint32_t>(p1),
+                              static_cast<uint32_t>(p0 >> 32) ^ c[3] ^ k[1],
+                              static_cast<uint32_t>(p0)};
+    for (int i = 0; i < 4; ++i) c[i] = next[i];
+    k[0] += kW0;
+    k[1] += kW1;
+  }
+  return Block{{c[0], c[1], c[2], c[3]}};
+}
+
+// Value `index` of the generator's sequence.
+uint32_t SequenceValue(const curandGenerator_st& generator, uint64_t index) {
+  uint64_t key = generator.seed;
+  if (generator.ordering == CURAND_ORDERING_PSEUDO_SEEDED) key ^= 0x5EEDED5EEDED5EEDull;
+  return Philox4x32x10(index / 4, key).word[index % 4];
+}
+
+// Hands the generator's next n raw values, in its ordering, to sink(i, value); advances it.
+template <typename Sink>
+void Draw(curandGenerator_st& generator, size_t n, Sink sink) {
+  const uint64_t base = generator.offset;
+  if (generator.ordering == CURAND_ORDERING_PSEUDO_DYNAMIC) {
+    const uint64_t lanes = DeviceLanes();
+    const uint64_t per_lane = (n + lanes - 1) / lanes;
+    for (size_t i = 0; i < n; ++i) {
+      sink(i, SequenceValue(generator, base + (i % lanes) * per_lane + i / lanes));
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) sink(i, SequenceValue(generator, base + i));
+  }
+  generator.offset += n;
+}
+
+// cuRAND's uniform mapping: (x + 1/2) / 2^32, in (0, 1].
+float Uniform(uint32_t x) {
+  constexpr float kInv = 2.3283064e-10f;  // 2^-32
+  return static_cast<float>(x) * kInv + kInv / 2.0f;
+}
+
+std::mutex& GeneratorMutex() {
+  static auto* mutex = new std::mutex();  // generators may be used during exit
+  return *mutex;
+}
+
+bool IsSupportedPseudo(curandRngType_t type) {
+  return type == CURAND_RNG_PSEUDO_DEFAULT || type == CURAND_RNG_PSEUDO_XORWOW ||
+         type == CURAND_RNG_PSEUDO_PHILOX4_32_10;
+}
+
+// Checks a generate call's arguments and synchronises its stream.
+curandStatus_t Prepare(curandGenerator_t generator, const void* out, size_t n) {
+  if (generator == nullptr) return CURAND_STATUS_NOT_INITIALIZED;
+  if (n == 0) return CURAND_STATUS_SUCCESS;
+  if (!IsDeviceRange(out, n * 4)) return CURAND_STATUS_LAUNCH_FAILURE;
+  if (!Synchronize(generator->stream)) return CURAND_STATUS_PREEXISTING_FAILURE;
+  return CURAND_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+curandStatus_t curandGetVersion(int* version) {
+  if (version == nullptr) return CURAND_STATUS_OUT_OF_RANGE;
+  *version = CURAND_VERSION;
+  return CURAND_STATUS_SUCCESS;
+}
+
+curandStatus_t curandCreateGenerator(curandGenerator_t* generator, curandRngType_t rng_type) {
+  if (generator == nullptr) return CURAND_STATUS_OUT_OF_RANGE;
+  if (!IsSupportedPseudo(rng_type)) return CURAND_STATUS_TYPE_ERROR;
+  if (TheDriver().stream_synchronize == nullptr) return CURAND_STATUS_INITIALIZATION_FAILED;
+  auto* created = new (std::nothrow) curandGenerator_st();
+  if (created == nullptr) return CURAND_STATUS_ALLOCATION_FAILED;
+  // PSEUDO_DEFAULT is XORWOW in cuRAND; the stand-in draws it from Philox too.
+  created->type = rng_type == CURAND_RNG_PSEUDO_DEFAULT ? CURAND_RNG_PSEUDO_XORWOW : rng_type;
+  *generator = created;
+  return CURAND_STATUS_SUCCESS;
+}
+
+curandStatus_t curandDestroyGenerator(curandGenerator_t generator) {
+  if (generator == nullptr) return CURAND_STATUS_NOT_INITIALIZED;
+  delete generator;
+  return CURAND_STATUS_SUCCESS;
+}
+
+curandStatus_t curandSetStream(curandGenerator_t generator, cudaStream_t stream) {
+  if (generator == nullptr) return CURAND_STATUS_NOT_INITIALIZED;
+  std::lock_guard lock(GeneratorMutex());
+  generator->stream = stream;
+  return CURAND_STATUS_SUCCESS;
+}
+
+curandStatus_t curandSetPseudoRandomGeneratorSeed(curandGenerator_t generator,
+                                                  unsigned long long seed) {
+  if (generator == nullptr) return CURAND_STATUS_NOT_INITIALIZED;
+  std::lock_guard lock(GeneratorMutex());
+  generator->seed = seed;
+  return CURAND_STATUS_SUCCESS;
+}
+
+curandStatus_t curandSetGeneratorOffset(curandGenerator_t generator, unsigned long long offset) {
+  if (generator == nullptr) return CURAND_STATUS_NOT_INITIALIZED;
+  std::lock_guard lock(GeneratorMutex());
+  generator->offset = offset;
+  return CURAND_STATUS_SUCCESS;
+}
+
+curandStatus_t curandSetGeneratorOrdering(curandGenerator_t generator, curandOrdering_t order) {
+  if (generator == nullptr) return CURAND_STATUS_NOT_INITIALIZED;
+  switch (order) {
+    case CURAND_ORDERING_PSEUDO_BEST:
+    case CURAND_ORDERING_PSEUDO_DEFAULT:
+    case CURAND_ORDERING_PSEUDO_SEEDED:
+    case CURAND_ORDERING_PSEUDO_LEGACY:
+    case CURAND_ORDERING_PSEUDO_DYNAMIC:
+      break;
+    default:
+      return CURAND_STATUS_OUT_OF_RANGE;
+  }
+  std::lock_guard lock(GeneratorMutex());
+  generator->ordering = order;
+  return CURAND_STATUS_SUCCESS;
+}
+
+curandStatus_t curandGenerate(curandGenerator_t generator, unsigned int* output_ptr, size_t num) {
+  if (curandStatus_t status = Prepare(generator, output_ptr, num); status != CURAND_STATUS_SUCCESS) {
+    return status;
+  }
+  std::lock_guard lock(GeneratorMutex());
+  Draw(*generator, num, [output_ptr](size_t i, uint32_t x) { output_ptr[i] = x; });
+  return CURAND_STATUS_SUCCESS;
+}
+
+curandStatus_t curandGenerateUniform(curandGenerator_t generator, float* output_ptr, size_t num) {
+  if (curandStatus_t status = Prepare(generator, output_ptr, num); status != CURAND_STATUS_SUCCESS) {
+    return status;
+  }
+  std::lock_guard lock(GeneratorMutex());
+  Draw(*generator, num, [output_ptr](size_t i, uint32_t x) { output_ptr[i] = Uniform(x); });
+  return CURAND_STATUS_SUCCESS;
+}
+
+// Box-Muller on consecutive pairs of uniforms, as cuRAND does for pseudorandom generators.
+curandStatus_t curandGenerateNormal(curandGenerator_t generator, float* output_ptr, size_t n,
+                                    float mean, float stddev) {
+  if (n % 2 != 0) return CURAND_STATUS_LENGTH_NOT_MULTIPLE;
+  if (curandStatus_t status = Prepare(generator, output_ptr, n); status != CURAND_STATUS_SUCCESS) {
+    return status;
+  }
+  std::lock_guard lock(GeneratorMutex());
+  Draw(*generator, n, [output_ptr](size_t i, uint32_t x) { output_ptr[i] = Uniform(x); });
+  constexpr float kTwoPi = 6.2831853071795864f;
+  for (size_t i = 0; i < n; i += 2) {
+    const float radius = std::sqrt(-2.0f * std::log(output_ptr[i]));
+    const float angle = kTwoPi * output_ptr[i + 1];
+    output_ptr[i] = radius * std::sin(angle) * stddev + mean;
+    output_ptr[i + 1] = radius * std::cos(angle) * stddev + mean;
+  }
+  return CURAND_STATUS_SUCCESS;
+}
+
+}  // extern "C"
