@@ -1,1 +1,337 @@
-// Placeholder: filled in by the library-layer work.
+// The NCCL hooks: communicators and collectives.
+//
+// Each hook is the exported ncclX and forwards to the real library's strong pncclX (ncclX is a
+// weak alias there). Communicators get a stable id by creation order (ncclCommInitAll numbers
+// its communicators in rank order). Every AllReduce and Broadcast is an
+// OpKind::kNcclCollective op naming the communicator, rank, size, reduction, type, count, root
+// and the group nesting depth, with a fingerprint, the send buffer's digest before the call and
+// the receive buffer's after it. Inside ncclGroupStart/End the collective only runs at the
+// outermost ncclGroupEnd: its op is then completed (receive digest, status) by that call.
+//
+// The AlgorithmChoice ("nccl") is what the environment asks NCCL for: NCCL_ALGO and NCCL_PROTO
+// (id = NCCL's algorithm enum, knob 1 = protocol enum, knobs 2/3 = NCCL_MIN/MAX_NCHANNELS), its
+// text in `name`; source = enforced when the deterministic policy set NCCL_ALGO at load time
+// (policy.cc), requested when the program's environment set it, heuristic when unset. NCCL
+// itself does not report what its tuner picked per call.
+#pragma GCC visibility push(default)
+#include <nccl.h>
+#pragma GCC visibility pop
+
+#include <cctype>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "formats/records.h"
+#include "tracer/library_support.h"
+#include "tracer/policy.h"
+#include "tracer/recorder.h"
+
+namespace ndt::tracer {
+namespace {
+
+constexpr const char* kSoname = "libnccl.so.2";
+
+// Stable communicator ids. Thread-safe; never destroyed (hooks run during exit).
+class Communicators {
+ public:
+  static Communicators& Get() {
+    static auto* communicators = new Communicators();
+    return *communicators;
+  }
+  uint64_t Id(ncclComm_t comm) {
+    std::lock_guard lock(mutex_);
+    auto [entry, added] = ids_.try_emplace(comm, next_);
+    if (added) ++next_;
+    return entry->second;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<ncclComm_t, uint64_t> ids_;
+  uint64_t next_ = 1;
+};
+
+// A collective whose receive buffer is final only at the outermost ncclGroupEnd.
+struct PendingCollective {
+  Session* session;
+  format::OpRecord op;
+  uint64_t stream;
+  Extent recv;
+};
+thread_local int t_group_depth = 0;
+thread_local std::vector<PendingCollective> t_pending;
+
+const char* OpName(ncclRedOp_t op) {
+  switch (op) {
+    case ncclSum: return "sum";
+    case ncclProd: return "prod";
+    case ncclMax: return "max";
+    case ncclMin: return "min";
+    case ncclAvg: return "avg";
+    default: return "custom";
+  }
+}
+
+struct TypeInfo {
+  const char* name;
+  size_t bytes;
+  format::DType dtype;
+};
+
+TypeInfo TypeOf(ncclDataType_t type) {
+  switch (type) {
+    case ncclInt8: return {"int8", 1, format::DType::kI8};
+    case ncclUint8: return {"uint8", 1, format::DType::kU8};
+    case ncclInt32: return {"int32", 4, format::DType::kI32};
+    case ncclUint32: return {"uint32", 4, format::DType::kUnknown};
+    case ncclInt64: return {"int64", 8, format::DType::kI64};
+    case ncclUint64: return {"uint64", 8, format::DType::kUnknown};
+    case ncclFloat16: return {"float16", 2, format::DType::kF16};
+    case ncclFloat32: return {"float32", 4, format::DType::kF32};
+    case ncclFloat64: return {"float64", 8, format::DType::kF64};
+    case ncclBfloat16: return {"bfloat16", 2, format::DType::kBF16};
+    case ncclFloat8e4m3: return {"float8e4m3", 1, format::DType::kF8E4M3};
+    case ncclFloat8e5m2: return {"float8e5m2", 1, format::DType::kF8E5M2};
+    default: return {"unknown", 0, format::DType::kUnknown};
+  }
+}
+
+// Index of `value` in `names` (case-insensitive), or -1 (unset) / -2 (not a single name).
+int64_t EnumOf(const char* value, const std::vector<std::string>& names) {
+  if (value == nullptr || *value == '\0') return -1;
+  std::string text(value);
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::string name = names[i];
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (text == name) return static_cast<int64_t>(i);
+  }
+  return -2;
+}
+
+int64_t IntegerOf(const char* value) {
+  if (value == nullptr || *value == '\0') return -1;
+  char* end = nullptr;
+  const long long parsed = std::strtoll(value, &end, 10);
+  return end != nullptr && *end == '\0' ? parsed : -2;
+}
+
+format::AlgorithmChoice EffectiveChoice() {
+  // NCCL 2.28's ncclAlgo and ncclProto enums (research/cuda-interposition.md §6).
+  static const std::vector<std::string> kAlgorithms = {
+      "Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"};
+  static const std::vector<std::string> kProtocols = {"LL", "LL128", "Simple"};
+  const char* algo = std::getenv("NCCL_ALGO");
+  const char* proto = std::getenv("NCCL_PROTO");
+  format::AlgorithmChoice choice;
+  choice.library = "nccl";
+  choice.id = EnumOf(algo, kAlgorithms);
+  choice.name = std::string("NCCL_ALGO=") + (algo != nullptr ? algo : "(unset)") +
+                " NCCL_PROTO=" + (proto != nullptr ? proto : "(unset)");
+  choice.knobs.push_back({1, EnumOf(proto, kProtocols)});
+  choice.knobs.push_back({2, IntegerOf(std::getenv("NCCL_MIN_NCHANNELS"))});
+  choice.knobs.push_back({3, IntegerOf(std::getenv("NCCL_MAX_NCHANNELS"))});
+  choice.determinism = choice.id >= 0 && choice.knobs[0].value >= 0
+                           ? format::Determinism::kDeterministic
+                           : format::Determinism::kUnknown;
+  choice.source = algo == nullptr ? format::ChoiceSource::kHeuristic
+                                  : format::ChoiceSource::kRequested;
+  for (const format::EnvVar& variable : EnvironmentSetByPolicy()) {
+    if (variable.name == "NCCL_ALGO") choice.source = format::ChoiceSource::kEnforced;
+  }
+  return choice;
+}
+
+// Records one collective around `real`. `send` is null for a Broadcast's non-root ranks.
+template <typename Real>
+ncclResult_t RecordCollective(Session& session, RealCall<ncclResult_t>& call, const char* api,
+                              const char* kind, const void* send, void* recv, size_t count,
+                              ncclDataType_t type, const char* reduction, int root,
+                              ncclComm_t comm, cudaStream_t stream, Real real) {
+  int rank = -1;
+  int size = -1;
+  if (const auto user_rank = NDT_REAL_LIBRARY_AS(kSoname, ncclCommUserRank, "pncclCommUserRank")) {
+    user_rank(comm, &rank);
+  }
+  if (const auto comm_count = NDT_REAL_LIBRARY_AS(kSoname, ncclCommCount, "pncclCommCount")) {
+    comm_count(comm, &size);
+  }
+  const uint64_t comm_id = Communicators::Get().Id(comm);
+  const TypeInfo info = TypeOf(type);
+  const auto stream_handle = reinterpret_cast<uint64_t>(stream);
+  format::OpRecord op = session.BeginOp(format::OpKind::kNcclCollective, api,
+                                        session.StreamId(stream_handle, false));
+  op.args.push_back(UnsignedArgument("comm", comm_id));
+  op.args.push_back(SignedArgument("rank", rank));
+  op.args.push_back(SignedArgument("nranks", size));
+  if (reduction != nullptr) op.args.push_back(TextArgument("op", reduction));
+  op.args.push_back(TextArgument("dtype", info.name));
+  op.args.push_back(UnsignedArgument("count", count));
+  if (root >= 0) op.args.push_back(SignedArgument("root", root));
+  op.args.push_back(SignedArgument("groupDepth", t_group_depth));
+  if (send != nullptr) {
+    op.args.push_back(PointerArgument(session, "sendbuff", reinterpret_cast<uint64_t>(send)));
+  }
+  op.args.push_back(PointerArgument(session, "recvbuff", reinterpret_cast<uint64_t>(recv)));
+  std::string fingerprint = std::string("nccl ") + kind + " comm " + std::to_string(comm_id) +
+                            " rank " + std::to_string(rank) + "/" + std::to_string(size) + " " +
+                            (reduction != nullptr ? std::string(reduction) + " " : "") +
+                            info.name + " count=" + std::to_string(count);
+  if (root >= 0) fingerprint += " root=" + std::to_string(root);
+  op.args.push_back(TextArgument("fingerprint", fingerprint));
+  op.algorithm = EffectiveChoice();
+  const uint64_t bytes = count * info.bytes;
+  if (send != nullptr && bytes > 0) {
+    op.inputs = DigestExtents(session, stream_handle,
+                              {{"sendbuff", reinterpret_cast<uint64_t>(send), bytes, info.dtype}});
+  }
+  const ncclResult_t result = call.Run(real);
+  const Extent recv_extent{"recvbuff", reinterpret_cast<uint64_t>(recv), bytes, info.dtype};
+  if (t_group_depth > 0 && result == ncclSuccess) {
+    op.status = static_cast<int32_t>(result);
+    t_pending.push_back({&session, std::move(op), stream_handle, recv_extent});
+    return result;
+  }
+  if (result == ncclSuccess && bytes > 0) {
+    op.outputs = DigestExtents(session, stream_handle, {recv_extent});
+  }
+  session.EndOp(op, static_cast<int32_t>(result));
+  return result;
+}
+
+// At the outermost ncclGroupEnd: completes the collectives recorded inside the group.
+void FinishGroup(ncclResult_t group_result) {
+  std::vector<PendingCollective> pending;
+  pending.swap(t_pending);
+  for (PendingCollective& collective : pending) {
+    if (group_result == ncclSuccess && collective.recv.bytes > 0) {
+      collective.op.outputs =
+          DigestExtents(*collective.session, collective.stream, {collective.recv});
+    }
+    collective.session->EndOp(collective.op, static_cast<int32_t>(group_result));
+  }
+}
+
+}  // namespace
+}  // namespace ndt::tracer
+
+using ndt::tracer::RealCall;
+using ndt::tracer::RunLibraryHook;
+using ndt::tracer::Session;
+
+extern "C" ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  const auto real = NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclCommInitAll, "pncclCommInitAll");
+  const auto init = [&]() {
+    const ncclResult_t result = real(comms, ndev, devlist);
+    if (result == ncclSuccess) {
+      for (int r = 0; r < ndev; ++r) ndt::tracer::Communicators::Get().Id(comms[r]);
+    }
+    return result;
+  };
+  return RunLibraryHook<ncclResult_t>(
+      "ncclCommInitAll", real != nullptr, ncclSystemError, init,
+      [&](Session& session, RealCall<ncclResult_t>& call) {
+        ndt::format::OpRecord op =
+            session.BeginOp(ndt::format::OpKind::kOther, "ncclCommInitAll", 0);
+        op.args.push_back(ndt::tracer::SignedArgument("ndev", ndev));
+        const ncclResult_t result = call.Run(init);
+        if (result == ncclSuccess && ndev > 0) {
+          op.args.push_back(ndt::tracer::UnsignedArgument(
+              "firstComm", ndt::tracer::Communicators::Get().Id(comms[0])));
+        }
+        session.EndOp(op, static_cast<int32_t>(result));
+        return result;
+      });
+}
+
+extern "C" ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId comm_id,
+                                         int rank) {
+  const auto real =
+      NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclCommInitRank, "pncclCommInitRank");
+  const auto init = [&]() {
+    const ncclResult_t result = real(comm, nranks, comm_id, rank);
+    if (result == ncclSuccess) ndt::tracer::Communicators::Get().Id(*comm);
+    return result;
+  };
+  return RunLibraryHook<ncclResult_t>(
+      "ncclCommInitRank", real != nullptr, ncclSystemError, init,
+      [&](Session& session, RealCall<ncclResult_t>& call) {
+        ndt::format::OpRecord op =
+            session.BeginOp(ndt::format::OpKind::kOther, "ncclCommInitRank", 0);
+        op.args.push_back(ndt::tracer::SignedArgument("nranks", nranks));
+        op.args.push_back(ndt::tracer::SignedArgument("rank", rank));
+        const ncclResult_t result = call.Run(init);
+        if (result == ncclSuccess) {
+          op.args.push_back(ndt::tracer::UnsignedArgument(
+              "comm", ndt::tracer::Communicators::Get().Id(*comm)));
+        }
+        session.EndOp(op, static_cast<int32_t>(result));
+        return result;
+      });
+}
+
+extern "C" ncclResult_t ncclGroupStart() {
+  const auto real = NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclGroupStart, "pncclGroupStart");
+  if (real == nullptr) return ncclSystemError;
+  const ncclResult_t result = real();
+  if (result == ncclSuccess) ++ndt::tracer::t_group_depth;
+  return result;
+}
+
+extern "C" ncclResult_t ncclGroupEnd() {
+  const auto real = NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclGroupEnd, "pncclGroupEnd");
+  const auto end = [&]() { return real(); };
+  return RunLibraryHook<ncclResult_t>(
+      "ncclGroupEnd", real != nullptr, ncclSystemError,
+      [&]() {
+        const ncclResult_t result = end();
+        if (ndt::tracer::t_group_depth > 0 && --ndt::tracer::t_group_depth == 0) {
+          ndt::tracer::t_pending.clear();  // not recording now: the ops stay unwritten
+        }
+        return result;
+      },
+      [&](Session&, RealCall<ncclResult_t>& call) {
+        const ncclResult_t result = call.Run(end);
+        if (ndt::tracer::t_group_depth > 0 && --ndt::tracer::t_group_depth == 0) {
+          ndt::tracer::FinishGroup(result);
+        }
+        return result;
+      });
+}
+
+extern "C" ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                      ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                      cudaStream_t stream) {
+  const auto real = NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclAllReduce, "pncclAllReduce");
+  const auto reduce = [&]() { return real(sendbuff, recvbuff, count, datatype, op, comm, stream); };
+  return RunLibraryHook<ncclResult_t>(
+      "ncclAllReduce", real != nullptr, ncclSystemError, reduce,
+      [&](Session& session, RealCall<ncclResult_t>& call) {
+        return ndt::tracer::RecordCollective(session, call, "ncclAllReduce", "allreduce",
+                                             sendbuff, recvbuff, count, datatype,
+                                             ndt::tracer::OpName(op), -1, comm, stream, reduce);
+      });
+}
+
+extern "C" ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                      ncclDataType_t datatype, int root, ncclComm_t comm,
+                                      cudaStream_t stream) {
+  const auto real = NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclBroadcast, "pncclBroadcast");
+  const auto broadcast = [&]() { return real(sendbuff, recvbuff, count, datatype, root, comm, stream); };
+  return RunLibraryHook<ncclResult_t>(
+      "ncclBroadcast", real != nullptr, ncclSystemError, broadcast,
+      [&](Session& session, RealCall<ncclResult_t>& call) {
+        int rank = -1;
+        if (const auto user_rank =
+                NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclCommUserRank, "pncclCommUserRank")) {
+          user_rank(comm, &rank);
+        }
+        // Only the root's send buffer is read.
+        return ndt::tracer::RecordCollective(session, call, "ncclBroadcast", "broadcast",
+                                             rank == root ? sendbuff : nullptr, recvbuff, count,
+                                             datatype, nullptr, root, comm, stream, broadcast);
+      });
+}
