@@ -291,7 +291,9 @@ AlgoTraits Traits(Direction direction, int algo, const Problem& p) {
     case Direction::kBackwardFilter:
       switch (algo) {
         case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0: t.deterministic = false; break;
-        case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1: t.workspace = ws * 4 + 256; break;
+        case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1:  // im2col of x
+          t.workspace = xs * static_cast<size_t>(p.r * p.s);
+          break;
         case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT: t.workspace = fft; break;
         case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3:
           t.deterministic = false;

@@ -1,0 +1,259 @@
+// One convolution layer's forward and backward pass through cuDNN's legacy API, the way a
+// framework drives it: cudnnConvolutionForward, cudnnConvolutionBackwardData and
+// cudnnConvolutionBackwardFilter on fixed inputs, algorithms either fixed or chosen by the
+// cudnnFind* benchmark (PyTorch's cudnn.benchmark=True).
+//
+//   conv_legacy [--benchmark] [--algo N] [--workspace BYTES] [ITERATIONS]
+//
+// Default algorithms: forward IMPLICIT_PRECOMP_GEMM, backward data ALGO_1, backward filter
+// ALGO_0 (nondeterministic, the common case in PyTorch); --algo N sets the backward-filter one.
+// --benchmark takes the fastest algorithm cudnnFind* reports for each direction. The workspace
+// is the larger of what the chosen algorithms need and 1 MiB (a framework's workspace budget),
+// or exactly BYTES. Each iteration recomputes y and dx and accumulates dw (beta = 1 after the
+// first). Prints the chosen algorithms and the checksum of y, dx and dw.
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "program_checksum.h"
+
+namespace {
+
+constexpr int kN = 4, kC = 3, kH = 16, kW = 16, kK = 8, kR = 3, kS = 3;
+
+bool Ok(cudnnStatus_t status, const char* what) {
+  if (status == CUDNN_STATUS_SUCCESS) return true;
+  std::fprintf(stderr, "conv_legacy: %s: %s\n", what, cudnnGetErrorString(status));
+  return false;
+}
+
+bool Ok(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return true;
+  std::fprintf(stderr, "conv_legacy: %s: %s\n", what, cudaGetErrorString(error));
+  return false;
+}
+
+// Fixed inputs in [-1, 1): a linear congruential sequence.
+std::vector<float> Values(size_t count, uint32_t seed) {
+  std::vector<float> values(count);
+  uint32_t state = seed;
+  for (float& value : values) {
+    state = state * 1664525u + 1013904223u;
+    value = static_cast<float>(state >> 8) / static_cast<float>(1u << 23) - 1.0f;
+  }
+  return values;
+}
+
+float* DeviceCopy(const std::vector<float>& host) {
+  void* device = nullptr;
+  if (!Ok(cudaMalloc(&device, host.size() * sizeof(float)), "cudaMalloc")) return nullptr;
+  if (!Ok(cudaMemcpy(device, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
+          "cudaMemcpy")) {
+    return nullptr;
+  }
+  return static_cast<float*>(device);
+}
+
+// The first successful entry of a Find* result list, or -1.
+template <typename Perf>
+int Fastest(const Perf* results, int count) {
+  for (int i = 0; i < count; ++i) {
+    if (results[i].status == CUDNN_STATUS_SUCCESS) return static_cast<int>(results[i].algo);
+  }
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool benchmark = false;
+  int filter_algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
+  long long workspace_override = -1;
+  int iterations = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--benchmark") {
+      benchmark = true;
+    } else if (arg == "--algo" && i + 1 < argc) {
+      filter_algo = std::atoi(argv[++i]);
+    } else if (arg == "--workspace" && i + 1 < argc) {
+      workspace_override = std::atoll(argv[++i]);
+    } else if (!arg.empty() && arg[0] != '-') {
+      iterations = std::max(1, std::atoi(arg.c_str()));
+    } else {
+      std::fprintf(stderr,
+                   "usage: conv_legacy [--benchmark] [--algo N] [--workspace BYTES] "
+                   "[ITERATIONS]\n");
+      return 2;
+    }
+  }
+
+  cudnnHandle_t handle;
+  if (!Ok(cudnnCreate(&handle), "cudnnCreate")) return 1;
+  cudaStream_t stream;
+  if (!Ok(cudaStreamCreate(&stream), "cudaStreamCreate")) return 1;
+  if (!Ok(cudnnSetStream(handle, stream), "cudnnSetStream")) return 1;
+
+  cudnnTensorDescriptor_t x_desc, y_desc;
+  cudnnFilterDescriptor_t w_desc;
+  cudnnConvolutionDescriptor_t conv;
+  if (!Ok(cudnnCreateTensorDescriptor(&x_desc), "cudnnCreateTensorDescriptor") ||
+      !Ok(cudnnCreateTensorDescriptor(&y_desc), "cudnnCreateTensorDescriptor") ||
+      !Ok(cudnnCreateFilterDescriptor(&w_desc), "cudnnCreateFilterDescriptor") ||
+      !Ok(cudnnCreateConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor")) {
+    return 1;
+  }
+  if (!Ok(cudnnSetTensor4dDescriptor(x_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, kN, kC, kH, kW),
+          "cudnnSetTensor4dDescriptor") ||
+      !Ok(cudnnSetFilter4dDescriptor(w_desc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, kK, kC, kR, kS),
+          "cudnnSetFilter4dDescriptor") ||
+      !Ok(cudnnSetConvolution2dDescriptor(conv, 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION,
+                                          CUDNN_DATA_FLOAT),
+          "cudnnSetConvolution2dDescriptor") ||
+      !Ok(cudnnSetConvolutionMathType(conv, CUDNN_DEFAULT_MATH), "cudnnSetConvolutionMathType")) {
+    return 1;
+  }
+  int n, k, p, q;
+  if (!Ok(cudnnGetConvolution2dForwardOutputDim(conv, x_desc, w_desc, &n, &k, &p, &q),
+          "cudnnGetConvolution2dForwardOutputDim")) {
+    return 1;
+  }
+  // y (and dy) are stored with padded rows, through the strided descriptor call.
+  const int row = q + 1;
+  if (!Ok(cudnnSetTensor4dDescriptorEx(y_desc, CUDNN_DATA_FLOAT, n, k, p, q, k * p * row, p * row,
+                                       row, 1),
+          "cudnnSetTensor4dDescriptorEx")) {
+    return 1;
+  }
+  const size_t x_count = static_cast<size_t>(kN) * kC * kH * kW;
+  const size_t w_count = static_cast<size_t>(kK) * kC * kR * kS;
+  const size_t y_count = static_cast<size_t>(n) * k * p * row;
+
+  int fwd_algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+  int data_algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+  if (benchmark) {
+    int count = 0;
+    cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    cudnnConvolutionBwdFilterAlgoPerf_t filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    if (!Ok(cudnnFindConvolutionForwardAlgorithm(handle, x_desc, w_desc, conv, y_desc,
+                                                 CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, fwd),
+            "cudnnFindConvolutionForwardAlgorithm")) {
+      return 1;
+    }
+    fwd_algo = Fastest(fwd, count);
+    if (!Ok(cudnnFindConvolutionBackwardDataAlgorithm(handle, w_desc, y_desc, conv, x_desc,
+                                                      CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                                                      &count, data),
+            "cudnnFindConvolutionBackwardDataAlgorithm")) {
+      return 1;
+    }
+    data_algo = Fastest(data, count);
+    if (!Ok(cudnnFindConvolutionBackwardFilterAlgorithm(handle, x_desc, y_desc, conv, w_desc,
+                                                        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+                                                        &count, filter),
+            "cudnnFindConvolutionBackwardFilterAlgorithm")) {
+      return 1;
+    }
+    filter_algo = Fastest(filter, count);
+    if (fwd_algo < 0 || data_algo < 0 || filter_algo < 0) {
+      std::fprintf(stderr, "conv_legacy: the benchmark found no usable algorithm\n");
+      return 1;
+    }
+  }
+
+  size_t fwd_bytes = 0, data_bytes = 0, filter_bytes = 0;
+  if (!Ok(cudnnGetConvolutionForwardWorkspaceSize(handle, x_desc, w_desc, conv, y_desc,
+                                                  static_cast<cudnnConvolutionFwdAlgo_t>(fwd_algo),
+                                                  &fwd_bytes),
+          "cudnnGetConvolutionForwardWorkspaceSize") ||
+      !Ok(cudnnGetConvolutionBackwardDataWorkspaceSize(
+              handle, w_desc, y_desc, conv, x_desc,
+              static_cast<cudnnConvolutionBwdDataAlgo_t>(data_algo), &data_bytes),
+          "cudnnGetConvolutionBackwardDataWorkspaceSize") ||
+      !Ok(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+              handle, x_desc, y_desc, conv, w_desc,
+              static_cast<cudnnConvolutionBwdFilterAlgo_t>(filter_algo), &filter_bytes),
+          "cudnnGetConvolutionBackwardFilterWorkspaceSize")) {
+    return 1;
+  }
+  const size_t workspace_bytes =
+      workspace_override >= 0
+          ? static_cast<size_t>(workspace_override)
+          : std::max({fwd_bytes, data_bytes, filter_bytes, size_t{1} << 20});
+  void* workspace = nullptr;
+  if (workspace_bytes > 0 && !Ok(cudaMalloc(&workspace, workspace_bytes), "cudaMalloc")) return 1;
+
+  float* x = DeviceCopy(Values(x_count, 1));
+  float* w = DeviceCopy(Values(w_count, 2));
+  float* dy = DeviceCopy(Values(y_count, 3));
+  float* y = DeviceCopy(std::vector<float>(y_count, 0.0f));
+  float* dx = DeviceCopy(std::vector<float>(x_count, 0.0f));
+  float* dw = DeviceCopy(std::vector<float>(w_count, 0.0f));
+  if (!x || !w || !dy || !y || !dx || !dw) return 1;
+
+  const float one = 1.0f, zero = 0.0f;
+  for (int iteration = 0; iteration < iterations; ++iteration) {
+    if (!Ok(cudnnConvolutionForward(handle, &one, x_desc, x, w_desc, w, conv,
+                                    static_cast<cudnnConvolutionFwdAlgo_t>(fwd_algo), workspace,
+                                    workspace_bytes, &zero, y_desc, y),
+            "cudnnConvolutionForward") ||
+        !Ok(cudnnConvolutionBackwardData(handle, &one, w_desc, w, y_desc, dy, conv,
+                                         static_cast<cudnnConvolutionBwdDataAlgo_t>(data_algo),
+                                         workspace, workspace_bytes, &zero, x_desc, dx),
+            "cudnnConvolutionBackwardData") ||
+        !Ok(cudnnConvolutionBackwardFilter(
+                handle, &one, x_desc, x, y_desc, dy, conv,
+                static_cast<cudnnConvolutionBwdFilterAlgo_t>(filter_algo), workspace,
+                workspace_bytes, iteration == 0 ? &zero : &one, w_desc, dw),
+            "cudnnConvolutionBackwardFilter")) {
+      return 1;
+    }
+  }
+  if (!Ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize")) return 1;
+
+  std::vector<float> result(y_count + x_count + w_count);
+  if (!Ok(cudaMemcpy(result.data(), y, y_count * sizeof(float), cudaMemcpyDeviceToHost),
+          "cudaMemcpy") ||
+      !Ok(cudaMemcpy(result.data() + y_count, dx, x_count * sizeof(float),
+                     cudaMemcpyDeviceToHost),
+          "cudaMemcpy") ||
+      !Ok(cudaMemcpy(result.data() + y_count + x_count, dw, w_count * sizeof(float),
+                     cudaMemcpyDeviceToHost),
+          "cudaMemcpy")) {
+    return 1;
+  }
+  // Only y's real columns count: the padding column of each row is never written.
+  std::vector<float> packed;
+  packed.reserve(result.size());
+  for (size_t i = 0; i < y_count; ++i) {
+    if (static_cast<int>(i % static_cast<size_t>(row)) < q) packed.push_back(result[i]);
+  }
+  packed.insert(packed.end(), result.begin() + static_cast<std::ptrdiff_t>(y_count),
+                result.end());
+  std::printf("algos forward %d backward_data %d backward_filter %d workspace %zu\n", fwd_algo,
+              data_algo, filter_algo, workspace_bytes);
+  ndt::programs::PrintChecksum(packed.data(), packed.size() * sizeof(float));
+
+  cudaFree(x);
+  cudaFree(w);
+  cudaFree(dy);
+  cudaFree(y);
+  cudaFree(dx);
+  cudaFree(dw);
+  if (workspace != nullptr) cudaFree(workspace);
+  cudnnDestroyTensorDescriptor(x_desc);
+  cudnnDestroyTensorDescriptor(y_desc);
+  cudnnDestroyFilterDescriptor(w_desc);
+  cudnnDestroyConvolutionDescriptor(conv);
+  cudnnDestroy(handle);
+  cudaStreamDestroy(stream);
+  return 0;
+}
