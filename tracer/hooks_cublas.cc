@@ -1,1 +1,1047 @@
-// Placeholder: filled in by the library-layer work.
+// The cuBLAS and cuBLASLt hooks: handle setup, GEMMs, cuBLASLt heuristics and matmuls, and the
+// policy applied to them (tracer/README.md, "cuBLAS and cuBLASLt").
+//
+// Recorded (what the program called, unmodified):
+//  - cublasCreate_v2 / Destroy_v2 / SetStream_v2 / SetWorkspace_v2 / SetAtomicsMode /
+//    SetMathMode: kOther ops naming the handle by ordinal (1, 2, ... by first appearance);
+//  - cublasSgemm_v2 and cublasGemmEx: kCublasGemm ops with the problem, a "fingerprint", the
+//    algo as an AlgorithmChoice (library "cublas"), digests of A, B and C before the call and
+//    of C after it, over exactly the extents the dimensions and leading dimensions give;
+//  - cublasLtMatmulAlgoGetHeuristic: a kOther op with every returned 64-byte algo;
+//  - cublasLtMatmul: a kCublasLtMatmul op with the descriptors' fingerprint, the 64-byte algo
+//    actually run (AlgorithmChoice library "cublasLt", opaque = the bytes, id and knobs from
+//    cublasLtMatmulAlgoConfigGetAttribute), digests of A, B, C and of D.
+// An out-of-place split-K reduction (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE / OUTPUT_TYPE with
+// more than one slice) counts as nondeterministic, as do atomics allowed on a handle and
+// CUBLAS_GEMM_AUTOTUNE (a choice made by timing).
+//
+// Policy (every change is a PolicyDecisionRecord; what the program passed stays recorded):
+//  - deterministic: atomics forced to CUBLAS_ATOMICS_NOT_ALLOWED; a workspace of its own for
+//    every (handle, stream) the program sets, allocated through the real driver and set with
+//    the real cublasSetWorkspace_v2; CUBLAS_GEMM_AUTOTUNE replaced by CUBLAS_GEMM_DEFAULT;
+//    heuristic results without out-of-place split-K; a nondeterministic or implicit
+//    (null) cuBLASLt algo replaced by the heuristic's first deterministic one.
+//  - pin: cublasGemmEx gets the algo and cublasLtMatmul the 64-byte algo recorded for the same
+//    fingerprint in the reference trace, unless the reference used another GPU or cuBLAS
+//    version, the recorded algo does not fit the problem or needs more workspace than the
+//    program gives (cublasLtMatmulAlgoCheck): then the program's own choice runs and the
+//    unapplied decision is said once.
+// Every hook in this file is exported under the library's exact name (libndtrace.map).
+#pragma GCC visibility push(default)
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda.h>
+#pragma GCC visibility pop
+
+#include <atomic>
+#include <cstring>
+#include <optional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "formats/records.h"
+#include "tracer/driver_table.h"
+#include "tracer/library_support.h"
+#include "tracer/recorder.h"
+
+namespace ndt::tracer {
+namespace {
+
+using format::AlgorithmChoice;
+using format::ChoiceSource;
+using format::Determinism;
+using format::DType;
+using format::OpKind;
+using format::OpRecord;
+using format::PolicyDecisionRecord;
+
+constexpr const char* kCublas = "libcublas.so.13";
+constexpr const char* kCublasLt = "libcublasLt.so.13";
+// The workspace the deterministic policy gives each (handle, stream): one buffer of the size
+// CUBLAS_WORKSPACE_CONFIG=:4096:8 names.
+constexpr size_t kPolicyWorkspaceBytes = 4096 * 1024;
+
+uint64_t Address(const void* pointer) {
+  return reinterpret_cast<uint64_t>(pointer);
+}
+
+// ---- handles and the workspaces the policy gave them -----------------------------------------
+
+class CublasState {
+ public:
+  static CublasState& Get() {
+    static auto* state = new CublasState();  // never destroyed: hooks may run during exit
+    return *state;
+  }
+
+  uint64_t HandleId(const void* handle) {
+    std::lock_guard lock(mutex_);
+    auto [it, added] = handles_.try_emplace(handle, next_handle_);
+    if (added) ++next_handle_;
+    return it->second;
+  }
+
+  // The workspace given to (handle, stream) before, or 0.
+  CUdeviceptr Workspace(const void* handle, const void* stream) {
+    std::lock_guard lock(mutex_);
+    auto found = workspaces_.find({handle, stream});
+    return found == workspaces_.end() ? 0 : found->second;
+  }
+  void SetWorkspace(const void* handle, const void* stream, CUdeviceptr workspace) {
+    std::lock_guard lock(mutex_);
+    workspaces_[{handle, stream}] = workspace;
+  }
+  // Forgets `handle`; returns the workspaces it had been given.
+  std::vector<CUdeviceptr> Forget(const void* handle) {
+    std::lock_guard lock(mutex_);
+    handles_.erase(handle);
+    std::vector<CUdeviceptr> released;
+    for (auto it = workspaces_.begin(); it != workspaces_.end();) {
+      if (it->first.first == handle) {
+        released.push_back(it->second);
+        it = workspaces_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return released;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<const void*, uint64_t> handles_;
+  uint64_t next_handle_ = 1;
+  std::map<std::pair<const void*, const void*>, CUdeviceptr> workspaces_;
+};
+
+// ---- naming -------------------------------------------------------------------------------
+
+const char* OperationName(int op) {
+  switch (op) {
+    case CUBLAS_OP_N:
+      return "N";
+    case CUBLAS_OP_T:
+      return "T";
+    case CUBLAS_OP_C:
+      return "C";
+    default:
+      return "?";
+  }
+}
+
+DType DTypeOf(int type) {
+  switch (type) {
+    case CUDA_R_64F:
+      return DType::kF64;
+    case CUDA_R_32F:
+      return DType::kF32;
+    case CUDA_R_16F:
+      return DType::kF16;
+    case CUDA_R_16BF:
+      return DType::kBF16;
+    case CUDA_R_8F_E4M3:
+      return DType::kF8E4M3;
+    case CUDA_R_8F_E5M2:
+      return DType::kF8E5M2;
+    case CUDA_R_32I:
+      return DType::kI32;
+    case CUDA_R_8I:
+      return DType::kI8;
+    case CUDA_R_8U:
+      return DType::kU8;
+    default:
+      return DType::kUnknown;
+  }
+}
+
+// Bytes per element of a real cudaDataType; 0 when not known here.
+uint64_t ElementBytes(int type) {
+  switch (type) {
+    case CUDA_R_64F:
+      return 8;
+    case CUDA_R_32F:
+    case CUDA_R_32I:
+      return 4;
+    case CUDA_R_16F:
+    case CUDA_R_16BF:
+      return 2;
+    case CUDA_R_8F_E4M3:
+    case CUDA_R_8F_E5M2:
+    case CUDA_R_8I:
+    case CUDA_R_8U:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+std::string TypeName(int type) {
+  const DType dtype = DTypeOf(type);
+  return dtype == DType::kUnknown ? "cuda_type" + std::to_string(type) : format::DTypeName(dtype);
+}
+
+// The bytes a column-major rows x cols matrix with leading dimension ld spans.
+uint64_t MatrixBytes(uint64_t rows, uint64_t cols, uint64_t ld, uint64_t element) {
+  if (rows == 0 || cols == 0 || element == 0) return 0;
+  return ((cols - 1) * ld + rows) * element;
+}
+
+std::string GemmAlgoName(int algo) {
+  if (algo == CUBLAS_GEMM_DEFAULT) return "CUBLAS_GEMM_DEFAULT";
+  if (algo == CUBLAS_GEMM_DEFAULT_TENSOR_OP) return "CUBLAS_GEMM_DEFAULT_TENSOR_OP";
+  if (algo == CUBLAS_GEMM_AUTOTUNE) return "CUBLAS_GEMM_AUTOTUNE";
+  if (algo >= CUBLAS_GEMM_ALGO0_TENSOR_OP && algo <= CUBLAS_GEMM_ALGO15_TENSOR_OP) {
+    return "CUBLAS_GEMM_ALGO" + std::to_string(algo - CUBLAS_GEMM_ALGO0_TENSOR_OP) + "_TENSOR_OP";
+  }
+  return "CUBLAS_GEMM_ALGO" + std::to_string(algo);
+}
+
+// Reads a host scalar of `type`; nullopt for a type not read here.
+std::optional<double> HostScalar(const void* value, int type) {
+  if (value == nullptr) return std::nullopt;
+  if (type == CUDA_R_32F) {
+    float f;
+    std::memcpy(&f, value, sizeof(f));
+    return f;
+  }
+  if (type == CUDA_R_64F) {
+    double d;
+    std::memcpy(&d, value, sizeof(d));
+    return d;
+  }
+  if (type == CUDA_R_32I) {
+    int32_t i;
+    std::memcpy(&i, value, sizeof(i));
+    return i;
+  }
+  return std::nullopt;
+}
+
+format::Argument ScalarArgument(std::string name, const void* value, int type, bool host) {
+  format::Argument argument;
+  argument.name = std::move(name);
+  if (!host) {
+    argument.value = std::string("device pointer");
+  } else if (std::optional<double> read = HostScalar(value, type)) {
+    argument.value = *read;
+  }
+  return argument;
+}
+
+// ---- cuBLAS -------------------------------------------------------------------------------
+
+cudaStream_t HandleStream(cublasHandle_t handle) {
+  cudaStream_t stream = nullptr;
+  if (auto get = NDT_REAL_LIBRARY(kCublas, cublasGetStream_v2)) get(handle, &stream);
+  return stream;
+}
+
+OpRecord BeginHandleOp(Session& session, const char* name, cublasHandle_t handle,
+                       cudaStream_t stream) {
+  OpRecord op = session.BeginOp(OpKind::kOther, name, session.StreamId(Address(stream), false));
+  op.args.push_back(UnsignedArgument("handle", CublasState::Get().HandleId(handle)));
+  return op;
+}
+
+// Gives (handle, stream) a workspace of its own under the deterministic policy.
+void GiveWorkspace(Session& session, uint64_t op_sequence, cublasHandle_t handle,
+                   cudaStream_t stream, uint32_t stream_id) {
+  CublasState& state = CublasState::Get();
+  const auto set = NDT_REAL_LIBRARY(kCublas, cublasSetWorkspace_v2);
+  const std::string where = "cuBLAS handle " + std::to_string(state.HandleId(handle)) +
+                            " on stream " + std::to_string(stream_id);
+  PolicyDecisionRecord decision{op_sequence, "cublas", "", std::nullopt, std::nullopt, true};
+  CUdeviceptr workspace = state.Workspace(handle, stream);
+  const bool fresh = workspace == 0;
+  if (fresh) {
+    using AllocFn = CUresult (*)(CUdeviceptr*, size_t);
+    const auto alloc = reinterpret_cast<AllocFn>(RealDriverFunction(Hook::k_cuMemAlloc_v2));
+    const CUresult result =
+        alloc != nullptr ? alloc(&workspace, kPolicyWorkspaceBytes) : CUDA_ERROR_NOT_INITIALIZED;
+    if (result != CUDA_SUCCESS) {
+      decision.action = "could not give " + where +
+                        " a workspace of its own: cuMemAlloc_v2 failed with CUresult " +
+                        std::to_string(static_cast<int>(result));
+      decision.applied = false;
+      session.Decide(decision);
+      return;
+    }
+    state.SetWorkspace(handle, stream, workspace);
+  }
+  const cublasStatus_t status =
+      set != nullptr ? set(handle, reinterpret_cast<void*>(workspace), kPolicyWorkspaceBytes)
+                     : CUBLAS_STATUS_NOT_INITIALIZED;
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    decision.action = "could not give " + where +
+                      " a workspace of its own: cublasSetWorkspace_v2 returned " +
+                      std::to_string(static_cast<int>(status));
+    decision.applied = false;
+    session.Decide(decision);
+  } else if (fresh) {
+    decision.action = "gave " + where + " a 4 MiB workspace of its own";
+    session.Decide(decision);
+  }
+}
+
+// The parts of a GEMM the record needs, whichever API made it.
+struct GemmCall {
+  const char* api;
+  cublasHandle_t handle;
+  cublasOperation_t trans_a, trans_b;
+  int m, n, k;
+  const void* alpha;
+  const void* a;
+  cudaDataType a_type;
+  int lda;
+  const void* b;
+  cudaDataType b_type;
+  int ldb;
+  const void* beta;
+  void* c;
+  cudaDataType c_type;
+  int ldc;
+  int compute;       // cublasComputeType_t; -1 for cublasSgemm_v2
+  int algo;          // cublasGemmAlgo_t as the program asked (DEFAULT for cublasSgemm_v2)
+  bool has_algo;     // cublasGemmEx: the algo can be replaced
+};
+
+int ScaleTypeOfCompute(int compute, int c_type) {
+  switch (compute) {
+    case CUBLAS_COMPUTE_64F:
+    case CUBLAS_COMPUTE_64F_PEDANTIC:
+      return CUDA_R_64F;
+    case CUBLAS_COMPUTE_32I:
+    case CUBLAS_COMPUTE_32I_PEDANTIC:
+      return CUDA_R_32I;
+    case CUBLAS_COMPUTE_16F:
+    case CUBLAS_COMPUTE_16F_PEDANTIC:
+      return CUDA_R_16F;
+    case -1:
+      return c_type;
+    default:
+      return CUDA_R_32F;
+  }
+}
+
+AlgorithmChoice GemmChoice(int algo, bool atomics, ChoiceSource source) {
+  AlgorithmChoice choice;
+  choice.library = "cublas";
+  choice.id = algo;
+  choice.name = GemmAlgoName(algo);
+  if (atomics) choice.name += " (atomics allowed)";
+  choice.determinism = atomics || algo == CUBLAS_GEMM_AUTOTUNE ? Determinism::kNondeterministic
+                                                               : Determinism::kDeterministic;
+  choice.source = algo == CUBLAS_GEMM_AUTOTUNE ? ChoiceSource::kBenchmark : source;
+  return choice;
+}
+
+// Records a GEMM around the real call `real(algo)`.
+template <typename Real>
+cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, GemmCall g,
+                          Real real) {
+  const cudaStream_t stream = HandleStream(g.handle);
+  OpRecord op =
+      session.BeginOp(OpKind::kCublasGemm, g.api, session.StreamId(Address(stream), false));
+  cublasAtomicsMode_t atomics = CUBLAS_ATOMICS_NOT_ALLOWED;
+  if (auto get = NDT_REAL_LIBRARY(kCublas, cublasGetAtomicsMode)) get(g.handle, &atomics);
+  cublasMath_t math = CUBLAS_DEFAULT_MATH;
+  if (auto get = NDT_REAL_LIBRARY(kCublas, cublasGetMathMode)) get(g.handle, &math);
+  cublasPointerMode_t pointer_mode = CUBLAS_POINTER_MODE_HOST;
+  if (auto get = NDT_REAL_LIBRARY(kCublas, cublasGetPointerMode_v2)) get(g.handle, &pointer_mode);
+
+  std::string fingerprint = std::string(g.api) + " op=" + OperationName(g.trans_a) + "," +
+                            OperationName(g.trans_b) + " m=" + std::to_string(g.m) +
+                            " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
+                            " lda=" + std::to_string(g.lda) + " ldb=" + std::to_string(g.ldb) +
+                            " ldc=" + std::to_string(g.ldc) + " A=" + TypeName(g.a_type) +
+                            " B=" + TypeName(g.b_type) + " C=" + TypeName(g.c_type) +
+                            " compute=" + std::to_string(g.compute) +
+                            " math=" + std::to_string(static_cast<int>(math));
+
+  const PolicyConfig& policy = session.policy();
+  int algo = g.algo;
+  ChoiceSource source = ChoiceSource::kRequested;
+  const AlgorithmChoice requested = GemmChoice(g.algo, atomics == CUBLAS_ATOMICS_ALLOWED, source);
+  if (policy.mode == PolicyMode::kEnforce) {
+    if (atomics == CUBLAS_ATOMICS_ALLOWED) {
+      if (auto set = NDT_REAL_LIBRARY(kCublas, cublasSetAtomicsMode);
+          set != nullptr && set(g.handle, CUBLAS_ATOMICS_NOT_ALLOWED) == CUBLAS_STATUS_SUCCESS) {
+        atomics = CUBLAS_ATOMICS_NOT_ALLOWED;
+        session.Decide({op.sequence, "cublas",
+                        std::string("disallowed atomics on the handle before ") + g.api,
+                        requested, GemmChoice(g.algo, false, ChoiceSource::kEnforced), true});
+        source = ChoiceSource::kEnforced;
+      }
+    }
+    if (g.has_algo && algo == CUBLAS_GEMM_AUTOTUNE) {
+      algo = CUBLAS_GEMM_DEFAULT;
+      source = ChoiceSource::kEnforced;
+      session.Decide({op.sequence, "cublas",
+                      "replaced cublasGemmEx algo CUBLAS_GEMM_AUTOTUNE (chosen by timing) by "
+                      "CUBLAS_GEMM_DEFAULT",
+                      requested, GemmChoice(algo, false, source), true});
+    }
+  } else if (policy.mode == PolicyMode::kPin && g.has_algo && session.pins() != nullptr) {
+    const AlgorithmChoice* recorded = session.pins()->Choice(fingerprint);
+    PolicyDecisionRecord decision{op.sequence, "cublas", "", requested, std::nullopt, false};
+    if (recorded == nullptr || recorded->library != "cublas") {
+      decision.action = "cannot pin cublasGemmEx: no choice recorded for \"" + fingerprint + "\"";
+    } else if (std::string why = session.pins()->Mismatch(session.header(), "cublas");
+               !why.empty()) {
+      decision.action = "cannot pin cublasGemmEx to the recorded " + recorded->name + ": " + why;
+    } else if (recorded->id == CUBLAS_GEMM_AUTOTUNE) {
+      decision.action =
+          "cannot pin cublasGemmEx: the reference autotuned, and which algo it ran is not known";
+    } else if (recorded->id != algo) {
+      algo = static_cast<int>(recorded->id);
+      source = ChoiceSource::kPinned;
+      decision.action = "pinned cublasGemmEx algo " + GemmAlgoName(g.algo) + " to the recorded " +
+                        GemmAlgoName(algo);
+      decision.applied = true;
+    }
+    if (!decision.action.empty()) {
+      decision.to_choice = GemmChoice(algo, atomics == CUBLAS_ATOMICS_ALLOWED, source);
+      session.Decide(decision);
+    }
+  }
+
+  const bool host_scalars = pointer_mode == CUBLAS_POINTER_MODE_HOST;
+  const int scale_type = ScaleTypeOfCompute(g.compute, g.c_type);
+  op.args.push_back(TextArgument("fingerprint", fingerprint));
+  op.args.push_back(UnsignedArgument("handle", CublasState::Get().HandleId(g.handle)));
+  op.args.push_back(TextArgument("transa", OperationName(g.trans_a)));
+  op.args.push_back(TextArgument("transb", OperationName(g.trans_b)));
+  op.args.push_back(SignedArgument("m", g.m));
+  op.args.push_back(SignedArgument("n", g.n));
+  op.args.push_back(SignedArgument("k", g.k));
+  op.args.push_back(ScalarArgument("alpha", g.alpha, scale_type, host_scalars));
+  op.args.push_back(PointerArgument(session, "A", Address(g.a)));
+  op.args.push_back(TextArgument("Atype", TypeName(g.a_type)));
+  op.args.push_back(SignedArgument("lda", g.lda));
+  op.args.push_back(PointerArgument(session, "B", Address(g.b)));
+  op.args.push_back(TextArgument("Btype", TypeName(g.b_type)));
+  op.args.push_back(SignedArgument("ldb", g.ldb));
+  op.args.push_back(ScalarArgument("beta", g.beta, scale_type, host_scalars));
+  op.args.push_back(PointerArgument(session, "C", Address(g.c)));
+  op.args.push_back(TextArgument("Ctype", TypeName(g.c_type)));
+  op.args.push_back(SignedArgument("ldc", g.ldc));
+  if (g.compute >= 0) op.args.push_back(SignedArgument("computeType", g.compute));
+  op.args.push_back(SignedArgument("algo", g.algo));
+  op.args.push_back(TextArgument(
+      "atomics", atomics == CUBLAS_ATOMICS_ALLOWED ? "allowed" : "not allowed"));
+  op.args.push_back(SignedArgument("mathMode", static_cast<int>(math)));
+  op.algorithm = GemmChoice(algo, atomics == CUBLAS_ATOMICS_ALLOWED, source);
+
+  const auto dims = [](bool transposed, int rows_n, int rows_t, int cols_n, int cols_t) {
+    return transposed ? std::pair<uint64_t, uint64_t>(rows_t, cols_t)
+                      : std::pair<uint64_t, uint64_t>(rows_n, cols_n);
+  };
+  if (g.m > 0 && g.n > 0 && g.k >= 0) {
+    const auto [a_rows, a_cols] = dims(g.trans_a != CUBLAS_OP_N, g.m, g.k, g.k, g.m);
+    const auto [b_rows, b_cols] = dims(g.trans_b != CUBLAS_OP_N, g.k, g.n, g.n, g.k);
+    std::vector<Extent> inputs = {
+        {"A", Address(g.a), MatrixBytes(a_rows, a_cols, g.lda, ElementBytes(g.a_type)),
+         DTypeOf(g.a_type)},
+        {"B", Address(g.b), MatrixBytes(b_rows, b_cols, g.ldb, ElementBytes(g.b_type)),
+         DTypeOf(g.b_type)},
+    };
+    const Extent c_extent{"C", Address(g.c),
+                          MatrixBytes(g.m, g.n, g.ldc, ElementBytes(g.c_type)), DTypeOf(g.c_type)};
+    const std::optional<double> beta =
+        host_scalars ? HostScalar(g.beta, scale_type) : std::nullopt;
+    if (!beta || *beta != 0) inputs.push_back(c_extent);
+    op.inputs = DigestExtents(session, Address(stream), inputs);
+    const cublasStatus_t status = call.Run([&] { return real(algo); });
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      op.outputs = DigestExtents(session, Address(stream), {c_extent});
+    }
+  } else {
+    call.Run([&] { return real(algo); });
+  }
+  session.EndOp(op, static_cast<int32_t>(call.result()));
+  return call.result();
+}
+
+// ---- cuBLASLt -----------------------------------------------------------------------------
+
+struct LtDesc {
+  int32_t compute = -1;
+  int32_t scale = -1;
+  int32_t pointer_mode = 0;
+  int32_t trans_a = CUBLAS_OP_N;
+  int32_t trans_b = CUBLAS_OP_N;
+  uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+};
+
+struct LtLayout {
+  uint32_t type = 0;
+  int32_t order = CUBLASLT_ORDER_COL;
+  uint64_t rows = 0;
+  uint64_t cols = 0;
+  int64_t ld = 0;
+  int32_t batch = 1;
+  int64_t stride = 0;
+};
+
+template <typename T, typename Get, typename Handle, typename Attribute>
+void ReadAttribute(Get get, Handle handle, Attribute attribute, T* value) {
+  size_t written = 0;
+  if (get != nullptr) get(handle, attribute, value, sizeof(T), &written);
+}
+
+LtDesc ReadDesc(cublasLtMatmulDesc_t desc) {
+  LtDesc d;
+  const auto get = NDT_REAL_LIBRARY(kCublasLt, cublasLtMatmulDescGetAttribute);
+  if (desc == nullptr) return d;
+  ReadAttribute(get, desc, CUBLASLT_MATMUL_DESC_COMPUTE_TYPE, &d.compute);
+  ReadAttribute(get, desc, CUBLASLT_MATMUL_DESC_SCALE_TYPE, &d.scale);
+  ReadAttribute(get, desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &d.pointer_mode);
+  ReadAttribute(get, desc, CUBLASLT_MATMUL_DESC_TRANSA, &d.trans_a);
+  ReadAttribute(get, desc, CUBLASLT_MATMUL_DESC_TRANSB, &d.trans_b);
+  ReadAttribute(get, desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &d.epilogue);
+  return d;
+}
+
+LtLayout ReadLayout(cublasLtMatrixLayout_t layout) {
+  LtLayout l;
+  const auto get = NDT_REAL_LIBRARY(kCublasLt, cublasLtMatrixLayoutGetAttribute);
+  if (layout == nullptr) return l;
+  ReadAttribute(get, layout, CUBLASLT_MATRIX_LAYOUT_TYPE, &l.type);
+  ReadAttribute(get, layout, CUBLASLT_MATRIX_LAYOUT_ORDER, &l.order);
+  ReadAttribute(get, layout, CUBLASLT_MATRIX_LAYOUT_ROWS, &l.rows);
+  ReadAttribute(get, layout, CUBLASLT_MATRIX_LAYOUT_COLS, &l.cols);
+  ReadAttribute(get, layout, CUBLASLT_MATRIX_LAYOUT_LD, &l.ld);
+  ReadAttribute(get, layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &l.batch);
+  ReadAttribute(get, layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &l.stride);
+  return l;
+}
+
+std::string LayoutText(const LtLayout& l) {
+  return TypeName(static_cast<int>(l.type)) + " " + std::to_string(l.rows) + "x" +
+         std::to_string(l.cols) + " ld=" + std::to_string(l.ld) +
+         " order=" + std::to_string(l.order) + " batch=" + std::to_string(l.batch) +
+         " stride=" + std::to_string(l.stride);
+}
+
+// The bytes a layout spans (every batch).
+uint64_t LayoutBytes(const LtLayout& l) {
+  const uint64_t element = ElementBytes(static_cast<int>(l.type));
+  if (l.ld <= 0 || l.batch <= 0) return 0;
+  const bool row_major = l.order == CUBLASLT_ORDER_ROW;
+  const uint64_t one = row_major ? MatrixBytes(l.cols, l.rows, static_cast<uint64_t>(l.ld), element)
+                                 : MatrixBytes(l.rows, l.cols, static_cast<uint64_t>(l.ld), element);
+  if (one == 0 || l.order > CUBLASLT_ORDER_ROW) return 0;
+  return one + static_cast<uint64_t>(l.batch - 1) * static_cast<uint64_t>(l.stride) * element;
+}
+
+// What the tracer knows of one matmul problem.
+struct LtProblem {
+  LtDesc desc;
+  LtLayout a, b, c, d;
+  std::string fingerprint;
+};
+
+LtProblem ReadProblem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                      cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                      cublasLtMatrixLayout_t d) {
+  LtProblem p;
+  p.desc = ReadDesc(desc);
+  p.a = ReadLayout(a);
+  p.b = ReadLayout(b);
+  p.c = ReadLayout(c);
+  p.d = d != nullptr ? ReadLayout(d) : p.c;
+  p.fingerprint = "cublasLtMatmul compute=" + std::to_string(p.desc.compute) +
+                  " scale=" + TypeName(p.desc.scale) + " op=" + OperationName(p.desc.trans_a) +
+                  "," + OperationName(p.desc.trans_b) +
+                  " epilogue=" + std::to_string(p.desc.epilogue) +
+                  " pointer_mode=" + std::to_string(p.desc.pointer_mode) +
+                  " A=" + LayoutText(p.a) + " B=" + LayoutText(p.b) + " C=" + LayoutText(p.c) +
+                  " D=" + LayoutText(p.d);
+  return p;
+}
+
+template <typename T>
+std::optional<T> AlgoConfig(const cublasLtMatmulAlgo_t* algo,
+                            cublasLtMatmulAlgoConfigAttributes_t attribute) {
+  const auto get = NDT_REAL_LIBRARY(kCublasLt, cublasLtMatmulAlgoConfigGetAttribute);
+  T value{};
+  size_t written = 0;
+  if (get == nullptr || get(algo, attribute, &value, sizeof(T), &written) != CUBLAS_STATUS_SUCCESS) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+bool OutOfPlaceSplitK(uint32_t slices, uint32_t scheme) {
+  return slices > 1 && (scheme & (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                                  CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE)) != 0;
+}
+
+AlgorithmChoice LtChoice(const cublasLtMatmulAlgo_t& algo, ChoiceSource source) {
+  AlgorithmChoice choice;
+  choice.library = "cublasLt";
+  choice.opaque.assign(reinterpret_cast<const char*>(&algo), sizeof(algo));
+  choice.source = source;
+  if (auto id = AlgoConfig<int32_t>(&algo, CUBLASLT_ALGO_CONFIG_ID)) choice.id = *id;
+  const auto tile = AlgoConfig<uint32_t>(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID);
+  const auto slices = AlgoConfig<uint32_t>(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
+  const auto scheme = AlgoConfig<uint32_t>(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
+  const auto stages = AlgoConfig<uint32_t>(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID);
+  for (const auto& [attribute, value] :
+       {std::pair{CUBLASLT_ALGO_CONFIG_TILE_ID, tile},
+        std::pair{CUBLASLT_ALGO_CONFIG_SPLITK_NUM, slices},
+        std::pair{CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, scheme},
+        std::pair{CUBLASLT_ALGO_CONFIG_STAGES_ID, stages}}) {
+    if (value) choice.knobs.push_back({attribute, *value});
+  }
+  if (slices && scheme) {
+    choice.determinism = OutOfPlaceSplitK(*slices, *scheme) ? Determinism::kNondeterministic
+                                                            : Determinism::kDeterministic;
+    choice.name = "algo " + std::to_string(choice.id) + " tile " +
+                  std::to_string(tile.value_or(0)) + " splitK " + std::to_string(*slices) +
+                  " reduction " + std::to_string(*scheme);
+  } else {
+    choice.name = "algo " + std::to_string(choice.id);
+  }
+  return choice;
+}
+
+bool Nondeterministic(const cublasLtMatmulAlgo_t& algo) {
+  const auto slices = AlgoConfig<uint32_t>(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
+  const auto scheme = AlgoConfig<uint32_t>(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
+  return slices && scheme && OutOfPlaceSplitK(*slices, *scheme);
+}
+
+// The heuristic's first algo without an out-of-place split-K reduction that fits
+// `workspace_bytes`, asked for through the real library with a preference of our own.
+std::optional<cublasLtMatmulAlgo_t> DeterministicAlgo(
+    cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+    cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+    size_t workspace_bytes) {
+  const auto create = NDT_REAL_LIBRARY(kCublasLt, cublasLtMatmulPreferenceCreate);
+  const auto set = NDT_REAL_LIBRARY(kCublasLt, cublasLtMatmulPreferenceSetAttribute);
+  const auto destroy = NDT_REAL_LIBRARY(kCublasLt, cublasLtMatmulPreferenceDestroy);
+  const auto heuristic = NDT_REAL_LIBRARY(kCublasLt, cublasLtMatmulAlgoGetHeuristic);
+  if (create == nullptr || set == nullptr || destroy == nullptr || heuristic == nullptr) {
+    return std::nullopt;
+  }
+  cublasLtMatmulPreference_t preference = nullptr;
+  if (create(&preference) != CUBLAS_STATUS_SUCCESS) return std::nullopt;
+  const uint64_t max_workspace = workspace_bytes;
+  const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_INPLACE;
+  set(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace, sizeof(max_workspace));
+  set(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes));
+  constexpr int kAsked = 8;
+  cublasLtMatmulHeuristicResult_t results[kAsked] = {};
+  int returned = 0;
+  const cublasStatus_t status =
+      heuristic(handle, desc, a, b, c, d != nullptr ? d : c, preference, kAsked, results, &returned);
+  destroy(preference);
+  if (status != CUBLAS_STATUS_SUCCESS) return std::nullopt;
+  for (int i = 0; i < returned; ++i) {
+    if (results[i].state == CUBLAS_STATUS_SUCCESS && !Nondeterministic(results[i].algo)) {
+      return results[i].algo;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+}  // namespace ndt::tracer
+
+using ndt::tracer::Address;
+using ndt::tracer::CublasState;
+using ndt::tracer::GemmCall;
+using ndt::tracer::kCublas;
+using ndt::tracer::kCublasLt;
+using ndt::tracer::PolicyMode;
+using ndt::tracer::RealCall;
+using ndt::tracer::RunLibraryHook;
+using ndt::tracer::Session;
+
+extern "C" {
+
+// ---- cuBLAS handle setup --------------------------------------------------------------------
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
+  const auto real = NDT_REAL_LIBRARY(kCublas, cublasCreate_v2);
+  return RunLibraryHook(
+      "cublasCreate_v2", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED,
+      [&] { return real(handle); },
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        ndt::format::OpRecord op = session.BeginOp(ndt::format::OpKind::kOther,
+                                                   "cublasCreate_v2", session.StreamId(0, false));
+        const cublasStatus_t status = call.Run([&] { return real(handle); });
+        if (status == CUBLAS_STATUS_SUCCESS && handle != nullptr) {
+          op.args.push_back(ndt::tracer::UnsignedArgument("handle",
+                                                          CublasState::Get().HandleId(*handle)));
+        }
+        session.EndOp(op, static_cast<int32_t>(status));
+        return status;
+      });
+}
+
+cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
+  const auto real = NDT_REAL_LIBRARY(kCublas, cublasDestroy_v2);
+  return RunLibraryHook(
+      "cublasDestroy_v2", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED,
+      [&] { return real(handle); },
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        ndt::format::OpRecord op =
+            ndt::tracer::BeginHandleOp(session, "cublasDestroy_v2", handle, nullptr);
+        const cublasStatus_t status = call.Run([&] { return real(handle); });
+        const std::vector<CUdeviceptr> released = CublasState::Get().Forget(handle);
+        using FreeFn = CUresult (*)(CUdeviceptr);
+        const auto free = reinterpret_cast<FreeFn>(
+            ndt::tracer::RealDriverFunction(ndt::tracer::Hook::k_cuMemFree_v2));
+        if (status == CUBLAS_STATUS_SUCCESS && free != nullptr) {
+          for (CUdeviceptr workspace : released) free(workspace);
+        }
+        session.EndOp(op, static_cast<int32_t>(status));
+        return status;
+      });
+}
+
+cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
+  const auto real = NDT_REAL_LIBRARY(kCublas, cublasSetStream_v2);
+  return RunLibraryHook(
+      "cublasSetStream_v2", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED,
+      [&] { return real(handle, stream); },
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        ndt::format::OpRecord op =
+            ndt::tracer::BeginHandleOp(session, "cublasSetStream_v2", handle, stream);
+        op.args.push_back(ndt::tracer::UnsignedArgument("stream", op.stream_id));
+        const cublasStatus_t status = call.Run([&] { return real(handle, stream); });
+        if (status == CUBLAS_STATUS_SUCCESS && session.policy().mode == PolicyMode::kEnforce) {
+          ndt::tracer::GiveWorkspace(session, op.sequence, handle, stream, op.stream_id);
+        }
+        session.EndOp(op, static_cast<int32_t>(status));
+        return status;
+      });
+}
+
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void* workspace, size_t bytes) {
+  const auto real = NDT_REAL_LIBRARY(kCublas, cublasSetWorkspace_v2);
+  return RunLibraryHook(
+      "cublasSetWorkspace_v2", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED,
+      [&] { return real(handle, workspace, bytes); },
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        ndt::format::OpRecord op = ndt::tracer::BeginHandleOp(
+            session, "cublasSetWorkspace_v2", handle, ndt::tracer::HandleStream(handle));
+        op.args.push_back(ndt::tracer::PointerArgument(session, "workspace", Address(workspace)));
+        op.args.push_back(ndt::tracer::UnsignedArgument("bytes", bytes));
+        const cublasStatus_t status = call.Run([&] { return real(handle, workspace, bytes); });
+        session.EndOp(op, static_cast<int32_t>(status));
+        return status;
+      });
+}
+
+cublasStatus_t cublasSetAtomicsMode(cublasHandle_t handle, cublasAtomicsMode_t mode) {
+  const auto real = NDT_REAL_LIBRARY(kCublas, cublasSetAtomicsMode);
+  return RunLibraryHook(
+      "cublasSetAtomicsMode", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED,
+      [&] { return real(handle, mode); },
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        ndt::format::OpRecord op = ndt::tracer::BeginHandleOp(
+            session, "cublasSetAtomicsMode", handle, ndt::tracer::HandleStream(handle));
+        op.args.push_back(ndt::tracer::TextArgument(
+            "mode", mode == CUBLAS_ATOMICS_ALLOWED ? "CUBLAS_ATOMICS_ALLOWED"
+                                                   : "CUBLAS_ATOMICS_NOT_ALLOWED"));
+        cublasAtomicsMode_t applied = mode;
+        if (mode == CUBLAS_ATOMICS_ALLOWED && session.policy().mode == PolicyMode::kEnforce) {
+          applied = CUBLAS_ATOMICS_NOT_ALLOWED;
+          session.Decide({op.sequence, "cublas",
+                          "forced cublasSetAtomicsMode(CUBLAS_ATOMICS_ALLOWED) to "
+                          "CUBLAS_ATOMICS_NOT_ALLOWED",
+                          std::nullopt, std::nullopt, true});
+        }
+        const cublasStatus_t status = call.Run([&] { return real(handle, applied); });
+        session.EndOp(op, static_cast<int32_t>(status));
+        return status;
+      });
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+  const auto real = NDT_REAL_LIBRARY(kCublas, cublasSetMathMode);
+  return RunLibraryHook(
+      "cublasSetMathMode", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED,
+      [&] { return real(handle, mode); },
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        ndt::format::OpRecord op = ndt::tracer::BeginHandleOp(
+            session, "cublasSetMathMode", handle, ndt::tracer::HandleStream(handle));
+        op.args.push_back(ndt::tracer::SignedArgument("mode", static_cast<int>(mode)));
+        const cublasStatus_t status = call.Run([&] { return real(handle, mode); });
+        session.EndOp(op, static_cast<int32_t>(status));
+        return status;
+      });
+}
+
+// ---- cuBLAS GEMMs -------------------------------------------------------------------------
+
+cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
+                              cublasOperation_t transb, int m, int n, int k, const float* alpha,
+                              const float* a, int lda, const float* b, int ldb, const float* beta,
+                              float* c, int ldc) {
+  const auto real = NDT_REAL_LIBRARY(kCublas, cublasSgemm_v2);
+  auto call_real = [&] { return real(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); };
+  return RunLibraryHook(
+      "cublasSgemm_v2", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        const GemmCall g{"cublasSgemm_v2", handle, transa, transb, m, n, k, alpha, a,
+                         CUDA_R_32F, lda, b, CUDA_R_32F, ldb, beta, c, CUDA_R_32F, ldc, -1,
+                         CUBLAS_GEMM_DEFAULT, false};
+        return ndt::tracer::RecordGemm(session, call, g, [&](int) { return call_real(); });
+      });
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
+                            cublasOperation_t transb, int m, int n, int k, const void* alpha,
+                            const void* a, cudaDataType a_type, int lda, const void* b,
+                            cudaDataType b_type, int ldb, const void* beta, void* c,
+                            cudaDataType c_type, int ldc, cublasComputeType_t compute_type,
+                            cublasGemmAlgo_t algo) {
+  // cublas_api.h overloads cublasGemmEx for C++ (a cudaDataType computeType): name the
+  // exported one by its type.
+  using GemmExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int,
+                                      int, int, const void*, const void*, cudaDataType, int,
+                                      const void*, cudaDataType, int, const void*, void*,
+                                      cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+  static std::atomic<void*> slot{nullptr};
+  if (slot.load(std::memory_order_acquire) == nullptr) {
+    slot.store(ndt::tracer::RealLibraryFunction(kCublas, "cublasGemmEx"),
+               std::memory_order_release);
+  }
+  const auto real = reinterpret_cast<GemmExFn>(slot.load(std::memory_order_acquire));
+  auto call_real = [&](int chosen) {
+    return real(handle, transa, transb, m, n, k, alpha, a, a_type, lda, b, b_type, ldb, beta, c,
+                c_type, ldc, compute_type, static_cast<cublasGemmAlgo_t>(chosen));
+  };
+  return RunLibraryHook(
+      "cublasGemmEx", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED,
+      [&] { return call_real(algo); },
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        const GemmCall g{"cublasGemmEx", handle, transa, transb, m, n, k, alpha, a, a_type, lda,
+                         b, b_type, ldb, beta, c, c_type, ldc, static_cast<int>(compute_type),
+                         static_cast<int>(algo), true};
+        return ndt::tracer::RecordGemm(session, call, g, call_real);
+      });
+}
+
+// ---- cuBLASLt -----------------------------------------------------------------------------
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
+    cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a_desc,
+    cublasLtMatrixLayout_t b_desc, cublasLtMatrixLayout_t c_desc, cublasLtMatrixLayout_t d_desc,
+    cublasLtMatmulPreference_t preference, int requested,
+    cublasLtMatmulHeuristicResult_t results[], int* returned) {
+  const auto real = NDT_REAL_LIBRARY(kCublasLt, cublasLtMatmulAlgoGetHeuristic);
+  auto call_real = [&](int count, cublasLtMatmulHeuristicResult_t* into) {
+    return real(handle, desc, a_desc, b_desc, c_desc, d_desc, preference, count, into, returned);
+  };
+  return RunLibraryHook(
+      "cublasLtMatmulAlgoGetHeuristic", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED,
+      [&] { return call_real(requested, results); },
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        using namespace ndt::tracer;  // NOLINT(google-build-using-namespace)
+        const LtProblem problem = ReadProblem(desc, a_desc, b_desc, c_desc, d_desc);
+        ndt::format::OpRecord op = session.BeginOp(ndt::format::OpKind::kOther,
+                                                   "cublasLtMatmulAlgoGetHeuristic",
+                                                   session.StreamId(0, false));
+        op.args.push_back(TextArgument("fingerprint", problem.fingerprint));
+        op.args.push_back(SignedArgument("requested", requested));
+        const bool filter = session.policy().mode == PolicyMode::kEnforce && requested > 0 &&
+                            results != nullptr && returned != nullptr;
+        cublasStatus_t status;
+        if (!filter) {
+          status = call.Run([&] { return call_real(requested, results); });
+        } else {
+          // Ask for more, keep those without an out-of-place split-K reduction.
+          const int asked = requested < 16 ? 16 : requested;
+          std::vector<cublasLtMatmulHeuristicResult_t> all(static_cast<size_t>(asked));
+          status = call.Run([&] { return call_real(asked, all.data()); });
+          if (status == CUBLAS_STATUS_SUCCESS) {
+            int kept = 0, dropped = 0;
+            std::optional<ndt::format::AlgorithmChoice> first_dropped;
+            for (int i = 0; i < *returned; ++i) {
+              if (Nondeterministic(all[static_cast<size_t>(i)].algo)) {
+                if (!first_dropped) {
+                  first_dropped = LtChoice(all[static_cast<size_t>(i)].algo,
+                                           ndt::format::ChoiceSource::kHeuristic);
+                }
+                ++dropped;
+              } else if (kept < requested) {
+                results[kept++] = all[static_cast<size_t>(i)];
+              }
+            }
+            *returned = kept;
+            if (dropped > 0) {
+              session.Decide({op.sequence, "cublasLt",
+                              "dropped " + std::to_string(dropped) +
+                                  " out-of-place split-K algos from "
+                                  "cublasLtMatmulAlgoGetHeuristic results",
+                              first_dropped, std::nullopt, true});
+            }
+            if (kept == 0) status = CUBLAS_STATUS_NOT_SUPPORTED;
+          }
+        }
+        if (status == CUBLAS_STATUS_SUCCESS && returned != nullptr && results != nullptr) {
+          op.args.push_back(SignedArgument("returned", *returned));
+          for (int i = 0; i < *returned; ++i) {
+            const cublasLtMatmulHeuristicResult_t& result = results[i];
+            const std::string name = "algo" + std::to_string(i);
+            ndt::format::Argument bytes;
+            bytes.name = name;
+            bytes.value = ndt::format::Argument::Bytes{
+                std::string(reinterpret_cast<const char*>(&result.algo), sizeof(result.algo))};
+            op.args.push_back(std::move(bytes));
+            op.args.push_back(
+                TextArgument(name + " config", LtChoice(result.algo, ndt::format::ChoiceSource::kHeuristic).name));
+            op.args.push_back(UnsignedArgument(name + " workspace", result.workspaceSize));
+          }
+        }
+        session.EndOp(op, static_cast<int32_t>(status));
+        return status;
+      });
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                              const void* alpha, const void* a, cublasLtMatrixLayout_t a_desc,
+                              const void* b, cublasLtMatrixLayout_t b_desc, const void* beta,
+                              const void* c, cublasLtMatrixLayout_t c_desc, void* d,
+                              cublasLtMatrixLayout_t d_desc, const cublasLtMatmulAlgo_t* algo,
+                              void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const auto real = NDT_REAL_LIBRARY(kCublasLt, cublasLtMatmul);
+  auto call_real = [&](const cublasLtMatmulAlgo_t* chosen) {
+    return real(handle, desc, alpha, a, a_desc, b, b_desc, beta, c, c_desc, d, d_desc, chosen,
+                workspace, workspace_bytes, stream);
+  };
+  return RunLibraryHook(
+      "cublasLtMatmul", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED,
+      [&] { return call_real(algo); },
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        using namespace ndt::tracer;  // NOLINT(google-build-using-namespace)
+        using ndt::format::ChoiceSource;
+        const LtProblem problem = ReadProblem(desc, a_desc, b_desc, c_desc, d_desc);
+        ndt::format::OpRecord op = session.BeginOp(ndt::format::OpKind::kCublasLtMatmul,
+                                                   "cublasLtMatmul",
+                                                   session.StreamId(Address(stream), false));
+        std::optional<cublasLtMatmulAlgo_t> chosen;
+        if (algo != nullptr) chosen = *algo;
+        ChoiceSource source = ChoiceSource::kRequested;
+        std::optional<ndt::format::AlgorithmChoice> requested;
+        if (chosen) requested = LtChoice(*chosen, source);
+
+        const PolicyMode mode = session.policy().mode;
+        if (mode == PolicyMode::kEnforce && (!chosen || Nondeterministic(*chosen))) {
+          std::optional<cublasLtMatmulAlgo_t> replacement = DeterministicAlgo(
+              handle, desc, a_desc, b_desc, c_desc, d_desc, workspace_bytes);
+          const std::string what = chosen ? "the out-of-place split-K algo passed to cublasLtMatmul"
+                                          : "cublasLtMatmul's implicit heuristic choice (null algo)";
+          if (replacement) {
+            chosen = replacement;
+            source = ChoiceSource::kEnforced;
+            session.Decide({op.sequence, "cublasLt",
+                            "replaced " + what + " by the heuristic's first deterministic algo",
+                            requested, LtChoice(*chosen, source), true});
+          } else {
+            session.Decide({op.sequence, "cublasLt",
+                            "cannot replace " + what + ": no deterministic algo within " +
+                                std::to_string(workspace_bytes) + " bytes of workspace",
+                            requested, std::nullopt, false});
+          }
+        } else if (mode == PolicyMode::kPin && session.pins() != nullptr) {
+          const ndt::format::AlgorithmChoice* recorded =
+              session.pins()->Choice(problem.fingerprint);
+          PolicyDecisionRecord decision{op.sequence, "cublasLt", "", requested, std::nullopt,
+                                        false};
+          if (recorded == nullptr || recorded->library != "cublasLt" ||
+              recorded->opaque.size() != sizeof(cublasLtMatmulAlgo_t)) {
+            decision.action = "cannot pin cublasLtMatmul: no 64-byte algo recorded for \"" +
+                              problem.fingerprint + "\"";
+          } else if (std::string why = session.pins()->Mismatch(session.header(), "cublasLt");
+                     !why.empty()) {
+            decision.action = "cannot pin cublasLtMatmul to the recorded " + recorded->name +
+                              ": " + why;
+          } else {
+            cublasLtMatmulAlgo_t pinned;
+            std::memcpy(&pinned, recorded->opaque.data(), sizeof(pinned));
+            cublasLtMatmulHeuristicResult_t check{};
+            const auto algo_check = NDT_REAL_LIBRARY(kCublasLt, cublasLtMatmulAlgoCheck);
+            const cublasStatus_t checked =
+                algo_check == nullptr
+                    ? CUBLAS_STATUS_NOT_SUPPORTED
+                    : algo_check(handle, desc, a_desc, b_desc, c_desc,
+                                 d_desc != nullptr ? d_desc : c_desc, &pinned, &check);
+            decision.to_choice = LtChoice(pinned, ChoiceSource::kPinned);
+            if (checked != CUBLAS_STATUS_SUCCESS) {
+              decision.action = "cannot pin cublasLtMatmul to the recorded " + recorded->name +
+                                ": cublasLtMatmulAlgoCheck returned " +
+                                std::to_string(static_cast<int>(checked));
+            } else if (check.workspaceSize > workspace_bytes) {
+              decision.action = "cannot pin cublasLtMatmul to the recorded " + recorded->name +
+                                ": workspace too small (it needs " +
+                                std::to_string(check.workspaceSize) + " bytes, the program gives " +
+                                std::to_string(workspace_bytes) + ")";
+            } else if (!chosen || std::memcmp(&*chosen, &pinned, sizeof(pinned)) != 0) {
+              chosen = pinned;
+              source = ChoiceSource::kPinned;
+              decision.action = "pinned cublasLtMatmul to the recorded " + recorded->name;
+              decision.applied = true;
+            }
+          }
+          if (!decision.action.empty()) session.Decide(decision);
+        }
+
+        op.args.push_back(TextArgument("fingerprint", problem.fingerprint));
+        const uint64_t m = problem.d.rows, n = problem.d.cols;
+        const uint64_t k = problem.desc.trans_a == CUBLAS_OP_N ? problem.a.cols : problem.a.rows;
+        op.args.push_back(UnsignedArgument("m", m));
+        op.args.push_back(UnsignedArgument("n", n));
+        op.args.push_back(UnsignedArgument("k", k));
+        const bool host_scalars = problem.desc.pointer_mode == CUBLASLT_POINTER_MODE_HOST;
+        op.args.push_back(ScalarArgument("alpha", alpha, problem.desc.scale, host_scalars));
+        op.args.push_back(ScalarArgument("beta", beta, problem.desc.scale, host_scalars));
+        op.args.push_back(PointerArgument(session, "A", Address(a)));
+        op.args.push_back(PointerArgument(session, "B", Address(b)));
+        op.args.push_back(PointerArgument(session, "C", Address(c)));
+        op.args.push_back(PointerArgument(session, "D", Address(d)));
+        op.args.push_back(PointerArgument(session, "workspace", Address(workspace)));
+        op.args.push_back(UnsignedArgument("workspaceSizeInBytes", workspace_bytes));
+        if (chosen) {
+          op.algorithm = LtChoice(*chosen, source);
+        } else {
+          ndt::format::AlgorithmChoice implicit;
+          implicit.library = "cublasLt";
+          implicit.name = "implicit heuristic (null algo)";
+          implicit.source = ChoiceSource::kHeuristic;
+          op.algorithm = implicit;
+        }
+
+        std::vector<Extent> inputs = {
+            {"A", Address(a), LayoutBytes(problem.a), DTypeOf(static_cast<int>(problem.a.type))},
+            {"B", Address(b), LayoutBytes(problem.b), DTypeOf(static_cast<int>(problem.b.type))},
+        };
+        const std::optional<double> beta_value =
+            host_scalars ? HostScalar(beta, problem.desc.scale) : std::nullopt;
+        if (!beta_value || *beta_value != 0) {
+          inputs.push_back({"C", Address(c), LayoutBytes(problem.c),
+                            DTypeOf(static_cast<int>(problem.c.type))});
+        }
+        op.inputs = DigestExtents(session, Address(stream), inputs);
+        const cublasStatus_t status =
+            call.Run([&] { return call_real(chosen ? &*chosen : nullptr); });
+        if (status == CUBLAS_STATUS_SUCCESS) {
+          op.outputs = DigestExtents(session, Address(stream),
+                                     {{"D", Address(d), LayoutBytes(problem.d),
+                                       DTypeOf(static_cast<int>(problem.d.type))}});
+        }
+        session.EndOp(op, static_cast<int32_t>(status));
+        return status;
+      });
+}
+
+}  // extern "C"

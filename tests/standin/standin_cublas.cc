@@ -1,1 +1,393 @@
-// Placeholder: filled in by the library-layer work.
+// The stand-in libcublas.so.13: the handle functions and single-precision GEMM (cublasSgemm_v2,
+// cublasGemmEx with 32-bit float data) on the host, for the test programs (README.md, "The
+// stand-in cuBLAS").
+//
+// Like the real library it reaches the driver only through dlopen("libcuda.so.1") and
+// cuGetProcAddress_v2, and synchronises the handle's stream before it computes: device memory
+// is host memory on the stand-in device, so the "kernel" is a host loop run after the work
+// before it on the stream has finished.
+//
+// Which algorithm runs:
+//  - atomics allowed (cublasSetAtomicsMode): a split-K over 4 threads whose partial sums are
+//    added into C with float compare-and-swap loops in racing order -> nondeterministic bits;
+//  - CUBLAS_GEMM_ALGO<i> / ALGO<i>_TENSOR_OP: a split-K over 1 + i % 4 slices of k, the partial
+//    sums added in slice order -> deterministic, but different algos give different bits;
+//  - CUBLAS_GEMM_DEFAULT[_TENSOR_OP] and cublasSgemm_v2: one pass over k -> deterministic;
+//  - CUBLAS_GEMM_AUTOTUNE: "benchmarks" ALGO0..3 and keeps one, chosen by std::random_device
+//    (the timing noise of a real benchmark), per handle -> the choice differs run to run.
+#include <cublas_v2.h>
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <atomic>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <latch>
+#include <new>
+#include <random>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+struct cublasContext {
+  cudaStream_t stream = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  cublasAtomicsMode_t atomics = CUBLAS_ATOMICS_NOT_ALLOWED;
+  cublasMath_t math = CUBLAS_DEFAULT_MATH;
+  cublasPointerMode_t pointer_mode = CUBLAS_POINTER_MODE_HOST;
+  int autotuned_algo = -2;  // -2: not benchmarked yet
+};
+
+namespace {
+
+// The driver functions the library uses, found as the real cuBLAS finds them.
+struct Driver {
+  CUresult (*stream_synchronize)(CUstream) = nullptr;
+  CUresult (*address_range)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
+};
+
+const Driver& TheDriver() {
+  static const Driver driver = [] {
+    Driver found;
+    void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (library == nullptr) return found;
+    using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t,
+                                        CUdriverProcAddressQueryResult*);
+    const auto get = reinterpret_cast<GetProcAddress>(dlsym(library, "cuGetProcAddress_v2"));
+    if (get == nullptr) return found;
+    void* pointer = nullptr;
+    CUdriverProcAddressQueryResult status;
+    if (get("cuStreamSynchronize", &pointer, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &status) ==
+        CUDA_SUCCESS) {
+      found.stream_synchronize = reinterpret_cast<decltype(found.stream_synchronize)>(pointer);
+    }
+    if (get("cuMemGetAddressRange", &pointer, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &status) ==
+        CUDA_SUCCESS) {
+      found.address_range = reinterpret_cast<decltype(found.address_range)>(pointer);
+    }
+    return found;
+  }();
+  return driver;
+}
+
+bool Synchronize(cudaStream_t stream) {
+  const Driver& driver = TheDriver();
+  return driver.stream_synchronize != nullptr &&
+         driver.stream_synchronize(reinterpret_cast<CUstream>(stream)) == CUDA_SUCCESS;
+}
+
+// Whether [pointer, pointer + bytes) lies inside one device allocation.
+bool IsDeviceRange(const void* pointer, size_t bytes) {
+  const Driver& driver = TheDriver();
+  if (driver.address_range == nullptr || pointer == nullptr) return false;
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  const auto address = reinterpret_cast<CUdeviceptr>(pointer);
+  if (driver.address_range(&base, &size, address) != CUDA_SUCCESS) return false;
+  return address + bytes <= base + size;
+}
+
+// The bytes a column-major rows x cols matrix with leading dimension ld spans.
+size_t Extent(int rows, int cols, int ld) {
+  if (rows <= 0 || cols <= 0) return 0;
+  return (static_cast<size_t>(cols - 1) * static_cast<size_t>(ld) + static_cast<size_t>(rows)) *
+         sizeof(float);
+}
+
+struct Gemm {
+  bool trans_a = false;
+  bool trans_b = false;
+  int m = 0, n = 0, k = 0;
+  const float* a = nullptr;
+  int lda = 0;
+  const float* b = nullptr;
+  int ldb = 0;
+  float* c = nullptr;
+  int ldc = 0;
+  float alpha = 1;
+  float beta = 0;
+
+  float A(int i, int l) const {
+    return trans_a ? a[l + static_cast<size_t>(i) * lda] : a[i + static_cast<size_t>(l) * lda];
+  }
+  float B(int l, int j) const {
+    return trans_b ? b[j + static_cast<size_t>(l) * ldb] : b[l + static_cast<size_t>(j) * ldb];
+  }
+  // sum over l in [k0, k1) of op(A)(i, l) * op(B)(l, j), in order.
+  float Partial(int i, int j, int k0, int k1) const {
+    float sum = 0;
+    for (int l = k0; l < k1; ++l) sum += A(i, l) * B(l, j);
+    return sum;
+  }
+  int SliceBegin(int slice, int slices) const {
+    return static_cast<int>(static_cast<int64_t>(k) * slice / slices);
+  }
+  void Store(int i, int j, float product) const {
+    float& cell = c[i + static_cast<size_t>(j) * ldc];
+    cell = beta == 0 ? alpha * product : alpha * product + beta * cell;
+  }
+};
+
+// Split-K with `slices` slices of k whose partial sums are added in slice order.
+void RunOrdered(const Gemm& g, int slices) {
+  for (int j = 0; j < g.n; ++j) {
+    for (int i = 0; i < g.m; ++i) {
+      float total = 0;
+      for (int s = 0; s < slices; ++s) {
+        total += g.Partial(i, j, g.SliceBegin(s, slices), g.SliceBegin(s + 1, slices));
+      }
+      g.Store(i, j, total);
+    }
+  }
+}
+
+void AtomicAddFloat(float* cell, float value) {
+  std::atomic_ref<uint32_t> bits(*reinterpret_cast<uint32_t*>(cell));
+  uint32_t expected = bits.load(std::memory_order_relaxed);
+  while (!bits.compare_exchange_weak(
+      expected, std::bit_cast<uint32_t>(std::bit_cast<float>(expected) + value),
+      std::memory_order_relaxed)) {
+  }
+}
+
+// Split-K over kRacingSlices threads that add their partial sums into one accumulator per
+// cell with atomic float additions, in whatever order the race gives. Each thread yields after
+// a random number of additions so that the order differs from run to run even on one core.
+constexpr int kRacingSlices = 4;
+constexpr unsigned kMaxAddsBetweenYields = 16;
+
+void RunRacing(const Gemm& g) {
+  const size_t cells = static_cast<size_t>(g.m) * static_cast<size_t>(g.n);
+  std::vector<float> accumulator(cells, 0.0f);
+  auto slice = [&g, &accumulator, cells](int s) {
+    std::vector<float> partial(cells);
+    const int k0 = g.SliceBegin(s, kRacingSlices), k1 = g.SliceBegin(s + 1, kRacingSlices);
+    for (int j = 0; j < g.n; ++j) {
+      for (int i = 0; i < g.m; ++i) partial[i + static_cast<size_t>(j) * g.m] = g.Partial(i, j, k0, k1);
+    }
+    std::minstd_rand random(std::random_device{}());
+    unsigned until_yield = random() % kMaxAddsBetweenYields + 1;
+    for (size_t cell = 0; cell < cells; ++cell) {
+      AtomicAddFloat(&accumulator[cell], partial[cell]);
+      if (--until_yield == 0) {
+        std::this_thread::yield();
+        until_yield = random() % kMaxAddsBetweenYields + 1;
+      }
+    }
+  };
+  std::latch start(kRacingSlices);
+  std::vector<int> not_started;
+  {
+    std::vector<std::jthread> threads;
+    for (int s = 0; s < kRacingSlices; ++s) {
+      try {
+        threads.emplace_back([&start, &slice, s] {
+          start.arrive_and_wait();
+          slice(s);
+        });
+      } catch (const std::system_error&) {
+        not_started.push_back(s);
+        start.count_down();
+      }
+    }
+  }
+  for (int s : not_started) slice(s);
+  for (int j = 0; j < g.n; ++j) {
+    for (int i = 0; i < g.m; ++i) g.Store(i, j, accumulator[i + static_cast<size_t>(j) * g.m]);
+  }
+}
+
+bool ValidOperation(cublasOperation_t op) {
+  return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C;
+}
+
+// The slices an explicit algo splits k into; 0 for an algo id the library does not know.
+int SlicesOf(int algo) {
+  if (algo == CUBLAS_GEMM_DEFAULT || algo == CUBLAS_GEMM_DEFAULT_TENSOR_OP) return 1;
+  if (algo >= CUBLAS_GEMM_ALGO0 && algo <= CUBLAS_GEMM_ALGO23) return 1 + algo % 4;
+  if (algo >= CUBLAS_GEMM_ALGO0_TENSOR_OP && algo <= CUBLAS_GEMM_ALGO15_TENSOR_OP) {
+    return 1 + (algo - CUBLAS_GEMM_ALGO0_TENSOR_OP) % 4;
+  }
+  return 0;
+}
+
+cublasStatus_t RunGemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                       int m, int n, int k, const void* alpha, const void* a, int lda,
+                       const void* b, int ldb, const void* beta, void* c, int ldc, int algo) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!ValidOperation(transa) || !ValidOperation(transb) || m < 0 || n < 0 || k < 0 ||
+      alpha == nullptr || beta == nullptr) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  Gemm g;
+  g.trans_a = transa != CUBLAS_OP_N;
+  g.trans_b = transb != CUBLAS_OP_N;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  const int a_rows = g.trans_a ? k : m, b_rows = g.trans_b ? n : k;
+  if (lda < (a_rows > 1 ? a_rows : 1) || ldb < (b_rows > 1 ? b_rows : 1) ||
+      ldc < (m > 1 ? m : 1)) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (algo == CUBLAS_GEMM_AUTOTUNE) {
+    if (handle->autotuned_algo == -2) {
+      handle->autotuned_algo = static_cast<int>(std::random_device{}() % 4);
+    }
+    algo = handle->autotuned_algo;
+  }
+  const int slices = SlicesOf(algo);
+  if (slices == 0) return CUBLAS_STATUS_INVALID_VALUE;
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  if (!Synchronize(handle->stream)) return CUBLAS_STATUS_EXECUTION_FAILED;
+  if (handle->pointer_mode == CUBLAS_POINTER_MODE_DEVICE) {
+    if (!IsDeviceRange(alpha, sizeof(float)) || !IsDeviceRange(beta, sizeof(float))) {
+      return CUBLAS_STATUS_EXECUTION_FAILED;
+    }
+  }
+  std::memcpy(&g.alpha, alpha, sizeof(float));
+  std::memcpy(&g.beta, beta, sizeof(float));
+  const size_t a_bytes = Extent(a_rows, g.trans_a ? m : k, lda);
+  const size_t b_bytes = Extent(b_rows, g.trans_b ? k : n, ldb);
+  if ((a_bytes > 0 && !IsDeviceRange(a, a_bytes)) || (b_bytes > 0 && !IsDeviceRange(b, b_bytes)) ||
+      !IsDeviceRange(c, Extent(m, n, ldc))) {
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
+  g.a = static_cast<const float*>(a);
+  g.lda = lda;
+  g.b = static_cast<const float*>(b);
+  g.ldb = ldb;
+  g.c = static_cast<float*>(c);
+  g.ldc = ldc;
+  try {
+    if (handle->atomics == CUBLAS_ATOMICS_ALLOWED && k >= kRacingSlices) {
+      RunRacing(g);
+    } else {
+      RunOrdered(g, slices);
+    }
+  } catch (const std::bad_alloc&) {
+    return CUBLAS_STATUS_ALLOC_FAILED;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
+  if (handle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  if (TheDriver().stream_synchronize == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  *handle = new (std::nothrow) cublasContext();
+  return *handle != nullptr ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+}
+
+cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  delete handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGetVersion_v2(cublasHandle_t handle, int* version) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (version == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *version = CUBLAS_VERSION;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  handle->stream = stream;
+  // As in the real library: a new stream resets the workspace to the library's default.
+  handle->workspace = nullptr;
+  handle->workspace_bytes = 0;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGetStream_v2(cublasHandle_t handle, cudaStream_t* stream) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (stream == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *stream = handle->stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void* workspace, size_t bytes) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (bytes > 0 && !IsDeviceRange(workspace, bytes)) return CUBLAS_STATUS_INVALID_VALUE;
+  handle->workspace = workspace;
+  handle->workspace_bytes = bytes;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetAtomicsMode(cublasHandle_t handle, cublasAtomicsMode_t mode) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (mode != CUBLAS_ATOMICS_NOT_ALLOWED && mode != CUBLAS_ATOMICS_ALLOWED) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  handle->atomics = mode;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGetAtomicsMode(cublasHandle_t handle, cublasAtomicsMode_t* mode) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (mode == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *mode = handle->atomics;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  handle->math = mode;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGetMathMode(cublasHandle_t handle, cublasMath_t* mode) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (mode == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *mode = handle->math;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetPointerMode_v2(cublasHandle_t handle, cublasPointerMode_t mode) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (mode != CUBLAS_POINTER_MODE_HOST && mode != CUBLAS_POINTER_MODE_DEVICE) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  handle->pointer_mode = mode;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGetPointerMode_v2(cublasHandle_t handle, cublasPointerMode_t* mode) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (mode == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *mode = handle->pointer_mode;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
+                              cublasOperation_t transb, int m, int n, int k, const float* alpha,
+                              const float* a, int lda, const float* b, int ldb, const float* beta,
+                              float* c, int ldc) {
+  return RunGemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                 CUBLAS_GEMM_DEFAULT);
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
+                            cublasOperation_t transb, int m, int n, int k, const void* alpha,
+                            const void* a, cudaDataType a_type, int lda, const void* b,
+                            cudaDataType b_type, int ldb, const void* beta, void* c,
+                            cudaDataType c_type, int ldc, cublasComputeType_t compute_type,
+                            cublasGemmAlgo_t algo) {
+  if (a_type != CUDA_R_32F || b_type != CUDA_R_32F || c_type != CUDA_R_32F) {
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  if (compute_type != CUBLAS_COMPUTE_32F && compute_type != CUBLAS_COMPUTE_32F_PEDANTIC &&
+      compute_type != CUBLAS_COMPUTE_32F_FAST_TF32) {
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  return RunGemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, algo);
+}
+
+}  // extern "C"

@@ -1,0 +1,386 @@
+// The cuBLAS and cuBLASLt layer of the tracer, end to end on the stand-in device: the program
+// tests/programs/gemm.cc under `ndtrace record`/`check`, with the stand-in libcublas.so.13 and
+// libcublasLt.so.13 (tests/standin/). Results here are the stand-in's, never a GPU's.
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "formats/records.h"
+#include "formats/trace_reader.h"
+#include "formats/trace_writer.h"
+#include "support/traced_program.h"
+
+namespace {
+
+using namespace ndt::test;  // NOLINT(google-build-using-namespace): the shared test helpers
+
+using ndt::format::AlgorithmChoice;
+using ndt::format::Argument;
+using ndt::format::BufferDigest;
+using ndt::format::ChoiceSource;
+using ndt::format::Determinism;
+using ndt::format::OpKind;
+using ndt::format::OpRecord;
+using ndt::format::PolicyDecisionRecord;
+using ndt::format::Record;
+
+// Records `gemm ARGS` into `trace` with the extra `options` of `ndtrace record`.
+RunResult RecordGemm(const std::string& trace, const std::string& args,
+                     const std::string& options = "") {
+  std::remove(trace.c_str());
+  return Run(std::string("'" NDTRACE_BIN "' record ") + options + " -o '" + trace +
+             "' -- '" PROG_GEMM "' " + args);
+}
+
+std::vector<OpRecord> Named(const std::vector<OpRecord>& ops, const std::string& name) {
+  std::vector<OpRecord> named;
+  for (const OpRecord& op : ops) {
+    if (op.name == name) named.push_back(op);
+  }
+  return named;
+}
+
+std::vector<PolicyDecisionRecord> Decisions(const std::vector<Record>& records) {
+  std::vector<PolicyDecisionRecord> decisions;
+  for (const Record& record : records) {
+    if (const auto* decision = std::get_if<PolicyDecisionRecord>(&record)) {
+      if (decision->library == "cublas" || decision->library == "cublasLt") {
+        decisions.push_back(*decision);
+      }
+    }
+  }
+  return decisions;
+}
+
+const Argument* Arg(const OpRecord& op, const std::string& name) {
+  for (const Argument& argument : op.args) {
+    if (argument.name == name) return &argument;
+  }
+  return nullptr;
+}
+
+std::string TextArg(const OpRecord& op, const std::string& name) {
+  const Argument* argument = Arg(op, name);
+  REQUIRE(argument != nullptr);
+  REQUIRE(std::holds_alternative<std::string>(argument->value));
+  return std::get<std::string>(argument->value);
+}
+
+const BufferDigest& Digest(const std::vector<BufferDigest>& digests, const std::string& role) {
+  for (const BufferDigest& digest : digests) {
+    if (digest.role == role) return digest;
+  }
+  FAIL("no digest with role " << role);
+  static BufferDigest none;
+  return none;
+}
+
+std::pair<uint64_t, uint64_t> Value(const BufferDigest& digest) {
+  return {digest.digest.lo, digest.digest.hi};
+}
+
+int CountLines(const std::string& text, const std::string& needle) {
+  int count = 0;
+  for (const std::string& line : Lines(text)) count += line.find(needle) != std::string::npos;
+  return count;
+}
+
+constexpr uint64_t kMatrixBytes = 32 * 1024 * 4;  // A (32 x 1024) and B (1024 x 32), f32
+constexpr uint64_t kResultBytes = 32 * 32 * 4;
+
+}  // namespace
+
+TEST_CASE("cublas: observe records the handle setup and both GEMMs with exact-extent digests",
+          "[tracer][cublas]") {
+  const RunResult plain = Run("'" PROG_GEMM "'");
+  REQUIRE(plain.status == 0);
+  const std::string trace = TempPath("gemm.ndt");
+  const RunResult traced = RecordGemm(trace, "");
+  REQUIRE(traced.status == 0);
+  CHECK(traced.out == plain.out);
+
+  const std::vector<OpRecord> ops = Ops(ReadAll(trace));
+  const std::vector<OpRecord> create = Named(ops, "cublasCreate_v2");
+  const std::vector<OpRecord> set_stream = Named(ops, "cublasSetStream_v2");
+  const std::vector<OpRecord> math = Named(ops, "cublasSetMathMode");
+  const std::vector<OpRecord> sgemm = Named(ops, "cublasSgemm_v2");
+  const std::vector<OpRecord> gemm_ex = Named(ops, "cublasGemmEx");
+  REQUIRE(create.size() == 1);
+  REQUIRE(set_stream.size() == 1);
+  REQUIRE(math.size() == 1);
+  REQUIRE(sgemm.size() == 1);
+  REQUIRE(gemm_ex.size() == 1);
+  CHECK(Named(ops, "cublasDestroy_v2").size() == 1);
+  CHECK(create[0].sequence < set_stream[0].sequence);
+  CHECK(std::get<uint64_t>(Arg(create[0], "handle")->value) == 1);
+  // The stream the handle was given is the one its GEMMs are recorded on.
+  CHECK(std::get<uint64_t>(Arg(set_stream[0], "stream")->value) == set_stream[0].stream_id);
+  CHECK(set_stream[0].stream_id != 0);
+  CHECK(sgemm[0].stream_id == set_stream[0].stream_id);
+
+  const OpRecord& s = sgemm[0];
+  CHECK(s.kind == OpKind::kCublasGemm);
+  CHECK(std::get<int64_t>(Arg(s, "m")->value) == 32);
+  CHECK(std::get<int64_t>(Arg(s, "k")->value) == 1024);
+  CHECK(std::get<int64_t>(Arg(s, "ldb")->value) == 1024);
+  CHECK(std::get<double>(Arg(s, "beta")->value) == 0.0);
+  CHECK(TextArg(s, "fingerprint").find("m=32 n=32 k=1024") != std::string::npos);
+  CHECK(TextArg(s, "fingerprint").find("0x") == std::string::npos);
+  REQUIRE(s.algorithm.has_value());
+  CHECK(s.algorithm->library == "cublas");
+  CHECK(s.algorithm->id == -1);
+  CHECK(s.algorithm->determinism == Determinism::kDeterministic);
+  // beta = 0: C is not read, so only A and B are inputs.
+  REQUIRE(s.inputs.size() == 2);
+  CHECK(Digest(s.inputs, "A").bytes == kMatrixBytes);
+  CHECK(Digest(s.inputs, "B").bytes == kMatrixBytes);
+  CHECK(Digest(s.inputs, "A").dtype == ndt::format::DType::kF32);
+  REQUIRE(s.outputs.size() == 1);
+  CHECK(Digest(s.outputs, "C").bytes == kResultBytes);
+
+  const OpRecord& e = gemm_ex[0];
+  CHECK(std::get<int64_t>(Arg(e, "algo")->value) == -1);  // CUBLAS_GEMM_DEFAULT
+  REQUIRE(e.inputs.size() == 3);
+  // GemmEx reads the C Sgemm wrote (beta = 1).
+  CHECK(Value(Digest(e.inputs, "C")) == Value(Digest(s.outputs, "C")));
+  // The A and B it read are the bytes copied in.
+  CHECK(Value(Digest(e.inputs, "A")) == Value(ops.at(0).inputs.at(0)));
+  REQUIRE(e.outputs.size() == 1);
+  // Its output is what the program copied back.
+  bool copied_back = false;
+  for (const OpRecord& op : ops) {
+    for (const BufferDigest& digest : op.outputs) {
+      if (digest.role.rfind("dst of op", 0) == 0) {
+        copied_back = Value(digest) == Value(e.outputs[0]);
+      }
+    }
+  }
+  CHECK(copied_back);
+  std::remove(trace.c_str());
+}
+
+TEST_CASE("cublas: observe records the cuBLASLt heuristic's algos and the 64-byte algo run",
+          "[tracer][cublas]") {
+  const std::string trace = TempPath("gemm_lt.ndt");
+  REQUIRE(RecordGemm(trace, "--lt").status == 0);
+  const std::vector<OpRecord> ops = Ops(ReadAll(trace));
+  const std::vector<OpRecord> heuristic = Named(ops, "cublasLtMatmulAlgoGetHeuristic");
+  const std::vector<OpRecord> matmul = Named(ops, "cublasLtMatmul");
+  REQUIRE(heuristic.size() == 1);
+  REQUIRE(matmul.size() == 1);
+  const Argument* first = Arg(heuristic[0], "algo0");
+  REQUIRE(first != nullptr);
+  REQUIRE(std::holds_alternative<Argument::Bytes>(first->value));
+  CHECK(std::get<Argument::Bytes>(first->value).data.size() == 64);
+  CHECK(std::get<int64_t>(Arg(heuristic[0], "returned")->value) >= 2);
+
+  const OpRecord& m = matmul[0];
+  CHECK(m.kind == OpKind::kCublasLtMatmul);
+  REQUIRE(m.algorithm.has_value());
+  CHECK(m.algorithm->library == "cublasLt");
+  CHECK(m.algorithm->opaque.size() == 64);
+  // The program runs the heuristic's first result: the out-of-place split-K.
+  CHECK(m.algorithm->opaque == std::get<Argument::Bytes>(first->value).data);
+  CHECK(m.algorithm->determinism == Determinism::kNondeterministic);
+  CHECK(m.algorithm->source == ChoiceSource::kRequested);
+  CHECK(TextArg(m, "fingerprint") == TextArg(heuristic[0], "fingerprint"));
+  CHECK(TextArg(m, "fingerprint").find("A=f32 32x1024 ld=32") != std::string::npos);
+  REQUIRE(m.inputs.size() == 2);
+  CHECK(Digest(m.inputs, "A").bytes == kMatrixBytes);
+  REQUIRE(m.outputs.size() == 1);
+  CHECK(Digest(m.outputs, "D").bytes == kResultBytes);
+  std::remove(trace.c_str());
+}
+
+TEST_CASE("cublas: gemm --lt differs between runs, and is identical under --deterministic",
+          "[tracer][cublas]") {
+  const std::string trace = TempPath("gemm_lt_runs.ndt");
+  std::set<std::pair<uint64_t, uint64_t>> inputs, outputs;
+  for (int run = 0; run < 6 && outputs.size() < 2; ++run) {
+    REQUIRE(RecordGemm(trace, "--lt").status == 0);
+    const std::vector<OpRecord> matmul = Named(Ops(ReadAll(trace)), "cublasLtMatmul");
+    REQUIRE(matmul.size() == 1);
+    inputs.insert(Value(Digest(matmul[0].inputs, "A")));
+    outputs.insert(Value(Digest(matmul[0].outputs, "D")));
+  }
+  CHECK(inputs.size() == 1);
+  CHECK(outputs.size() >= 2);
+
+  outputs.clear();
+  for (int run = 0; run < 3; ++run) {
+    const RunResult result = RecordGemm(trace, "--lt", "--deterministic");
+    REQUIRE(result.status == 0);
+    const std::vector<Record> records = ReadAll(trace);
+    const std::vector<OpRecord> matmul = Named(Ops(records), "cublasLtMatmul");
+    REQUIRE(matmul.size() == 1);
+    REQUIRE(matmul[0].algorithm.has_value());
+    CHECK(matmul[0].algorithm->determinism == Determinism::kDeterministic);
+    outputs.insert(Value(Digest(matmul[0].outputs, "D")));
+    // The heuristic's split-K result was filtered out, so the program never passed it.
+    std::vector<PolicyDecisionRecord> decisions;
+    for (const PolicyDecisionRecord& decision : Decisions(records)) {
+      if (decision.library == "cublasLt") decisions.push_back(decision);
+    }
+    REQUIRE(decisions.size() == 1);
+    CHECK(decisions[0].applied);
+    CHECK(decisions[0].action.find("out-of-place split-K") != std::string::npos);
+  }
+  CHECK(outputs.size() == 1);
+  std::remove(trace.c_str());
+}
+
+TEST_CASE("cublas: atomics make gemm differ between runs, and --deterministic forbids them",
+          "[tracer][cublas]") {
+  const std::string trace = TempPath("gemm_atomics.ndt");
+  std::set<std::pair<uint64_t, uint64_t>> outputs;
+  for (int run = 0; run < 6 && outputs.size() < 2; ++run) {
+    REQUIRE(RecordGemm(trace, "--atomics").status == 0);
+    const std::vector<OpRecord> sgemm = Named(Ops(ReadAll(trace)), "cublasSgemm_v2");
+    REQUIRE(sgemm.size() == 1);
+    REQUIRE(sgemm[0].algorithm.has_value());
+    CHECK(sgemm[0].algorithm->determinism == Determinism::kNondeterministic);
+    CHECK(TextArg(sgemm[0], "atomics") == "allowed");
+    outputs.insert(Value(Digest(sgemm[0].outputs, "C")));
+  }
+  CHECK(outputs.size() >= 2);
+
+  outputs.clear();
+  for (int run = 0; run < 3; ++run) {
+    REQUIRE(RecordGemm(trace, "--atomics --autotune", "--deterministic").status == 0);
+    const std::vector<Record> records = ReadAll(trace);
+    const std::vector<OpRecord> ops = Ops(records);
+    const std::vector<OpRecord> gemm_ex = Named(ops, "cublasGemmEx");
+    REQUIRE(gemm_ex.size() == 1);
+    // Recorded as the program called it; run as the policy decided.
+    CHECK(std::get<int64_t>(Arg(gemm_ex[0], "algo")->value) == 999);
+    CHECK(gemm_ex[0].algorithm->id == -1);
+    CHECK(gemm_ex[0].algorithm->source == ChoiceSource::kEnforced);
+    outputs.insert(Value(Digest(gemm_ex[0].outputs, "C")));
+    std::set<std::string> actions;
+    for (const PolicyDecisionRecord& decision : Decisions(records)) {
+      CHECK(decision.applied);
+      actions.insert(decision.action.substr(0, decision.action.find(' ')));
+    }
+    // "set": CUBLAS_WORKSPACE_CONFIG, set by the policy at load time.
+    CHECK(actions == std::set<std::string>{"gave", "forced", "replaced", "set"});
+  }
+  CHECK(outputs.size() == 1);
+  std::remove(trace.c_str());
+}
+
+TEST_CASE("cublas: --pin runs the recorded cuBLASLt algo where the program's own choice varies",
+          "[tracer][cublas]") {
+  // The program times the heuristic's deterministic algos and keeps the fastest: its choice
+  // varies from run to run (timing noise).
+  const std::string reference = TempPath("gemm_pin_reference.ndt");
+  const std::string trace = TempPath("gemm_pinned.ndt");
+  REQUIRE(RecordGemm(reference, "--heuristic-noise").status == 0);
+  const std::vector<OpRecord> recorded = Named(Ops(ReadAll(reference)), "cublasLtMatmul");
+  REQUIRE(recorded.size() >= 2);
+  // What a pin forces: the first algo recorded for the fingerprint.
+  const std::string pinned = recorded.front().algorithm->opaque;
+
+  std::set<std::string> own_choices;
+  for (int run = 0; run < 12 && own_choices.size() < 2; ++run) {
+    const RunResult result = Run("'" PROG_GEMM "' --heuristic-noise");
+    REQUIRE(result.status == 0);
+    own_choices.insert(Lines(result.out).at(0));
+  }
+  CHECK(own_choices.size() == 2);
+
+  std::set<std::pair<uint64_t, uint64_t>> outputs;
+  size_t applied = 0;
+  for (int run = 0; run < 3; ++run) {
+    REQUIRE(RecordGemm(trace, "--heuristic-noise", "--pin '" + reference + "'").status == 0);
+    const std::vector<Record> records = ReadAll(trace);
+    const std::vector<OpRecord> matmul = Named(Ops(records), "cublasLtMatmul");
+    REQUIRE(matmul.size() == recorded.size());
+    for (const OpRecord& op : matmul) {
+      REQUIRE(op.algorithm.has_value());
+      CHECK(op.algorithm->opaque == pinned);
+    }
+    outputs.insert(Value(Digest(matmul.back().outputs, "D")));
+    for (const PolicyDecisionRecord& decision : Decisions(records)) {
+      CHECK(decision.applied);
+      applied += decision.applied;
+    }
+  }
+  CHECK(outputs.size() == 1);
+  CHECK(applied >= 3);  // every run timed an algo other than the pinned one
+  std::remove(reference.c_str());
+  std::remove(trace.c_str());
+}
+
+TEST_CASE("cublas: a pin that cannot apply is said once and the program keeps its own choice",
+          "[tracer][cublas]") {
+  const std::string observed = TempPath("gemm_unpinnable_observed.ndt");
+  const std::string pin = TempPath("gemm_unpinnable_pin.ndt");
+  const std::string trace = TempPath("gemm_unpinnable.ndt");
+  REQUIRE(RecordGemm(observed, "--lt").status == 0);
+  const std::vector<OpRecord> matmul = Named(Ops(ReadAll(observed)), "cublasLtMatmul");
+  REQUIRE(matmul.size() == 1);
+  REQUIRE(matmul[0].algorithm->determinism == Determinism::kNondeterministic);
+
+  SECTION("a reference from another cuBLAS version") {
+    ndt::format::TraceHeader header;
+    header.versions.cublas = 120900;
+    {
+      auto writer = ndt::format::TraceWriter::Create(pin, header);
+      REQUIRE(writer.ok());
+      REQUIRE((*writer)->Append(Record(matmul[0])));
+      REQUIRE((*writer)->Close().ok());
+    }
+    const RunResult result = RecordGemm(trace, "--lt 3", "--pin '" + pin + "'");
+    REQUIRE(result.status == 0);
+    CHECK(CountLines(result.err, "cannot pin cublasLtMatmul") == 1);
+    CHECK(CountLines(result.err, "the reference used cuBLAS 120900") == 1);
+    const std::vector<Record> records = ReadAll(trace);
+    const std::vector<PolicyDecisionRecord> decisions = Decisions(records);
+    REQUIRE(decisions.size() == 3);
+    for (const PolicyDecisionRecord& decision : decisions) CHECK_FALSE(decision.applied);
+    // The program's own choice ran: the heuristic's first, the split-K.
+    for (const OpRecord& op : Named(Ops(records), "cublasLtMatmul")) {
+      CHECK(op.algorithm->opaque == matmul[0].algorithm->opaque);
+      CHECK(op.algorithm->source == ChoiceSource::kRequested);
+    }
+  }
+  SECTION("a recorded algo that needs more workspace than the program gives") {
+    const RunResult result =
+        RecordGemm(trace, "--lt --small-workspace 3", "--pin '" + observed + "'");
+    REQUIRE(result.status == 0);
+    CHECK(CountLines(result.err, "workspace too small") == 1);
+    const std::vector<Record> records = ReadAll(trace);
+    const std::vector<PolicyDecisionRecord> decisions = Decisions(records);
+    REQUIRE(decisions.size() == 3);
+    for (const PolicyDecisionRecord& decision : decisions) CHECK_FALSE(decision.applied);
+    for (const OpRecord& op : Named(Ops(records), "cublasLtMatmul")) {
+      CHECK(op.algorithm->opaque != matmul[0].algorithm->opaque);
+      CHECK(op.status == 0);
+    }
+  }
+  std::remove(observed.c_str());
+  std::remove(pin.c_str());
+  std::remove(trace.c_str());
+}
+
+TEST_CASE("cublas: ndtrace check names the cuBLASLt matmul, and --deterministic makes it pass",
+          "[tracer][cublas]") {
+  const std::string directory = TempPath("gemm_check");
+  const RunResult diverged =
+      Run("'" NDTRACE_BIN "' check -n 2 -o '" + directory + "' -- '" PROG_GEMM "' --lt");
+  CHECK(diverged.status == 1);
+  CHECK(diverged.out.find("error[nondeterministic_op]") != std::string::npos);
+  CHECK(diverged.out.find("cublasLtMatmul") != std::string::npos);
+  CHECK(diverged.out.find("splitK 4") != std::string::npos);
+
+  const RunResult fixed = Run("'" NDTRACE_BIN "' check --deterministic -n 2 -o '" + directory +
+                              "-det' -- '" PROG_GEMM "' --lt");
+  CHECK(fixed.status == 0);
+  CHECK(fixed.out.find("deterministic: 2 runs gave bitwise-identical results") !=
+        std::string::npos);
+  CHECK(std::system(("rm -rf '" + directory + "' '" + directory + "-det'").c_str()) == 0);
+}
