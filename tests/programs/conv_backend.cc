@@ -1,4 +1,4 @@
-// conv_backend [--benchmark] [iterations]: a 2-d convolution forward through the cuDNN backend
+// conv_backend [--benchmark] [--engine N] [iterations]: a 2-d convolution forward through the cuDNN backend
 // (graph) API, built the way PyTorch's Conv_v8 and cudnn-frontend build it: tensor,
 // convolution and operation descriptors, an operation graph, engine heuristics, an execution
 // plan and a variant pack.
@@ -7,7 +7,9 @@
 // torch.backends.cudnn.benchmark=False). --benchmark: every config whose engine is not noted
 // CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC is timed once with CUDA events and the fastest is
 // executed (benchmark=True together with deterministic=True: the choice still depends on
-// timing). Prints the chosen engine ("engine <global index> knobs <type>=<value>...") and the
+// timing). --engine N: a config of engine N with its default knobs, built by hand
+// (CUDNN_BACKEND_ENGINE_DESCRIPTOR with a global index, as frameworks' fallback lists do), is
+// tried before the heuristics' configs. Prints the chosen engine ("engine <global index> knobs <type>=<value>...") and the
 // checksum of the output, after `iterations` (default 1) executions.
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -200,6 +202,22 @@ ConfigFacts Facts(cudnnBackendDescriptor_t config) {
   return facts;
 }
 
+// A config of engine `index` of `graph` with its default knobs.
+cudnnBackendDescriptor_t EngineConfig(cudnnBackendDescriptor_t graph, int64_t index) {
+  cudnnBackendDescriptor_t engine = Create(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  CHECK_CUDNN(cudnnBackendSetAttribute(engine, CUDNN_ATTR_ENGINE_OPERATION_GRAPH,
+                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph));
+  CHECK_CUDNN(cudnnBackendSetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64,
+                                       1, &index));
+  CHECK_CUDNN(cudnnBackendFinalize(engine));
+  cudnnBackendDescriptor_t config = Create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+  CHECK_CUDNN(cudnnBackendSetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE,
+                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &engine));
+  CHECK_CUDNN(cudnnBackendFinalize(config));
+  CHECK_CUDNN(cudnnBackendDestroyDescriptor(engine));
+  return config;
+}
+
 // A finalized plan for `config`, or null when the library refuses it.
 cudnnBackendDescriptor_t Plan(cudnnHandle_t handle, cudnnBackendDescriptor_t config) {
   cudnnBackendDescriptor_t plan = Create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
@@ -267,14 +285,18 @@ std::vector<float> Values(size_t count, uint32_t seed) {
 int main(int argc, char** argv) {
   bool benchmark = false;
   long iterations = 1;
+  long engine = -1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--benchmark") == 0) {
       benchmark = true;
+    } else if (std::strcmp(argv[i], "--engine") == 0 && i + 1 < argc) {
+      engine = std::strtol(argv[++i], nullptr, 10);
     } else {
       char* end = nullptr;
       iterations = std::strtol(argv[i], &end, 10);
       if (end == argv[i] || *end != '\0' || iterations < 1) {
-        std::fprintf(stderr, "usage: conv_backend [--benchmark] [iterations >= 1]\n");
+        std::fprintf(stderr,
+                     "usage: conv_backend [--benchmark] [--engine N] [iterations >= 1]\n");
         return 2;
       }
     }
@@ -300,6 +322,7 @@ int main(int argc, char** argv) {
 
   cudnnBackendDescriptor_t graph = ConvolutionGraph(handle);
   std::vector<cudnnBackendDescriptor_t> configs = HeuristicConfigs(graph);
+  if (engine >= 0) configs.insert(configs.begin(), EngineConfig(graph, engine));
 
   Runnable chosen;
   if (!benchmark) {

@@ -227,6 +227,57 @@ TEST_CASE("the first heuristic engine varies the output; --deterministic filters
   }
 }
 
+TEST_CASE("a plan on a requested engine is recorded as requested; --deterministic refuses it "
+          "when the engine is nondeterministic",
+          "[tracer][cudnn_backend]") {
+  const std::string trace = TempPath("requested.ndt");
+  RunResult result = RecordConv(trace, "", "--engine 2");
+  INFO(result.err);
+  REQUIRE(result.status == 0);
+  CHECK(result.out.find("engine 2 knobs 17=2\n") != std::string::npos);
+  std::vector<Record> records = ReadAll(trace);
+  std::vector<OpRecord> finalizes = OpsNamed(records, kFinalize);
+  REQUIRE(!finalizes.empty());
+  REQUIRE(finalizes[0].algorithm.has_value());
+  CHECK(finalizes[0].algorithm->id == 2);
+  CHECK(finalizes[0].algorithm->knobs == std::vector<ndt::format::Knob>{{kSplitKSlc, 2}});
+  CHECK(finalizes[0].algorithm->source == ChoiceSource::kRequested);
+  CHECK(finalizes[0].algorithm->determinism == Determinism::kDeterministic);
+  bool workspace = false;
+  for (const Argument& argument : finalizes[0].args) {
+    if (argument.name != "workspace_bytes") continue;
+    const auto* bytes = std::get_if<int64_t>(&argument.value);
+    REQUIRE(bytes != nullptr);
+    CHECK(*bytes == 2 * (2 * 8 * 12 * 12) * 4);  // two slices of partial sums of y
+    workspace = true;
+  }
+  CHECK(workspace);
+  CHECK(!TextArg(finalizes[0], "fingerprint").empty());
+
+  result = RecordConv(trace, "--deterministic", "--engine 1");
+  REQUIRE(result.status == 0);
+  CHECK(result.out.find("engine 0 knobs 2=0\n") != std::string::npos);
+  records = ReadAll(trace);
+  finalizes = OpsNamed(records, kFinalize);
+  REQUIRE(finalizes.size() == 2);  // refused, then the first deterministic heuristic config
+  CHECK(finalizes[0].status == 3000);  // CUDNN_STATUS_NOT_SUPPORTED
+  REQUIRE(finalizes[0].algorithm.has_value());
+  CHECK(finalizes[0].algorithm->id == 1);
+  CHECK(finalizes[1].status == 0);
+  std::vector<std::string> refusals;
+  for (const PolicyDecisionRecord& decision : Decisions(records)) {
+    if (decision.action.rfind("refused", 0) == 0) {
+      refusals.push_back(decision.action);
+      CHECK(decision.applied);
+      CHECK(decision.op_sequence == finalizes[0].sequence);
+    }
+  }
+  CHECK(refusals == std::vector<std::string>{
+                        "refused to finalize a plan with cudnn engine 1 knobs 17=2 "
+                        "(nondeterministic)"});
+  std::remove(trace.c_str());
+}
+
 TEST_CASE("--benchmark picks engines by noisy timing; --pin reproduces the recorded engine",
           "[tracer][cudnn_backend]") {
   // Nine deterministic configs timed with 0-2 ms of noise each: the fastest varies.
