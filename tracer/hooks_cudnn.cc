@@ -1,7 +1,7 @@
 // The cuDNN legacy convolution hooks: cudnnConvolutionForward / BackwardData / BackwardFilter
 // become kCudnnConvolution ops with their problem, the algorithm that ran and digests of their
-// exact extents; cudnnFind*Algorithm and cudnnGet*Algorithm_v7 become kOther ops with the list
-// the library returned. The policy acts here (policy.h):
+// exact extents; cudnnFind*Algorithm[Ex] and cudnnGet*Algorithm_v7 become kOther ops with the
+// list the library returned. The policy acts here (policy.h):
 //   enforce  a nondeterministic algorithm requested in a convolution call is replaced by the
 //            first deterministic one that fits the call's workspace; Find/Get_v7 results lose
 //            their nondeterministic entries (the array is compacted, the count fixed);
@@ -132,10 +132,9 @@ std::optional<TensorShape> CudnnShadows::Tensor(cudnnTensorDescriptor_t desc) {
   }
   const auto get = NDT_REAL_LIBRARY(kCudnn, cudnnGetTensor4dDescriptor);
   TensorShape shape;
-  if (get == nullptr ||
-      get(desc, &shape.dtype, &shape.dims[0], &shape.dims[1], &shape.dims[2], &shape.dims[3],
-          &shape.strides[0], &shape.strides[1], &shape.strides[2],
-          &shape.strides[3]) != CUDNN_STATUS_SUCCESS) {
+  if (get == nullptr || get(desc, &shape.dtype, &shape.dims[0], &shape.dims[1], &shape.dims[2],
+                            &shape.dims[3], &shape.strides[0], &shape.strides[1], &shape.strides[2],
+                            &shape.strides[3]) != CUDNN_STATUS_SUCCESS) {
     return std::nullopt;
   }
   return shape;
@@ -164,10 +163,9 @@ std::optional<ConvShape> CudnnShadows::Conv(cudnnConvolutionDescriptor_t desc) {
   }
   const auto get = NDT_REAL_LIBRARY(kCudnn, cudnnGetConvolution2dDescriptor);
   ConvShape shape;
-  if (get == nullptr ||
-      get(desc, &shape.pad[0], &shape.pad[1], &shape.stride[0], &shape.stride[1],
-          &shape.dilation[0], &shape.dilation[1], &shape.mode,
-          &shape.compute) != CUDNN_STATUS_SUCCESS) {
+  if (get == nullptr || get(desc, &shape.pad[0], &shape.pad[1], &shape.stride[0], &shape.stride[1],
+                            &shape.dilation[0], &shape.dilation[1], &shape.mode,
+                            &shape.compute) != CUDNN_STATUS_SUCCESS) {
     return std::nullopt;
   }
   if (const auto math = NDT_REAL_LIBRARY(kCudnn, cudnnGetConvolutionMathType)) {
@@ -182,9 +180,12 @@ enum class Direction { kForward, kBackwardData, kBackwardFilter };
 
 const char* DirectionName(Direction direction) {
   switch (direction) {
-    case Direction::kForward: return "forward";
-    case Direction::kBackwardData: return "bwd-data";
-    case Direction::kBackwardFilter: return "bwd-filter";
+    case Direction::kForward:
+      return "forward";
+    case Direction::kBackwardData:
+      return "bwd-data";
+    case Direction::kBackwardFilter:
+      return "bwd-filter";
   }
   return "?";
 }
@@ -192,11 +193,11 @@ const char* DirectionName(Direction direction) {
 std::string AlgoName(Direction direction, int64_t algo) {
   static constexpr const char* kForward[] = {
       "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
-      "WINOGRAD", "WINOGRAD_NONFUSED"};
+      "WINOGRAD",      "WINOGRAD_NONFUSED"};
   static constexpr const char* kData[] = {"0",          "1",        "FFT",
                                           "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
-  static constexpr const char* kFilter[] = {"0",        "1",                 "FFT",       "3",
-                                            "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"};
+  static constexpr const char* kFilter[] = {
+      "0", "1", "FFT", "3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"};
   const auto pick = [algo](const auto& names, const char* prefix) {
     if (algo < 0 || algo >= static_cast<int64_t>(std::size(names))) {
       return std::string(prefix) + std::to_string(algo);
@@ -204,9 +205,12 @@ std::string AlgoName(Direction direction, int64_t algo) {
     return std::string(prefix) + names[algo];
   };
   switch (direction) {
-    case Direction::kForward: return pick(kForward, "CUDNN_CONVOLUTION_FWD_ALGO_");
-    case Direction::kBackwardData: return pick(kData, "CUDNN_CONVOLUTION_BWD_DATA_ALGO_");
-    case Direction::kBackwardFilter: return pick(kFilter, "CUDNN_CONVOLUTION_BWD_FILTER_ALGO_");
+    case Direction::kForward:
+      return pick(kForward, "CUDNN_CONVOLUTION_FWD_ALGO_");
+    case Direction::kBackwardData:
+      return pick(kData, "CUDNN_CONVOLUTION_BWD_DATA_ALGO_");
+    case Direction::kBackwardFilter:
+      return pick(kFilter, "CUDNN_CONVOLUTION_BWD_FILTER_ALGO_");
   }
   return std::to_string(algo);
 }
@@ -251,18 +255,30 @@ format::AlgorithmChoice Choice(Direction direction, int64_t algo, format::Choice
 
 format::DType ToDType(cudnnDataType_t dtype) {
   switch (dtype) {
-    case CUDNN_DATA_FLOAT: return format::DType::kF32;
-    case CUDNN_DATA_DOUBLE: return format::DType::kF64;
-    case CUDNN_DATA_HALF: return format::DType::kF16;
-    case CUDNN_DATA_BFLOAT16: return format::DType::kBF16;
-    case CUDNN_DATA_INT8: return format::DType::kI8;
-    case CUDNN_DATA_INT32: return format::DType::kI32;
-    case CUDNN_DATA_UINT8: return format::DType::kU8;
-    case CUDNN_DATA_INT64: return format::DType::kI64;
-    case CUDNN_DATA_BOOLEAN: return format::DType::kBool;
-    case CUDNN_DATA_FP8_E4M3: return format::DType::kF8E4M3;
-    case CUDNN_DATA_FP8_E5M2: return format::DType::kF8E5M2;
-    default: break;
+    case CUDNN_DATA_FLOAT:
+      return format::DType::kF32;
+    case CUDNN_DATA_DOUBLE:
+      return format::DType::kF64;
+    case CUDNN_DATA_HALF:
+      return format::DType::kF16;
+    case CUDNN_DATA_BFLOAT16:
+      return format::DType::kBF16;
+    case CUDNN_DATA_INT8:
+      return format::DType::kI8;
+    case CUDNN_DATA_INT32:
+      return format::DType::kI32;
+    case CUDNN_DATA_UINT8:
+      return format::DType::kU8;
+    case CUDNN_DATA_INT64:
+      return format::DType::kI64;
+    case CUDNN_DATA_BOOLEAN:
+      return format::DType::kBool;
+    case CUDNN_DATA_FP8_E4M3:
+      return format::DType::kF8E4M3;
+    case CUDNN_DATA_FP8_E5M2:
+      return format::DType::kF8E5M2;
+    default:
+      break;
   }
   return format::DType::kUnknown;
 }
@@ -270,17 +286,22 @@ format::DType ToDType(cudnnDataType_t dtype) {
 uint64_t ElementBytes(cudnnDataType_t dtype) {
   switch (dtype) {
     case CUDNN_DATA_DOUBLE:
-    case CUDNN_DATA_INT64: return 8;
+    case CUDNN_DATA_INT64:
+      return 8;
     case CUDNN_DATA_FLOAT:
-    case CUDNN_DATA_INT32: return 4;
+    case CUDNN_DATA_INT32:
+      return 4;
     case CUDNN_DATA_HALF:
-    case CUDNN_DATA_BFLOAT16: return 2;
+    case CUDNN_DATA_BFLOAT16:
+      return 2;
     case CUDNN_DATA_INT8:
     case CUDNN_DATA_UINT8:
     case CUDNN_DATA_BOOLEAN:
     case CUDNN_DATA_FP8_E4M3:
-    case CUDNN_DATA_FP8_E5M2: return 1;
-    default: break;
+    case CUDNN_DATA_FP8_E5M2:
+      return 1;
+    default:
+      break;
   }
   return 0;
 }
@@ -489,15 +510,14 @@ format::AlgorithmChoice Choose(Session& session, uint64_t sequence, const ConvCa
       if (!needed || !Fits(call, *needed)) continue;
       format::AlgorithmChoice replacement =
           Choice(direction, candidate, format::ChoiceSource::kEnforced);
-      decision.action = "replaced " + what + std::to_string(call.algo) +
-                        " (nondeterministic) by " + std::to_string(candidate) + " (" +
-                        replacement.name + ")";
+      decision.action = "replaced " + what + std::to_string(call.algo) + " (nondeterministic) by " +
+                        std::to_string(candidate) + " (" + replacement.name + ")";
       decision.to_choice = replacement;
       session.Decide(decision);
       return replacement;
     }
-    decision.action = "cannot replace " + what + std::to_string(call.algo) + " (" +
-                      requested.name + ", nondeterministic): no deterministic algorithm fits " +
+    decision.action = "cannot replace " + what + std::to_string(call.algo) + " (" + requested.name +
+                      ", nondeterministic): no deterministic algorithm fits " +
                       "the workspace of " + std::to_string(call.workspace_bytes) + " bytes";
     decision.applied = false;
     session.Decide(decision);
@@ -550,10 +570,9 @@ format::AlgorithmChoice Choose(Session& session, uint64_t sequence, const ConvCa
 
 // Records one convolution call around `real(algo)`.
 template <typename Real>
-cudnnStatus_t RecordConvolution(Session& session, RealCall<cudnnStatus_t>& call,
-                                const char* name, const ConvCall& conv, const void* alpha,
-                                const void* beta, const void* x, const void* w, const void* y,
-                                Real real) {
+cudnnStatus_t RecordConvolution(Session& session, RealCall<cudnnStatus_t>& call, const char* name,
+                                const ConvCall& conv, const void* alpha, const void* beta,
+                                const void* x, const void* w, const void* y, Real real) {
   const std::optional<Problem> problem = Describe(conv.d);
   const std::string fingerprint = problem ? Fingerprint(conv.direction, *problem) : "";
   const uint64_t stream = HandleStream(conv.handle);
@@ -562,8 +581,8 @@ cudnnStatus_t RecordConvolution(Session& session, RealCall<cudnnStatus_t>& call,
   AddProblemArguments(fingerprint, problem, &op.args);
   // Roles: forward reads x, w and writes y; backward data reads dy, w and writes dx; backward
   // filter reads x, dy and writes dw. The output is also read when beta != 0.
-  static constexpr const char* kRoles[3][3] = {{"x", "w", "y"}, {"dx", "w", "dy"},
-                                               {"x", "dw", "dy"}};
+  static constexpr const char* kRoles[3][3] = {
+      {"x", "w", "y"}, {"dx", "w", "dy"}, {"x", "dw", "dy"}};
   const char* const* roles = kRoles[static_cast<int>(conv.direction)];
   op.args.push_back(PointerArgument(session, roles[0], Address(x)));
   op.args.push_back(PointerArgument(session, roles[1], Address(w)));
@@ -647,7 +666,7 @@ cudnnStatus_t RecordQuery(Session& session, RealCall<cudnnStatus_t>& call, const
     }
     if (!removed.empty()) {
       list = std::move(kept);
-      decision.action = std::string("removed nondeterministic ") + what + "s " + removed +
+      decision.action = std::string("removed nondeterministic ") + what + " " + removed +
                         " from the " + name + " results";
       session.Decide(decision);
     }
@@ -670,8 +689,7 @@ cudnnStatus_t RecordQuery(Session& session, RealCall<cudnnStatus_t>& call, const
       } else {
         std::rotate(list.begin(), it, it + 1);
         decision.action = "moved pinned " + what + " " + std::to_string(pinned->id) + " (" +
-                          decision.to_choice->name + ") to the front of the " + name +
-                          " results";
+                          decision.to_choice->name + ") to the front of the " + name + " results";
       }
       session.Decide(decision);
     }
@@ -692,8 +710,8 @@ cudnnStatus_t RecordQuery(Session& session, RealCall<cudnnStatus_t>& call, const
       algorithms += " status " + std::to_string(perf.status);
       continue;
     }
-    algorithms += perf.determinism == CUDNN_NON_DETERMINISTIC ? " nondeterministic"
-                                                              : " deterministic";
+    algorithms +=
+        perf.determinism == CUDNN_NON_DETERMINISTIC ? " nondeterministic" : " deterministic";
     algorithms += " " + std::to_string(perf.memory) + " B";
   }
   int first = -1;
@@ -773,7 +791,8 @@ cudnnStatus_t cudnnSetTensor4dDescriptorEx(cudnnTensorDescriptor_t desc, cudnnDa
                                            int h_stride, int w_stride) {
   const auto real = NDT_REAL_LIBRARY(kCudnn, cudnnSetTensor4dDescriptorEx);
   if (real == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
-  const cudnnStatus_t status = real(desc, dtype, n, c, h, w, n_stride, c_stride, h_stride, w_stride);
+  const cudnnStatus_t status =
+      real(desc, dtype, n, c, h, w, n_stride, c_stride, h_stride, w_stride);
   if (status == CUDNN_STATUS_SUCCESS) {
     ndt::tracer::Safely([&] {
       ndt::tracer::TensorShape shape;
@@ -823,7 +842,8 @@ cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t desc,
                                               cudnnDataType_t compute) {
   const auto real = NDT_REAL_LIBRARY(kCudnn, cudnnSetConvolution2dDescriptor);
   if (real == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
-  const cudnnStatus_t status = real(desc, pad_h, pad_w, u, v, dilation_h, dilation_w, mode, compute);
+  const cudnnStatus_t status =
+      real(desc, pad_h, pad_w, u, v, dilation_h, dilation_w, mode, compute);
   if (status == CUDNN_STATUS_SUCCESS) {
     ndt::tracer::Safely([&] {
       CudnnShadows::Get().UpdateConv(desc, [&](ndt::tracer::ConvShape& shape) {
@@ -838,14 +858,14 @@ cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t desc,
   return status;
 }
 
-cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t desc,
-                                          cudnnMathType_t math) {
+cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t desc, cudnnMathType_t math) {
   const auto real = NDT_REAL_LIBRARY(kCudnn, cudnnSetConvolutionMathType);
   if (real == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
   const cudnnStatus_t status = real(desc, math);
   if (status == CUDNN_STATUS_SUCCESS) {
     ndt::tracer::Safely([&] {
-      CudnnShadows::Get().UpdateConv(desc, [&](ndt::tracer::ConvShape& shape) { shape.math = math; });
+      CudnnShadows::Get().UpdateConv(desc,
+                                     [&](ndt::tracer::ConvShape& shape) { shape.math = math; });
     });
   }
   return status;
@@ -873,15 +893,15 @@ cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t des
 
 // ---- algorithm queries ----
 
-#define NDT_CUDNN_QUERY(hook, Perf, direction, benchmark, descriptors, ...)                   \
-  const auto real = NDT_REAL_LIBRARY(kCudnn, hook);                                          \
-  const auto call_real = [&] { return real(__VA_ARGS__); };                                  \
-  return RunLibraryHook<cudnnStatus_t>(                                                      \
-      #hook, real != nullptr, CUDNN_STATUS_NOT_INITIALIZED, call_real,                       \
-      [&](Session& session, RealCall<cudnnStatus_t>& call) {                                 \
-        return ndt::tracer::RecordQuery<Perf>(session, call, #hook, direction, benchmark,     \
-                                              handle, descriptors, requested, returned,       \
-                                              results, call_real);                           \
+#define NDT_CUDNN_QUERY(hook, Perf, direction, benchmark, descriptors, ...)                       \
+  const auto real = NDT_REAL_LIBRARY(kCudnn, hook);                                               \
+  const auto call_real = [&] { return real(__VA_ARGS__); };                                       \
+  return RunLibraryHook<cudnnStatus_t>(                                                           \
+      #hook, real != nullptr, CUDNN_STATUS_NOT_INITIALIZED, call_real,                            \
+      [&](Session& session, RealCall<cudnnStatus_t>& call) {                                      \
+        return ndt::tracer::RecordQuery<Perf>(session, call, #hook, direction, benchmark, handle, \
+                                              descriptors, requested, returned, results,          \
+                                              call_real);                                         \
       })
 
 cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(
@@ -896,8 +916,8 @@ cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(
 
 cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(
     cudnnHandle_t handle, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy,
-    const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t dx,
-    const int requested, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results) {
+    const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t dx, const int requested,
+    int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results) {
   NDT_CUDNN_QUERY(cudnnFindConvolutionBackwardDataAlgorithm, cudnnConvolutionBwdDataAlgoPerf_t,
                   ndt::tracer::Direction::kBackwardData, true,
                   (ndt::tracer::ConvDescriptors{dx, w, conv, dy}), handle, w, dy, conv, dx,
@@ -906,12 +926,48 @@ cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(
 
 cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(
     cudnnHandle_t handle, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,
-    const cudnnConvolutionDescriptor_t conv, const cudnnFilterDescriptor_t dw,
-    const int requested, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results) {
-  NDT_CUDNN_QUERY(cudnnFindConvolutionBackwardFilterAlgorithm,
-                  cudnnConvolutionBwdFilterAlgoPerf_t, ndt::tracer::Direction::kBackwardFilter,
-                  true, (ndt::tracer::ConvDescriptors{x, dw, conv, dy}), handle, x, dy, conv, dw,
+    const cudnnConvolutionDescriptor_t conv, const cudnnFilterDescriptor_t dw, const int requested,
+    int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results) {
+  NDT_CUDNN_QUERY(cudnnFindConvolutionBackwardFilterAlgorithm, cudnnConvolutionBwdFilterAlgoPerf_t,
+                  ndt::tracer::Direction::kBackwardFilter, true,
+                  (ndt::tracer::ConvDescriptors{x, dw, conv, dy}), handle, x, dy, conv, dw,
                   requested, returned, results);
+}
+
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(
+    cudnnHandle_t handle, const cudnnTensorDescriptor_t x_desc, const void* x,
+    const cudnnFilterDescriptor_t w_desc, const void* w, const cudnnConvolutionDescriptor_t conv,
+    const cudnnTensorDescriptor_t y_desc, void* y, const int requested, int* returned,
+    cudnnConvolutionFwdAlgoPerf_t* results, void* workspace, size_t workspace_bytes) {
+  NDT_CUDNN_QUERY(cudnnFindConvolutionForwardAlgorithmEx, cudnnConvolutionFwdAlgoPerf_t,
+                  ndt::tracer::Direction::kForward, true,
+                  (ndt::tracer::ConvDescriptors{x_desc, w_desc, conv, y_desc}), handle, x_desc, x,
+                  w_desc, w, conv, y_desc, y, requested, returned, results, workspace,
+                  workspace_bytes);
+}
+
+cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(
+    cudnnHandle_t handle, const cudnnFilterDescriptor_t w_desc, const void* w,
+    const cudnnTensorDescriptor_t dy_desc, const void* dy, const cudnnConvolutionDescriptor_t conv,
+    const cudnnTensorDescriptor_t dx_desc, void* dx, const int requested, int* returned,
+    cudnnConvolutionBwdDataAlgoPerf_t* results, void* workspace, size_t workspace_bytes) {
+  NDT_CUDNN_QUERY(cudnnFindConvolutionBackwardDataAlgorithmEx, cudnnConvolutionBwdDataAlgoPerf_t,
+                  ndt::tracer::Direction::kBackwardData, true,
+                  (ndt::tracer::ConvDescriptors{dx_desc, w_desc, conv, dy_desc}), handle, w_desc, w,
+                  dy_desc, dy, conv, dx_desc, dx, requested, returned, results, workspace,
+                  workspace_bytes);
+}
+
+cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(
+    cudnnHandle_t handle, const cudnnTensorDescriptor_t x_desc, const void* x,
+    const cudnnTensorDescriptor_t dy_desc, const void* dy, const cudnnConvolutionDescriptor_t conv,
+    const cudnnFilterDescriptor_t dw_desc, void* dw, const int requested, int* returned,
+    cudnnConvolutionBwdFilterAlgoPerf_t* results, void* workspace, size_t workspace_bytes) {
+  NDT_CUDNN_QUERY(cudnnFindConvolutionBackwardFilterAlgorithmEx,
+                  cudnnConvolutionBwdFilterAlgoPerf_t, ndt::tracer::Direction::kBackwardFilter,
+                  true, (ndt::tracer::ConvDescriptors{x_desc, dw_desc, conv, dy_desc}), handle,
+                  x_desc, x, dy_desc, dy, conv, dw_desc, dw, requested, returned, results,
+                  workspace, workspace_bytes);
 }
 
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(
@@ -926,8 +982,8 @@ cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(
 
 cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
     cudnnHandle_t handle, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy,
-    const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t dx,
-    const int requested, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results) {
+    const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t dx, const int requested,
+    int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results) {
   NDT_CUDNN_QUERY(cudnnGetConvolutionBackwardDataAlgorithm_v7, cudnnConvolutionBwdDataAlgoPerf_t,
                   ndt::tracer::Direction::kBackwardData, false,
                   (ndt::tracer::ConvDescriptors{dx, w, conv, dy}), handle, w, dy, conv, dx,
@@ -936,8 +992,8 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
 
 cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
     cudnnHandle_t handle, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,
-    const cudnnConvolutionDescriptor_t conv, const cudnnFilterDescriptor_t dw,
-    const int requested, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results) {
+    const cudnnConvolutionDescriptor_t conv, const cudnnFilterDescriptor_t dw, const int requested,
+    int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results) {
   NDT_CUDNN_QUERY(cudnnGetConvolutionBackwardFilterAlgorithm_v7,
                   cudnnConvolutionBwdFilterAlgoPerf_t, ndt::tracer::Direction::kBackwardFilter,
                   false, (ndt::tracer::ConvDescriptors{x, dw, conv, dy}), handle, x, dy, conv, dw,
@@ -965,12 +1021,9 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha,
       "cudnnConvolutionForward", real != nullptr, CUDNN_STATUS_NOT_INITIALIZED,
       [&] { return run(algo); },
       [&](Session& session, RealCall<cudnnStatus_t>& call) {
-        const ndt::tracer::ConvCall c{ndt::tracer::Direction::kForward,
-                                      handle,
-                                      {x_desc, w_desc, conv, y_desc},
-                                      static_cast<int>(algo),
-                                      workspace,
-                                      workspace_bytes};
+        const ndt::tracer::ConvCall c{
+            ndt::tracer::Direction::kForward, handle,    {x_desc, w_desc, conv, y_desc},
+            static_cast<int>(algo),           workspace, workspace_bytes};
         return ndt::tracer::RecordConvolution(session, call, "cudnnConvolutionForward", c, alpha,
                                               beta, x, w, y, run);
       });
@@ -1006,12 +1059,10 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alp
 
 cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* alpha,
                                              const cudnnTensorDescriptor_t x_desc, const void* x,
-                                             const cudnnTensorDescriptor_t dy_desc,
-                                             const void* dy,
+                                             const cudnnTensorDescriptor_t dy_desc, const void* dy,
                                              const cudnnConvolutionDescriptor_t conv,
-                                             cudnnConvolutionBwdFilterAlgo_t algo,
-                                             void* workspace, size_t workspace_bytes,
-                                             const void* beta,
+                                             cudnnConvolutionBwdFilterAlgo_t algo, void* workspace,
+                                             size_t workspace_bytes, const void* beta,
                                              const cudnnFilterDescriptor_t dw_desc, void* dw) {
   const auto real = NDT_REAL_LIBRARY(kCudnn, cudnnConvolutionBackwardFilter);
   const auto run = [&](int chosen) {

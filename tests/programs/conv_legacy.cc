@@ -3,14 +3,17 @@
 // cudnnConvolutionBackwardFilter on fixed inputs, algorithms either fixed or chosen by the
 // cudnnFind* benchmark (PyTorch's cudnn.benchmark=True).
 //
-//   conv_legacy [--benchmark] [--algo N] [--workspace BYTES] [ITERATIONS]
+//   conv_legacy [--benchmark | --find-ex | --heuristic] [--algo N] [--workspace BYTES]
+//               [ITERATIONS]
 //
 // Default algorithms: forward IMPLICIT_PRECOMP_GEMM, backward data ALGO_1, backward filter
 // ALGO_0 (nondeterministic, the common case in PyTorch); --algo N sets the backward-filter one.
-// --benchmark takes the fastest algorithm cudnnFind* reports for each direction. The workspace
-// is the larger of what the chosen algorithms need and 1 MiB (a framework's workspace budget),
-// or exactly BYTES. Each iteration recomputes y and dx and accumulates dw (beta = 1 after the
-// first). Prints the chosen algorithms and the checksum of y, dx and dw.
+// --benchmark takes the fastest algorithm cudnnFind*Algorithm reports for each direction;
+// --find-ex does the same with cudnnFind*AlgorithmEx on the program's own buffers and
+// workspace (as PyTorch does); --heuristic takes the first usable cudnnGet*Algorithm_v7 entry.
+// The workspace is the larger of what the chosen algorithms need and 1 MiB (a framework's
+// workspace budget), or exactly BYTES. Each iteration recomputes y and dx and accumulates dw
+// (beta = 1 after the first). Prints the chosen algorithms and the checksum of y, dx and dw.
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
@@ -73,14 +76,18 @@ int Fastest(const Perf* results, int count) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool benchmark = false;
+  enum class Selection { kFixed, kFind, kFindEx, kHeuristic } selection = Selection::kFixed;
   int filter_algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
   long long workspace_override = -1;
   int iterations = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--benchmark") {
-      benchmark = true;
+      selection = Selection::kFind;
+    } else if (arg == "--find-ex") {
+      selection = Selection::kFindEx;
+    } else if (arg == "--heuristic") {
+      selection = Selection::kHeuristic;
     } else if (arg == "--algo" && i + 1 < argc) {
       filter_algo = std::atoi(argv[++i]);
     } else if (arg == "--workspace" && i + 1 < argc) {
@@ -89,8 +96,8 @@ int main(int argc, char** argv) {
       iterations = std::max(1, std::atoi(arg.c_str()));
     } else {
       std::fprintf(stderr,
-                   "usage: conv_legacy [--benchmark] [--algo N] [--workspace BYTES] "
-                   "[ITERATIONS]\n");
+                   "usage: conv_legacy [--benchmark | --find-ex | --heuristic] [--algo N] "
+                   "[--workspace BYTES] [ITERATIONS]\n");
       return 2;
     }
   }
@@ -136,35 +143,78 @@ int main(int argc, char** argv) {
   const size_t w_count = static_cast<size_t>(kK) * kC * kR * kS;
   const size_t y_count = static_cast<size_t>(n) * k * p * row;
 
+  float* x = DeviceCopy(Values(x_count, 1));
+  float* w = DeviceCopy(Values(w_count, 2));
+  float* dy = DeviceCopy(Values(y_count, 3));
+  float* y = DeviceCopy(std::vector<float>(y_count, 0.0f));
+  float* dx = DeviceCopy(std::vector<float>(x_count, 0.0f));
+  float* dw = DeviceCopy(std::vector<float>(w_count, 0.0f));
+  if (!x || !w || !dy || !y || !dx || !dw) return 1;
+  const size_t budget =
+      workspace_override >= 0 ? static_cast<size_t>(workspace_override) : size_t{1} << 20;
+  void* workspace = nullptr;
+  if (budget > 0 && !Ok(cudaMalloc(&workspace, budget), "cudaMalloc")) return 1;
+
   int fwd_algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
   int data_algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-  if (benchmark) {
+  if (selection != Selection::kFixed) {
     int count = 0;
     cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     cudnnConvolutionBwdFilterAlgoPerf_t filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    if (!Ok(cudnnFindConvolutionForwardAlgorithm(handle, x_desc, w_desc, conv, y_desc,
-                                                 CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, fwd),
-            "cudnnFindConvolutionForwardAlgorithm")) {
-      return 1;
+    const int fwd_max = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+    const int data_max = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+    const int filter_max = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+    cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
+    switch (selection) {
+      case Selection::kFind:
+        status = cudnnFindConvolutionForwardAlgorithm(handle, x_desc, w_desc, conv, y_desc, fwd_max,
+                                                      &count, fwd);
+        break;
+      case Selection::kFindEx:
+        status = cudnnFindConvolutionForwardAlgorithmEx(handle, x_desc, x, w_desc, w, conv, y_desc,
+                                                        y, fwd_max, &count, fwd, workspace, budget);
+        break;
+      default:
+        status = cudnnGetConvolutionForwardAlgorithm_v7(handle, x_desc, w_desc, conv, y_desc,
+                                                        fwd_max, &count, fwd);
     }
+    if (!Ok(status, "forward algorithm query")) return 1;
     fwd_algo = Fastest(fwd, count);
-    if (!Ok(cudnnFindConvolutionBackwardDataAlgorithm(handle, w_desc, y_desc, conv, x_desc,
-                                                      CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
-                                                      &count, data),
-            "cudnnFindConvolutionBackwardDataAlgorithm")) {
-      return 1;
+    switch (selection) {
+      case Selection::kFind:
+        status = cudnnFindConvolutionBackwardDataAlgorithm(handle, w_desc, y_desc, conv, x_desc,
+                                                           data_max, &count, data);
+        break;
+      case Selection::kFindEx:
+        status = cudnnFindConvolutionBackwardDataAlgorithmEx(handle, w_desc, w, y_desc, dy, conv,
+                                                             x_desc, dx, data_max, &count, data,
+                                                             workspace, budget);
+        break;
+      default:
+        status = cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w_desc, y_desc, conv, x_desc,
+                                                             data_max, &count, data);
     }
+    if (!Ok(status, "backward data algorithm query")) return 1;
     data_algo = Fastest(data, count);
-    if (!Ok(cudnnFindConvolutionBackwardFilterAlgorithm(handle, x_desc, y_desc, conv, w_desc,
-                                                        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
-                                                        &count, filter),
-            "cudnnFindConvolutionBackwardFilterAlgorithm")) {
-      return 1;
+    switch (selection) {
+      case Selection::kFind:
+        status = cudnnFindConvolutionBackwardFilterAlgorithm(handle, x_desc, y_desc, conv, w_desc,
+                                                             filter_max, &count, filter);
+        break;
+      case Selection::kFindEx:
+        status = cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, x_desc, x, y_desc, dy, conv,
+                                                               w_desc, dw, filter_max, &count,
+                                                               filter, workspace, budget);
+        break;
+      default:
+        status = cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, x_desc, y_desc, conv, w_desc,
+                                                               filter_max, &count, filter);
     }
+    if (!Ok(status, "backward filter algorithm query")) return 1;
     filter_algo = Fastest(filter, count);
     if (fwd_algo < 0 || data_algo < 0 || filter_algo < 0) {
-      std::fprintf(stderr, "conv_legacy: the benchmark found no usable algorithm\n");
+      std::fprintf(stderr, "conv_legacy: the algorithm query found no usable algorithm\n");
       return 1;
     }
   }
@@ -184,20 +234,12 @@ int main(int argc, char** argv) {
           "cudnnGetConvolutionBackwardFilterWorkspaceSize")) {
     return 1;
   }
-  const size_t workspace_bytes =
-      workspace_override >= 0
-          ? static_cast<size_t>(workspace_override)
-          : std::max({fwd_bytes, data_bytes, filter_bytes, size_t{1} << 20});
-  void* workspace = nullptr;
-  if (workspace_bytes > 0 && !Ok(cudaMalloc(&workspace, workspace_bytes), "cudaMalloc")) return 1;
-
-  float* x = DeviceCopy(Values(x_count, 1));
-  float* w = DeviceCopy(Values(w_count, 2));
-  float* dy = DeviceCopy(Values(y_count, 3));
-  float* y = DeviceCopy(std::vector<float>(y_count, 0.0f));
-  float* dx = DeviceCopy(std::vector<float>(x_count, 0.0f));
-  float* dw = DeviceCopy(std::vector<float>(w_count, 0.0f));
-  if (!x || !w || !dy || !y || !dx || !dw) return 1;
+  size_t workspace_bytes = budget;
+  if (workspace_override < 0 && std::max({fwd_bytes, data_bytes, filter_bytes}) > budget) {
+    workspace_bytes = std::max({fwd_bytes, data_bytes, filter_bytes});
+    cudaFree(workspace);
+    if (!Ok(cudaMalloc(&workspace, workspace_bytes), "cudaMalloc")) return 1;
+  }
 
   const float one = 1.0f, zero = 0.0f;
   for (int iteration = 0; iteration < iterations; ++iteration) {
@@ -222,8 +264,7 @@ int main(int argc, char** argv) {
   std::vector<float> result(y_count + x_count + w_count);
   if (!Ok(cudaMemcpy(result.data(), y, y_count * sizeof(float), cudaMemcpyDeviceToHost),
           "cudaMemcpy") ||
-      !Ok(cudaMemcpy(result.data() + y_count, dx, x_count * sizeof(float),
-                     cudaMemcpyDeviceToHost),
+      !Ok(cudaMemcpy(result.data() + y_count, dx, x_count * sizeof(float), cudaMemcpyDeviceToHost),
           "cudaMemcpy") ||
       !Ok(cudaMemcpy(result.data() + y_count + x_count, dw, w_count * sizeof(float),
                      cudaMemcpyDeviceToHost),
@@ -236,8 +277,7 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < y_count; ++i) {
     if (static_cast<int>(i % static_cast<size_t>(row)) < q) packed.push_back(result[i]);
   }
-  packed.insert(packed.end(), result.begin() + static_cast<std::ptrdiff_t>(y_count),
-                result.end());
+  packed.insert(packed.end(), result.begin() + static_cast<std::ptrdiff_t>(y_count), result.end());
   std::printf("algos forward %d backward_data %d backward_filter %d workspace %zu\n", fwd_algo,
               data_algo, filter_algo, workspace_bytes);
   ndt::programs::PrintChecksum(packed.data(), packed.size() * sizeof(float));

@@ -101,9 +101,8 @@ const CudnnDriver& CudnnDriverFunctions() {
 cudnnStatus_t SynchronizeHandle(cudnnHandle_t handle) {
   const CudnnDriver& driver = CudnnDriverFunctions();
   if (driver.stream_synchronize == nullptr) return CUDNN_STATUS_EXECUTION_FAILED;
-  return driver.stream_synchronize(handle->stream) == CUDA_SUCCESS
-             ? CUDNN_STATUS_SUCCESS
-             : CUDNN_STATUS_EXECUTION_FAILED;
+  return driver.stream_synchronize(handle->stream) == CUDA_SUCCESS ? CUDNN_STATUS_SUCCESS
+                                                                   : CUDNN_STATUS_EXECUTION_FAILED;
 }
 
 void AtomicAddFloat(float* cell, float value) {
@@ -115,8 +114,9 @@ void AtomicAddFloat(float* cell, float value) {
   }
 }
 
-void RunRacing(int threads, const std::function<void(int thread, int threads,
-                                                     const std::function<void()>& yield)>& work) {
+void RunRacing(
+    int threads,
+    const std::function<void(int thread, int threads, const std::function<void()>& yield)>& work) {
   constexpr unsigned kMaxRun = 256;  // calls of yield() between yields: 1 to this, at random
   const auto run = [&work, threads](int t) {
     std::minstd_rand random(std::random_device{}());
@@ -195,8 +195,8 @@ int OutputSize(int input, int pad, int filter, int stride, int dilation) {
 }
 
 bool DescribeProblem(cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
-                     cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t y,
-                     Problem* problem, cudnnStatus_t* status) {
+                     cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t y, Problem* problem,
+                     cudnnStatus_t* status) {
   *status = CUDNN_STATUS_BAD_PARAM;
   if (x == nullptr || w == nullptr || conv == nullptr || y == nullptr || !x->set || !w->set ||
       !conv->set || !y->set) {
@@ -260,52 +260,86 @@ AlgoTraits Traits(Direction direction, int algo, const Problem& p) {
   switch (direction) {
     case Direction::kForward:
       switch (algo) {
-        case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: break;
-        case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM: t.workspace = ws / 2 + 256; break;
-        case CUDNN_CONVOLUTION_FWD_ALGO_GEMM: t.workspace = xs * static_cast<size_t>(p.r * p.s); break;
-        case CUDNN_CONVOLUTION_FWD_ALGO_DIRECT: t.supported = false; break;
-        case CUDNN_CONVOLUTION_FWD_ALGO_FFT: t.workspace = fft; break;
-        case CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING: t.workspace = tile; break;
-        case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD: t.supported = p.Winograd(); break;
+        case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM:
+          break;
+        case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM:
+          t.workspace = ws / 2 + 256;
+          break;
+        case CUDNN_CONVOLUTION_FWD_ALGO_GEMM:
+          t.workspace = xs * static_cast<size_t>(p.r * p.s);
+          break;
+        case CUDNN_CONVOLUTION_FWD_ALGO_DIRECT:
+          t.supported = false;
+          break;
+        case CUDNN_CONVOLUTION_FWD_ALGO_FFT:
+          t.workspace = fft;
+          break;
+        case CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING:
+          t.workspace = tile;
+          break;
+        case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD:
+          t.supported = p.Winograd();
+          break;
         case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED:
           t.supported = p.Winograd();
           t.workspace = (xs + ys) * 2;
           break;
-        default: t.supported = false;
+        default:
+          t.supported = false;
       }
       break;
     case Direction::kBackwardData:
       switch (algo) {
-        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_0: t.deterministic = false; break;
-        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_1: t.workspace = ys / 2 + 256; break;
-        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT: t.workspace = fft; break;
-        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING: t.workspace = tile; break;
-        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD: t.supported = p.Winograd(); break;
+        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_0:
+          t.deterministic = false;
+          break;
+        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_1:
+          t.workspace = ys / 2 + 256;
+          break;
+        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT:
+          t.workspace = fft;
+          break;
+        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING:
+          t.workspace = tile;
+          break;
+        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD:
+          t.supported = p.Winograd();
+          break;
         case CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED:
           t.supported = p.Winograd();
           t.workspace = (xs + ys) * 2;
           break;
-        default: t.supported = false;
+        default:
+          t.supported = false;
       }
       break;
     case Direction::kBackwardFilter:
       switch (algo) {
-        case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0: t.deterministic = false; break;
+        case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0:
+          t.deterministic = false;
+          break;
         case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1:  // im2col of x
           t.workspace = xs * static_cast<size_t>(p.r * p.s);
           break;
-        case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT: t.workspace = fft; break;
+        case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT:
+          t.workspace = fft;
+          break;
         case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3:
           t.deterministic = false;
           t.workspace = ws;
           break;
-        case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD: t.supported = false; break;
+        case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD:
+          t.supported = false;
+          break;
         case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED:
           t.supported = p.Winograd();
           t.workspace = (xs + ys) * 2;
           break;
-        case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING: t.workspace = tile; break;
-        default: t.supported = false;
+        case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING:
+          t.workspace = tile;
+          break;
+        default:
+          t.supported = false;
       }
       break;
   }
@@ -314,9 +348,12 @@ AlgoTraits Traits(Direction direction, int algo, const Problem& p) {
 
 int AlgoCount(Direction direction) {
   switch (direction) {
-    case Direction::kForward: return CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
-    case Direction::kBackwardData: return CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
-    case Direction::kBackwardFilter: return CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+    case Direction::kForward:
+      return CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+    case Direction::kBackwardData:
+      return CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+    case Direction::kBackwardFilter:
+      return CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
   }
   return 0;
 }
@@ -324,9 +361,12 @@ int AlgoCount(Direction direction) {
 // The heuristic (Get*_v7) order: fixed per direction; unsupported ones follow.
 std::vector<int> HeuristicOrder(Direction direction) {
   switch (direction) {
-    case Direction::kForward: return {1, 0, 2, 7, 6, 5, 4, 3};
-    case Direction::kBackwardData: return {1, 0, 4, 5, 3, 2};
-    case Direction::kBackwardFilter: return {0, 1, 3, 5, 6, 2, 4};
+    case Direction::kForward:
+      return {1, 0, 2, 7, 6, 5, 4, 3};
+    case Direction::kBackwardData:
+      return {1, 0, 4, 5, 3, 2};
+    case Direction::kBackwardFilter:
+      return {0, 1, 3, 5, 6, 2, 4};
   }
   return {};
 }
@@ -503,8 +543,7 @@ struct PerfEntry {
 };
 
 template <typename Perf, typename Algo>
-void WritePerf(const std::vector<PerfEntry>& entries, int requested, int* returned,
-               Perf* results) {
+void WritePerf(const std::vector<PerfEntry>& entries, int requested, int* returned, Perf* results) {
   const int count = std::min(requested, static_cast<int>(entries.size()));
   for (int i = 0; i < count; ++i) {
     Perf perf{};
@@ -561,32 +600,47 @@ class Scratch {
   std::vector<CUdeviceptr> pointers_;
 };
 
-// The benchmark: runs each supported algorithm once on zero-filled scratch buffers and reports
-// them fastest first by a noisy time; unsupported ones follow.
+// The program's buffers for a Find*Ex benchmark (the output is overwritten) and how much
+// workspace it offers; null buffers: the benchmark allocates zero-filled scratch buffers.
+struct BenchmarkBuffers {
+  float* x = nullptr;  // dx for backward data
+  float* w = nullptr;  // dw for backward filter
+  float* y = nullptr;  // dy for the backward directions
+  size_t workspace_bytes = SIZE_MAX;
+};
+
+// The benchmark: runs each supported algorithm once and reports them fastest first by a noisy
+// time; unsupported ones (and, with the program's buffers, those whose workspace does not fit
+// the one offered) follow with CUDNN_STATUS_NOT_SUPPORTED.
 cudnnStatus_t Benchmark(cudnnHandle_t handle, Direction direction, const Problem& p,
-                        std::vector<PerfEntry>* entries) {
+                        const BenchmarkBuffers& given, std::vector<PerfEntry>* entries) {
   if (handle == nullptr) return CUDNN_STATUS_BAD_PARAM;
   if (const cudnnStatus_t status = SynchronizeHandle(handle); status != CUDNN_STATUS_SUCCESS) {
     return status;
   }
   Scratch scratch;
-  float* x = scratch.Floats(p.XCount());
-  float* w = scratch.Floats(p.WCount());
-  float* y = scratch.Floats(p.YCount());
-  if (x == nullptr || w == nullptr || y == nullptr) return CUDNN_STATUS_ALLOC_FAILED;
-  // The dense layouts the scratch buffers have.
-  Problem dense = p;
-  const int x_dense[4] = {p.c * p.h * p.w, p.h * p.w, p.w, 1};
-  const int y_dense[4] = {p.k * p.p * p.q, p.p * p.q, p.q, 1};
-  std::copy(x_dense, x_dense + 4, dense.x_strides);
-  std::copy(y_dense, y_dense + 4, dense.y_strides);
+  Problem problem = p;
+  BenchmarkBuffers buffers = given;
+  if (buffers.x == nullptr) {
+    buffers.x = scratch.Floats(p.XCount());
+    buffers.w = scratch.Floats(p.WCount());
+    buffers.y = scratch.Floats(p.YCount());
+    if (buffers.x == nullptr || buffers.w == nullptr || buffers.y == nullptr) {
+      return CUDNN_STATUS_ALLOC_FAILED;
+    }
+    // The dense layouts the scratch buffers have.
+    const int x_dense[4] = {p.c * p.h * p.w, p.h * p.w, p.w, 1};
+    const int y_dense[4] = {p.k * p.p * p.q, p.p * p.q, p.q, 1};
+    std::copy(x_dense, x_dense + 4, problem.x_strides);
+    std::copy(y_dense, y_dense + 4, problem.y_strides);
+  }
   std::minstd_rand random(std::random_device{}());
   std::uniform_real_distribution<float> noise(0.6f, 1.4f);
   std::vector<PerfEntry> unsupported;
   for (int algo = 0; algo < AlgoCount(direction); ++algo) {
     const AlgoTraits t = Traits(direction, algo, p);
     PerfEntry entry{algo, CUDNN_STATUS_SUCCESS, -1.0f, t.workspace, ToDeterminism(t)};
-    if (!t.supported) {
+    if (!t.supported || t.workspace > buffers.workspace_bytes) {
       entry.status = CUDNN_STATUS_NOT_SUPPORTED;
       entry.memory = 0;
       unsupported.push_back(entry);
@@ -594,9 +648,15 @@ cudnnStatus_t Benchmark(cudnnHandle_t handle, Direction direction, const Problem
     }
     const auto start = std::chrono::steady_clock::now();
     switch (direction) {
-      case Direction::kForward: Forward(dense, t, 1.0f, x, w, 0.0f, y); break;
-      case Direction::kBackwardData: BackwardData(dense, t, 1.0f, w, y, 0.0f, x); break;
-      case Direction::kBackwardFilter: BackwardFilter(dense, t, 1.0f, x, y, 0.0f, w); break;
+      case Direction::kForward:
+        Forward(problem, t, 1.0f, buffers.x, buffers.w, 0.0f, buffers.y);
+        break;
+      case Direction::kBackwardData:
+        BackwardData(problem, t, 1.0f, buffers.w, buffers.y, 0.0f, buffers.x);
+        break;
+      case Direction::kBackwardFilter:
+        BackwardFilter(problem, t, 1.0f, buffers.x, buffers.y, 0.0f, buffers.w);
+        break;
     }
     const std::chrono::duration<float, std::milli> measured =
         std::chrono::steady_clock::now() - start;
@@ -615,16 +675,22 @@ float Scalar(const void* value) {
   return result;
 }
 
+// Find*Algorithm (`buffers` empty) and Find*AlgorithmEx.
 template <typename Perf, typename Algo>
 cudnnStatus_t Find(cudnnHandle_t handle, Direction direction, cudnnTensorDescriptor_t x,
                    cudnnFilterDescriptor_t w, cudnnConvolutionDescriptor_t conv,
-                   cudnnTensorDescriptor_t y, int requested, int* returned, Perf* results) {
+                   cudnnTensorDescriptor_t y, int requested, int* returned, Perf* results,
+                   const BenchmarkBuffers& buffers = {}) {
   Problem p;
   cudnnStatus_t status;
   if (!DescribeProblem(x, w, conv, y, &p, &status)) return status;
   if (returned == nullptr || results == nullptr || requested <= 0) return CUDNN_STATUS_BAD_PARAM;
+  if (buffers.workspace_bytes != SIZE_MAX &&
+      (buffers.x == nullptr || buffers.w == nullptr || buffers.y == nullptr)) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
   std::vector<PerfEntry> entries;
-  if (status = Benchmark(handle, direction, p, &entries); status != CUDNN_STATUS_SUCCESS) {
+  if (status = Benchmark(handle, direction, p, buffers, &entries); status != CUDNN_STATUS_SUCCESS) {
     return status;
   }
   WritePerf<Perf, Algo>(entries, requested, returned, results);
@@ -678,6 +744,17 @@ cudnnStatus_t Prepare(cudnnHandle_t handle, Direction direction, cudnnTensorDesc
   return SynchronizeHandle(handle);
 }
 
+// The program's buffers; a null workspace offers none.
+BenchmarkBuffers ExBuffers(const void* x, const void* w, const void* y, const void* workspace,
+                           size_t workspace_bytes) {
+  BenchmarkBuffers buffers;
+  buffers.x = static_cast<float*>(const_cast<void*>(x));
+  buffers.w = static_cast<float*>(const_cast<void*>(w));
+  buffers.y = static_cast<float*>(const_cast<void*>(y));
+  buffers.workspace_bytes = workspace == nullptr ? 0 : workspace_bytes;
+  return buffers;
+}
+
 }  // namespace
 }  // namespace ndt::standin
 
@@ -691,15 +768,24 @@ size_t cudnnGetVersion(void) {
 
 const char* cudnnGetErrorString(cudnnStatus_t status) {
   switch (status) {
-    case CUDNN_STATUS_SUCCESS: return "CUDNN_STATUS_SUCCESS";
-    case CUDNN_STATUS_NOT_INITIALIZED: return "CUDNN_STATUS_NOT_INITIALIZED";
-    case CUDNN_STATUS_BAD_PARAM: return "CUDNN_STATUS_BAD_PARAM";
-    case CUDNN_STATUS_BAD_PARAM_NULL_POINTER: return "CUDNN_STATUS_BAD_PARAM_NULL_POINTER";
-    case CUDNN_STATUS_NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED";
-    case CUDNN_STATUS_INTERNAL_ERROR: return "CUDNN_STATUS_INTERNAL_ERROR";
-    case CUDNN_STATUS_EXECUTION_FAILED: return "CUDNN_STATUS_EXECUTION_FAILED";
-    case CUDNN_STATUS_ALLOC_FAILED: return "CUDNN_STATUS_ALLOC_FAILED";
-    default: break;
+    case CUDNN_STATUS_SUCCESS:
+      return "CUDNN_STATUS_SUCCESS";
+    case CUDNN_STATUS_NOT_INITIALIZED:
+      return "CUDNN_STATUS_NOT_INITIALIZED";
+    case CUDNN_STATUS_BAD_PARAM:
+      return "CUDNN_STATUS_BAD_PARAM";
+    case CUDNN_STATUS_BAD_PARAM_NULL_POINTER:
+      return "CUDNN_STATUS_BAD_PARAM_NULL_POINTER";
+    case CUDNN_STATUS_NOT_SUPPORTED:
+      return "CUDNN_STATUS_NOT_SUPPORTED";
+    case CUDNN_STATUS_INTERNAL_ERROR:
+      return "CUDNN_STATUS_INTERNAL_ERROR";
+    case CUDNN_STATUS_EXECUTION_FAILED:
+      return "CUDNN_STATUS_EXECUTION_FAILED";
+    case CUDNN_STATUS_ALLOC_FAILED:
+      return "CUDNN_STATUS_ALLOC_FAILED";
+    default:
+      break;
   }
   return "CUDNN_STATUS_UNKNOWN";
 }
@@ -746,10 +832,10 @@ cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t desc) {
 }
 
 cudnnStatus_t cudnnSetTensor4dDescriptorEx(cudnnTensorDescriptor_t desc, cudnnDataType_t dtype,
-                                           int n, int c, int h, int w, int n_stride,
-                                           int c_stride, int h_stride, int w_stride) {
-  if (desc == nullptr || n <= 0 || c <= 0 || h <= 0 || w <= 0 || n_stride <= 0 ||
-      c_stride <= 0 || h_stride <= 0 || w_stride <= 0) {
+                                           int n, int c, int h, int w, int n_stride, int c_stride,
+                                           int h_stride, int w_stride) {
+  if (desc == nullptr || n <= 0 || c <= 0 || h <= 0 || w <= 0 || n_stride <= 0 || c_stride <= 0 ||
+      h_stride <= 0 || w_stride <= 0) {
     return CUDNN_STATUS_BAD_PARAM;
   }
   desc->dtype = dtype;
@@ -772,10 +858,9 @@ cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t desc, cudnnTens
   return CUDNN_STATUS_NOT_SUPPORTED;
 }
 
-cudnnStatus_t cudnnGetTensor4dDescriptor(const cudnnTensorDescriptor_t desc,
-                                         cudnnDataType_t* dtype, int* n, int* c, int* h, int* w,
-                                         int* n_stride, int* c_stride, int* h_stride,
-                                         int* w_stride) {
+cudnnStatus_t cudnnGetTensor4dDescriptor(const cudnnTensorDescriptor_t desc, cudnnDataType_t* dtype,
+                                         int* n, int* c, int* h, int* w, int* n_stride,
+                                         int* c_stride, int* h_stride, int* w_stride) {
   if (desc == nullptr || !desc->set) return CUDNN_STATUS_BAD_PARAM;
   *dtype = desc->dtype;
   *n = desc->dims[0];
@@ -811,9 +896,9 @@ cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t desc, cudnnData
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnGetFilter4dDescriptor(const cudnnFilterDescriptor_t desc,
-                                         cudnnDataType_t* dtype, cudnnTensorFormat_t* format,
-                                         int* k, int* c, int* h, int* w) {
+cudnnStatus_t cudnnGetFilter4dDescriptor(const cudnnFilterDescriptor_t desc, cudnnDataType_t* dtype,
+                                         cudnnTensorFormat_t* format, int* k, int* c, int* h,
+                                         int* w) {
   if (desc == nullptr || !desc->set) return CUDNN_STATUS_BAD_PARAM;
   *dtype = desc->dtype;
   *format = desc->format;
@@ -871,8 +956,7 @@ cudnnStatus_t cudnnGetConvolution2dDescriptor(const cudnnConvolutionDescriptor_t
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t desc,
-                                          cudnnMathType_t math) {
+cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t desc, cudnnMathType_t math) {
   if (desc == nullptr) return CUDNN_STATUS_BAD_PARAM;
   desc->math = math;
   return CUDNN_STATUS_SUCCESS;
@@ -894,16 +978,16 @@ cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t desc, i
 
 cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescriptor_t conv,
                                                     const cudnnTensorDescriptor_t x,
-                                                    const cudnnFilterDescriptor_t w, int* n,
-                                                    int* c, int* h, int* width) {
+                                                    const cudnnFilterDescriptor_t w, int* n, int* c,
+                                                    int* h, int* width) {
   if (conv == nullptr || x == nullptr || w == nullptr || !conv->set || !x->set || !w->set ||
       w->dims[1] != x->dims[1]) {
     return CUDNN_STATUS_BAD_PARAM;
   }
-  const int out_h = ndt::standin::OutputSize(x->dims[2], conv->pad[0], w->dims[2],
-                                             conv->stride[0], conv->dilation[0]);
-  const int out_w = ndt::standin::OutputSize(x->dims[3], conv->pad[1], w->dims[3],
-                                             conv->stride[1], conv->dilation[1]);
+  const int out_h = ndt::standin::OutputSize(x->dims[2], conv->pad[0], w->dims[2], conv->stride[0],
+                                             conv->dilation[0]);
+  const int out_w = ndt::standin::OutputSize(x->dims[3], conv->pad[1], w->dims[3], conv->stride[1],
+                                             conv->dilation[1]);
   if (out_h <= 0 || out_w <= 0) return CUDNN_STATUS_BAD_PARAM;
   *n = x->dims[0];
   *c = w->dims[0];
@@ -952,8 +1036,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
     cudnnHandle_t handle, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,
     const cudnnConvolutionDescriptor_t conv, const cudnnFilterDescriptor_t dw, int requested,
     int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results) {
-  return ndt::standin::GetV7<cudnnConvolutionBwdFilterAlgoPerf_t,
-                             cudnnConvolutionBwdFilterAlgo_t>(
+  return ndt::standin::GetV7<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(
       handle, Direction::kBackwardFilter, x, dw, conv, dy, requested, returned, results);
 }
 
@@ -967,28 +1050,54 @@ cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(
 
 cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(
     cudnnHandle_t handle, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy,
-    const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t dx,
-    const int requested, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results) {
+    const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t dx, const int requested,
+    int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results) {
   return ndt::standin::Find<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(
       handle, Direction::kBackwardData, dx, w, conv, dy, requested, returned, results);
 }
 
 cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(
     cudnnHandle_t handle, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,
-    const cudnnConvolutionDescriptor_t conv, const cudnnFilterDescriptor_t dw,
-    const int requested, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results) {
-  return ndt::standin::Find<cudnnConvolutionBwdFilterAlgoPerf_t,
-                            cudnnConvolutionBwdFilterAlgo_t>(
+    const cudnnConvolutionDescriptor_t conv, const cudnnFilterDescriptor_t dw, const int requested,
+    int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results) {
+  return ndt::standin::Find<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(
       handle, Direction::kBackwardFilter, x, dw, conv, dy, requested, returned, results);
 }
 
-cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t,
-                                                      const cudnnTensorDescriptor_t x,
-                                                      const cudnnFilterDescriptor_t w,
-                                                      const cudnnConvolutionDescriptor_t conv,
-                                                      const cudnnTensorDescriptor_t y,
-                                                      cudnnConvolutionFwdAlgo_t algo,
-                                                      size_t* bytes) {
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(
+    cudnnHandle_t handle, const cudnnTensorDescriptor_t x_desc, const void* x,
+    const cudnnFilterDescriptor_t w_desc, const void* w, const cudnnConvolutionDescriptor_t conv,
+    const cudnnTensorDescriptor_t y_desc, void* y, const int requested, int* returned,
+    cudnnConvolutionFwdAlgoPerf_t* results, void* workspace, size_t workspace_bytes) {
+  return ndt::standin::Find<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t>(
+      handle, Direction::kForward, x_desc, w_desc, conv, y_desc, requested, returned, results,
+      ndt::standin::ExBuffers(x, w, y, workspace, workspace_bytes));
+}
+
+cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(
+    cudnnHandle_t handle, const cudnnFilterDescriptor_t w_desc, const void* w,
+    const cudnnTensorDescriptor_t dy_desc, const void* dy, const cudnnConvolutionDescriptor_t conv,
+    const cudnnTensorDescriptor_t dx_desc, void* dx, const int requested, int* returned,
+    cudnnConvolutionBwdDataAlgoPerf_t* results, void* workspace, size_t workspace_bytes) {
+  return ndt::standin::Find<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(
+      handle, Direction::kBackwardData, dx_desc, w_desc, conv, dy_desc, requested, returned,
+      results, ndt::standin::ExBuffers(dx, w, dy, workspace, workspace_bytes));
+}
+
+cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(
+    cudnnHandle_t handle, const cudnnTensorDescriptor_t x_desc, const void* x,
+    const cudnnTensorDescriptor_t dy_desc, const void* dy, const cudnnConvolutionDescriptor_t conv,
+    const cudnnFilterDescriptor_t dw_desc, void* dw, const int requested, int* returned,
+    cudnnConvolutionBwdFilterAlgoPerf_t* results, void* workspace, size_t workspace_bytes) {
+  return ndt::standin::Find<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(
+      handle, Direction::kBackwardFilter, x_desc, dw_desc, conv, dy_desc, requested, returned,
+      results, ndt::standin::ExBuffers(x, dw, dy, workspace, workspace_bytes));
+}
+
+cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(
+    cudnnHandle_t, const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t w,
+    const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t y,
+    cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
   return ndt::standin::WorkspaceSize(Direction::kForward, x, w, conv, y, algo, bytes);
 }
 
@@ -1017,9 +1126,9 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha,
                                       const cudnnTensorDescriptor_t y_desc, void* y) {
   ndt::standin::Problem p;
   ndt::standin::AlgoTraits t;
-  if (const cudnnStatus_t status = ndt::standin::Prepare(
-          handle, Direction::kForward, x_desc, w_desc, conv, y_desc, algo, workspace,
-          workspace_bytes, {alpha, x, w, beta, y}, &p, &t);
+  if (const cudnnStatus_t status =
+          ndt::standin::Prepare(handle, Direction::kForward, x_desc, w_desc, conv, y_desc, algo,
+                                workspace, workspace_bytes, {alpha, x, w, beta, y}, &p, &t);
       status != CUDNN_STATUS_SUCCESS) {
     return status;
   }
@@ -1038,9 +1147,9 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alp
                                            const cudnnTensorDescriptor_t dx_desc, void* dx) {
   ndt::standin::Problem p;
   ndt::standin::AlgoTraits t;
-  if (const cudnnStatus_t status = ndt::standin::Prepare(
-          handle, Direction::kBackwardData, dx_desc, w_desc, conv, dy_desc, algo, workspace,
-          workspace_bytes, {alpha, w, dy, beta, dx}, &p, &t);
+  if (const cudnnStatus_t status =
+          ndt::standin::Prepare(handle, Direction::kBackwardData, dx_desc, w_desc, conv, dy_desc,
+                                algo, workspace, workspace_bytes, {alpha, w, dy, beta, dx}, &p, &t);
       status != CUDNN_STATUS_SUCCESS) {
     return status;
   }
@@ -1052,18 +1161,16 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alp
 
 cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* alpha,
                                              const cudnnTensorDescriptor_t x_desc, const void* x,
-                                             const cudnnTensorDescriptor_t dy_desc,
-                                             const void* dy,
+                                             const cudnnTensorDescriptor_t dy_desc, const void* dy,
                                              const cudnnConvolutionDescriptor_t conv,
-                                             cudnnConvolutionBwdFilterAlgo_t algo,
-                                             void* workspace, size_t workspace_bytes,
-                                             const void* beta,
+                                             cudnnConvolutionBwdFilterAlgo_t algo, void* workspace,
+                                             size_t workspace_bytes, const void* beta,
                                              const cudnnFilterDescriptor_t dw_desc, void* dw) {
   ndt::standin::Problem p;
   ndt::standin::AlgoTraits t;
-  if (const cudnnStatus_t status = ndt::standin::Prepare(
-          handle, Direction::kBackwardFilter, x_desc, dw_desc, conv, dy_desc, algo, workspace,
-          workspace_bytes, {alpha, x, dy, beta, dw}, &p, &t);
+  if (const cudnnStatus_t status =
+          ndt::standin::Prepare(handle, Direction::kBackwardFilter, x_desc, dw_desc, conv, dy_desc,
+                                algo, workspace, workspace_bytes, {alpha, x, dy, beta, dw}, &p, &t);
       status != CUDNN_STATUS_SUCCESS) {
     return status;
   }

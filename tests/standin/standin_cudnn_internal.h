@@ -23,7 +23,7 @@ namespace ndt::standin {
 // default-stream semantics). A member is null when the driver or the function is missing.
 // Any thread.
 struct CudnnDriver {
-  CUresult (*stream_synchronize)(CUstream) = nullptr;    // cuStreamSynchronize
+  CUresult (*stream_synchronize)(CUstream) = nullptr;     // cuStreamSynchronize
   CUresult (*mem_alloc)(CUdeviceptr*, size_t) = nullptr;  // cuMemAlloc (_v2)
   CUresult (*mem_free)(CUdeviceptr) = nullptr;            // cuMemFree (_v2)
 };
@@ -42,7 +42,8 @@ void AtomicAddFloat(float* cell, float value);
 // gives the processor up after a random number of calls (drawn from std::random_device), so
 // the interleaving of atomic additions varies from run to run even on one core. For the
 // genuinely nondeterministic ("atomics") algorithms and engines.
-void RunRacing(int threads, const std::function<void(int thread, int threads,
-                                                     const std::function<void()>& yield)>& work);
+void RunRacing(
+    int threads,
+    const std::function<void(int thread, int threads, const std::function<void()>& yield)>& work);
 
 }  // namespace ndt::standin

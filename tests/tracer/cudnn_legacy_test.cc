@@ -100,8 +100,9 @@ constexpr uint64_t kYBytes = (3 * 2176 + 7 * 272 + 15 * 17 + 15 + 1) * 4;  // ex
 
 }  // namespace
 
-TEST_CASE("a cuDNN convolution records its problem and algorithm with a fingerprint and exact extents",
-          "[tracer][cudnn]") {
+TEST_CASE(
+    "a cuDNN convolution records its problem and algorithm with a fingerprint and exact extents",
+    "[tracer][cudnn]") {
   ndt::testing::TempDir dir;
   const std::string trace = (dir / "observe.ndt").string();
   const RunResult run = RecordConv(trace, "");
@@ -233,6 +234,78 @@ TEST_CASE("cuDNN's nondeterministic bwd-filter algorithm diverges and --determin
   const RunResult show = Run(kNdtrace + " show '" + first_trace + "'");
   REQUIRE(show.status == 0);
   CHECK(Count(show.out, "replaced bwd-filter algo 0 (nondeterministic) by 1") == 2);
+}
+
+int64_t Signed(const OpRecord& op, const std::string& name) {
+  for (const Argument& argument : op.args) {
+    if (argument.name != name) continue;
+    if (const auto* value = std::get_if<int64_t>(&argument.value)) return *value;
+  }
+  return -1;
+}
+
+TEST_CASE("the deterministic policy filters nondeterministic Get_v7 and FindEx results",
+          "[tracer][cudnn]") {
+  ndt::testing::TempDir dir;
+  // Heuristics list the nondeterministic bwd-filter ALGO_0 first: the program takes it.
+  const std::string observed = (dir / "heuristic.ndt").string();
+  REQUIRE(RecordConv(observed, "--heuristic").status == 0);
+  {
+    const std::vector<OpRecord> convs = Convolutions(ReadAll(observed));
+    const OpRecord* filter = Named(convs, "cudnnConvolutionBackwardFilter");
+    REQUIRE(filter != nullptr);
+    CHECK(filter->algorithm->id == 0);
+    CHECK(filter->algorithm->source == ChoiceSource::kHeuristic);
+  }
+
+  // Enforced, the list the program reads has lost ALGO_0 and ALGO_3, so it picks a
+  // deterministic algorithm itself and the convolution call needs no replacement.
+  const std::string trace = (dir / "heuristic_det.ndt").string();
+  const RunResult run = RecordConv(trace, "--heuristic", "--deterministic");
+  INFO(run.err);
+  REQUIRE(run.status == 0);
+  const std::vector<Record> records = ReadAll(trace);
+  const std::vector<OpRecord> ops = Ops(records);
+  const OpRecord* query = Named(ops, "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+  REQUIRE(query != nullptr);
+  CHECK(Signed(*query, "requested_count") == 7);
+  CHECK(Signed(*query, "returned_count") == 5);
+  CHECK(Text(*query, "algorithms").find("nondeterministic") == std::string::npos);
+  CHECK(Text(*query, "first") == "CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1");
+  const OpRecord* filter = Named(ops, "cudnnConvolutionBackwardFilter");
+  REQUIRE(filter != nullptr);
+  CHECK(filter->algorithm->id == 1);
+  CHECK(filter->algorithm->source == ChoiceSource::kHeuristic);
+  std::vector<std::string> actions;
+  for (const PolicyDecisionRecord& decision : Decisions(records)) {
+    CHECK(decision.applied);
+    actions.push_back(decision.action);
+  }
+  CHECK(actions ==
+        std::vector<std::string>{"removed nondeterministic bwd-data algo 0 from the "
+                                 "cudnnGetConvolutionBackwardDataAlgorithm_v7 results",
+                                 "removed nondeterministic bwd-filter algo 0, 3 from the "
+                                 "cudnnGetConvolutionBackwardFilterAlgorithm_v7 results"});
+
+  // The same through cudnnFind*AlgorithmEx on the program's buffers (PyTorch's benchmark).
+  for (int i = 0; i < 3; ++i) {
+    const std::string found = (dir / ("find_ex" + std::to_string(i) + ".ndt")).string();
+    const RunResult bench = RecordConv(found, "--find-ex", "--deterministic");
+    INFO(bench.err);
+    REQUIRE(bench.status == 0);
+    const std::vector<Record> found_records = ReadAll(found);
+    for (const OpRecord& op : Convolutions(found_records)) {
+      REQUIRE(op.algorithm);
+      CHECK(op.algorithm->determinism == Determinism::kDeterministic);
+      CHECK(op.algorithm->source == ChoiceSource::kBenchmark);
+    }
+    size_t removed = 0;
+    for (const PolicyDecisionRecord& decision : Decisions(found_records)) {
+      removed += decision.action.rfind("removed nondeterministic", 0) == 0 &&
+                 decision.action.find("AlgorithmEx results") != std::string::npos;
+    }
+    CHECK(removed == 2);  // backward data and backward filter
+  }
 }
 
 TEST_CASE("benchmark-chosen cuDNN algorithms vary between runs and --pin reproduces them",
