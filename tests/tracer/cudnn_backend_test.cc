@@ -178,7 +178,7 @@ TEST_CASE("plan finalize and execute record the engine, knobs, notes, fingerprin
   std::remove(trace.c_str());
 }
 
-TEST_CASE("the first heuristic engine varies the output; --deterministic filters it out",
+TEST_CASE("the first heuristic engine varies the output, and --deterministic filters it out",
           "[tracer][cudnn_backend]") {
   // Observe: the racing engine, same inputs, different outputs (two tries against the rare
   // case of a race that happens to add in the same order twice).
@@ -227,8 +227,8 @@ TEST_CASE("the first heuristic engine varies the output; --deterministic filters
   }
 }
 
-TEST_CASE("a plan on a requested engine is recorded as requested; --deterministic refuses it "
-          "when the engine is nondeterministic",
+TEST_CASE("a plan on a requested engine is recorded as requested, and --deterministic refuses "
+          "it when the engine is nondeterministic",
           "[tracer][cudnn_backend]") {
   const std::string trace = TempPath("requested.ndt");
   RunResult result = RecordConv(trace, "", "--engine 2");
@@ -278,7 +278,7 @@ TEST_CASE("a plan on a requested engine is recorded as requested; --deterministi
   std::remove(trace.c_str());
 }
 
-TEST_CASE("--benchmark picks engines by noisy timing; --pin reproduces the recorded engine",
+TEST_CASE("benchmark mode picks engines by noisy timing, and --pin reproduces the recorded engine",
           "[tracer][cudnn_backend]") {
   // Nine deterministic configs timed with 0-2 ms of noise each: the fastest varies.
   std::vector<std::string> traces;
