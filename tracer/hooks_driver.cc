@@ -20,6 +20,7 @@
 #include "formats/records.h"
 #include "kernels/digest_v1.h"
 #include "tracer/driver_table.h"
+#include "tracer/philox_args.h"
 #include "tracer/recorder.h"
 
 // Per-thread-default-stream variants, which cuda.h declares only under
@@ -252,11 +253,15 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
     op.args.push_back(std::move(unknown));
   }
   std::vector<std::pair<std::string, uint64_t>> referenced;  // pointer arguments
+  // PyTorch's random kernels take their RNG state as an at::PhiloxCudaState argument.
+  const bool philox = kernel.name.find("PhiloxCudaState") != std::string::npos;
+  std::vector<std::string> raw;
   for (size_t i = 0; i < kernel.params.size(); ++i) {
     const auto [offset, size] = kernel.params[i];
     Argument argument;
     argument.name = "arg" + std::to_string(i);
     std::string bytes = ParamBytes(params, extra, i, offset, size);
+    if (philox) raw.push_back(bytes);
     uint64_t word = 0;
     if (bytes.size() == 8 && offset % 8 == 0) std::memcpy(&word, bytes.data(), 8);
     if (word != 0 && session.IsDevice(word)) {
@@ -266,6 +271,15 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
       argument.value = Argument::Bytes{std::move(bytes)};
     }
     op.args.push_back(std::move(argument));
+  }
+  if (philox) {
+    if (auto state = FindPhiloxArgument(kernel.name, kernel.params, raw,
+                                        RealDriverWordReader(Handle(stream)))) {
+      // The state is the op's RNG state, compared as such; not its bytes as an argument.
+      op.args[op.args.size() - kernel.params.size() + state->index].value =
+          std::string("at::PhiloxCudaState (see rng)");
+      op.rng = std::move(state->state);
+    }
   }
   // Inside the digest window: the referenced allocations before the launch (inputs) and after
   // it (outputs), so that diff can tell equal inputs with different outputs.

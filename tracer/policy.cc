@@ -1,5 +1,6 @@
 #include "tracer/policy.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -86,18 +87,42 @@ StatusOr<PinTable> PinTable::Load(const std::string& path) {
   format::TraceReader& reader = **opened;
   PinTable table;
   table.header_ = reader.header();
+  // Per fingerprint, how often each distinct choice was used and when last: a program that
+  // times candidates (cudnnFind, autotuning through the public API) runs each once and then
+  // keeps one, so the most used choice is the one it kept (ties: the latest).
+  struct Tally {
+    format::AlgorithmChoice choice;
+    uint64_t uses = 0;
+    uint64_t last = 0;
+  };
+  std::map<std::string, std::vector<Tally>, std::less<>> tallies;
+  uint64_t order = 0;
   format::Record record;
   while (reader.Next(&record)) {
     const auto* op = std::get_if<format::OpRecord>(&record);
     if (op == nullptr) continue;
     const std::string_view fingerprint = FingerprintOf(*op);
     if (fingerprint.empty()) continue;
-    if (op->algorithm && table.choices_.find(fingerprint) == table.choices_.end()) {
-      table.choices_.emplace(std::string(fingerprint), *op->algorithm);
+    if (op->algorithm) {
+      auto& candidates = tallies[std::string(fingerprint)];
+      format::AlgorithmChoice choice = *op->algorithm;
+      choice.source = format::ChoiceSource::kUnknown;  // how it was chosen does not matter here
+      auto same = std::find_if(candidates.begin(), candidates.end(),
+                               [&](const Tally& tally) { return tally.choice == choice; });
+      if (same == candidates.end()) same = candidates.insert(candidates.end(), Tally{choice});
+      ++same->uses;
+      same->last = ++order;
     }
     if (op->rng && table.rng_.find(fingerprint) == table.rng_.end()) {
       table.rng_.emplace(std::string(fingerprint), *op->rng);
     }
+  }
+  for (auto& [fingerprint, candidates] : tallies) {
+    const Tally& kept = *std::max_element(
+        candidates.begin(), candidates.end(), [](const Tally& a, const Tally& b) {
+          return a.uses != b.uses ? a.uses < b.uses : a.last < b.last;
+        });
+    table.choices_.emplace(fingerprint, kept.choice);
   }
   return table;
 }

@@ -9,7 +9,8 @@
 // Pinning is keyed by fingerprint: every library op or choice that can be pinned carries an
 // argument named "fingerprint" (text) that describes the problem canonically (shapes, dtypes,
 // parameters; never pointers), and its AlgorithmChoice or RngState. A pinned run looks a
-// fingerprint up in the reference trace and gets the first choice recorded for it there.
+// fingerprint up in the reference trace and gets the choice the reference used most for it
+// (ties: the latest), or the first RNG state recorded for it.
 #pragma once
 
 #include <map>
@@ -52,7 +53,7 @@ class PinTable {
   // Reads every op of the trace at `path`. Fails on an unreadable trace.
   static StatusOr<PinTable> Load(const std::string& path);
 
-  // The first choice recorded for `fingerprint`, if any.
+  // The choice used most for `fingerprint` (ties: the latest), if any; its source is kUnknown.
   const format::AlgorithmChoice* Choice(std::string_view fingerprint) const;
   // The first RNG state recorded for `fingerprint`, if any.
   const format::RngState* Rng(std::string_view fingerprint) const;

@@ -6,8 +6,11 @@
 #include <cuda.h>
 #pragma GCC visibility pop
 #include <cxxabi.h>
+#include <cerrno>
+#include <dlfcn.h>
 #include <elf.h>
 #include <pthread.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -25,6 +28,8 @@
 #include "kernels/digest_v1.h"
 #include "tracer/driver_table.h"
 #include "tracer/library_support.h"
+#include "tracer/real_dl.h"
+#include "tracer/signals.h"
 
 extern char** environ;
 
@@ -332,6 +337,9 @@ class Recorder {
   // At exit: takes the exit state digest if that has not happened yet, and closes this
   // process's trace. Later hooks pass through.
   void Close() {
+    // Never in another process sharing our memory (a vfork child on its way to exec or _exit):
+    // it must not touch the parent's session.
+    if (owner_pid_ != getpid()) return;
     std::lock_guard lock(create_mutex_);
     TakeExitDigestLocked();
     Session* session = session_.exchange(nullptr, std::memory_order_acq_rel);
@@ -440,6 +448,7 @@ class Recorder {
     }
     session_.store(session, std::memory_order_release);
     state_.store(State::kRecording, std::memory_order_release);
+    InstallSignalFlush([] { Get().Close(); });
     return session;
   }
 
@@ -901,3 +910,82 @@ std::vector<format::BufferDigest> Session::DigestAllocations(
 }
 
 }  // namespace ndt::tracer
+
+// _exit and _Exit skip the exit handlers, and processes that were forked to work (Python's
+// multiprocessing, PyTorch DataLoader workers, our own tests) leave through them: close this
+// process's trace first, so that it is complete, then exit through the C library's _exit.
+namespace {
+
+[[noreturn]] void ExitNow(int status) {
+  try {
+    ndt::tracer::Recorder::Get().Close();
+  } catch (...) {
+  }
+  using ExitFn = void (*)(int);
+  static const auto real_exit = reinterpret_cast<ExitFn>(
+      ndt::tracer::RealDlsym() != nullptr ? ndt::tracer::RealDlsym()(RTLD_NEXT, "_exit") : nullptr);
+  if (real_exit != nullptr) real_exit(status);
+  syscall(SYS_exit_group, status);
+  __builtin_unreachable();
+}
+
+}  // namespace
+
+// exec replaces the process image without running exit handlers: close the trace first. (If
+// exec fails, the program goes on unrecorded.)
+namespace {
+
+template <typename Fn>
+Fn RealNext(const char* name) {
+  const ndt::tracer::DlsymFn real_dlsym = ndt::tracer::RealDlsym();
+  return reinterpret_cast<Fn>(real_dlsym != nullptr ? real_dlsym(RTLD_NEXT, name) : nullptr);
+}
+
+void CloseBeforeExec() noexcept {
+  try {
+    ndt::tracer::Recorder::Get().Close();
+  } catch (...) {
+  }
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) int execve(const char* path, char* const argv[],
+                                                             char* const envp[]) noexcept {
+  static const auto real = RealNext<int (*)(const char*, char* const*, char* const*)>("execve");
+  CloseBeforeExec();
+  if (real == nullptr) return errno = ENOSYS, -1;
+  return real(path, argv, envp);
+}
+
+extern "C" __attribute__((visibility("default"))) int execv(const char* path,
+                                                            char* const argv[]) noexcept {
+  static const auto real = RealNext<int (*)(const char*, char* const*)>("execv");
+  CloseBeforeExec();
+  if (real == nullptr) return errno = ENOSYS, -1;
+  return real(path, argv);
+}
+
+extern "C" __attribute__((visibility("default"))) int execvp(const char* file,
+                                                             char* const argv[]) noexcept {
+  static const auto real = RealNext<int (*)(const char*, char* const*)>("execvp");
+  CloseBeforeExec();
+  if (real == nullptr) return errno = ENOSYS, -1;
+  return real(file, argv);
+}
+
+extern "C" __attribute__((visibility("default"))) int execvpe(const char* file, char* const argv[],
+                                                              char* const envp[]) noexcept {
+  static const auto real = RealNext<int (*)(const char*, char* const*, char* const*)>("execvpe");
+  CloseBeforeExec();
+  if (real == nullptr) return errno = ENOSYS, -1;
+  return real(file, argv, envp);
+}
+
+extern "C" [[noreturn]] __attribute__((visibility("default"))) void _exit(int status) noexcept {
+  ExitNow(status);
+}
+
+extern "C" [[noreturn]] __attribute__((visibility("default"))) void _Exit(int status) noexcept {
+  ExitNow(status);
+}

@@ -117,10 +117,55 @@ bool RunScaleOffset(const LaunchGeometry&, const KernelArgs& args) {
   return true;
 }
 
+// Step(float* data, int n, float add): data[i] = data[i] * 0.5f + add (exact for the values the
+// workers program uses).
+constexpr ParamSlot kStepParams[] = {{0, 8}, {8, 4}, {12, 4}};
+
+bool RunStep(const LaunchGeometry&, const KernelArgs& args) {
+  const int n = args.Value<int>(1);
+  const float add = args.Value<float>(2);
+  if (n <= 0) return true;
+  const auto count = static_cast<std::size_t>(n);
+  float* data = args.DeviceArray<float>(0, count);
+  if (data == nullptr) return false;
+  for (std::size_t i = 0; i < count; ++i) data[i] = data[i] * 0.5f + add;
+  return true;
+}
+
+// DropoutLike(at::PhiloxCudaState state, const float* in, float* out, int n): keeps in[i] * 2
+// where a hash of (state.seed_, state.offset_ + i) has its low bit set (philox_dropout.cu).
+constexpr ParamSlot kDropoutLikeParams[] = {{0, 24}, {24, 8}, {32, 8}, {40, 4}};
+
+bool RunDropoutLike(const LaunchGeometry&, const KernelArgs& args) {
+  struct PhiloxState {
+    std::uint64_t seed;
+    std::uint64_t offset;
+    std::uint32_t offset_intragraph;
+    bool captured;
+  };
+  const auto state = args.Value<PhiloxState>(0);
+  const int n = args.Value<int>(3);
+  if (n <= 0) return true;
+  const auto count = static_cast<std::size_t>(n);
+  const float* in = args.DeviceArray<const float>(1, count);
+  float* out = args.DeviceArray<float>(2, count);
+  if (in == nullptr || out == nullptr) return false;
+  for (std::size_t i = 0; i < count; ++i) {
+    std::uint64_t x = state.seed ^ ((state.offset + i) * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    out[i] = (static_cast<std::uint32_t>(x) & 1u) != 0 ? in[i] * 2.0f : 0.0f;
+  }
+  return true;
+}
+
 constexpr HostKernel kHostKernels[] = {
     {"_Z9VectorAddPKfS0_Pfi", kVectorAddParams, RunVectorAdd},
     {"_Z7RacySumPKfPfii", kRacySumParams, RunRacySum},
     {"_Z11ScaleOffsetPjjji", kScaleOffsetParams, RunScaleOffset},
+    {"_Z4StepPfif", kStepParams, RunStep},
+    {"_Z11DropoutLikeN2at15PhiloxCudaStateEPKfPfi", kDropoutLikeParams, RunDropoutLike},
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <optional>
+#include <map>
 #include <set>
 #include <string>
 #include <variant>
@@ -281,8 +282,19 @@ TEST_CASE("cublas: --pin runs the recorded cuBLASLt algo where the program's own
   REQUIRE(RecordGemm(reference, "--heuristic-noise").status == 0);
   const std::vector<OpRecord> recorded = Named(Ops(ReadAll(reference)), "cublasLtMatmul");
   REQUIRE(recorded.size() >= 2);
-  // What a pin forces: the first algo recorded for the fingerprint.
-  const std::string pinned = recorded.front().algorithm->opaque;
+  // What a pin forces: the algo the reference used most for the fingerprint (ties: the
+  // latest), i.e. the one it kept after timing each candidate once.
+  std::map<std::string, std::pair<size_t, size_t>> uses;  // opaque -> (count, last position)
+  for (size_t i = 0; i < recorded.size(); ++i) {
+    auto& [count, last] = uses[recorded[i].algorithm->opaque];
+    ++count;
+    last = i;
+  }
+  const std::string pinned =
+      std::max_element(uses.begin(), uses.end(), [](const auto& a, const auto& b) {
+        return a.second < b.second;
+      })->first;
+  CHECK(pinned == recorded.back().algorithm->opaque);  // the kept one runs last
 
   std::set<std::string> own_choices;
   for (int run = 0; run < 12 && own_choices.size() < 2; ++run) {
