@@ -148,9 +148,17 @@ std::optional<FixHint> LibraryHint(const format::OpRecord& op, DivergenceClass k
                     "ndtrace run --pin TRACE forces the recorded algorithms; or "
                     "CUBLAS_WORKSPACE_CONFIG=:4096:8");
       }
+      if (op.kind == OpKind::kCublasLtMatmul) {
+        return Hint("torch.matmul / torch.nn.Linear (cuBLASLt)",
+                    "the cuBLASLt algorithm splits K and reduces the partial sums out of place "
+                    "in a varying order",
+                    "ndtrace run --deterministic (keeps out-of-place split-K algorithms out of "
+                    "the heuristics' results); or ndtrace run --pin TRACE with a trace whose "
+                    "algorithm is deterministic");
+      }
       return Hint("torch.matmul / torch.nn.Linear (cuBLAS)",
-                  "split-K or multi-stream workspace reductions combine partial sums in a "
-                  "varying order",
+                  "split-K with atomics or multi-stream workspace reductions combine partial "
+                  "sums in a varying order",
                   "CUBLAS_WORKSPACE_CONFIG=:4096:8 (or ndtrace run --deterministic, which also "
                   "keeps a workspace per stream and forbids atomics)");
     case OpKind::kCurandGenerate:

@@ -157,8 +157,10 @@ StatusOr<TracedRun> RunTraced(const std::string& context, const std::vector<std:
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   if (!log_path.empty()) {
+    // Not O_CLOEXEC: it is the program's stdout. (Closed at exec, fd 1 would go to the next
+    // file the program opens: the trace.)
     posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
   }
   pid_t child = 0;

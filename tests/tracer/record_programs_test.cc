@@ -18,6 +18,7 @@
 
 #include "formats/records.h"
 #include "formats/trace_reader.h"
+#include "support/temp_dir.h"
 #include "support/traced_program.h"
 
 namespace {
@@ -546,4 +547,40 @@ TEST_CASE("ndtrace check passes the digest options on to every run", "[tracer]")
     CHECK(Ops(records).at(3).outputs.size() == 3);
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("check reports a structural difference: a run that launched one kernel more",
+          "[tracer]") {
+  ndt::testing::TempDir dir;
+  // Each run reads how many iterations to do from a file and leaves one more for the next.
+  const std::string counter = (dir / "iterations").string();
+  const std::string program = "sh -c \"n=\\$(cat '" + counter + "' 2>/dev/null || echo 8); echo "
+                              "\\$((n + 1)) > '" + counter + "'; exec '" PROG_WORKERS
+                              "' --iterations \\$n\"";
+  const RunResult run = Run(std::string("'" NDTRACE_BIN "' check -o '") +
+                            (dir / "runs").string() + "' -- " + program);
+  CHECK(run.status == 1);
+  CHECK(run.out.find("differ in structure") != std::string::npos);
+  CHECK(run.out.find("only in run B") != std::string::npos);
+  CHECK(run.out.find("Step(float*, int, float)") != std::string::npos);
+}
+
+TEST_CASE("check keeps each run's output in its log and the traces whole", "[tracer]") {
+  ndt::testing::TempDir dir;
+  const RunResult run = Run(std::string("'" NDTRACE_BIN "' check -o '") + dir.path().string() +
+                            "' -- '" PROG_VECTOR_ADD "'");
+  CHECK(run.status == 0);
+  CHECK(run.err.find("warning:") == std::string::npos);
+  CHECK(run.out.find("warning:") == std::string::npos);
+  for (const char* log : {"run-1.log", "run-2.log"}) {
+    INFO(log);
+    CHECK(Slurp((dir / log).string()).find("checksum 664dc617a67a437d\n") != std::string::npos);
+  }
+  auto reader = ndt::format::TraceReader::Open((dir / "run-1.ndt").string());
+  REQUIRE(reader.ok());
+  Record record;
+  while ((*reader)->Next(&record)) {
+  }
+  CHECK((*reader)->complete());
+  CHECK((*reader)->damage().empty());
 }
