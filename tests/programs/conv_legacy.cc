@@ -280,6 +280,18 @@ int main(int argc, char** argv) {
   packed.insert(packed.end(), result.begin() + static_cast<std::ptrdiff_t>(y_count), result.end());
   std::printf("algos forward %d backward_data %d backward_filter %d workspace %zu\n", fwd_algo,
               data_algo, filter_algo, workspace_bytes);
+  // The three directions are adjoint: <conv(x, w), dy> = <x, dx> = <w, dw> (dw summed over the
+  // iterations), equal up to rounding whatever the algorithms. A check of the results that needs
+  // no reference values.
+  const std::vector<float> host_x = Values(x_count, 1), host_w = Values(w_count, 2),
+                           host_dy = Values(y_count, 3);
+  double y_dy = 0, x_dx = 0, w_dw = 0;
+  for (size_t i = 0; i < y_count; ++i) {
+    if (static_cast<int>(i % static_cast<size_t>(row)) < q) y_dy += double{result[i]} * host_dy[i];
+  }
+  for (size_t i = 0; i < x_count; ++i) x_dx += double{result[y_count + i]} * host_x[i];
+  for (size_t i = 0; i < w_count; ++i) w_dw += double{result[y_count + x_count + i]} * host_w[i];
+  std::printf("adjoint %.9g %.9g %.9g\n", y_dy, x_dx, w_dw / iterations);
   ndt::programs::PrintChecksum(packed.data(), packed.size() * sizeof(float));
 
   cudaFree(x);

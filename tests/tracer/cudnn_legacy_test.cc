@@ -4,6 +4,8 @@
 // that cannot be applied, and `ndtrace check` on all of it. Stand-in results only.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
 #include <set>
 #include <string>
 #include <tuple>
@@ -99,6 +101,32 @@ constexpr uint64_t kWBytes = 8 * 3 * 3 * 3 * 4;
 constexpr uint64_t kYBytes = (3 * 2176 + 7 * 272 + 15 * 17 + 15 + 1) * 4;  // exact, no last pad
 
 }  // namespace
+
+TEST_CASE("the stand-in cuDNN's three directions are adjoint with every algorithm",
+          "[tracer][cudnn]") {
+  // <conv(x, w), dy> = <x, dx> = <w, dw>: conv_legacy prints the three; they must agree up to
+  // float rounding whichever algorithms ran (fixed, benchmark, heuristic).
+  const std::vector<std::string> modes = {"--algo 0",    "--algo 1",  "--algo 2",
+                                          "--algo 3",    "--algo 5",  "--algo 6",
+                                          "--benchmark", "--find-ex", "--heuristic 2"};
+  for (const std::string& mode : modes) {
+    INFO(mode);
+    const RunResult run = Run(kConv + " " + mode);
+    INFO(run.err);
+    REQUIRE(run.status == 0);
+    double y_dy = 0, x_dx = 0, w_dw = 0;
+    const size_t at = run.out.find("adjoint ");
+    REQUIRE(at != std::string::npos);
+    REQUIRE(std::sscanf(run.out.c_str() + at, "adjoint %lf %lf %lf", &y_dy, &x_dx, &w_dw) == 3);
+    CHECK(std::abs(y_dy) > 1.0);
+    CHECK(x_dx == Approx(y_dy).epsilon(1e-4));
+    CHECK(w_dw == Approx(y_dy).epsilon(1e-4));
+  }
+  // Like real cuDNN, BWD_FILTER_ALGO_WINOGRAD is never supported.
+  const RunResult winograd = Run(kConv + " --algo 4");
+  CHECK(winograd.status == 1);
+  CHECK(winograd.err.find("CUDNN_STATUS_NOT_SUPPORTED") != std::string::npos);
+}
 
 TEST_CASE(
     "a cuDNN convolution records its problem and algorithm with a fingerprint and exact extents",
