@@ -6,7 +6,7 @@ string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
 string(REGEX REPLACE "((0x[0-9a-f][0-9a-f],){16})" "\\1\n    " bytes "${bytes}")
 get_filename_component(input_name "${INPUT}" NAME)
 file(WRITE "${OUTPUT}.tmp"
-  "// Generated from ${input_name} by tests/programs/embed_file.cmake; do not edit.\n"
+  "// Generated from ${input_name} by cmake/embed_file.cmake; do not edit.\n"
   "#pragma once\n\n"
   "alignas(8) inline constexpr unsigned char ${NAME}[] = {\n    ${bytes}\n};\n")
 file(RENAME "${OUTPUT}.tmp" "${OUTPUT}")

@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/digest_v1_core.h"
+
 namespace ndt::standin {
 namespace {
 
@@ -160,11 +162,48 @@ bool RunDropoutLike(const LaunchGeometry&, const KernelArgs& args) {
   return true;
 }
 
+// ndtrace's own digest kernels (kernels/digest_v1.cu), so that the code launching them runs on
+// the stand-in too. ndt_digest_v1_blocks(data, bytes, sums): sums[0..1] += the terms of every
+// block (the whole grid's work; the sum does not depend on how a GPU splits it).
+// ndt_digest_v1_finish(sums, bytes, out, ticket): out = digest, ticket; sums = 0.
+constexpr ParamSlot kDigestBlocksParams[] = {{0, 8}, {8, 8}, {16, 8}};
+constexpr ParamSlot kDigestFinishParams[] = {{0, 8}, {8, 8}, {16, 8}, {24, 8}};
+
+bool RunDigestBlocks(const LaunchGeometry&, const KernelArgs& args) {
+  namespace digest = ndt::kernels::digest_v1;
+  const auto bytes = args.Value<std::uint64_t>(1);
+  const auto* data = bytes == 0 ? nullptr : args.DeviceArray<const unsigned char>(0, bytes);
+  std::uint64_t* sums = args.DeviceArray<std::uint64_t>(2, 2);
+  if ((bytes != 0 && data == nullptr) || sums == nullptr) return false;
+  for (std::uint64_t j = 0; j < (bytes + 15) / 16; ++j) {
+    std::uint64_t a = 0, b = 0;
+    digest::LoadBlockBytes(data, bytes, j, &a, &b);
+    sums[0] += digest::Term(0, a, b, j);
+    sums[1] += digest::Term(1, a, b, j);
+  }
+  return true;
+}
+
+bool RunDigestFinish(const LaunchGeometry&, const KernelArgs& args) {
+  namespace digest = ndt::kernels::digest_v1;
+  std::uint64_t* sums = args.DeviceArray<std::uint64_t>(0, 2);
+  const auto bytes = args.Value<std::uint64_t>(1);
+  std::uint64_t* out = args.DeviceArray<std::uint64_t>(2, 3);
+  if (sums == nullptr || out == nullptr) return false;
+  out[0] = digest::Finish(0, sums[0], bytes);
+  out[1] = digest::Finish(1, sums[1], bytes);
+  out[2] = args.Value<std::uint64_t>(3);
+  sums[0] = sums[1] = 0;
+  return true;
+}
+
 constexpr HostKernel kHostKernels[] = {
     {"_Z9VectorAddPKfS0_Pfi", kVectorAddParams, RunVectorAdd},
     {"_Z7RacySumPKfPfii", kRacySumParams, RunRacySum},
     {"_Z11ScaleOffsetPjjji", kScaleOffsetParams, RunScaleOffset},
     {"_Z4StepPfif", kStepParams, RunStep},
+    {"ndt_digest_v1_blocks", kDigestBlocksParams, RunDigestBlocks},
+    {"ndt_digest_v1_finish", kDigestFinishParams, RunDigestFinish},
     {"_Z11DropoutLikeN2at15PhiloxCudaStateEPKfPfi", kDropoutLikeParams, RunDropoutLike},
 };
 

@@ -1,0 +1,83 @@
+// Digest v1, one block at a time, for code compiled by both the host compiler and nvcc: the GPU
+// kernel (digest_v1.cu) and the host emulation of its decomposition that the tests check
+// against the CPU reference (digest_v1.cc). The definition is in formats/README.md; the
+// constants here must stay equal to digest_v1.cc's (tests/unit/digest_v1_gpu_test.cc).
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define NDT_DIGEST_HD __host__ __device__ __forceinline__
+#else
+#define NDT_DIGEST_HD inline
+#endif
+
+namespace ndt::kernels::digest_v1 {
+
+// Per lane (0 or 1): K, S, K2, S2, R (formats/README.md, "Digest v1"). Functions rather than
+// arrays, so that device code can use them without relaxed-constexpr.
+NDT_DIGEST_HD uint64_t K(int lane) {
+  return lane == 0 ? 0x9E3779B97F4A7C15ull : 0x165667B19E3779F9ull;
+}
+NDT_DIGEST_HD uint64_t S(int lane) {
+  return lane == 0 ? 0x243F6A8885A308D3ull : 0xA4093822299F31D0ull;
+}
+NDT_DIGEST_HD uint64_t K2(int lane) {
+  return lane == 0 ? 0xC2B2AE3D27D4EB4Full : 0xD6E8FEB86659FD93ull;
+}
+NDT_DIGEST_HD uint64_t S2(int lane) {
+  return lane == 0 ? 0x13198A2E03707344ull : 0x082EFA98EC4E6C89ull;
+}
+NDT_DIGEST_HD int R(int lane) {
+  return lane == 0 ? 29 : 41;
+}
+
+NDT_DIGEST_HD uint64_t Rotl64(uint64_t v, int r) {
+  return (v << r) | (v >> (64 - r));
+}
+
+// lo64(x*y) ^ hi64(x*y) of the full 128-bit product.
+NDT_DIGEST_HD uint64_t FoldProduct(uint64_t x, uint64_t y) {
+#if defined(__CUDA_ARCH__)
+  return (x * y) ^ __umul64hi(x, y);
+#else
+  const unsigned __int128 p = static_cast<unsigned __int128>(x) * y;
+  return static_cast<uint64_t>(p) ^ static_cast<uint64_t>(p >> 64);
+#endif
+}
+
+// Lane `lane`'s term for block j with words a (bytes 16j..16j+7) and b (16j+8..16j+15).
+NDT_DIGEST_HD uint64_t Term(int lane, uint64_t a, uint64_t b, uint64_t j) {
+  const uint64_t x = a ^ (j * K(lane) + S(lane));
+  const uint64_t y = b ^ (j * K2(lane) + S2(lane));
+  return FoldProduct(x, y) + (a ^ Rotl64(b, R(lane)));
+}
+
+NDT_DIGEST_HD uint64_t Fmix64(uint64_t k) {
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdull;
+  k ^= k >> 33;
+  k *= 0xc4ceb9fe1a85ec53ull;
+  k ^= k >> 33;
+  return k;
+}
+
+// The digest lane `lane` of an input of `bytes` bytes whose terms sum to `acc`.
+NDT_DIGEST_HD uint64_t Finish(int lane, uint64_t acc, uint64_t bytes) {
+  return Fmix64(acc ^ Fmix64(bytes + S(lane)));
+}
+
+// Words a and b of block j of the `bytes` bytes at `data` (little-endian; the last block
+// zero-padded), read byte by byte: any alignment, never past the end.
+NDT_DIGEST_HD void LoadBlockBytes(const unsigned char* data, uint64_t bytes, uint64_t j,
+                                  uint64_t* a, uint64_t* b) {
+  uint64_t words[2] = {0, 0};
+  const uint64_t start = 16 * j;
+  for (int i = 0; i < 16 && start + i < bytes; ++i) {
+    words[i / 8] |= static_cast<uint64_t>(data[start + i]) << (8 * (i % 8));
+  }
+  *a = words[0];
+  *b = words[1];
+}
+
+}  // namespace ndt::kernels::digest_v1
