@@ -25,6 +25,7 @@ struct RecordOptions {
   bool quiet = false;
   DigestOptions digests;
   PolicyOptions policy;
+  std::string capture;  // NDTRACE_CAPTURE for the tracer (tools/README.md)
   std::vector<std::string> command;
 };
 
@@ -35,6 +36,7 @@ int RunRecord(const RecordOptions& options) {
   }
   if (!ApplyDigestOptions("record", options.digests)) return kExitUsage;
   if (!ApplyPolicyOptions("record", options.policy)) return kExitUsage;
+  if (!options.capture.empty()) setenv("NDTRACE_CAPTURE", options.capture.c_str(), 1);
   StatusOr<TracedRun> run = RunTraced("record", options.command, options.output);
   if (!run.ok()) {
     PrintError(run.status().message());
@@ -81,6 +83,9 @@ Command AddRecordCommand(CLI::App& parent) {
   app->add_flag("--quiet", options->quiet, "Do not print the summary line");
   AddDigestOptions(app, &options->digests);
   AddPolicyOptions(app, &options->policy);
+  app->add_option("--capture", options->capture,
+                  "Store the full inputs and outputs of these ops for `replay --op`: a comma list "
+                  "of op numbers, ranges A-B, kernel:GLOB and op kinds (cudnn_convolution)");
   app->add_option("command", options->command, "The program and its arguments, after --")
       ->required();
   return {app, [options] { return RunRecord(*options); }};

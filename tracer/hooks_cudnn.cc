@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "formats/records.h"
+#include "tracer/capture.h"
 #include "tracer/library_support.h"
 #include "tracer/policy.h"
 #include "tracer/recorder.h"
@@ -617,8 +618,13 @@ cudnnStatus_t RecordConvolution(Session& session, RealCall<cudnnStatus_t>& call,
     if (beta_value != 0) inputs.push_back(outputs.front());
   }
   op.inputs = DigestExtents(session, stream, inputs);
+  const bool capture = CaptureWanted(op);
+  if (capture) CaptureExtents(session, stream, inputs, "in", &op);
   const cudnnStatus_t status = call.Run([&] { return real(static_cast<int>(chosen.id)); });
   if (status == CUDNN_STATUS_SUCCESS) op.outputs = DigestExtents(session, stream, outputs);
+  if (capture && status == CUDNN_STATUS_SUCCESS) {
+    CaptureExtents(session, stream, outputs, "out", &op);
+  }
   session.EndOp(op, static_cast<int32_t>(status));
   return status;
 }
