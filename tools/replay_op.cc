@@ -37,14 +37,14 @@ void PrintRuns(const replay::AlgorithmRuns& runs) {
   const std::string label = fmt::format("{} {}{}", runs.algo, runs.name,
                                         runs.recorded ? " (recorded)" : "");
   if (!runs.skipped.empty()) {
-    fmt::print("  {:<48} {:<16} skipped: {}\n", label, DeterminismText(runs.determinism),
+    fmt::print("  {:<52} {:<16} skipped: {}\n", label, DeterminismText(runs.determinism),
                runs.skipped);
     return;
   }
   const std::string matching =
       runs.runs_matching_recorded < 0 ? "-"
                                       : fmt::format("{}/{}", runs.runs_matching_recorded, runs.runs);
-  fmt::print("  {:<48} {:<16} {:>4} {:>8} {:>12} {:>12} {:>9} {:>10.4f}  {}\n", label,
+  fmt::print("  {:<52} {:<16} {:>4} {:>8} {:>12} {:>12} {:>9} {:>10.4f}  {}\n", label,
              DeterminismText(runs.determinism), runs.runs, runs.distinct_outputs,
              DiffText(runs, runs.max_abs_diff), DiffText(runs, runs.max_rel_diff), matching,
              runs.ms_per_call, runs.stable() ? "stable" : "VARIES");
@@ -114,7 +114,7 @@ int RunReplayOp(const ReplayOpOptions& options) {
              mismatches.empty() ? "" : ", forced");
   fmt::print("  output compared: {} ({} bytes), {} run{} per algorithm\n", report->output_role,
              report->output_bytes, options.repeat, options.repeat == 1 ? "" : "s");
-  fmt::print("  {:<48} {:<16} {:>4} {:>8} {:>12} {:>12} {:>9} {:>10}  {}\n", "algorithm",
+  fmt::print("  {:<52} {:<16} {:>4} {:>8} {:>12} {:>12} {:>9} {:>10}  {}\n", "algorithm",
              "determinism", "runs", "distinct", "max abs diff", "max rel diff", "recorded",
              "ms/call", "result");
   for (const replay::AlgorithmRuns& runs : report->algorithms) PrintRuns(runs);
