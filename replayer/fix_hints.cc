@@ -134,6 +134,14 @@ std::optional<FixHint> LibraryHint(const format::OpRecord& op, DivergenceClass k
                     "ndtrace run --pin TRACE keeps benchmark speed with the engines recorded "
                     "in TRACE; or torch.backends.cudnn.benchmark=False");
       }
+      if (op.kind == OpKind::kCudnnConvolution) {
+        return Hint("torch.nn.Conv*d / ConvTranspose*d (cuDNN)",
+                    "the cuDNN algorithm accumulates with atomics (cuDNN documents it as "
+                    "nondeterministic: CUDNN_NON_DETERMINISTIC)",
+                    "ndtrace run --deterministic (replaces it by the best deterministic "
+                    "algorithm that fits the workspace); or torch.backends.cudnn.deterministic="
+                    "True / torch.use_deterministic_algorithms(True)");
+      }
       return Hint("torch.nn.Conv*d / ConvTranspose*d (cuDNN)",
                   "the cuDNN engine accumulates with atomics or split reductions "
                   "(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC)",

@@ -72,6 +72,15 @@ bool SameChoice(const format::AlgorithmChoice& a, const format::AlgorithmChoice&
   return a.library == b.library && a.id == b.id && a.knobs == b.knobs && a.opaque == b.opaque;
 }
 
+// The op's "fingerprint" argument (library ops: the problem it solves), or empty.
+std::string_view Fingerprint(const OpRecord& op) {
+  for (const auto& argument : op.args) {
+    if (argument.name != "fingerprint") continue;
+    if (const auto* text = std::get_if<std::string>(&argument.value)) return *text;
+  }
+  return {};
+}
+
 bool SameRng(const format::RngState& a, const format::RngState& b) {
   return a.generator == b.generator && a.seed == b.seed && a.offset == b.offset &&
          a.subsequence == b.subsequence && a.ordering == b.ordering;
@@ -277,6 +286,18 @@ class Differ {
     d.op = Locate(a, lane_index);
     d.sequence_b = b.sequence;
 
+    // The same problem (equal fingerprints) solved with a different algorithm: arguments that
+    // follow from the algorithm (a workspace sized for it) may differ too.
+    const std::string_view fingerprint = Fingerprint(a);
+    if (!fingerprint.empty() && fingerprint == Fingerprint(b) && a.algorithm && b.algorithm &&
+        !SameChoice(*a.algorithm, *b.algorithm)) {
+      d.klass = DivergenceClass::kAlgorithmSelection;
+      d.what = "the library chose a different algorithm";
+      d.evidence.push_back("run A: " + ChoiceText(*a.algorithm));
+      d.evidence.push_back("run B: " + ChoiceText(*b.algorithm));
+      AddOutputEvidence(a, b, &d);
+      return Found(std::move(d), a, a.sequence);
+    }
     // Arguments first: a different argument means the program asked for something else.
     for (size_t i = 0; i < std::max(a.args.size(), b.args.size()); ++i) {
       if (i >= a.args.size() || i >= b.args.size() || !SameArgument(a.args[i], b.args[i])) {

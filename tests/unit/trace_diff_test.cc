@@ -171,6 +171,30 @@ TEST_CASE("a different engine picked by benchmark is an algorithm-selection dive
   CHECK_THAT(d.hint->fix, Catch::Contains("--pin"));
 }
 
+TEST_CASE("with the same fingerprint, a different algorithm wins over arguments that follow it",
+          "[replayer]") {
+  // A framework sizes the workspace for the algorithm it chose: the workspace argument differs
+  // because the algorithm does, and the report says so rather than "different arguments".
+  TempDir dir;
+  const auto with = [](uint64_t workspace, int64_t algorithm, const char* fingerprint) {
+    return [=](std::vector<OpRecord>& ops) {
+      ops[2].args.push_back({"fingerprint", std::string(fingerprint)});
+      ops[2].args.push_back({"workspace_bytes", workspace});
+      ops[2].algorithm->id = algorithm;
+      ops[2].outputs[0].digest.hi ^= static_cast<uint64_t>(algorithm);
+    };
+  };
+  const DiffReport selection = Diff(dir, Program(with(1024, 1, "conv x=[8,3,32,32]")),
+                                    Program(with(4096, 3, "conv x=[8,3,32,32]")));
+  REQUIRE(selection.first_divergence.has_value());
+  CHECK(selection.first_divergence->klass == DivergenceClass::kAlgorithmSelection);
+  CHECK(selection.structural_differences == 0);
+  // Another problem (fingerprints differ): the program asked for something else.
+  const DiffReport other = Diff(dir, Program(with(1024, 1, "conv x=[8,3,32,32]")),
+                                Program(with(4096, 3, "conv x=[8,3,64,64]")));
+  CHECK(other.structural_differences == 1);
+}
+
 TEST_CASE("inputs that already differ point back to the uncovered kernel that wrote them",
           "[replayer]") {
   TempDir dir;
