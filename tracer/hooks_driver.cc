@@ -50,6 +50,14 @@ CUresult cuMemsetD16Async_ptsz(CUdeviceptr dst, unsigned short value, size_t cou
                                CUstream stream);
 CUresult cuMemsetD32Async_ptsz(CUdeviceptr dst, unsigned int value, size_t count, CUstream stream);
 CUresult cuStreamSynchronize_ptsz(CUstream stream);
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                                      CUstream stream);
+CUresult cuEventRecord_ptsz(CUevent event, CUstream stream);
+CUresult cuEventRecordWithFlags_ptsz(CUevent event, CUstream stream, unsigned flags);
+CUresult cuStreamWaitEvent_ptsz(CUstream stream, CUevent event, unsigned flags);
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream stream, CUstreamCaptureMode mode);
+CUresult cuStreamEndCapture_ptsz(CUstream stream, CUgraph* graph);
+CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream);
 }
 #pragma GCC visibility pop
 
@@ -123,6 +131,15 @@ Argument Unsigned(const char* name, uint64_t value) {
   return argument;
 }
 
+// The graph `stream_id` is capturing into (0: none), counting the op being recorded. An op
+// recorded while its stream captures is not executed: it gets a "capturedInto" argument naming
+// the graph, and no digests (its buffers are read and written when the graph launches).
+uint32_t Captured(Session& session, OpRecord& op) {
+  const uint32_t graph = session.objects().CaptureOf(op.stream_id, true);
+  if (graph != 0) op.args.push_back(Unsigned("capturedInto", graph));
+  return graph;
+}
+
 Argument Dims(const char* name, unsigned x, unsigned y, unsigned z) {
   Argument argument;
   argument.name = name;
@@ -173,6 +190,11 @@ CUresult RecordCopy(Session& session, RealCall& call, const char* name, Directio
   op.args.push_back(Unsigned("bytes", bytes));
   const void* src_host = reinterpret_cast<const void*>(src);
   const void* dst_host = reinterpret_cast<const void*>(dst);
+  if (Captured(session, op) != 0) {
+    const CUresult captured = call.Set(real());
+    session.EndOp(op, static_cast<int32_t>(captured));
+    return captured;
+  }
   if (dst_device && !src_device) {
     // Bytes entering the GPU: digest the host source as the program handed it over.
     op.inputs.push_back(HostDigest("src", dst_pointer, src_host, bytes));
@@ -208,8 +230,9 @@ CUresult RecordMemset(Session& session, RealCall& call, const char* name, CUdevi
   op.args.push_back(Unsigned("value", value));
   op.args.push_back(Unsigned("count", count));
   op.args.push_back(Unsigned("elementBytes", element_bytes));
+  const bool captured = Captured(session, op) != 0;
   const CUresult result = call.Set(real());
-  if (result == CUDA_SUCCESS && session.digests().InWindow(op.sequence)) {
+  if (result == CUDA_SUCCESS && !captured && session.digests().InWindow(op.sequence)) {
     op.outputs = WindowDigests(session, stream, per_thread, {{"dst", dst}});
   }
   session.EndOp(op, static_cast<int32_t>(result));
@@ -283,7 +306,7 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
   }
   // Inside the digest window: the referenced allocations before the launch (inputs) and after
   // it (outputs), so that diff can tell equal inputs with different outputs.
-  const bool window = session.digests().InWindow(op.sequence);
+  const bool window = Captured(session, op) == 0 && session.digests().InWindow(op.sequence);
   if (window) op.inputs = WindowDigests(session, stream, per_thread, referenced);
   const CUresult result = call.Set(real());
   if (window && result == CUDA_SUCCESS) {
@@ -564,6 +587,390 @@ extern "C" CUresult cuCtxSynchronize_v2(CUcontext context) {
       "cuCtxSynchronize_v2", real != nullptr, pass, [&](Session& s, RealCall& c) {
         return ndt::tracer::RecordSynchronize(s, c, "cuCtxSynchronize_v2", std::nullopt, pass);
       });
+}
+
+// ---- more allocators: pools, managed, pitched, virtual memory mappings ---------------------------
+
+#define NDT_POOL_ALLOC_HOOK(NAME, PER_THREAD)                                                      \
+  extern "C" CUresult NAME(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream stream) { \
+    auto real = NDT_REAL(NAME);                                                                    \
+    auto pass = [&] { return real(dptr, bytes, pool, stream); };                                   \
+    return ndt::tracer::RunHook(#NAME, real != nullptr, pass, [&](Session& s, RealCall& c) {       \
+      const CUresult result = c.Set(pass());                                                       \
+      if (result == CUDA_SUCCESS && dptr != nullptr) {                                             \
+        s.OnAllocate(*dptr, bytes, #NAME, s.StreamId(ndt::tracer::Handle(stream), PER_THREAD));    \
+      }                                                                                            \
+      return result;                                                                               \
+    });                                                                                            \
+  }
+NDT_POOL_ALLOC_HOOK(cuMemAllocFromPoolAsync, false)
+NDT_POOL_ALLOC_HOOK(cuMemAllocFromPoolAsync_ptsz, true)
+
+extern "C" CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned flags) {
+  auto real = NDT_REAL(cuMemAllocManaged);
+  auto pass = [&] { return real(dptr, bytes, flags); };
+  return ndt::tracer::RunHook("cuMemAllocManaged", real != nullptr, pass,
+                              [&](Session& s, RealCall& c) {
+                                const CUresult result = c.Set(pass());
+                                if (result == CUDA_SUCCESS && dptr != nullptr) {
+                                  s.OnAllocate(*dptr, bytes, "cuMemAllocManaged", 0);
+                                }
+                                return result;
+                              });
+}
+
+extern "C" CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width_bytes,
+                                       size_t height, unsigned element_bytes) {
+  auto real = NDT_REAL(cuMemAllocPitch_v2);
+  auto pass = [&] { return real(dptr, pitch, width_bytes, height, element_bytes); };
+  return ndt::tracer::RunHook("cuMemAllocPitch_v2", real != nullptr, pass,
+                              [&](Session& s, RealCall& c) {
+                                const CUresult result = c.Set(pass());
+                                if (result == CUDA_SUCCESS && dptr != nullptr && pitch != nullptr) {
+                                  s.OnAllocate(*dptr, *pitch * height, "cuMemAllocPitch_v2", 0);
+                                }
+                                return result;
+                              });
+}
+
+// A mapped range of a virtual address reservation is an allocation from cuMemMap to cuMemUnmap.
+extern "C" CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                             CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  auto real = NDT_REAL(cuMemMap);
+  auto pass = [&] { return real(ptr, size, offset, handle, flags); };
+  return ndt::tracer::RunHook("cuMemMap", real != nullptr, pass, [&](Session& s, RealCall& c) {
+    const CUresult result = c.Set(pass());
+    if (result == CUDA_SUCCESS) s.OnAllocate(ptr, size, "cuMemMap", 0);
+    return result;
+  });
+}
+
+extern "C" CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  auto real = NDT_REAL(cuMemUnmap);
+  auto pass = [&] { return real(ptr, size); };
+  return ndt::tracer::RunHook("cuMemUnmap", real != nullptr, pass, [&](Session& s, RealCall& c) {
+    const CUresult result = c.Set(pass());
+    if (result == CUDA_SUCCESS) s.OnFree(ptr, "cuMemUnmap", 0);
+    return result;
+  });
+}
+
+// ---- streams and events -----------------------------------------------------------------------
+//
+// Creating and destroying streams and events, recording and waiting on events are ops (kOther)
+// on their stream, naming events by id ("event"); cuEventSynchronize is a host synchronisation
+// (kSynchronize) on the stream the event was last recorded on, taking the digests of the
+// asynchronous copies issued there before that record.
+
+namespace ndt::tracer {
+namespace {
+
+template <typename Call>
+CUresult RecordStreamCreate(Session& session, RealCall& call, const char* name, CUstream* stream,
+                            unsigned flags, int priority, Call real) {
+  const CUresult result = call.Set(real());
+  const uint32_t stream_id =
+      result == CUDA_SUCCESS && stream != nullptr ? session.StreamId(Handle(*stream), false) : 0;
+  OpRecord op = session.BeginOp(OpKind::kOther, name, stream_id);
+  op.args.push_back(Unsigned("flags", flags));
+  Argument priority_argument;
+  priority_argument.name = "priority";
+  priority_argument.value = int64_t{priority};
+  op.args.push_back(std::move(priority_argument));
+  session.EndOp(op, static_cast<int32_t>(result));
+  return result;
+}
+
+template <typename Call>
+CUresult RecordEventRecord(Session& session, RealCall& call, const char* name, CUevent event,
+                           CUstream stream, bool per_thread, std::optional<unsigned> flags,
+                           Call real) {
+  const uint32_t stream_id = session.StreamId(Handle(stream), per_thread);
+  OpRecord op = session.BeginOp(OpKind::kOther, name, stream_id);
+  op.args.push_back(Unsigned("event", session.objects().EventId(Handle(event))));
+  if (flags) op.args.push_back(Unsigned("flags", *flags));
+  const uint32_t graph = Captured(session, op);
+  const CUresult result = call.Set(real());
+  if (result == CUDA_SUCCESS) {
+    session.objects().OnEventRecord(Handle(event), {true, stream_id, op.sequence, graph});
+  }
+  session.EndOp(op, static_cast<int32_t>(result));
+  return result;
+}
+
+template <typename Call>
+CUresult RecordStreamWaitEvent(Session& session, RealCall& call, const char* name,
+                               CUstream stream, bool per_thread, CUevent event, unsigned flags,
+                               Call real) {
+  const uint32_t stream_id = session.StreamId(Handle(stream), per_thread);
+  OpRecord op = session.BeginOp(OpKind::kOther, name, stream_id);
+  op.args.push_back(Unsigned("event", session.objects().EventId(Handle(event))));
+  const DriverObjects::EventRecord recorded = session.objects().LastRecord(Handle(event));
+  if (recorded.recorded) op.args.push_back(Unsigned("eventStream", recorded.stream_id));
+  op.args.push_back(Unsigned("flags", flags));
+  // Waiting on an event recorded inside a capture forks this stream into it: the wait is the
+  // first op captured here.
+  if (recorded.graph != 0) session.objects().JoinCapture(stream_id, recorded.graph);
+  Captured(session, op);
+  const CUresult result = call.Set(real());
+  session.EndOp(op, static_cast<int32_t>(result));
+  return result;
+}
+
+}  // namespace
+}  // namespace ndt::tracer
+
+#define NDT_STREAM_CREATE_HOOK(NAME, PARAMS, FLAGS, PRIORITY, ...)                             \
+  extern "C" CUresult NAME PARAMS {                                                            \
+    auto real = NDT_REAL(NAME);                                                                \
+    auto pass = [&] { return real(__VA_ARGS__); };                                             \
+    return ndt::tracer::RunHook(#NAME, real != nullptr, pass, [&](Session& s, RealCall& c) {   \
+      return ndt::tracer::RecordStreamCreate(s, c, #NAME, stream, FLAGS, PRIORITY, pass);      \
+    });                                                                                        \
+  }
+NDT_STREAM_CREATE_HOOK(cuStreamCreate, (CUstream * stream, unsigned flags), flags, 0, stream,
+                       flags)
+NDT_STREAM_CREATE_HOOK(cuStreamCreateWithPriority,
+                       (CUstream * stream, unsigned flags, int priority), flags, priority, stream,
+                       flags, priority)
+
+extern "C" CUresult cuStreamDestroy_v2(CUstream stream) {
+  auto real = NDT_REAL(cuStreamDestroy_v2);
+  auto pass = [&] { return real(stream); };
+  return ndt::tracer::RunHook(
+      "cuStreamDestroy_v2", real != nullptr, pass, [&](Session& s, RealCall& c) {
+        const uint64_t handle = ndt::tracer::Handle(stream);
+        ndt::format::OpRecord op =
+            s.BeginOp(ndt::format::OpKind::kOther, "cuStreamDestroy_v2", s.StreamId(handle, false));
+        const CUresult result = c.Set(pass());
+        // A later stream at the same handle is another stream; built-in handles are not destroyed.
+        if (result == CUDA_SUCCESS && op.stream_id != 0) s.RetireStream(handle);
+        s.EndOp(op, static_cast<int32_t>(result));
+        return result;
+      });
+}
+
+extern "C" CUresult cuEventCreate(CUevent* event, unsigned flags) {
+  auto real = NDT_REAL(cuEventCreate);
+  auto pass = [&] { return real(event, flags); };
+  return ndt::tracer::RunHook("cuEventCreate", real != nullptr, pass, [&](Session& s, RealCall& c) {
+    const CUresult result = c.Set(pass());
+    ndt::format::OpRecord op = s.BeginOp(ndt::format::OpKind::kOther, "cuEventCreate", 0);
+    if (result == CUDA_SUCCESS && event != nullptr) {
+      op.args.push_back(
+          ndt::tracer::Unsigned("event", s.objects().EventId(ndt::tracer::Handle(*event))));
+    }
+    op.args.push_back(ndt::tracer::Unsigned("flags", flags));
+    s.EndOp(op, static_cast<int32_t>(result));
+    return result;
+  });
+}
+
+extern "C" CUresult cuEventDestroy_v2(CUevent event) {
+  auto real = NDT_REAL(cuEventDestroy_v2);
+  auto pass = [&] { return real(event); };
+  return ndt::tracer::RunHook(
+      "cuEventDestroy_v2", real != nullptr, pass, [&](Session& s, RealCall& c) {
+        const uint64_t handle = ndt::tracer::Handle(event);
+        ndt::format::OpRecord op = s.BeginOp(ndt::format::OpKind::kOther, "cuEventDestroy_v2", 0);
+        op.args.push_back(ndt::tracer::Unsigned("event", s.objects().EventId(handle)));
+        const CUresult result = c.Set(pass());
+        if (result == CUDA_SUCCESS) s.objects().RetireEvent(handle);
+        s.EndOp(op, static_cast<int32_t>(result));
+        return result;
+      });
+}
+
+#define NDT_EVENT_RECORD_HOOK(NAME, PER_THREAD)                                                \
+  extern "C" CUresult NAME(CUevent event, CUstream stream) {                                   \
+    auto real = NDT_REAL(NAME);                                                                \
+    auto pass = [&] { return real(event, stream); };                                           \
+    return ndt::tracer::RunHook(#NAME, real != nullptr, pass, [&](Session& s, RealCall& c) {   \
+      return ndt::tracer::RecordEventRecord(s, c, #NAME, event, stream, PER_THREAD,            \
+                                            std::nullopt, pass);                               \
+    });                                                                                        \
+  }
+NDT_EVENT_RECORD_HOOK(cuEventRecord, false)
+NDT_EVENT_RECORD_HOOK(cuEventRecord_ptsz, true)
+
+#define NDT_EVENT_RECORD_FLAGS_HOOK(NAME, PER_THREAD)                                              \
+  extern "C" CUresult NAME(CUevent event, CUstream stream, unsigned flags) {                       \
+    auto real = NDT_REAL(NAME);                                                                    \
+    auto pass = [&] { return real(event, stream, flags); };                                        \
+    return ndt::tracer::RunHook(#NAME, real != nullptr, pass, [&](Session& s, RealCall& c) {       \
+      return ndt::tracer::RecordEventRecord(s, c, #NAME, event, stream, PER_THREAD, flags, pass); \
+    });                                                                                            \
+  }
+NDT_EVENT_RECORD_FLAGS_HOOK(cuEventRecordWithFlags, false)
+NDT_EVENT_RECORD_FLAGS_HOOK(cuEventRecordWithFlags_ptsz, true)
+
+#define NDT_STREAM_WAIT_EVENT_HOOK(NAME, PER_THREAD)                                             \
+  extern "C" CUresult NAME(CUstream stream, CUevent event, unsigned flags) {                     \
+    auto real = NDT_REAL(NAME);                                                                  \
+    auto pass = [&] { return real(stream, event, flags); };                                      \
+    return ndt::tracer::RunHook(#NAME, real != nullptr, pass, [&](Session& s, RealCall& c) {     \
+      return ndt::tracer::RecordStreamWaitEvent(s, c, #NAME, stream, PER_THREAD, event, flags,   \
+                                                pass);                                           \
+    });                                                                                          \
+  }
+NDT_STREAM_WAIT_EVENT_HOOK(cuStreamWaitEvent, false)
+NDT_STREAM_WAIT_EVENT_HOOK(cuStreamWaitEvent_ptsz, true)
+
+extern "C" CUresult cuEventSynchronize(CUevent event) {
+  auto real = NDT_REAL(cuEventSynchronize);
+  auto pass = [&] { return real(event); };
+  return ndt::tracer::RunHook(
+      "cuEventSynchronize", real != nullptr, pass, [&](Session& s, RealCall& c) {
+        const uint64_t handle = ndt::tracer::Handle(event);
+        const ndt::tracer::DriverObjects::EventRecord recorded = s.objects().LastRecord(handle);
+        ndt::format::OpRecord op =
+            s.BeginOp(ndt::format::OpKind::kSynchronize, "cuEventSynchronize", recorded.stream_id);
+        op.args.push_back(ndt::tracer::Unsigned("event", s.objects().EventId(handle)));
+        const CUresult result = c.Set(pass());
+        if (result == CUDA_SUCCESS && recorded.recorded && recorded.graph == 0) {
+          op.outputs = s.TakePendingDigests(recorded.stream_id, recorded.op_sequence);
+        }
+        s.EndOp(op, static_cast<int32_t>(result));
+        return result;
+      });
+}
+
+// ---- graphs -------------------------------------------------------------------------------------
+//
+// A stream capture is bracketed by ops naming the graph it makes ("graph": its id); what is
+// recorded in between on the capturing streams carries "capturedInto". Instantiation names the
+// graph, the executable graph ("graphExec") and its node count (the driver's cuGraphGetNodes);
+// each cuGraphLaunch is an op of kind kGraphLaunch with the three.
+
+#define NDT_BEGIN_CAPTURE_HOOK(NAME, PER_THREAD)                                                 \
+  extern "C" CUresult NAME(CUstream stream, CUstreamCaptureMode mode) {                          \
+    auto real = NDT_REAL(NAME);                                                                  \
+    auto pass = [&] { return real(stream, mode); };                                              \
+    return ndt::tracer::RunHook(#NAME, real != nullptr, pass, [&](Session& s, RealCall& c) {     \
+      ndt::format::OpRecord op = s.BeginOp(ndt::format::OpKind::kOther, #NAME,                   \
+                                           s.StreamId(ndt::tracer::Handle(stream), PER_THREAD)); \
+      op.args.push_back(ndt::tracer::Unsigned("mode", static_cast<uint64_t>(mode)));             \
+      const CUresult result = c.Set(pass());                                                     \
+      if (result == CUDA_SUCCESS) {                                                              \
+        op.args.push_back(                                                                       \
+            ndt::tracer::Unsigned("graph", s.objects().BeginCapture(op.stream_id)));             \
+      }                                                                                          \
+      s.EndOp(op, static_cast<int32_t>(result));                                                 \
+      return result;                                                                             \
+    });                                                                                          \
+  }
+NDT_BEGIN_CAPTURE_HOOK(cuStreamBeginCapture_v2, false)
+NDT_BEGIN_CAPTURE_HOOK(cuStreamBeginCapture_v2_ptsz, true)
+
+#define NDT_END_CAPTURE_HOOK(NAME, PER_THREAD)                                                   \
+  extern "C" CUresult NAME(CUstream stream, CUgraph* graph) {                                    \
+    auto real = NDT_REAL(NAME);                                                                  \
+    auto pass = [&] { return real(stream, graph); };                                             \
+    return ndt::tracer::RunHook(#NAME, real != nullptr, pass, [&](Session& s, RealCall& c) {     \
+      ndt::format::OpRecord op = s.BeginOp(ndt::format::OpKind::kOther, #NAME,                   \
+                                           s.StreamId(ndt::tracer::Handle(stream), PER_THREAD)); \
+      const CUresult result = c.Set(pass());                                                     \
+      const uint64_t handle =                                                                    \
+          result == CUDA_SUCCESS && graph != nullptr ? ndt::tracer::Handle(*graph) : 0;          \
+      uint64_t captured_ops = 0;                                                                 \
+      const uint32_t id = s.objects().EndCapture(op.stream_id, handle, &captured_ops);           \
+      if (id != 0) {                                                                             \
+        op.args.push_back(ndt::tracer::Unsigned("graph", id));                                   \
+        op.args.push_back(ndt::tracer::Unsigned("capturedOps", captured_ops));                   \
+      }                                                                                          \
+      s.EndOp(op, static_cast<int32_t>(result));                                                 \
+      return result;                                                                             \
+    });                                                                                          \
+  }
+NDT_END_CAPTURE_HOOK(cuStreamEndCapture, false)
+NDT_END_CAPTURE_HOOK(cuStreamEndCapture_ptsz, true)
+
+namespace ndt::tracer {
+namespace {
+
+// The number of nodes of `graph`, from the real driver; 0 when it cannot say.
+uint64_t GraphNodeCount(CUgraph graph) {
+  using GetNodesFn = CUresult (*)(CUgraph, CUgraphNode*, size_t*);
+  const auto get_nodes = reinterpret_cast<GetNodesFn>(DriverProc("cuGraphGetNodes", 10000));
+  size_t count = 0;
+  if (get_nodes == nullptr || get_nodes(graph, nullptr, &count) != CUDA_SUCCESS) return 0;
+  return count;
+}
+
+}  // namespace
+}  // namespace ndt::tracer
+
+extern "C" CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph,
+                                                unsigned long long flags) {
+  auto real = NDT_REAL(cuGraphInstantiateWithFlags);
+  auto pass = [&] { return real(exec, graph, flags); };
+  return ndt::tracer::RunHook(
+      "cuGraphInstantiateWithFlags", real != nullptr, pass, [&](Session& s, RealCall& c) {
+        ndt::format::OpRecord op =
+            s.BeginOp(ndt::format::OpKind::kOther, "cuGraphInstantiateWithFlags", 0);
+        const uint32_t graph_id = s.objects().GraphId(ndt::tracer::Handle(graph));
+        op.args.push_back(ndt::tracer::Unsigned("graph", graph_id));
+        op.args.push_back(ndt::tracer::Unsigned("flags", flags));
+        const CUresult result = c.Set(pass());
+        if (result == CUDA_SUCCESS && exec != nullptr) {
+          const uint64_t nodes = ndt::tracer::GraphNodeCount(graph);
+          op.args.push_back(ndt::tracer::Unsigned(
+              "graphExec", s.objects().OnInstantiate(ndt::tracer::Handle(*exec), graph_id, nodes)));
+          op.args.push_back(ndt::tracer::Unsigned("nodes", nodes));
+        }
+        s.EndOp(op, static_cast<int32_t>(result));
+        return result;
+      });
+}
+
+#define NDT_GRAPH_LAUNCH_HOOK(NAME, PER_THREAD)                                                  \
+  extern "C" CUresult NAME(CUgraphExec exec, CUstream stream) {                                  \
+    auto real = NDT_REAL(NAME);                                                                  \
+    auto pass = [&] { return real(exec, stream); };                                              \
+    return ndt::tracer::RunHook(#NAME, real != nullptr, pass, [&](Session& s, RealCall& c) {     \
+      const ndt::tracer::DriverObjects::Exec info =                                              \
+          s.objects().FindExec(ndt::tracer::Handle(exec));                                       \
+      ndt::format::OpRecord op = s.BeginOp(ndt::format::OpKind::kGraphLaunch, #NAME,             \
+                                           s.StreamId(ndt::tracer::Handle(stream), PER_THREAD)); \
+      op.args.push_back(ndt::tracer::Unsigned("graphExec", info.id));                            \
+      op.args.push_back(ndt::tracer::Unsigned("graph", info.graph));                             \
+      op.args.push_back(ndt::tracer::Unsigned("nodes", info.nodes));                             \
+      ndt::tracer::Captured(s, op);                                                              \
+      const CUresult result = c.Set(pass());                                                     \
+      s.EndOp(op, static_cast<int32_t>(result));                                                 \
+      return result;                                                                             \
+    });                                                                                          \
+  }
+NDT_GRAPH_LAUNCH_HOOK(cuGraphLaunch, false)
+NDT_GRAPH_LAUNCH_HOOK(cuGraphLaunch_ptsz, true)
+
+extern "C" CUresult cuGraphExecDestroy(CUgraphExec exec) {
+  auto real = NDT_REAL(cuGraphExecDestroy);
+  auto pass = [&] { return real(exec); };
+  return ndt::tracer::RunHook(
+      "cuGraphExecDestroy", real != nullptr, pass, [&](Session& s, RealCall& c) {
+        const uint64_t handle = ndt::tracer::Handle(exec);
+        ndt::format::OpRecord op = s.BeginOp(ndt::format::OpKind::kOther, "cuGraphExecDestroy", 0);
+        op.args.push_back(ndt::tracer::Unsigned("graphExec", s.objects().FindExec(handle).id));
+        const CUresult result = c.Set(pass());
+        if (result == CUDA_SUCCESS) s.objects().RetireExec(handle);
+        s.EndOp(op, static_cast<int32_t>(result));
+        return result;
+      });
+}
+
+extern "C" CUresult cuGraphDestroy(CUgraph graph) {
+  auto real = NDT_REAL(cuGraphDestroy);
+  auto pass = [&] { return real(graph); };
+  return ndt::tracer::RunHook("cuGraphDestroy", real != nullptr, pass, [&](Session& s, RealCall& c) {
+    const uint64_t handle = ndt::tracer::Handle(graph);
+    ndt::format::OpRecord op = s.BeginOp(ndt::format::OpKind::kOther, "cuGraphDestroy", 0);
+    op.args.push_back(ndt::tracer::Unsigned("graph", s.objects().GraphId(handle)));
+    const CUresult result = c.Set(pass());
+    if (result == CUDA_SUCCESS) s.objects().RetireGraph(handle);
+    s.EndOp(op, static_cast<int32_t>(result));
+    return result;
+  });
 }
 
 // ---- the table driver_table.cc maps real pointers with ----------------------------------------

@@ -621,6 +621,11 @@ uint32_t Session::ThreadId() {
   return cached.id;
 }
 
+void Session::RetireStream(uint64_t handle) {
+  std::lock_guard lock(mutex_);
+  streams_.erase(handle);
+}
+
 uint32_t Session::StreamId(uint64_t handle, bool per_thread_variant) {
   const auto legacy = reinterpret_cast<uint64_t>(CU_STREAM_LEGACY);
   const auto per_thread = reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD);
@@ -770,13 +775,14 @@ void Session::AddPendingDigest(const PendingDigest& pending) {
   pending_.push_back(pending);
 }
 
-std::vector<format::BufferDigest> Session::TakePendingDigests(std::optional<uint32_t> stream_id) {
+std::vector<format::BufferDigest> Session::TakePendingDigests(std::optional<uint32_t> stream_id,
+                                                              uint64_t before_op) {
   std::vector<PendingDigest> ready;
   {
     std::lock_guard lock(mutex_);
     auto keep = pending_.begin();
     for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-      if (!stream_id || it->stream_id == *stream_id) {
+      if ((!stream_id || it->stream_id == *stream_id) && it->op_sequence < before_op) {
         ready.push_back(*it);
       } else {
         *keep++ = *it;

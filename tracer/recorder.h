@@ -30,6 +30,7 @@
 #include "formats/records.h"
 #include "formats/trace_writer.h"
 #include "tracer/allocation_map.h"
+#include "tracer/driver_objects.h"
 #include "tracer/policy.h"
 
 namespace ndt::tracer {
@@ -143,8 +144,10 @@ class Session {
   KernelInfo Kernel(const void* function);
 
   void AddPendingDigest(const PendingDigest& pending);
-  // The digests of the pending copies on `stream_id` (every stream if nullopt), computed now.
-  std::vector<format::BufferDigest> TakePendingDigests(std::optional<uint32_t> stream_id);
+  // The digests of the pending copies on `stream_id` (every stream if nullopt) issued before op
+  // `before_op`, computed now.
+  std::vector<format::BufferDigest> TakePendingDigests(std::optional<uint32_t> stream_id,
+                                                       uint64_t before_op = UINT64_MAX);
 
   const DigestConfig& digests() const { return digests_; }
 
@@ -174,6 +177,13 @@ class Session {
 
   format::TraceWriter& writer() { return *writer_; }
 
+  // ---- driver objects (hooks_driver.cc) ----
+  // Forgets the id of the stream at `handle` (destroyed): a stream created later at the same
+  // handle gets a new id.
+  void RetireStream(uint64_t handle);
+  // Events, graphs, executable graphs and the captures in progress.
+  DriverObjects& objects() { return objects_; }
+
  private:
   std::unique_ptr<format::TraceWriter> writer_;
   const format::TraceHeader header_;
@@ -196,6 +206,7 @@ class Session {
   const std::unique_ptr<PinTable> pins_;
   std::mutex digest_mutex_;                   // guards digest_buffer_
   std::vector<unsigned char> digest_buffer_;  // grown on demand up to kDigestBufferBytes
+  DriverObjects objects_;
 };
 
 // Entered by every hook for the duration of the call.

@@ -22,15 +22,18 @@
 #include <cuda.h>
 #include <elf.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -54,12 +57,33 @@ struct CUstream_st {
   unsigned flags = 0;
   int priority = 0;
   unsigned long long id = 0;
+  CUgraph_st* capture = nullptr;  // the graph this stream is capturing into, if any
 };
 
 struct CUevent_st {
   unsigned flags = 0;
   bool recorded = false;
   std::chrono::steady_clock::time_point time;
+  CUgraph_st* capture = nullptr;  // recorded on a capturing stream: the capture it belongs to
+};
+
+// Graph capture: each node is the captured call, re-run on the launch stream at cuGraphLaunch.
+struct CUgraphNode_st {
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  std::function<CUresult(CUstream)> run;
+};
+
+struct CUgraph_st {
+  std::vector<std::unique_ptr<CUgraphNode_st>> nodes;
+  CUstream origin = nullptr;  // the stream whose capture made it, while capturing
+};
+
+struct CUgraphExec_st {
+  std::vector<std::function<CUresult(CUstream)>> work;
+};
+
+struct CUmemPoolHandle_st {
+  bool is_default = false;
 };
 
 struct CUfunc_st {
@@ -110,6 +134,7 @@ struct AlignedFree {
   void operator()(unsigned char* p) const { std::free(p); }
 };
 
+// A device allocation: owned host memory, or (memory null) a cuMemMap'ed range of a reservation.
 struct Allocation {
   std::unique_ptr<unsigned char, AlignedFree> memory;
   std::size_t size = 0;
@@ -133,6 +158,21 @@ struct Driver {
   std::unordered_map<CUlibrary, std::unique_ptr<CUlib_st>> libraries;
   std::unordered_set<CUfunction> functions;  // live, owned by their module
   std::unordered_set<CUkernel> kernels;      // live, owned by their library
+  // Graphs, executable graphs and captures in progress.
+  std::unordered_map<CUgraph, std::unique_ptr<CUgraph_st>> graphs;
+  std::unordered_map<CUgraphExec, std::unique_ptr<CUgraphExec_st>> graph_execs;
+  std::unordered_set<CUgraph> capturing;
+  // Memory pools (all allocate like cuMemAlloc) and the virtual memory API: reserved ranges
+  // (PROT_NONE mappings) and physical allocations (memfd files mapped into them by cuMemMap).
+  CUmemPoolHandle_st default_pool{true};
+  std::unordered_map<CUmemoryPool, std::unique_ptr<CUmemPoolHandle_st>> pools;
+  std::map<std::uintptr_t, std::size_t> reservations;  // base -> bytes
+  struct Physical {
+    int fd = -1;
+    std::size_t size = 0;
+  };
+  std::unordered_map<CUmemGenericAllocationHandle, Physical> physical;
+  CUmemGenericAllocationHandle next_physical = 1;
 };
 
 Driver& GetDriver() {
@@ -212,6 +252,21 @@ bool IsBuiltinStream(CUstream stream) {
 CUresult CheckStreamLocked(const Driver& d, CUstream stream) {
   if (IsBuiltinStream(stream)) return CUDA_SUCCESS;
   return d.streams.contains(stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+// The graph `stream` is capturing into, or null (built-in streams never capture).
+CUgraph_st* CaptureLocked(const Driver& d, CUstream stream) {
+  if (IsBuiltinStream(stream)) return nullptr;
+  const auto it = d.streams.find(stream);
+  return it == d.streams.end() ? nullptr : it->second->capture;
+}
+
+void AddNodeLocked(CUgraph_st* graph, CUgraphNodeType type,
+                   std::function<CUresult(CUstream)> run) {
+  auto node = std::make_unique<CUgraphNode_st>();
+  node->type = type;
+  node->run = std::move(run);
+  graph->nodes.push_back(std::move(node));
 }
 
 CUevent_st* FindEventLocked(Driver& d, CUevent event) {
@@ -348,12 +403,14 @@ CUresult Launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_mem_bytes, 
                 void** kernel_params, void** extra) {
   Driver& d = GetDriver();
   const HostKernel* kernel;
+  CUgraph_st* capture;
   {
     std::lock_guard lock(d.mu);
     if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
     kernel = LaunchTargetLocked(d, f);
     if (kernel == nullptr) return CUDA_ERROR_INVALID_HANDLE;
     if (const CUresult r = CheckStreamLocked(d, stream); r != CUDA_SUCCESS) return r;
+    capture = CaptureLocked(d, stream);
   }
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 || block.z == 0) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -386,6 +443,22 @@ CUresult Launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_mem_bytes, 
     kernel_params = from_extra.data();
   }
   if (kernel_params == nullptr && !kernel->params.empty()) return CUDA_ERROR_INVALID_VALUE;
+  if (capture != nullptr) {
+    // Captured: keep a copy of the argument bytes and launch them again at cuGraphLaunch.
+    std::vector<std::vector<unsigned char>> copies;
+    for (std::size_t i = 0; i < kernel->params.size(); ++i) {
+      const auto* bytes = static_cast<const unsigned char*>(kernel_params[i]);
+      copies.emplace_back(bytes, bytes + kernel->params[i].size);
+    }
+    std::lock_guard lock(d.mu);
+    AddNodeLocked(capture, CU_GRAPH_NODE_TYPE_KERNEL,
+                  [f, grid, block, shared_mem_bytes, copies](CUstream on) mutable {
+                    std::vector<void*> pointers;
+                    for (auto& copy : copies) pointers.push_back(copy.data());
+                    return Launch(f, grid, block, shared_mem_bytes, on, pointers.data(), nullptr);
+                  });
+    return CUDA_SUCCESS;
+  }
   const LaunchGeometry geometry{grid, block, shared_mem_bytes};
   const KernelArgs args(kernel_params, &CheckDeviceRange);
   return kernel->run(geometry, args) ? CUDA_SUCCESS : CUDA_ERROR_ILLEGAL_ADDRESS;
@@ -427,6 +500,12 @@ CUresult Copy(std::uintptr_t dst, Side dst_side, std::uintptr_t src, Side src_si
     if (bytes == 0) return CUDA_SUCCESS;
     if (const CUresult r = CheckSideLocked(d, dst, bytes, dst_side); r != CUDA_SUCCESS) return r;
     if (const CUresult r = CheckSideLocked(d, src, bytes, src_side); r != CUDA_SUCCESS) return r;
+    if (CUgraph_st* capture = CaptureLocked(d, stream)) {
+      AddNodeLocked(capture, CU_GRAPH_NODE_TYPE_MEMCPY, [=](CUstream on) {
+        return Copy(dst, dst_side, src, src_side, bytes, on);
+      });
+      return CUDA_SUCCESS;
+    }
   }
   std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
   return CUDA_SUCCESS;
@@ -445,6 +524,14 @@ CUresult Fill(std::uintptr_t dst, const void* pattern, std::size_t element_size,
     if (count == 0) return CUDA_SUCCESS;
     if (count > SIZE_MAX / element_size) return CUDA_ERROR_INVALID_VALUE;
     if (!DeviceRangeLocked(d, dst, count * element_size)) return CUDA_ERROR_INVALID_VALUE;
+    if (CUgraph_st* capture = CaptureLocked(d, stream)) {
+      std::array<unsigned char, 8> value{};
+      std::memcpy(value.data(), pattern, std::min(element_size, value.size()));
+      AddNodeLocked(capture, CU_GRAPH_NODE_TYPE_MEMSET, [=](CUstream on) {
+        return Fill(dst, value.data(), element_size, count, on);
+      });
+      return CUDA_SUCCESS;
+    }
   }
   auto* out = reinterpret_cast<unsigned char*>(dst);
   for (std::size_t i = 0; i < count; ++i) {
@@ -458,6 +545,17 @@ CUresult StreamOp(CUstream stream) {
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
   return CheckStreamLocked(d, stream);
+}
+
+// Synchronising a capturing stream is not allowed (the real driver also invalidates the
+// capture; the stand-in only refuses).
+CUresult StreamSync(CUstream stream) {
+  Driver& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  if (const CUresult r = CheckStreamLocked(d, stream); r != CUDA_SUCCESS) return r;
+  return CaptureLocked(d, stream) != nullptr ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+                                             : CUDA_SUCCESS;
 }
 
 CUresult CreateStream(CUstream* out, unsigned flags, int priority) {
@@ -490,8 +588,14 @@ CUresult StreamWaitEvent(CUstream stream, CUevent event, unsigned flags) {
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
   if (const CUresult r = CheckStreamLocked(d, stream); r != CUDA_SUCCESS) return r;
-  if (FindEventLocked(d, event) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  return flags == 0 || flags == CU_EVENT_WAIT_EXTERNAL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  CUevent_st* e = FindEventLocked(d, event);
+  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (flags != 0 && flags != CU_EVENT_WAIT_EXTERNAL) return CUDA_ERROR_INVALID_VALUE;
+  // Waiting on an event recorded inside a capture joins that capture (cross-stream capture).
+  if (e->capture != nullptr && d.capturing.contains(e->capture) && !IsBuiltinStream(stream)) {
+    d.streams.at(stream)->capture = e->capture;
+  }
+  return CUDA_SUCCESS;
 }
 
 // Streams are queried for flags, priority and id; the built-in streams have fixed answers.
@@ -519,6 +623,8 @@ CUresult RecordEvent(CUevent event, CUstream stream) {
   if (const CUresult r = CheckStreamLocked(d, stream); r != CUDA_SUCCESS) return r;
   CUevent_st* e = FindEventLocked(d, event);
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  e->capture = CaptureLocked(d, stream);
+  if (e->capture != nullptr) return CUDA_SUCCESS;  // an edge of the graph, not a node
   e->recorded = true;
   e->time = std::chrono::steady_clock::now();
   return CUDA_SUCCESS;
@@ -845,6 +951,34 @@ const ProcRow kProcRows[] = {
     NDT_PROC("cuFuncGetAttribute", 2020, cuFuncGetAttribute),
     NDT_PROC_PT("cuLaunchKernel", 4000, cuLaunchKernel, cuLaunchKernel_ptsz),
     NDT_PROC_PT("cuLaunchKernelEx", 11060, cuLaunchKernelEx, cuLaunchKernelEx_ptsz),
+    NDT_PROC("cuDeviceGetDefaultMemPool", 11020, cuDeviceGetDefaultMemPool),
+    NDT_PROC("cuMemPoolCreate", 11020, cuMemPoolCreate),
+    NDT_PROC("cuMemPoolDestroy", 11020, cuMemPoolDestroy),
+    NDT_PROC_PT("cuMemAllocAsync", 11020, cuMemAllocAsync, cuMemAllocAsync_ptsz),
+    NDT_PROC_PT("cuMemFreeAsync", 11020, cuMemFreeAsync, cuMemFreeAsync_ptsz),
+    NDT_PROC_PT("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync,
+                cuMemAllocFromPoolAsync_ptsz),
+    NDT_PROC("cuMemAllocManaged", 6000, cuMemAllocManaged),
+    NDT_PROC("cuMemAllocPitch", 3020, cuMemAllocPitch_v2),
+    NDT_PROC("cuMemGetAllocationGranularity", 10020, cuMemGetAllocationGranularity),
+    NDT_PROC("cuMemAddressReserve", 10020, cuMemAddressReserve),
+    NDT_PROC("cuMemAddressFree", 10020, cuMemAddressFree),
+    NDT_PROC("cuMemCreate", 10020, cuMemCreate),
+    NDT_PROC("cuMemRelease", 10020, cuMemRelease),
+    NDT_PROC("cuMemMap", 10020, cuMemMap),
+    NDT_PROC("cuMemUnmap", 10020, cuMemUnmap),
+    NDT_PROC("cuMemSetAccess", 10020, cuMemSetAccess),
+    NDT_PROC_PT("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2,
+                cuStreamBeginCapture_v2_ptsz),
+    NDT_PROC_PT("cuStreamEndCapture", 10000, cuStreamEndCapture, cuStreamEndCapture_ptsz),
+    NDT_PROC_PT("cuStreamIsCapturing", 10000, cuStreamIsCapturing, cuStreamIsCapturing_ptsz),
+    NDT_PROC("cuGraphGetNodes", 10000, cuGraphGetNodes),
+    NDT_PROC("cuGraphNodeGetType", 10000, cuGraphNodeGetType),
+    NDT_PROC("cuGraphInstantiate", 11040, cuGraphInstantiateWithFlags),
+    NDT_PROC("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags),
+    NDT_PROC_PT("cuGraphLaunch", 10000, cuGraphLaunch, cuGraphLaunch_ptsz),
+    NDT_PROC("cuGraphExecDestroy", 10000, cuGraphExecDestroy),
+    NDT_PROC("cuGraphDestroy", 10000, cuGraphDestroy),
 };
 
 #undef NDT_PROC
@@ -940,6 +1074,11 @@ void LogDriverCall(std::string_view line) {
   [[maybe_unused]] const ssize_t written = ::write(fd, buffer, n + 1);
 }
 
+}  // namespace ndt::standin
+
+namespace ndt::standin {
+CUresult Allocate(CUdeviceptr* dptr, size_t bytesize, const CUstream* stream);
+CUresult Free(CUdeviceptr dptr, const CUstream* stream);
 }  // namespace ndt::standin
 
 using ndt::standin::Dim3;
@@ -1239,10 +1378,22 @@ CUresult cuCtxGetStreamPriorityRange(int* leastPriority, int* greatestPriority) 
 
 CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   NDT_SERVE();
+  return ndt::standin::Allocate(dptr, bytesize, nullptr);
+}
+}  // extern "C"
+
+namespace ndt::standin {
+
+// cuMemAlloc_v2 and every allocator that behaves like it here (pools, managed, pitched): an
+// aligned, zero-filled host block. `stream`, when not null, must be a valid stream.
+CUresult Allocate(CUdeviceptr* dptr, size_t bytesize, const CUstream* stream) {
   return Guarded([&] {
     auto& d = GetDriver();
     std::lock_guard lock(d.mu);
     if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+    if (stream != nullptr) {
+      if (const CUresult r = CheckStreamLocked(d, *stream); r != CUDA_SUCCESS) return r;
+    }
     if (dptr == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
     constexpr std::size_t kAlign = ndt::standin::kAllocationAlignment;
     if (bytesize > ndt::standin::kTotalMemBytes - d.allocated_bytes) {
@@ -1264,16 +1415,27 @@ CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   });
 }
 
-CUresult cuMemFree_v2(CUdeviceptr dptr) {
-  NDT_SERVE();
+CUresult Free(CUdeviceptr dptr, const CUstream* stream) {
   auto& d = GetDriver();
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  if (stream != nullptr) {
+    if (const CUresult r = CheckStreamLocked(d, *stream); r != CUDA_SUCCESS) return r;
+  }
   const auto it = d.allocations.find(dptr);
-  if (it == d.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+  if (it == d.allocations.end() || it->second.memory == nullptr) return CUDA_ERROR_INVALID_VALUE;
   d.allocated_bytes -= it->second.size;
   d.allocations.erase(it);
   return CUDA_SUCCESS;
+}
+
+}  // namespace ndt::standin
+
+extern "C" {
+
+CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  NDT_SERVE();
+  return ndt::standin::Free(dptr, nullptr);
 }
 
 CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
@@ -1517,12 +1679,12 @@ CUresult cuStreamDestroy_v2(CUstream hStream) {
 // Work already ran at enqueue time, so a valid stream is always complete.
 CUresult cuStreamSynchronize(CUstream hStream) {
   NDT_SERVE();
-  return ndt::standin::StreamOp(hStream);
+  return ndt::standin::StreamSync(hStream);
 }
 
 CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
   NDT_SERVE();
-  return ndt::standin::StreamOp(hStream);
+  return ndt::standin::StreamSync(hStream);
 }
 
 CUresult cuStreamQuery(CUstream hStream) {
@@ -1941,6 +2103,450 @@ CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUfunction hfu
       *pi = 0;
       break;
   }
+  return CUDA_SUCCESS;
+}
+
+// --- Stream-ordered allocation and memory pools (every pool allocates like cuMemAlloc_v2) -----
+
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool_out, CUdevice dev) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (const CUresult r = RequireDevice(dev); r != CUDA_SUCCESS) return r;
+  if (pool_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pool_out = &d.default_pool;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps) {
+  NDT_SERVE();
+  return Guarded([&] {
+    auto& d = GetDriver();
+    std::lock_guard lock(d.mu);
+    if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+    if (pool == nullptr || poolProps == nullptr ||
+        poolProps->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        poolProps->location.type != CU_MEM_LOCATION_TYPE_DEVICE || poolProps->location.id != 0) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    auto created = std::make_unique<CUmemPoolHandle_st>();
+    *pool = created.get();
+    d.pools.emplace(created.get(), std::move(created));
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  return d.pools.erase(pool) == 1 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::Allocate(dptr, bytesize, &hStream);
+}
+
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::Allocate(dptr, bytesize, &hStream);
+}
+
+static CUresult AllocateFromPool(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                                 CUstream stream) {
+  {
+    auto& d = GetDriver();
+    std::lock_guard lock(d.mu);
+    if (pool != &d.default_pool && !d.pools.contains(pool)) return CUDA_ERROR_INVALID_VALUE;
+  }
+  return ndt::standin::Allocate(dptr, bytesize, &stream);
+}
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                                 CUstream hStream) {
+  NDT_SERVE();
+  return AllocateFromPool(dptr, bytesize, pool, hStream);
+}
+
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                                      CUstream hStream) {
+  NDT_SERVE();
+  return AllocateFromPool(dptr, bytesize, pool, hStream);
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::Free(dptr, &hStream);
+}
+
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::Free(dptr, &hStream);
+}
+
+// Managed memory is device memory here (host memory already).
+CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
+  NDT_SERVE();
+  if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
+  return ndt::standin::Allocate(dptr, bytesize, nullptr);
+}
+
+// Rows padded to a multiple of 512 bytes.
+CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes, size_t Height,
+                            unsigned int ElementSizeBytes) {
+  NDT_SERVE();
+  if (pPitch == nullptr || WidthInBytes == 0 || Height == 0 ||
+      (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  constexpr size_t kPitchAlign = 512;
+  const size_t pitch = (WidthInBytes + kPitchAlign - 1) / kPitchAlign * kPitchAlign;
+  if (Height > SIZE_MAX / pitch) return CUDA_ERROR_INVALID_VALUE;
+  const CUresult r = ndt::standin::Allocate(dptr, pitch * Height, nullptr);
+  if (r == CUDA_SUCCESS) *pPitch = pitch;
+  return r;
+}
+
+// --- Virtual memory management: reservations are PROT_NONE mappings, physical allocations
+// memfd files, cuMemMap maps one over part of a reservation (readable and writable at once;
+// cuMemSetAccess only checks its range). ---------------------------------------------------------
+
+constexpr size_t kVmmGranularity = size_t{2} << 20;
+
+CUresult cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
+                                       CUmemAllocationGranularity_flags option) {
+  NDT_SERVE();
+  if (granularity == nullptr || prop == nullptr ||
+      (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
+       option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *granularity = kVmmGranularity;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                             unsigned long long flags) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (ptr == nullptr || size == 0 || size % kVmmGranularity != 0 || flags != 0 ||
+      (alignment != 0 && alignment > kVmmGranularity)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  // Over-reserve by one granule to place the range on a granule boundary.
+  void* raw = ::mmap(addr == 0 ? nullptr : reinterpret_cast<void*>(addr), size + kVmmGranularity,
+                     PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  const auto start = reinterpret_cast<std::uintptr_t>(raw);
+  const std::uintptr_t base = (start + kVmmGranularity - 1) / kVmmGranularity * kVmmGranularity;
+  if (base > start) ::munmap(raw, base - start);
+  const std::uintptr_t end = start + size + kVmmGranularity;
+  if (end > base + size) ::munmap(reinterpret_cast<void*>(base + size), end - (base + size));
+  d.reservations.emplace(base, size);
+  *ptr = base;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  const auto it = d.reservations.find(ptr);
+  if (it == d.reservations.end() || it->second != size) return CUDA_ERROR_INVALID_VALUE;
+  for (auto a = d.allocations.lower_bound(ptr); a != d.allocations.end() && a->first < ptr + size;) {
+    a = a->second.memory == nullptr ? d.allocations.erase(a) : std::next(a);
+  }
+  ::munmap(reinterpret_cast<void*>(ptr), size);
+  d.reservations.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                     const CUmemAllocationProp* prop, unsigned long long flags) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (handle == nullptr || prop == nullptr || flags != 0 || size == 0 ||
+      size % kVmmGranularity != 0 || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const int fd = ::memfd_create("ndt-standin-vmm", MFD_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    ::close(fd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *handle = d.next_physical++;
+  d.physical.emplace(*handle, ndt::standin::Driver::Physical{fd, size});
+  return CUDA_SUCCESS;
+}
+
+// Mappings keep the memory alive after release, as in CUDA.
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  const auto it = d.physical.find(handle);
+  if (it == d.physical.end()) return CUDA_ERROR_INVALID_VALUE;
+  ::close(it->second.fd);
+  d.physical.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long flags) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  const auto physical = d.physical.find(handle);
+  if (physical == d.physical.end() || flags != 0 || size == 0 || offset != 0 ||
+      size > physical->second.size) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto reservation = d.reservations.upper_bound(ptr);
+  if (reservation == d.reservations.begin()) return CUDA_ERROR_INVALID_VALUE;
+  --reservation;
+  if (ptr + size > reservation->first + reservation->second) return CUDA_ERROR_INVALID_VALUE;
+  const auto next = d.allocations.lower_bound(ptr);
+  if ((next != d.allocations.end() && next->first < ptr + size) ||
+      ndt::standin::FindAllocationLocked(d, ptr) != d.allocations.end()) {
+    return CUDA_ERROR_INVALID_VALUE;  // already mapped
+  }
+  void* mapped = ::mmap(reinterpret_cast<void*>(ptr), size, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_FIXED, physical->second.fd, 0);
+  if (mapped == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  ndt::standin::Allocation allocation;
+  allocation.size = size;
+  allocation.buffer_id = d.next_buffer_id++;
+  d.allocations.emplace(ptr, std::move(allocation));
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  const auto it = d.allocations.find(ptr);
+  if (it == d.allocations.end() || it->second.memory != nullptr || it->second.size != size) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  ::mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE,
+         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  d.allocations.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (desc == nullptr || count == 0) return CUDA_ERROR_INVALID_VALUE;
+  return ndt::standin::DeviceRangeLocked(d, ptr, size) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+// --- Graphs: stream capture records each launch, copy and memset as a node; cuGraphLaunch runs
+// the nodes in capture order on its stream. Events recorded and waited on inside a capture
+// join other streams to it (no nodes, as in CUDA). ----------------------------------------------
+
+static CUresult BeginCapture(CUstream hStream, CUstreamCaptureMode mode) {
+  return Guarded([&] {
+    auto& d = GetDriver();
+    std::lock_guard lock(d.mu);
+    if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+    if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+        mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (ndt::standin::IsBuiltinStream(hStream)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    const auto it = d.streams.find(hStream);
+    if (it == d.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
+    if (it->second->capture != nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+    auto graph = std::make_unique<CUgraph_st>();
+    graph->origin = hStream;
+    it->second->capture = graph.get();
+    d.capturing.insert(graph.get());
+    d.graphs.emplace(graph.get(), std::move(graph));
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+  NDT_SERVE();
+  return BeginCapture(hStream, mode);
+}
+
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
+  NDT_SERVE();
+  return BeginCapture(hStream, mode);
+}
+
+static CUresult EndCapture(CUstream hStream, CUgraph* phGraph) {
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  if (phGraph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUgraph_st* graph = ndt::standin::CaptureLocked(d, hStream);
+  if (graph == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+  if (graph->origin != hStream) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+  for (auto& [handle, stream] : d.streams) {
+    if (stream->capture == graph) stream->capture = nullptr;
+  }
+  d.capturing.erase(graph);
+  graph->origin = nullptr;
+  *phGraph = graph;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
+  NDT_SERVE();
+  return EndCapture(hStream, phGraph);
+}
+
+CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
+  NDT_SERVE();
+  return EndCapture(hStream, phGraph);
+}
+
+static CUresult IsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  if (const CUresult r = ndt::standin::CheckStreamLocked(d, hStream); r != CUDA_SUCCESS) return r;
+  if (captureStatus == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *captureStatus = ndt::standin::CaptureLocked(d, hStream) != nullptr
+                       ? CU_STREAM_CAPTURE_STATUS_ACTIVE
+                       : CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+  NDT_SERVE();
+  return IsCapturing(hStream, captureStatus);
+}
+
+CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+  NDT_SERVE();
+  return IsCapturing(hStream, captureStatus);
+}
+
+CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode* nodes, size_t* numNodes) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  const auto it = d.graphs.find(hGraph);
+  if (it == d.graphs.end() || numNodes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const auto& all = it->second->nodes;
+  if (nodes != nullptr) {
+    const size_t n = std::min(*numNodes, all.size());
+    for (size_t i = 0; i < n; ++i) nodes[i] = all[i].get();
+    for (size_t i = n; i < *numNodes; ++i) nodes[i] = nullptr;
+    *numNodes = n;
+  } else {
+    *numNodes = all.size();
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType* type) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (hNode == nullptr || type == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (const auto& [handle, graph] : d.graphs) {
+    for (const auto& node : graph->nodes) {
+      if (node.get() == hNode) {
+        *type = node->type;
+        return CUDA_SUCCESS;
+      }
+    }
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                     unsigned long long flags) {
+  NDT_SERVE();
+  return Guarded([&] {
+    auto& d = GetDriver();
+    std::lock_guard lock(d.mu);
+    if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+    const auto it = d.graphs.find(hGraph);
+    if (phGraphExec == nullptr || it == d.graphs.end() || it->second->origin != nullptr) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (flags & ~static_cast<unsigned long long>(CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |
+                                                 CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    auto exec = std::make_unique<CUgraphExec_st>();
+    for (const auto& node : it->second->nodes) exec->work.push_back(node->run);
+    *phGraphExec = exec.get();
+    d.graph_execs.emplace(exec.get(), std::move(exec));
+    return CUDA_SUCCESS;
+  });
+}
+
+static CUresult GraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+  return Guarded([&] {
+    std::vector<std::function<CUresult(CUstream)>> work;
+    {
+      auto& d = GetDriver();
+      std::lock_guard lock(d.mu);
+      if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+      if (const CUresult r = ndt::standin::CheckStreamLocked(d, hStream); r != CUDA_SUCCESS) {
+        return r;
+      }
+      if (ndt::standin::CaptureLocked(d, hStream) != nullptr) {
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // graphs in graphs: not modelled
+      }
+      const auto it = d.graph_execs.find(hGraphExec);
+      if (it == d.graph_execs.end()) return CUDA_ERROR_INVALID_VALUE;
+      work = it->second->work;
+    }
+    for (auto& step : work) {
+      if (const CUresult r = step(hStream); r != CUDA_SUCCESS) return r;
+    }
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+  NDT_SERVE();
+  return GraphLaunch(hGraphExec, hStream);
+}
+
+CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  NDT_SERVE();
+  return GraphLaunch(hGraphExec, hStream);
+}
+
+CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  return d.graph_execs.erase(hGraphExec) == 1 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGraphDestroy(CUgraph hGraph) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  const auto it = d.graphs.find(hGraph);
+  if (it == d.graphs.end() || it->second->origin != nullptr) return CUDA_ERROR_INVALID_VALUE;
+  d.graphs.erase(it);
   return CUDA_SUCCESS;
 }
 

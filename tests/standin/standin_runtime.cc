@@ -91,6 +91,13 @@ struct DriverApi {
   PFN_cuLibraryLoadData_v12000 cuLibraryLoadData = nullptr;
   PFN_cuLibraryUnload_v12000 cuLibraryUnload = nullptr;
   PFN_cuLibraryGetKernel_v12000 cuLibraryGetKernel = nullptr;
+  PFN_cuCtxGetStreamPriorityRange_v5050 cuCtxGetStreamPriorityRange = nullptr;
+  PFN_cuDeviceGetDefaultMemPool_v11020 cuDeviceGetDefaultMemPool = nullptr;
+  PFN_cuMemPoolCreate_v11020 cuMemPoolCreate = nullptr;
+  PFN_cuMemPoolDestroy_v11020 cuMemPoolDestroy = nullptr;
+  PFN_cuGraphInstantiateWithFlags_v11040 cuGraphInstantiateWithFlags = nullptr;
+  PFN_cuGraphExecDestroy_v10000 cuGraphExecDestroy = nullptr;
+  PFN_cuGraphDestroy_v10000 cuGraphDestroy = nullptr;
 };
 
 // The stream-ordered driver functions, in one of their two default-stream flavours (the
@@ -111,6 +118,12 @@ struct StreamApi {
   PFN_cuStreamWaitEvent_v3020 cuStreamWaitEvent = nullptr;
   PFN_cuEventRecord_v2000 cuEventRecord = nullptr;
   PFN_cuLaunchKernel_v4000 cuLaunchKernel = nullptr;
+  PFN_cuMemAllocAsync_v11020 cuMemAllocAsync = nullptr;
+  PFN_cuMemFreeAsync_v11020 cuMemFreeAsync = nullptr;
+  PFN_cuMemAllocFromPoolAsync_v11020 cuMemAllocFromPoolAsync = nullptr;
+  PFN_cuStreamBeginCapture_v10010 cuStreamBeginCapture = nullptr;
+  PFN_cuStreamEndCapture_v10000 cuStreamEndCapture = nullptr;
+  PFN_cuGraphLaunch_v10000 cuGraphLaunch = nullptr;
 };
 
 enum DefaultStream { kLegacyStream = 0, kPerThreadStream = 1 };
@@ -250,7 +263,13 @@ bool ResolveStreamApi(Runtime& rt, cuuint64_t flags, StreamApi* s) {
          Resolve(rt, "cuStreamQuery", flags, &s->cuStreamQuery) &&
          Resolve(rt, "cuStreamWaitEvent", flags, &s->cuStreamWaitEvent) &&
          Resolve(rt, "cuEventRecord", flags, &s->cuEventRecord) &&
-         Resolve(rt, "cuLaunchKernel", flags, &s->cuLaunchKernel);
+         Resolve(rt, "cuLaunchKernel", flags, &s->cuLaunchKernel) &&
+         Resolve(rt, "cuMemAllocAsync", flags, &s->cuMemAllocAsync) &&
+         Resolve(rt, "cuMemFreeAsync", flags, &s->cuMemFreeAsync) &&
+         Resolve(rt, "cuMemAllocFromPoolAsync", flags, &s->cuMemAllocFromPoolAsync) &&
+         Resolve(rt, "cuStreamBeginCapture", flags, &s->cuStreamBeginCapture) &&
+         Resolve(rt, "cuStreamEndCapture", flags, &s->cuStreamEndCapture) &&
+         Resolve(rt, "cuGraphLaunch", flags, &s->cuGraphLaunch);
 }
 
 bool ResolveDriverApi(Runtime& rt) {
@@ -282,6 +301,13 @@ bool ResolveDriverApi(Runtime& rt) {
          Resolve(rt, "cuLibraryLoadData", kDefault, &a.cuLibraryLoadData) &&
          Resolve(rt, "cuLibraryUnload", kDefault, &a.cuLibraryUnload) &&
          Resolve(rt, "cuLibraryGetKernel", kDefault, &a.cuLibraryGetKernel) &&
+         Resolve(rt, "cuCtxGetStreamPriorityRange", kDefault, &a.cuCtxGetStreamPriorityRange) &&
+         Resolve(rt, "cuDeviceGetDefaultMemPool", kDefault, &a.cuDeviceGetDefaultMemPool) &&
+         Resolve(rt, "cuMemPoolCreate", kDefault, &a.cuMemPoolCreate) &&
+         Resolve(rt, "cuMemPoolDestroy", kDefault, &a.cuMemPoolDestroy) &&
+         Resolve(rt, "cuGraphInstantiateWithFlags", kDefault, &a.cuGraphInstantiateWithFlags) &&
+         Resolve(rt, "cuGraphExecDestroy", kDefault, &a.cuGraphExecDestroy) &&
+         Resolve(rt, "cuGraphDestroy", kDefault, &a.cuGraphDestroy) &&
          ResolveStreamApi(rt, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &rt.stream_api[kLegacyStream]) &&
          ResolveStreamApi(rt, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
                           &rt.stream_api[kPerThreadStream]);
@@ -766,6 +792,11 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t* pStream, unsigned int fla
   return ReportDriver(r);
 }
 
+cudaError_t cudaDeviceGetStreamPriorityRange(int* leastPriority, int* greatestPriority) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  return ReportDriver(Api().cuCtxGetStreamPriorityRange(leastPriority, greatestPriority));
+}
+
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int flags) {
   return cudaStreamCreateWithPriority(pStream, flags, 0);
 }
@@ -851,6 +882,158 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 // Implemented because its stub could not be: it returns a struct.
 cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, int z, int w, cudaChannelFormatKind f) {
   return cudaChannelFormatDesc{x, y, z, w, f};
+}
+
+// --- Stream-ordered allocation and memory pools --------------------------------------------------
+
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* memPool, int device) {
+  if (const cudaError_t e = ndt::standin::CheckDevice(device); e != cudaSuccess) return Report(e);
+  CUmemoryPool pool = nullptr;
+  const CUresult r = Api().cuDeviceGetDefaultMemPool(&pool, device);
+  if (r == CUDA_SUCCESS && memPool != nullptr) *memPool = reinterpret_cast<cudaMemPool_t>(pool);
+  return ReportDriver(r);
+}
+
+cudaError_t cudaMemPoolCreate(cudaMemPool_t* memPool, const cudaMemPoolProps* poolProps) {
+  if (memPool == nullptr || poolProps == nullptr) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  // cudaMemPoolProps and CUmemPoolProps have the same layout and values.
+  CUmemoryPool pool = nullptr;
+  const CUresult r =
+      Api().cuMemPoolCreate(&pool, reinterpret_cast<const CUmemPoolProps*>(poolProps));
+  if (r == CUDA_SUCCESS) *memPool = reinterpret_cast<cudaMemPool_t>(pool);
+  return ReportDriver(r);
+}
+
+cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  return ReportDriver(Api().cuMemPoolDestroy(reinterpret_cast<CUmemoryPool>(memPool)));
+}
+
+namespace {
+
+cudaError_t MallocAsync(void** devPtr, size_t size, cudaMemPool_t pool, cudaStream_t stream,
+                        ndt::standin::DefaultStream flavour) {
+  if (devPtr == nullptr) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  const ndt::standin::StreamApi& s = ndt::standin::Streams(flavour);
+  CUdeviceptr address = 0;
+  const CUresult r =
+      pool == nullptr
+          ? s.cuMemAllocAsync(&address, size, ndt::standin::ToDriver(stream))
+          : s.cuMemAllocFromPoolAsync(&address, size, reinterpret_cast<CUmemoryPool>(pool),
+                                      ndt::standin::ToDriver(stream));
+  if (r == CUDA_SUCCESS) *devPtr = reinterpret_cast<void*>(address);
+  return ReportDriver(r);
+}
+
+cudaError_t FreeAsync(void* devPtr, cudaStream_t stream, ndt::standin::DefaultStream flavour) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  return ReportDriver(ndt::standin::Streams(flavour).cuMemFreeAsync(
+      ndt::standin::ToDevicePtr(devPtr), ndt::standin::ToDriver(stream)));
+}
+
+cudaError_t BeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode, ndt::standin::DefaultStream flavour) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  return ReportDriver(ndt::standin::Streams(flavour).cuStreamBeginCapture(
+      ndt::standin::ToDriver(stream), static_cast<CUstreamCaptureMode>(mode)));
+}
+
+cudaError_t EndCapture(cudaStream_t stream, cudaGraph_t* graph, ndt::standin::DefaultStream flavour) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  CUgraph out = nullptr;
+  const CUresult r =
+      ndt::standin::Streams(flavour).cuStreamEndCapture(ndt::standin::ToDriver(stream), &out);
+  if (r == CUDA_SUCCESS && graph != nullptr) *graph = reinterpret_cast<cudaGraph_t>(out);
+  return ReportDriver(r);
+}
+
+cudaError_t GraphLaunch(cudaGraphExec_t exec, cudaStream_t stream, ndt::standin::DefaultStream flavour) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  return ReportDriver(ndt::standin::Streams(flavour).cuGraphLaunch(
+      reinterpret_cast<CUgraphExec>(exec), ndt::standin::ToDriver(stream)));
+}
+
+}  // namespace
+
+cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStream_t hStream) {
+  return MallocAsync(devPtr, size, nullptr, hStream, kLegacyStream);
+}
+
+cudaError_t cudaMallocAsync_ptsz(void** devPtr, size_t size, cudaStream_t hStream) {
+  return MallocAsync(devPtr, size, nullptr, hStream, kPerThreadStream);
+}
+
+cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t memPool,
+                                    cudaStream_t stream) {
+  if (memPool == nullptr) return Report(cudaErrorInvalidValue);
+  return MallocAsync(ptr, size, memPool, stream, kLegacyStream);
+}
+
+cudaError_t cudaMallocFromPoolAsync_ptsz(void** ptr, size_t size, cudaMemPool_t memPool,
+                                         cudaStream_t stream) {
+  if (memPool == nullptr) return Report(cudaErrorInvalidValue);
+  return MallocAsync(ptr, size, memPool, stream, kPerThreadStream);
+}
+
+cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t hStream) {
+  return FreeAsync(devPtr, hStream, kLegacyStream);
+}
+
+cudaError_t cudaFreeAsync_ptsz(void* devPtr, cudaStream_t hStream) {
+  return FreeAsync(devPtr, hStream, kPerThreadStream);
+}
+
+// --- Graphs (stream capture) --------------------------------------------------------------------
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
+  return BeginCapture(stream, mode, kLegacyStream);
+}
+
+cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
+  return BeginCapture(stream, mode, kPerThreadStream);
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph) {
+  return EndCapture(stream, pGraph, kLegacyStream);
+}
+
+cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t* pGraph) {
+  return EndCapture(stream, pGraph, kPerThreadStream);
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* pGraphExec, cudaGraph_t graph,
+                                 unsigned long long flags) {
+  if (pGraphExec == nullptr) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  CUgraphExec exec = nullptr;
+  const CUresult r =
+      Api().cuGraphInstantiateWithFlags(&exec, reinterpret_cast<CUgraph>(graph), flags);
+  if (r == CUDA_SUCCESS) *pGraphExec = reinterpret_cast<cudaGraphExec_t>(exec);
+  return ReportDriver(r);
+}
+
+cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t* pGraphExec, cudaGraph_t graph,
+                                          unsigned long long flags) {
+  return cudaGraphInstantiate(pGraphExec, graph, flags);
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream) {
+  return GraphLaunch(graphExec, stream, kLegacyStream);
+}
+
+cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream) {
+  return GraphLaunch(graphExec, stream, kPerThreadStream);
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  return ReportDriver(Api().cuGraphExecDestroy(reinterpret_cast<CUgraphExec>(graphExec)));
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  return ReportDriver(Api().cuGraphDestroy(reinterpret_cast<CUgraph>(graph)));
 }
 
 // --- Launch ------------------------------------------------------------------------------------

@@ -1,0 +1,154 @@
+// DriverObjects: the canonical ids of the driver objects a trace names besides streams and
+// allocations (events, graphs, executable graphs), and the stream captures in progress.
+//
+// Ids are 1, 2, ... per kind, by order of first appearance in the process, so two runs that
+// create the same objects in the same order name them alike whatever their handles. A
+// destroyed object's handle is retired: a later object at the same address gets a new id.
+//
+// Graph ids are shared by captured graphs and graphs first seen otherwise: a capture takes its
+// graph id when it begins (ops recorded while the stream captures name it) and binds it to the
+// CUgraph handle when it ends. A stream that waits on an event recorded inside a capture joins
+// that capture, as in CUDA.
+//
+// Thread-safe (one internal lock, never held across a driver call); owned by the Session.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+
+namespace ndt::tracer {
+
+class DriverObjects {
+ public:
+  // Where an event was last recorded: the stream id, the op that recorded it and the graph
+  // whose capture it belongs to (0: an ordinary record). `recorded` false: never recorded.
+  struct EventRecord {
+    bool recorded = false;
+    uint32_t stream_id = 0;
+    uint64_t op_sequence = 0;
+    uint32_t graph = 0;
+  };
+  // What an executable graph came from.
+  struct Exec {
+    uint32_t id = 0;
+    uint32_t graph = 0;
+    uint64_t nodes = 0;
+  };
+
+  uint32_t EventId(uint64_t handle) {
+    std::lock_guard lock(mutex_);
+    return IdLocked(events_, next_event_, handle);
+  }
+  void RetireEvent(uint64_t handle) {
+    std::lock_guard lock(mutex_);
+    events_.erase(handle);
+    event_records_.erase(handle);
+  }
+  void OnEventRecord(uint64_t handle, const EventRecord& record) {
+    std::lock_guard lock(mutex_);
+    event_records_[handle] = record;
+  }
+  EventRecord LastRecord(uint64_t handle) {
+    std::lock_guard lock(mutex_);
+    const auto it = event_records_.find(handle);
+    return it == event_records_.end() ? EventRecord{} : it->second;
+  }
+
+  // A capture begins on `stream_id`: returns the id of the graph it makes.
+  uint32_t BeginCapture(uint32_t stream_id) {
+    std::lock_guard lock(mutex_);
+    const uint32_t graph = next_graph_++;
+    capturing_[stream_id] = graph;
+    captured_ops_[graph] = 0;
+    active_.store(capturing_.size(), std::memory_order_release);
+    return graph;
+  }
+  // `stream_id` joins the capture of `graph` (it waited on an event recorded inside it), if
+  // that capture is still in progress.
+  void JoinCapture(uint32_t stream_id, uint32_t graph) {
+    std::lock_guard lock(mutex_);
+    if (!captured_ops_.contains(graph)) return;
+    capturing_[stream_id] = graph;
+    active_.store(capturing_.size(), std::memory_order_release);
+  }
+  // The graph `stream_id` is capturing into, or 0; counts the op being recorded into it when
+  // `count_op`. Lock-free while no capture is in progress.
+  uint32_t CaptureOf(uint32_t stream_id, bool count_op) {
+    if (active_.load(std::memory_order_acquire) == 0) return 0;
+    std::lock_guard lock(mutex_);
+    const auto it = capturing_.find(stream_id);
+    if (it == capturing_.end()) return 0;
+    if (count_op) ++captured_ops_[it->second];
+    return it->second;
+  }
+  // The capture on `stream_id` ends with `graph_handle` (0 when the driver made no graph):
+  // every stream leaves it. Returns the graph id (0 when the stream was not capturing) and
+  // sets `*captured_ops` to the ops recorded into it.
+  uint32_t EndCapture(uint32_t stream_id, uint64_t graph_handle, uint64_t* captured_ops) {
+    std::lock_guard lock(mutex_);
+    *captured_ops = 0;
+    const auto it = capturing_.find(stream_id);
+    if (it == capturing_.end()) return 0;
+    const uint32_t graph = it->second;
+    for (auto s = capturing_.begin(); s != capturing_.end();) {
+      s = s->second == graph ? capturing_.erase(s) : std::next(s);
+    }
+    active_.store(capturing_.size(), std::memory_order_release);
+    *captured_ops = captured_ops_[graph];
+    captured_ops_.erase(graph);
+    if (graph_handle != 0) graphs_[graph_handle] = graph;
+    return graph;
+  }
+
+  uint32_t GraphId(uint64_t handle) {
+    std::lock_guard lock(mutex_);
+    return IdLocked(graphs_, next_graph_, handle);
+  }
+  void RetireGraph(uint64_t handle) {
+    std::lock_guard lock(mutex_);
+    graphs_.erase(handle);
+  }
+
+  // An executable graph instantiated from `graph` with `nodes` nodes; returns its id.
+  uint32_t OnInstantiate(uint64_t handle, uint32_t graph, uint64_t nodes) {
+    std::lock_guard lock(mutex_);
+    const uint32_t id = next_exec_++;
+    execs_[handle] = Exec{id, graph, nodes};
+    return id;
+  }
+  // The executable graph at `handle`; one first seen here gets an id with graph 0, nodes 0.
+  Exec FindExec(uint64_t handle) {
+    std::lock_guard lock(mutex_);
+    auto [it, inserted] = execs_.try_emplace(handle);
+    if (inserted) it->second.id = next_exec_++;
+    return it->second;
+  }
+  void RetireExec(uint64_t handle) {
+    std::lock_guard lock(mutex_);
+    execs_.erase(handle);
+  }
+
+ private:
+  static uint32_t IdLocked(std::unordered_map<uint64_t, uint32_t>& ids, uint32_t& next,
+                           uint64_t handle) {
+    auto [it, inserted] = ids.try_emplace(handle, next);
+    if (inserted) ++next;
+    return it->second;
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<uint64_t, uint32_t> events_;  // handle -> id
+  uint32_t next_event_ = 1;
+  std::unordered_map<uint64_t, EventRecord> event_records_;
+  std::unordered_map<uint64_t, uint32_t> graphs_;  // handle -> id
+  uint32_t next_graph_ = 1;
+  std::unordered_map<uint32_t, uint32_t> capturing_;     // stream id -> graph id
+  std::unordered_map<uint32_t, uint64_t> captured_ops_;  // graph id -> ops, while capturing
+  std::atomic<size_t> active_{0};                        // capturing_.size()
+  std::unordered_map<uint64_t, Exec> execs_;              // handle -> executable graph
+  uint32_t next_exec_ = 1;
+};
+
+}  // namespace ndt::tracer
