@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# The main job's demo: installs what is needed, builds ndtrace and two small CUDA programs,
-# and runs `ndtrace check` on each: vector_add (deterministic) and racy_sum (a kernel that
-# adds floats with atomics in racing order), then narrows racy_sum down to the kernel itself
-# with per-op digests in the window the first report named. On a machine with a GPU and driver the programs
-# run on the GPU; otherwise on ndtrace's stand-in device (a CPU implementation of the CUDA
-# driver and runtime), and the output says "simulated device (no GPU found)".
+# The main job's demo: installs what is needed, builds ndtrace and small CUDA programs, and
+# runs `ndtrace check` on them: vector_add (deterministic); racy_sum (a kernel that adds floats
+# with atomics in racing order), then narrowed down to the kernel itself with per-op digests in
+# the window the first report named; and conv_legacy (a cuDNN convolution whose backward-filter
+# algorithm is nondeterministic), checked as it is and under `--deterministic`. On a machine
+# with a GPU and driver the programs run on the GPU with the real libraries; otherwise on
+# ndtrace's stand-in device (a CPU implementation of the CUDA driver, runtime and of the
+# libraries' subsets used), and the output says "simulated device (no GPU found)".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 tools/install-deps.sh
 cmake --preset dev >/dev/null
 cmake --build --preset dev --target ndtrace ndt_tracer ndt_standin_cuda ndt_standin_cudart \
-  prog_vector_add prog_racy_sum prog_gpu_probe
+  ndt_standin_cudnn prog_vector_add prog_racy_sum prog_conv_legacy prog_gpu_probe
 
 build=build/dev
 ndtrace=$build/tools/ndtrace
@@ -48,3 +50,18 @@ echo "(exit $status)"
 echo
 echo "== ndtrace show build/demo/racy_sum_window/run-1.ndt"
 "$ndtrace" show build/demo/racy_sum_window/run-1.ndt
+
+echo
+echo "== ndtrace check -- conv_legacy           (cuDNN bwd-filter algo 0 uses atomics: expect exit 1)"
+status=0
+"$ndtrace" check -o build/demo/conv -- "$programs/conv_legacy" || status=$?
+echo "(exit $status)"
+
+echo
+echo "== ndtrace check --deterministic -- conv_legacy   (the policy replaces it: expect exit 0)"
+status=0
+"$ndtrace" check --deterministic -o build/demo/conv_deterministic -- "$programs/conv_legacy" ||
+  status=$?
+echo "(exit $status)"
+"$ndtrace" show build/demo/conv_deterministic/run-1.ndt | grep "policy op" | grep -v " set " |
+  head -3
