@@ -31,5 +31,9 @@ Command AddDiffCommand(CLI::App& parent);
 Command AddCheckCommand(CLI::App& parent);
 // `ndtrace run (--deterministic | --pin TRACE) -- CMD...`
 Command AddRunCommand(CLI::App& parent);
+// `ndtrace replay TRACE [--stop] -- CMD...` (live verify) or `replay TRACE --op N ...`
+Command AddReplayCommand(CLI::App& parent);
+// `ndtrace bisect [-n RUNS] [--max-runs M] [-o DIR] -- CMD...`
+Command AddBisectCommand(CLI::App& parent);
 
 }  // namespace ndt::tools

@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
         AddDiffCommand(app),
         AddCheckCommand(app),
         AddRunCommand(app),
+        AddReplayCommand(app),
+        AddBisectCommand(app),
     };
     if (std::optional<int> exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
     for (const Command& command : commands) {

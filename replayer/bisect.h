@@ -1,0 +1,71 @@
+// Bisect: narrows a long, nondeterministic run down to the one op that makes it diverge, by
+// recording the program again and again with digests placed ever closer around the first
+// difference (`ndtrace bisect -- CMD...`). The algorithm lives here; running the program under
+// the tracer is the caller's (tools/), through a callback, so replayer/ never links the tracer.
+//
+//   1. One run with no digest but the exit state digest: the op count N.
+//   2. Runs with a state digest every ceil(W / 16) ops (W = N at first), compared pairwise
+//      (DiffTraces): the first differing state digest gives the window [A, B] of ops between it
+//      and the last equal one (class `uncovered`).
+//   3. While the window is wider than `max_window` ops: step 2 on it (state digests every
+//      ceil(W / 16) ops, so each pair of runs divides the window by about 16).
+//   4. Runs with per-op digests in the window (--digest-window A:B): the diff names the op whose
+//      inputs are equal and outputs differ (nondeterministic_op), or the root of a propagated
+//      divergence, with its evidence and fix hint.
+// A step whose runs all agree (a nondeterministic op need not differ every time) records one
+// more run and compares it with the step's first, up to `runs_per_step` runs. A step that ends
+// on an op-level divergence (the op carried digests of its own, as library ops do) ends the
+// bisection early.
+//
+// Program runs: 1 + 2 per step when every pair differs: 1 + 2 * (1 + ceil(log16(N / max_window))
+// + 1), which for N <= 16 * max_window is 5.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "formats/status.h"
+#include "replayer/trace_diff.h"
+
+namespace ndt::replay {
+
+// What one program run is recorded with.
+struct BisectRun {
+  int index = 0;               // 1, 2, ... in the order of the runs
+  uint64_t digest_every = 0;   // state digest every N ops (0: none)
+  std::string digest_window;   // "A:B": per-op digests of ops A..B (empty: none)
+};
+
+// Runs the program once under the tracer as `run` says; returns the path of its trace.
+using RunProgram = std::function<StatusOr<std::string>(const BisectRun& run)>;
+
+struct BisectOptions {
+  int runs_per_step = 4;      // runs one step may record before it gives up seeing a difference
+  int max_runs = 40;          // program runs in all
+  uint64_t max_window = 4096;  // widest window digested op by op
+  uint64_t digests_per_window = 16;
+};
+
+struct BisectResult {
+  uint64_t ops = 0;  // N: ops of the first run
+  int runs = 0;      // program runs made
+  // The last diff that found a divergence; nullopt when every run agreed.
+  std::optional<DiffReport> report;
+  // True when the report names one op (not an `uncovered` window).
+  bool found_op = false;
+  std::vector<std::string> steps;  // one line per step, for the user
+  std::string stopped_because;     // non-empty when it ended before naming one op
+};
+
+// ceil(log2 n), 0 for n <= 1.
+int CeilLog2(uint64_t n);
+
+// Bisects. `progress` gets one line per run and step as they happen. Fails when a run fails
+// or its trace cannot be read.
+StatusOr<BisectResult> Bisect(const BisectOptions& options, const RunProgram& run_program,
+                              const std::function<void(const std::string&)>& progress);
+
+}  // namespace ndt::replay

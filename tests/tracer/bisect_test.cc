@@ -1,0 +1,74 @@
+// `ndtrace bisect -- CMD...` end to end on the stand-in device: it names the racing launch
+// planted among 10,000 ops within ceil(log2 N) + 3 program runs, and says when no run
+// diverges.
+#include <catch2/catch.hpp>
+#include <regex>
+#include <string>
+
+#include "formats/records.h"
+#include "formats/trace_reader.h"
+#include "support/temp_dir.h"
+#include "support/traced_program.h"
+
+namespace {
+
+using namespace ndt::test;  // NOLINT(google-build-using-namespace): the shared test helpers
+
+const std::string kNdtrace = "'" NDTRACE_BIN "'";
+
+int CeilLog2(uint64_t n) {
+  int bits = 0;
+  while ((uint64_t{1} << bits) < n) ++bits;
+  return bits;
+}
+
+}  // namespace
+
+TEST_CASE("bisect names the racing op planted among 10,000 ops in ceil(log2 N) + 3 runs",
+          "[bisect]") {
+  ndt::testing::TempDir dir;
+  const std::string out = (dir / "bisect").string();
+  // Iteration 6137 of 10,000: op 3 + 6137.
+  const RunResult bisect = Run(kNdtrace + " bisect -o '" + out + "' -- '" PROG_MANY_OPS
+                               "' 10000 6137");
+  INFO(bisect.out << bisect.err);
+  REQUIRE(bisect.status == 1);
+  CHECK(bisect.out.find("nondeterministic_op") != std::string::npos);
+  const std::regex found(
+      R"(op (\d+) (\S*RacySum\S*)[^\n]*\(nondeterministic_op\) found in (\d+) program runs )"
+      R"(\(N = (\d+) ops: ceil\(log2 N\) = (\d+)\))");
+  std::smatch match;
+  REQUIRE(std::regex_search(bisect.out, match, found));
+  const uint64_t op = std::stoull(match[1]);
+  const int runs = std::stoi(match[3]);
+  const uint64_t ops = std::stoull(match[4]);
+  CHECK(op == 3 + 6137);
+  CHECK(ops >= 10000);
+  CHECK(std::stoi(match[5]) == CeilLog2(ops));
+  CHECK(runs <= CeilLog2(ops) + 3);
+
+  // The op named is the RacySum launch of the first run's trace.
+  std::vector<OpRecord> all = Ops(ReadAll(out + "/run-1.ndt"));
+  REQUIRE(all.size() == ops);
+  CHECK(all[op].kind == ndt::format::OpKind::kKernelLaunch);
+  CHECK(all[op].name.find("RacySum") != std::string::npos);
+  for (const OpRecord& other : all) {
+    if (other.sequence != op) CHECK(other.name.find("RacySum") == std::string::npos);
+  }
+}
+
+TEST_CASE("bisect of a deterministic program reports no divergence", "[bisect]") {
+  ndt::testing::TempDir dir;
+  const RunResult bisect = Run(kNdtrace + " bisect -n 2 -o '" + (dir / "b").string() +
+                               "' -- '" PROG_MANY_OPS "' 2000 -1");
+  INFO(bisect.out << bisect.err);
+  CHECK(bisect.status == 0);
+  CHECK(bisect.out.find("no divergence") != std::string::npos);
+  CHECK(bisect.out.find("3 program runs") != std::string::npos);
+}
+
+TEST_CASE("bisect refuses a command line without --", "[bisect]") {
+  const RunResult bisect = Run(kNdtrace + " bisect '" PROG_MANY_OPS "'");
+  CHECK(bisect.status == 2);
+  CHECK(bisect.err.find("error: bisect: put `--` before the command") != std::string::npos);
+}

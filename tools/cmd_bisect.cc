@@ -1,0 +1,135 @@
+// `ndtrace bisect [-n RUNS] [--max-runs M] [-o DIR] -- CMD...`: narrows a nondeterministic run
+// of CMD down to the first op that diverges, recording CMD again with digests placed ever
+// closer around the first difference (replayer/bisect.h). Exit 0 no run diverged, 1 found,
+// 2 error.
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "replayer/bisect.h"
+#include "replayer/diff_report.h"
+#include "tools/cli_support.h"
+#include "tools/ndtrace_commands.h"
+#include "tools/traced_run.h"
+
+namespace ndt::tools {
+
+namespace {
+
+struct BisectCommandOptions {
+  int runs = 4;
+  int max_runs = 40;
+  std::string directory;
+  std::vector<std::string> command;
+};
+
+int RunBisect(const BisectCommandOptions& options) {
+  if (!HasSeparator("bisect")) {
+    PrintError("bisect: put `--` before the command to run: ndtrace bisect [-n RUNS] -- CMD...");
+    return kExitUsage;
+  }
+  if (options.runs < 2 || options.runs > 100) {
+    PrintError(fmt::format("bisect: -n must be between 2 and 100 (got {})", options.runs));
+    return kExitUsage;
+  }
+  if (options.max_runs < 3) {
+    PrintError(fmt::format("bisect: --max-runs must be at least 3 (got {})", options.max_runs));
+    return kExitUsage;
+  }
+  const std::filesystem::path directory =
+      options.directory.empty()
+          ? std::filesystem::path(fmt::format("ndtrace-bisect-{:%Y%m%d-%H%M%S}",
+                                              fmt::localtime(std::time(nullptr))))
+          : std::filesystem::path(options.directory);
+  std::error_code error;
+  std::filesystem::create_directories(directory, error);
+  if (error) {
+    PrintError(fmt::format("bisect: cannot create {}: {}", directory.string(), error.message()));
+    return kExitUsage;
+  }
+
+  const replay::RunProgram run_program =
+      [&](const replay::BisectRun& run) -> StatusOr<std::string> {
+    for (const char* name : {"NDTRACE_DIGEST_EVERY", "NDTRACE_DIGEST_SYNC",
+                             "NDTRACE_DIGEST_WINDOW", "NDTRACE_DIGEST_EXIT"}) {
+      unsetenv(name);
+    }
+    DigestOptions digests;
+    digests.every = run.digest_every;
+    digests.window = run.digest_window;
+    if (!ApplyDigestOptions("bisect", digests)) {
+      return Status::Error("bisect: invalid digest window " + run.digest_window);
+    }
+    const std::string trace = (directory / fmt::format("run-{}.ndt", run.index)).string();
+    const std::string log = (directory / fmt::format("run-{}.log", run.index)).string();
+    std::filesystem::remove(trace, error);
+    StatusOr<TracedRun> traced = RunTraced("bisect", options.command, trace, log);
+    if (!traced.ok()) return traced.status();
+    if (!std::filesystem::exists(trace, error)) {
+      return Status::Error(fmt::format("bisect: run {} left no trace (exit status {}; output in {})",
+                                       run.index, traced->exit_code, log));
+    }
+    return trace;
+  };
+  replay::BisectOptions bisect;
+  bisect.runs_per_step = options.runs;
+  bisect.max_runs = options.max_runs;
+  StatusOr<replay::BisectResult> result =
+      replay::Bisect(bisect, run_program, [](const std::string& line) {
+        fmt::print(stderr, "ndtrace bisect: {}\n", line);
+      });
+  if (!result.ok()) {
+    PrintError(result.status().message().rfind("bisect", 0) == 0
+                   ? result.status().message()
+                   : "bisect: " + result.status().message());
+    return kExitUsage;
+  }
+  const std::string summary =
+      fmt::format("{} program runs (N = {} ops: ceil(log2 N) = {})", result->runs, result->ops,
+                  replay::CeilLog2(result->ops));
+  if (!result->report) {
+    fmt::print("ndtrace bisect: no divergence: {}; {}; traces in {}\n", result->stopped_because,
+               summary, directory.string());
+    return kExitOk;
+  }
+  fmt::print("{}", replay::RenderDiffText(*result->report, ::isatty(STDOUT_FILENO)));
+  for (const std::string& step : result->steps) fmt::print("  step: {}\n", step);
+  if (result->found_op) {
+    const replay::Divergence& d = *result->report->first_divergence;
+    fmt::print("ndtrace bisect: op {} {} ({}) found in {}; traces in {}\n", d.op.sequence,
+               d.op.name, replay::DivergenceClassName(d.klass), summary, directory.string());
+  } else {
+    fmt::print("ndtrace bisect: diverged, but not narrowed to one op: {}; {}; traces in {}\n",
+               result->stopped_because, summary, directory.string());
+  }
+  return kExitFinding;
+}
+
+}  // namespace
+
+Command AddBisectCommand(CLI::App& parent) {
+  auto options = std::make_shared<BisectCommandOptions>();
+  CLI::App* app = parent.add_subcommand(
+      "bisect", "Narrow a nondeterministic run of CMD down to the first op that diverges, "
+                "re-running it with digests ever closer around the first difference. Exit 0 "
+                "no divergence, 1 found, 2 error.");
+  app->add_option("-n,--runs", options->runs,
+                  "Runs one step may record before deciding the op does not diverge there "
+                  "(default 4)");
+  app->add_option("--max-runs", options->max_runs, "Program runs in all (default 40)");
+  app->add_option("-o,--output", options->directory,
+                  "Directory for the traces and program logs (default ndtrace-bisect-<time>)");
+  app->add_option("command", options->command, "The program and its arguments, after --")
+      ->required();
+  return {app, [options] { return RunBisect(*options); }};
+}
+
+}  // namespace ndt::tools
