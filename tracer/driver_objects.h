@@ -73,6 +73,10 @@ class DriverObjects {
     capturing_[stream_id] = graph;
     active_.store(capturing_.size(), std::memory_order_release);
   }
+  // Whether any stream is capturing: no synchronisation may happen then (it would invalidate
+  // the capture), so digests that need one are skipped.
+  bool AnyCapture() const { return active_.load(std::memory_order_acquire) != 0; }
+
   // The graph `stream_id` is capturing into, or 0; counts the op being recorded into it when
   // `count_op`. Lock-free while no capture is in progress.
   uint32_t CaptureOf(uint32_t stream_id, bool count_op) {

@@ -295,9 +295,13 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
     }
     op.args.push_back(std::move(argument));
   }
+  const bool captured = Captured(session, op) != 0;
   if (philox) {
+    // A captured launch must not synchronise its stream (that would break the capture): its
+    // graph-captured state keeps the pointers, unread.
     if (auto state = FindPhiloxArgument(kernel.name, kernel.params, raw,
-                                        RealDriverWordReader(Handle(stream)))) {
+                                        captured ? DeviceWordReader()
+                                                 : RealDriverWordReader(Handle(stream)))) {
       // The state is the op's RNG state, compared as such; not its bytes as an argument.
       op.args[op.args.size() - kernel.params.size() + state->index].value =
           std::string("at::PhiloxCudaState (see rng)");
@@ -306,7 +310,7 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
   }
   // Inside the digest window: the referenced allocations before the launch (inputs) and after
   // it (outputs), so that diff can tell equal inputs with different outputs.
-  const bool window = Captured(session, op) == 0 && session.digests().InWindow(op.sequence);
+  const bool window = !captured && session.digests().InWindow(op.sequence);
   if (window) op.inputs = WindowDigests(session, stream, per_thread, referenced);
   const CUresult result = call.Set(real());
   if (window && result == CUDA_SUCCESS) {

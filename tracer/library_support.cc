@@ -3,6 +3,9 @@
 #include <cuda.h>
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "tracer/driver_table.h"
 #include "tracer/real_dl.h"
 
@@ -19,9 +22,47 @@ void* RealLibraryFunction(const char* soname, const char* name) noexcept {
   return found;
 }
 
+namespace {
+
+// Largest f32 extent summarised (min, max, sum, NaN and Inf counts) besides its digest: the
+// summary costs a second copy to the host.
+constexpr uint64_t kSummaryMaxBytes = 64ull << 20;
+
+// The numeric summary of the f32 extent at `address` (synchronised by the caller), read through
+// the real driver; count 0 when it cannot be read.
+format::NumericSummary SummarizeF32(uint64_t address, uint64_t bytes) {
+  format::NumericSummary summary;
+  using CopyFn = CUresult (*)(void*, CUdeviceptr, size_t);
+  const auto copy = reinterpret_cast<CopyFn>(RealDriverFunction(Hook::k_cuMemcpyDtoH_v2));
+  const uint64_t count = bytes / sizeof(float);
+  if (copy == nullptr || count == 0 || bytes > kSummaryMaxBytes) return summary;
+  std::vector<float> values(count);
+  if (copy(values.data(), address, count * sizeof(float)) != CUDA_SUCCESS) return summary;
+  bool any_finite = false;
+  for (const float value : values) {
+    if (std::isnan(value)) {
+      ++summary.nan_count;
+    } else if (std::isinf(value)) {
+      ++summary.inf_count;
+    } else {
+      summary.min = any_finite ? std::min<double>(summary.min, value) : value;
+      summary.max = any_finite ? std::max<double>(summary.max, value) : value;
+      summary.sum += value;
+      any_finite = true;
+    }
+  }
+  summary.count = count;
+  return summary;
+}
+
+}  // namespace
+
 std::vector<format::BufferDigest> DigestExtents(Session& session, uint64_t stream,
                                                 const std::vector<Extent>& extents) {
-  if (!session.policy().library_digests || extents.empty()) return {};
+  // No synchronisation while a stream captures: it would invalidate the capture.
+  if (!session.policy().library_digests || extents.empty() || session.objects().AnyCapture()) {
+    return {};
+  }
   using SynchronizeFn = CUresult (*)(CUstream);
   const auto synchronize =
       reinterpret_cast<SynchronizeFn>(RealDriverFunction(Hook::k_cuStreamSynchronize));
@@ -40,6 +81,9 @@ std::vector<format::BufferDigest> DigestExtents(Session& session, uint64_t strea
     digest.bytes = extent.bytes;
     digest.digest = *value;
     digest.dtype = extent.dtype;
+    if (extent.dtype == format::DType::kF32) {
+      digest.summary = SummarizeF32(extent.address, extent.bytes);
+    }
     digests.push_back(std::move(digest));
   }
   return digests;

@@ -848,6 +848,7 @@ bool Session::TakeStateDigest(const std::string& reason) {
     Append(skipped);
     return false;
   };
+  if (objects_.AnyCapture()) return note("a stream capture is in progress");
   using SynchronizeFn = CUresult (*)();
   const auto synchronize =
       reinterpret_cast<SynchronizeFn>(RealDriverFunction(Hook::k_cuCtxSynchronize));

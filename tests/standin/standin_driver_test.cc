@@ -263,10 +263,11 @@ TEST_CASE("unimplemented driver entry points fail with CUDA_ERROR_NOT_SUPPORTED"
   CUgraph graph = nullptr;
   CHECK(graph_create(&graph, 0) == CUDA_ERROR_NOT_SUPPORTED);
   // Through dlsym, as Triton would.
-  auto* alloc_managed = reinterpret_cast<PFN_cuMemAllocManaged_v6000>(Sym("cuMemAllocManaged"));
-  REQUIRE(alloc_managed != nullptr);
-  CUdeviceptr managed = 0;
-  CHECK(alloc_managed(&managed, 64, CU_MEM_ATTACH_GLOBAL) == CUDA_ERROR_NOT_SUPPORTED);
+  auto* array_create = reinterpret_cast<PFN_cuArrayCreate_v3020>(Sym("cuArrayCreate_v2"));
+  REQUIRE(array_create != nullptr);
+  CUarray array = nullptr;
+  CUDA_ARRAY_DESCRIPTOR descriptor{};
+  CHECK(array_create(&array, &descriptor) == CUDA_ERROR_NOT_SUPPORTED);
   // The 32-bit cuMemAlloc of CUDA < 3.2.
   using MemAllocV1 = CUresult (*)(unsigned int* dptr, unsigned int bytesize);
   auto* alloc_v1 = reinterpret_cast<MemAllocV1>(Proc("cuMemAlloc", 3000));

@@ -123,7 +123,7 @@ TEST_CASE("ndtrace check finds an unseeded curand_sample nondeterministic throug
   CHECK(check.status == 1);
   CHECK_THAT(check.out, Catch::Contains("error[rng_state]") &&
                             Catch::Contains("curandGenerateUniform") &&
-                            Catch::Contains("first at op 3 (rng_state"));
+                            Catch::Contains("first at op 4 (rng_state"));
   std::system(("rm -rf '" + dir + "'").c_str());
 }
 

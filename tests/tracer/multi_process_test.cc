@@ -38,7 +38,7 @@ TEST_CASE("record: every process of a run writes its own trace, named by rank", 
     REQUIRE(reader.ok());
     CHECK((*reader)->header().rank == rank);
     CHECK(run.err.find("ndtrace: trace written to " + path + " (rank " + std::to_string(rank) +
-                       ", 12 ops,") != std::string::npos);
+                       ", 28 ops,") != std::string::npos);
   }
 }
 
@@ -47,7 +47,7 @@ TEST_CASE("check compares two runs rank by rank and names the rank that diverged
   const RunResult run = Run(kNdtrace + " check -o '" + dir.path().string() + "' -- " +
                             TwoRanks(PROG_VECTOR_ADD, PROG_RACY_SUM));
   CHECK(run.status == 1);
-  CHECK(run.err.find("run 1 of 2: exit status 0, 17 ops recorded by 2 processes") !=
+  CHECK(run.err.find("run 1 of 2: exit status 0, 33 ops recorded by 2 processes") !=
         std::string::npos);
   CHECK(run.out.find("== rank 0: ") != std::string::npos);
   CHECK(run.out.find("== rank 1: ") != std::string::npos);

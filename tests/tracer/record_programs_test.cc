@@ -98,7 +98,7 @@ TEST_CASE("vector_add under ndtrace record keeps its output and records every op
   const RunResult traced = RecordRun(trace, PROG_VECTOR_ADD);
   CHECK(traced.status == 0);
   CHECK(traced.out == plain.out);
-  CHECK(traced.err.find("ndtrace: trace written to " + trace + " (12 ops,") != std::string::npos);
+  CHECK(traced.err.find("ndtrace: trace written to " + trace + " (28 ops,") != std::string::npos);
 
   auto reader = ndt::format::TraceReader::Open(trace);
   REQUIRE(reader.ok());
@@ -112,13 +112,20 @@ TEST_CASE("vector_add under ndtrace record keeps its output and records every op
   std::vector<std::string> names;
   for (const OpRecord& op : ops) names.push_back(op.name.substr(0, op.name.find('(')));
   const std::vector<std::string> expected = {
-      "cuMemsetD8_v2",        "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2", "VectorAdd",
-      "cuMemcpyDtoHAsync_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2", "VectorAdd",
-      "cuMemcpyDtoHAsync_v2", "cuStreamSynchronize",  "cuStreamSynchronize",  "cuCtxSynchronize"};
+      "cuMemsetD8_v2",        "cuStreamCreateWithPriority", "cuEventCreate",
+      "cuEventCreate",        "cuStreamCreateWithPriority", "cuEventCreate",
+      "cuEventCreate",        "cuEventRecord",              "cuMemcpyHtoDAsync_v2",
+      "cuMemcpyHtoDAsync_v2", "VectorAdd",                  "cuMemcpyDtoHAsync_v2",
+      "cuEventRecord",        "cuEventRecord",              "cuMemcpyHtoDAsync_v2",
+      "cuMemcpyHtoDAsync_v2", "VectorAdd",                  "cuMemcpyDtoHAsync_v2",
+      "cuEventRecord",        "cuStreamSynchronize",        "cuEventDestroy_v2",
+      "cuEventDestroy_v2",    "cuStreamDestroy_v2",         "cuStreamSynchronize",
+      "cuEventDestroy_v2",    "cuEventDestroy_v2",          "cuStreamDestroy_v2",
+      "cuCtxSynchronize"};
   REQUIRE(names == expected);
   for (size_t i = 0; i < ops.size(); ++i) CHECK(ops[i].sequence == i);
 
-  const OpRecord& launch = ops[3];
+  const OpRecord& launch = ops[10];
   CHECK(launch.kind == OpKind::kKernelLaunch);
   CHECK(launch.name == "VectorAdd(float const*, float const*, float*, int)");
   CHECK(launch.module_id == 1);
@@ -129,21 +136,21 @@ TEST_CASE("vector_add under ndtrace record keeps its output and records every op
   CHECK(PointerArg(launch, "arg1").allocation_id == 2);
   CHECK(PointerArg(launch, "arg2").allocation_id == 3);
   CHECK(PointerArg(launch, "arg2").offset == 0);
-  CHECK(PointerArg(ops[7], "arg2").offset == 32768 * 4);
-  CHECK(ops[7].stream_id == 2);
+  CHECK(PointerArg(ops[16], "arg2").offset == 32768 * 4);
+  CHECK(ops[16].stream_id == 2);
   const Argument& count = launch.args.back();
   REQUIRE(std::holds_alternative<Argument::Bytes>(count.value));
   CHECK(std::get<Argument::Bytes>(count.value).data == std::string("\x00\x80\x00\x00", 4));
 
-  const OpRecord& copy_in = ops[1];
+  const OpRecord& copy_in = ops[8];
   CHECK(copy_in.kind == OpKind::kMemcpy);
   REQUIRE(copy_in.inputs.size() == 1);
   CHECK(copy_in.inputs[0].bytes == 131072);
   CHECK(copy_in.inputs[0].pointer.allocation_id == 1);
   // Asynchronous copies out are digested when their stream synchronises.
-  REQUIRE(ops[9].outputs.size() == 1);
-  CHECK(ops[9].outputs[0].role == "dst of op 4");
-  CHECK(ops[9].outputs[0].pointer.allocation_id == 3);
+  REQUIRE(ops[19].outputs.size() == 1);
+  CHECK(ops[19].outputs[0].role == "dst of op 11");
+  CHECK(ops[19].outputs[0].pointer.allocation_id == 3);
 
   int allocations = 0, frees = 0, modules = 0;
   for (const Record& record : records) {
@@ -245,8 +252,8 @@ TEST_CASE("ndtrace check finds vector_add deterministic and says the device is s
   CHECK(check.status == 0);
   CHECK_THAT(check.out, Catch::Contains("simulated device (no GPU found)"));
   CHECK_THAT(check.out, Catch::Contains("ndtrace check: deterministic: 2 runs gave "
-                                        "bitwise-identical results (12 ops each)"));
-  CHECK_THAT(check.err, Catch::Contains("run 2 of 2: exit status 0, 12 ops recorded"));
+                                        "bitwise-identical results (28 ops each)"));
+  CHECK_THAT(check.err, Catch::Contains("run 2 of 2: exit status 0, 28 ops recorded"));
   CHECK(std::filesystem::exists(dir + "/run-1.ndt"));
   CHECK(std::filesystem::exists(dir + "/run-2.log"));
   std::filesystem::remove_all(dir);
@@ -393,7 +400,7 @@ TEST_CASE("with --digest-every 1 a state digest of all live memory follows every
   REQUIRE(RecordRun(second, PROG_VECTOR_ADD, "--digest-every 1").status == 0);
   const std::vector<Record> records = ReadAll(first);
   const std::vector<OpRecord> ops = Ops(records);
-  REQUIRE(ops.size() == 12);
+  REQUIRE(ops.size() == 28);
   std::vector<uint64_t> after;
   size_t exits = 0;
   for (const StateDigestRecord& state : StateDigests(records)) {
@@ -421,14 +428,14 @@ TEST_CASE("with --digest-every 1 a state digest of all live memory follows every
   CHECK(diff.status == 0);
   CHECK_THAT(diff.out, Catch::StartsWith("identical: "));
 
-  // Every 5 ops: after ops 4 and 9 (and at exit).
+  // Every 5 ops: after ops 4, 9, ..., 24 (and at exit).
   REQUIRE(RecordRun(first, PROG_VECTOR_ADD, "--digest-every 5 --no-exit-digest").status == 0);
   after.clear();
   for (const StateDigestRecord& state : StateDigests(ReadAll(first))) {
     CHECK(state.reason == "every 5 ops");
     after.push_back(state.after_op);
   }
-  CHECK(after == std::vector<uint64_t>{4, 9});
+  CHECK(after == std::vector<uint64_t>{4, 9, 14, 19, 24});
   std::remove(first.c_str());
   std::remove(second.c_str());
 }
@@ -443,17 +450,17 @@ TEST_CASE("with --digest-sync a state digest follows every host synchronisation"
     after.push_back(state.after_op);
   }
   // cuStreamSynchronize twice, then cuCtxSynchronize (ops 9, 10, 11).
-  CHECK(after == std::vector<uint64_t>{9, 10, 11});
+  CHECK(after == std::vector<uint64_t>{19, 23, 27});
   CHECK(CheckStateDigestsCoverLiveAllocations(records) == 3);
   std::remove(trace.c_str());
 }
 
 TEST_CASE("with --digest-window each op in the window digests what it references", "[tracer]") {
   const std::string trace = TempPath("window.ndt");
-  REQUIRE(RecordRun(trace, PROG_VECTOR_ADD, "--digest-window 3:7").status == 0);
+  REQUIRE(RecordRun(trace, PROG_VECTOR_ADD, "--digest-window 10:16").status == 0);
   const std::vector<OpRecord> ops = Ops(ReadAll(trace));
-  REQUIRE(ops.size() == 12);
-  for (uint64_t sequence : {3, 7}) {
+  REQUIRE(ops.size() == 28);
+  for (uint64_t sequence : {10, 16}) {
     const OpRecord& launch = ops[sequence];
     INFO("op " << sequence << " " << launch.name);
     REQUIRE(launch.kind == OpKind::kKernelLaunch);
@@ -483,7 +490,7 @@ TEST_CASE("with --digest-window each op in the window digests what it references
   REQUIRE(memset_ops[0].outputs.size() == 1);
   CHECK(memset_ops[0].outputs[0].role == "dst");
   CHECK(memset_ops[0].outputs[0].bytes == 262144);
-  CHECK(memset_ops.at(3).inputs.empty());
+  CHECK(memset_ops.at(10).inputs.empty());
   std::remove(trace.c_str());
 }
 
@@ -537,14 +544,14 @@ TEST_CASE("ndtrace record and check refuse a bad --digest-window", "[tracer]") {
 TEST_CASE("ndtrace check passes the digest options on to every run", "[tracer]") {
   const std::string dir = TempPath("check_digests");
   const RunResult check = Run(std::string("'" NDTRACE_BIN "' check --digest-every 4 "
-                                          "--digest-window 3:3 -o '") +
+                                          "--digest-window 10:10 -o '") +
                               dir + "' -- '" PROG_VECTOR_ADD "'");
   INFO(check.out << check.err);
   CHECK(check.status == 0);
   for (const char* run : {"/run-1.ndt", "/run-2.ndt"}) {
     const std::vector<Record> records = ReadAll(dir + run);
-    CHECK(StateDigests(records).size() == 4);  // after ops 3, 7, 11, and at exit
-    CHECK(Ops(records).at(3).outputs.size() == 3);
+    CHECK(StateDigests(records).size() == 8);  // after ops 3, 7, ..., 27, and at exit
+    CHECK(Ops(records).at(10).outputs.size() == 3);
   }
   std::filesystem::remove_all(dir);
 }
