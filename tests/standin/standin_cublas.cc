@@ -30,6 +30,8 @@
 #include <thread>
 #include <vector>
 
+#include "standin_library_driver.h"
+
 struct cublasContext {
   cudaStream_t stream = nullptr;
   void* workspace = nullptr;
@@ -41,53 +43,6 @@ struct cublasContext {
 };
 
 namespace {
-
-// The driver functions the library uses, found as the real cuBLAS finds them.
-struct Driver {
-  CUresult (*stream_synchronize)(CUstream) = nullptr;
-  CUresult (*address_range)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
-};
-
-const Driver& TheDriver() {
-  static const Driver driver = [] {
-    Driver found;
-    void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (library == nullptr) return found;
-    using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t,
-                                        CUdriverProcAddressQueryResult*);
-    const auto get = reinterpret_cast<GetProcAddress>(dlsym(library, "cuGetProcAddress_v2"));
-    if (get == nullptr) return found;
-    void* pointer = nullptr;
-    CUdriverProcAddressQueryResult status;
-    if (get("cuStreamSynchronize", &pointer, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &status) ==
-        CUDA_SUCCESS) {
-      found.stream_synchronize = reinterpret_cast<decltype(found.stream_synchronize)>(pointer);
-    }
-    if (get("cuMemGetAddressRange", &pointer, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &status) ==
-        CUDA_SUCCESS) {
-      found.address_range = reinterpret_cast<decltype(found.address_range)>(pointer);
-    }
-    return found;
-  }();
-  return driver;
-}
-
-bool Synchronize(cudaStream_t stream) {
-  const Driver& driver = TheDriver();
-  return driver.stream_synchronize != nullptr &&
-         driver.stream_synchronize(reinterpret_cast<CUstream>(stream)) == CUDA_SUCCESS;
-}
-
-// Whether [pointer, pointer + bytes) lies inside one device allocation.
-bool IsDeviceRange(const void* pointer, size_t bytes) {
-  const Driver& driver = TheDriver();
-  if (driver.address_range == nullptr || pointer == nullptr) return false;
-  CUdeviceptr base = 0;
-  size_t size = 0;
-  const auto address = reinterpret_cast<CUdeviceptr>(pointer);
-  if (driver.address_range(&base, &size, address) != CUDA_SUCCESS) return false;
-  return address + bytes <= base + size;
-}
 
 // The bytes a column-major rows x cols matrix with leading dimension ld spans.
 size_t Extent(int rows, int cols, int ld) {

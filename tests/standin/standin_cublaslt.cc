@@ -35,6 +35,8 @@
 #include <thread>
 #include <vector>
 
+#include "standin_library_driver.h"
+
 struct cublasLtContext {
   int unused = 0;
 };
@@ -43,46 +45,6 @@ namespace {
 
 constexpr uint64_t kAlgoTag = 0x4c65636172746e64ull;  // "ndtraceL"
 constexpr uint32_t kDescriptorTag = 0x6e64744cu;
-
-// The driver functions the library uses, found as the real cuBLASLt finds them.
-struct Driver {
-  CUresult (*stream_synchronize)(CUstream) = nullptr;
-  CUresult (*address_range)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
-};
-
-const Driver& TheDriver() {
-  static const Driver driver = [] {
-    Driver found;
-    void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (library == nullptr) return found;
-    using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t,
-                                        CUdriverProcAddressQueryResult*);
-    const auto get = reinterpret_cast<GetProcAddress>(dlsym(library, "cuGetProcAddress_v2"));
-    if (get == nullptr) return found;
-    void* pointer = nullptr;
-    CUdriverProcAddressQueryResult status;
-    if (get("cuStreamSynchronize", &pointer, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &status) ==
-        CUDA_SUCCESS) {
-      found.stream_synchronize = reinterpret_cast<decltype(found.stream_synchronize)>(pointer);
-    }
-    if (get("cuMemGetAddressRange", &pointer, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &status) ==
-        CUDA_SUCCESS) {
-      found.address_range = reinterpret_cast<decltype(found.address_range)>(pointer);
-    }
-    return found;
-  }();
-  return driver;
-}
-
-bool IsDeviceRange(const void* pointer, size_t bytes) {
-  const Driver& driver = TheDriver();
-  if (driver.address_range == nullptr || pointer == nullptr) return false;
-  CUdeviceptr base = 0;
-  size_t size = 0;
-  const auto address = reinterpret_cast<CUdeviceptr>(pointer);
-  if (driver.address_range(&base, &size, address) != CUDA_SUCCESS) return false;
-  return address + bytes <= base + size;
-}
 
 // ---- descriptors: state stored in the opaque structs, attributes by (offset, size) ---------
 

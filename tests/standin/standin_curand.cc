@@ -25,6 +25,8 @@
 #include <new>
 #include <type_traits>
 
+#include "standin_library_driver.h"
+
 struct curandGenerator_st {
   curandRngType_t type = CURAND_RNG_PSEUDO_PHILOX4_32_10;
   unsigned long long seed = 0;
@@ -34,56 +36,6 @@ struct curandGenerator_st {
 };
 
 namespace {
-
-// The driver functions the library uses, found as the real cuRAND finds them.
-struct Driver {
-  CUresult (*stream_synchronize)(CUstream) = nullptr;
-  CUresult (*address_range)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
-  CUresult (*ctx_get_device)(CUdevice*) = nullptr;
-  CUresult (*device_attribute)(int*, CUdevice_attribute, CUdevice) = nullptr;
-};
-
-const Driver& TheDriver() {
-  static const Driver driver = [] {
-    Driver found;
-    void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (library == nullptr) return found;
-    using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t,
-                                        CUdriverProcAddressQueryResult*);
-    const auto get = reinterpret_cast<GetProcAddress>(dlsym(library, "cuGetProcAddress_v2"));
-    if (get == nullptr) return found;
-    const auto lookup = [get](const char* name, auto*& slot) {
-      void* pointer = nullptr;
-      CUdriverProcAddressQueryResult status;
-      if (get(name, &pointer, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS) {
-        slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(pointer);
-      }
-    };
-    lookup("cuStreamSynchronize", found.stream_synchronize);
-    lookup("cuMemGetAddressRange", found.address_range);
-    lookup("cuCtxGetDevice", found.ctx_get_device);
-    lookup("cuDeviceGetAttribute", found.device_attribute);
-    return found;
-  }();
-  return driver;
-}
-
-bool Synchronize(cudaStream_t stream) {
-  const Driver& driver = TheDriver();
-  return driver.stream_synchronize != nullptr &&
-         driver.stream_synchronize(reinterpret_cast<CUstream>(stream)) == CUDA_SUCCESS;
-}
-
-// True when [pointer, pointer + bytes) lies inside one device allocation.
-bool IsDeviceRange(const void* pointer, size_t bytes) {
-  const Driver& driver = TheDriver();
-  if (driver.address_range == nullptr || pointer == nullptr) return false;
-  CUdeviceptr base = 0;
-  size_t size = 0;
-  const auto address = reinterpret_cast<CUdeviceptr>(pointer);
-  if (driver.address_range(&base, &size, address) != CUDA_SUCCESS) return false;
-  return address + bytes <= base + size;
-}
 
 // The current device's SM count (PSEUDO_DYNAMIC's lanes); 1 when the driver cannot say.
 unsigned DeviceLanes() {
