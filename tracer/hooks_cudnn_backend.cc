@@ -20,9 +20,9 @@
 // (the returned array is partitioned, kept ones first, and the count reduced), and a plan with
 // such an engine is refused at finalize with CUDNN_STATUS_NOT_SUPPORTED (frameworks then try
 // their next config). Pin: at plan finalize, the engine and knobs recorded for the fingerprint
-// in the reference trace — the choice of its last cudnnBackendExecute, the one the program
-// settled on after any autotuning, else the first recorded choice — are rebuilt through the
-// real library and set on the plan before it is finalized; when that cannot be done the
+// in the reference trace — the choice it used most for that fingerprint (PinTable), the one
+// the program settled on after any autotuning — are rebuilt through the real library and set
+// on the plan before it is finalized; when that cannot be done the
 // program's own plan stands and the decision says why.
 #pragma GCC visibility push(default)
 #include <cudnn.h>
@@ -40,7 +40,6 @@
 #include <vector>
 
 #include "formats/records.h"
-#include "formats/trace_reader.h"
 #include "tracer/library_support.h"
 #include "tracer/policy.h"
 #include "tracer/recorder.h"
@@ -470,48 +469,6 @@ bool SameEngine(const format::AlgorithmChoice& a, const format::AlgorithmChoice&
   return a.id == b.id && a.knobs == b.knobs;
 }
 
-// ---- the pin policy's choices -------------------------------------------------------------
-
-// For each fingerprint, the choice of the last cudnnBackendExecute recorded for it in the pin
-// trace: what the program settled on after autotuning (the first recorded choice is often a
-// benchmark trial). Read once.
-class SettledChoices {
- public:
-  const format::AlgorithmChoice* Find(const Session& session, const std::string& fingerprint) {
-    std::call_once(loaded_, [&] { Load(session.policy().pin_path); });
-    auto found = choices_.find(fingerprint);
-    if (found != choices_.end()) return &found->second.second;
-    return session.pins() != nullptr ? session.pins()->Choice(fingerprint) : nullptr;
-  }
-
- private:
-  void Load(const std::string& path) {
-    auto opened = format::TraceReader::Open(path);
-    if (!opened.ok()) return;
-    format::Record record;
-    while ((*opened)->Next(&record)) {
-      const auto* op = std::get_if<format::OpRecord>(&record);
-      if (op == nullptr || op->kind != format::OpKind::kCudnnBackendExecute || !op->algorithm) {
-        continue;
-      }
-      const std::string fingerprint(FingerprintOf(*op));
-      if (fingerprint.empty()) continue;
-      auto& slot = choices_[fingerprint];
-      if (slot.second.library.empty() || op->sequence >= slot.first) {
-        slot = {op->sequence, *op->algorithm};
-      }
-    }
-  }
-
-  std::once_flag loaded_;
-  std::map<std::string, std::pair<uint64_t, format::AlgorithmChoice>> choices_;
-};
-
-SettledChoices& Settled() {
-  static auto* settled = new SettledChoices();
-  return *settled;
-}
-
 // Builds an engine config for `choice` on `graph` through the real library and sets it on
 // `plan`. Empty on success (the new descriptors are appended to `owned`), else why not.
 std::string SetPinnedConfig(cudnnBackendDescriptor_t plan, cudnnBackendDescriptor_t graph,
@@ -768,7 +725,8 @@ std::optional<format::AlgorithmChoice> PinPlan(Session& session, uint64_t sequen
                             from, std::nullopt, false));
     return std::nullopt;
   }
-  const format::AlgorithmChoice* want = Settled().Find(session, fingerprint);
+  const format::AlgorithmChoice* want =
+      session.pins() != nullptr ? session.pins()->Choice(fingerprint) : nullptr;
   if (want == nullptr) {
     session.Decide(Decision(sequence,
                             "cannot pin a cudnn plan: the pin trace records no engine for " +
