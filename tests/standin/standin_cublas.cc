@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "standin_library_driver.h"
+#include "standin_atomic.h"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;
@@ -98,14 +99,7 @@ void RunOrdered(const Gemm& g, int slices) {
   }
 }
 
-void AtomicAddFloat(float* cell, float value) {
-  std::atomic_ref<uint32_t> bits(*reinterpret_cast<uint32_t*>(cell));
-  uint32_t expected = bits.load(std::memory_order_relaxed);
-  while (!bits.compare_exchange_weak(
-      expected, std::bit_cast<uint32_t>(std::bit_cast<float>(expected) + value),
-      std::memory_order_relaxed)) {
-  }
-}
+using ndt::standin::AtomicAddFloat;
 
 // Split-K over kRacingSlices threads that add their partial sums into one accumulator per
 // cell with atomic float additions, in whatever order the race gives. Each thread yields after

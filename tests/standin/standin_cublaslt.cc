@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "standin_library_driver.h"
+#include "standin_atomic.h"
 
 struct cublasLtContext {
   int unused = 0;
@@ -295,14 +296,7 @@ void RunOrdered(const Operands& o, uint64_t slices) {
   }
 }
 
-void AtomicAddFloat(float* cell, float value) {
-  std::atomic_ref<uint32_t> bits(*reinterpret_cast<uint32_t*>(cell));
-  uint32_t expected = bits.load(std::memory_order_relaxed);
-  while (!bits.compare_exchange_weak(
-      expected, std::bit_cast<uint32_t>(std::bit_cast<float>(expected) + value),
-      std::memory_order_relaxed)) {
-  }
-}
+using ndt::standin::AtomicAddFloat;
 
 constexpr unsigned kMaxAddsBetweenYields = 16;
 

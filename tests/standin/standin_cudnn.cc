@@ -36,6 +36,7 @@
 
 #include "standin_cudnn_internal.h"
 #include "standin_immortal.h"
+#include "standin_atomic.h"
 
 struct cudnnTensorStruct {
   cudnnDataType_t dtype = CUDNN_DATA_FLOAT;
@@ -103,15 +104,6 @@ cudnnStatus_t SynchronizeHandle(cudnnHandle_t handle) {
   if (driver.stream_synchronize == nullptr) return CUDNN_STATUS_EXECUTION_FAILED;
   return driver.stream_synchronize(handle->stream) == CUDA_SUCCESS ? CUDNN_STATUS_SUCCESS
                                                                    : CUDNN_STATUS_EXECUTION_FAILED;
-}
-
-void AtomicAddFloat(float* cell, float value) {
-  std::atomic_ref<std::uint32_t> bits(*reinterpret_cast<std::uint32_t*>(cell));
-  std::uint32_t expected = bits.load(std::memory_order_relaxed);
-  while (!bits.compare_exchange_weak(
-      expected, std::bit_cast<std::uint32_t>(std::bit_cast<float>(expected) + value),
-      std::memory_order_relaxed)) {
-  }
 }
 
 void RunRacing(

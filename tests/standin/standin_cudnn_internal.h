@@ -7,6 +7,8 @@
 // synchronising the handle's stream.
 #pragma once
 
+#include "standin_atomic.h"
+
 #include <cuda.h>
 #include <cudnn.h>
 
@@ -33,9 +35,6 @@ const CudnnDriver& CudnnDriverFunctions();
 // CUDNN_STATUS_EXECUTION_FAILED when the driver is missing or the stream fails.
 cudnnStatus_t SynchronizeHandle(cudnnHandle_t handle);
 
-// Adds `value` to `*cell` atomically (compare-and-swap on the float's bits), like a GPU float
-// atomicAdd: the order of additions is whatever the race decides.
-void AtomicAddFloat(float* cell, float value);
 
 // Runs `work(thread, threads, yield)` on `threads` threads that start together (a thread that
 // cannot be started has its share run on the caller afterwards) and joins them. `yield()`

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/digest_v1_core.h"
+#include "standin_atomic.h"
 
 namespace ndt::standin {
 namespace {
@@ -35,17 +36,6 @@ bool RunVectorAdd(const LaunchGeometry&, const KernelArgs& args) {
   if (a == nullptr || b == nullptr || c == nullptr) return false;
   for (std::size_t i = 0; i < count; ++i) c[i] = a[i] + b[i];
   return true;
-}
-
-// Adds `value` to `*cell` with a compare-and-swap loop on the float's bits, like a GPU float
-// atomicAdd: the addition is atomic, the order of additions is whatever the race decides.
-void AtomicAddFloat(float* cell, float value) {
-  std::atomic_ref<std::uint32_t> bits(*reinterpret_cast<std::uint32_t*>(cell));
-  std::uint32_t expected = bits.load(std::memory_order_relaxed);
-  while (!bits.compare_exchange_weak(
-      expected, std::bit_cast<std::uint32_t>(std::bit_cast<float>(expected) + value),
-      std::memory_order_relaxed)) {
-  }
 }
 
 // RacySum(const float* values, float* sums, int n, int bins): sums[i % bins] += values[i] with
