@@ -5,13 +5,13 @@
 //
 //   philox_dropout [--unseeded]
 //
-// The seed is 1234 unless --unseeded (then the time: a forgotten torch.manual_seed). Prints
-// "checksum <hex>" of the output.
+// The seed is 1234 unless --unseeded (then a fresh random one: a forgotten torch.manual_seed).
+// Prints "checksum <hex>" of the output.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
+#include <random>
 #include <vector>
 
 #include "program_checksum.h"
@@ -66,8 +66,10 @@ int main(int argc, char** argv) {
   Check(cudaMalloc(&out, kN * sizeof(float)), "cudaMalloc");
   Check(cudaMemcpy(in, host.data(), kN * sizeof(float), cudaMemcpyHostToDevice), "HtoD");
   at::PhiloxCudaState state{};
-  state.seed_.val = unseeded ? static_cast<uint64_t>(std::time(nullptr)) * 2654435761u +
-                                   static_cast<uint64_t>(clock())
+  // A fresh 64-bit seed per run, as torch.seed() draws one; unlike the time, it differs between
+  // two runs started within one clock tick.
+  state.seed_.val = unseeded ? (static_cast<uint64_t>(std::random_device{}()) << 32) |
+                                   std::random_device{}()
                              : 1234;
   for (int step = 0; step < 2; ++step) {
     state.offset_.val = static_cast<uint64_t>(step) * kN;  // as the generator advances
