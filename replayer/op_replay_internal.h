@@ -1,0 +1,136 @@
+// What the standalone op replayers (op_replay_*.cc) share: the driver reached as the libraries
+// reach it (dlopen libcuda.so.1 + cuGetProcAddress_v2), device buffers, the captured bytes of
+// an op, and the harness that runs one candidate (the recorded algorithm or an alternative) K
+// times and compares its outputs. Internal to replayer/; needs the CUDA headers.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "formats/records.h"
+#include "formats/status.h"
+#include "formats/trace_reader.h"
+#include "replayer/op_replay.h"
+
+namespace ndt::replay::internal {
+
+// ---- the op's arguments -------------------------------------------------------------------
+
+const format::Argument* FindArgument(const format::OpRecord& op, const std::string& name);
+// The text argument `name`; null when absent or not text.
+const std::string* TextOf(const format::OpRecord& op, const std::string& name);
+// A blob id written by the tracer as 32 hex digits, low 64 bits first.
+std::optional<format::BlobId> ParseBlobId(const std::string& text);
+
+// The captured bytes of `role` ("blob:<direction>:<role>", direction "in" or "out"): nullopt
+// when the op has no such argument or the tracer could not store it ("missing: ..."); an error
+// when the blob cannot be read or does not hold `bytes` bytes.
+StatusOr<std::optional<std::string>> ReadCaptured(format::TraceReader& reader,
+                                                  const format::OpRecord& op, const char* direction,
+                                                  const std::string& role, uint64_t bytes);
+
+// ---- the driver -----------------------------------------------------------------------------
+
+struct Driver {
+  CUresult (*init)(unsigned) = nullptr;
+  CUresult (*driver_version)(int*) = nullptr;
+  CUresult (*device_count)(int*) = nullptr;
+  CUresult (*device_get)(CUdevice*, int) = nullptr;
+  CUresult (*device_name)(char*, int, CUdevice) = nullptr;
+  CUresult (*device_attribute)(int*, CUdevice_attribute, CUdevice) = nullptr;
+  CUresult (*primary_retain)(CUcontext*, CUdevice) = nullptr;
+  CUresult (*set_current)(CUcontext) = nullptr;
+  CUresult (*mem_alloc)(CUdeviceptr*, size_t) = nullptr;
+  CUresult (*mem_free)(CUdeviceptr) = nullptr;
+  CUresult (*copy_to_device)(CUdeviceptr, const void*, size_t) = nullptr;
+  CUresult (*copy_to_host)(void*, CUdeviceptr, size_t) = nullptr;
+  CUresult (*synchronize)() = nullptr;
+  CUresult (*error_string)(CUresult, const char**) = nullptr;
+  // For what else a replayer needs (cuModuleLoadData, cuMemAddressReserve...).
+  CUresult (*get_proc_address)(const char*, void**, int, cuuint64_t,
+                               CUdriverProcAddressQueryResult*) = nullptr;
+
+  // "api: <the driver's text> (<code>)".
+  std::string Error(const char* api, CUresult result) const;
+  // The driver function `name` (CUDA 13 ABI), or null.
+  void* Resolve(const char* name) const;
+};
+
+// Loads and initialises the driver once per process; fails saying why.
+StatusOr<const Driver*> LoadDriver();
+
+// Makes device `ordinal`'s primary context current on this thread.
+Status UseDevice(const Driver& driver, uint32_t ordinal);
+
+// A device allocation, freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(const Driver& driver, CUdeviceptr address, size_t bytes)
+      : driver_(&driver), address_(address), bytes_(bytes) {}
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : driver_(other.driver_), address_(std::exchange(other.address_, 0)), bytes_(other.bytes_) {}
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
+  ~DeviceBuffer() {
+    if (address_ != 0) driver_->mem_free(address_);
+  }
+  CUdeviceptr address() const { return address_; }
+  void* pointer() const { return reinterpret_cast<void*>(address_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  const Driver* driver_;
+  CUdeviceptr address_;
+  size_t bytes_;
+};
+
+// `bytes` (at least 1) of device memory.
+StatusOr<DeviceBuffer> Allocate(const Driver& driver, size_t bytes);
+
+// ---- running a candidate K times ----------------------------------------------------------
+
+// The device memory one execution of the op works on.
+struct ReplayBuffers {
+  struct Buffer {
+    CUdeviceptr address = 0;
+    std::string initial;  // uploaded before every run (the captured input, or zeros)
+  };
+  std::vector<Buffer> buffers;
+  size_t output = 0;          // the buffer compared between runs
+  uint64_t output_bytes = 0;  // its size
+  std::string output_dtype;   // "f32" / "f64": element differences are measured too
+  std::optional<std::string> recorded_output;  // the captured output, when there is one
+};
+
+// One execution of the op with one candidate: nullopt when it ran, otherwise why it could not
+// (an unsupported algorithm, a library error).
+using RunOnce = std::function<std::optional<std::string>()>;
+
+// Runs `run` `repeat` (>= 1) times, each time uploading every buffer's initial bytes first and
+// timing the call with a context synchronisation, and fills `candidate` (its algo, name,
+// determinism and recorded fields set by the caller) with the runs, distinct output digests,
+// value differences and matches with the recorded output. A failing `run` fails the recorded
+// candidate and skips an alternative (`skipped` says why); driver errors always fail.
+StatusOr<AlgorithmRuns> RunCandidate(const Driver& driver, const ReplayBuffers& buffers,
+                                     AlgorithmRuns candidate, int repeat, const RunOnce& run);
+
+// ---- the replayers --------------------------------------------------------------------------
+
+// One library (or kernel) family standalone replay knows how to re-execute.
+struct Replayer {
+  bool (*handles)(const format::OpRecord& op);
+  StatusOr<OpReplayReport> (*replay)(format::TraceReader& reader, const format::OpRecord& op,
+                                     const OpReplayOptions& options);
+};
+
+// op_replay_cudnn_legacy.cc: cudnnConvolution{Forward,BackwardData,BackwardFilter}.
+extern const Replayer kCudnnLegacyReplayer;
+
+}  // namespace ndt::replay::internal
