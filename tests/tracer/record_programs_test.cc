@@ -365,6 +365,22 @@ TEST_CASE("libndtrace.so exports only its hooks", "[tracer]") {
   CHECK(versions.out.find("Version definition") == std::string::npos);
 }
 
+TEST_CASE("libndtrace.so needs no shared library but libc and Cap'n Proto's", "[tracer]") {
+  const RunResult dynamic = Run("readelf -d '" NDT_TRACER_LIB "'");
+  REQUIRE(dynamic.status == 0);
+  std::set<std::string> needed;
+  for (const std::string& line : Lines(dynamic.out)) {
+    const size_t open = line.find("(NEEDED)") == std::string::npos ? line.npos : line.find('[');
+    const size_t close = line.find(']', open);
+    if (close != std::string::npos) needed.insert(line.substr(open + 1, close - open - 1));
+  }
+  // The C++ runtime, zstd and xxHash are linked in and hidden; Debian's Cap'n Proto archives
+  // cannot go into a shared object (CMakeLists.txt), so its two libraries stay.
+  const std::set<std::string> expected = {"libc.so.6", "ld-linux-x86-64.so.2",
+                                          "libcapnp-0.9.2.so", "libkj-0.9.2.so"};
+  CHECK(needed == expected);
+}
+
 // ---- digests of device memory ------------------------------------------------------------
 
 TEST_CASE("the exit state digest covers every live allocation and is the same in two recordings",
