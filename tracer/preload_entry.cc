@@ -22,6 +22,7 @@
 #include <cstring>
 
 #include "tracer/driver_table.h"
+#include "tracer/library_support.h"
 #include "tracer/real_dl.h"
 #include "tracer/recorder.h"
 
@@ -151,26 +152,65 @@ extern "C" void ndt_resolve_real_dl() {
   dlclose(libc);
 }
 
-// dlsym for every handle but RTLD_NEXT: the real lookup, then our wrapper for a hooked
-// driver function. Reached by a tail jump, so it must not depend on its return address.
+namespace ndt::tracer {
+namespace {
+
+// The soname a library hook of `name` calls the real function in (hooks_cu*.cc, hooks_nccl.cc);
+// null for names of no hooked library.
+const char* LibrarySoname(const char* name) {
+  if (std::strncmp(name, "cublasLt", 8) == 0) return "libcublasLt.so.13";
+  if (std::strncmp(name, "cublas", 6) == 0) return "libcublas.so.13";
+  if (std::strncmp(name, "cudnn", 5) == 0) return "libcudnn.so.9";
+  if (std::strncmp(name, "curand", 6) == 0) return "libcurand.so.10";
+  if (std::strncmp(name, "nccl", 4) == 0) return "libnccl.so.2";
+  return nullptr;
+}
+
+// libndtrace.so's own handle, for looking up our exported hooks by name.
+void* SelfHandle() {
+  static std::atomic<void*> handle{nullptr};
+  void* self = handle.load(std::memory_order_acquire);
+  if (self == nullptr) {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&ndt_dlsym_dispatch), &info) != 0 &&
+        info.dli_fname != nullptr) {
+      self = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+      handle.store(self, std::memory_order_release);
+    }
+  }
+  return self;
+}
+
+// What a lookup that found `found` for `name` hands out: for a driver function, our wrapper of
+// that ABI variant; for a library function found through a handle of its library (a plugin
+// that dlopens libcublas.so.13 RTLD_LOCAL and looks each function up), our exported hook of
+// the same name, when that hook would call exactly `found`. Everything else unchanged.
+void* Interposed(void* found, const char* name, DlsymFn real) {
+  if (found == nullptr) return found;
+  if (const char* soname = LibrarySoname(name); soname != nullptr) {
+    void* self = SelfHandle();
+    void* hook = self == nullptr ? nullptr : real(self, name);
+    if (hook == nullptr || hook == found) return found;
+    return RealLibraryFunction(soname, name) == found ? hook : found;
+  }
+  return StartsWithCu(name) ? WrapperForRealPointer(found) : found;
+}
+
+}  // namespace
+}  // namespace ndt::tracer
+
+// dlsym for every handle but RTLD_NEXT: the real lookup, then what we interpose for it.
+// Reached by a tail jump, so it must not depend on its return address.
 extern "C" void* ndt_dlsym_dispatch(void* handle, const char* name) {
   ndt::tracer::DlsymFn real = RealDlsym();
   if (real == nullptr) return nullptr;
-  void* found = real(handle, name);
-  if (found != nullptr && ndt::tracer::StartsWithCu(name)) {
-    found = ndt::tracer::WrapperForRealPointer(found);
-  }
-  return found;
+  return ndt::tracer::Interposed(real(handle, name), name, real);
 }
 
 extern "C" void* ndt_dlvsym_dispatch(void* handle, const char* name, const char* version) {
   ndt::tracer::DlvsymFn real = RealDlvsym();
   if (real == nullptr) return nullptr;
-  void* found = real(handle, name, version);
-  if (found != nullptr && ndt::tracer::StartsWithCu(name)) {
-    found = ndt::tracer::WrapperForRealPointer(found);
-  }
-  return found;
+  return ndt::tracer::Interposed(real(handle, name, version), name, RealDlsym());
 }
 
 // ---- cuGetProcAddress ------------------------------------------------------------------

@@ -400,3 +400,26 @@ TEST_CASE("cublas: ndtrace check names the cuBLASLt matmul, and --deterministic 
         std::string::npos);
   CHECK(std::system(("rm -rf '" + directory + "' '" + directory + "-det'").c_str()) == 0);
 }
+
+TEST_CASE("cublas: calls through dlopen(RTLD_LOCAL) + dlsym reach the hooks", "[tracer][cublas]") {
+  // dlopen_cublas does not link libcublas.so.13: without our dlsym handing out the hooks, the
+  // trace would hold the runtime's calls and no cuBLAS op.
+  const std::string trace = TempPath("dlopen_cublas.ndt");
+  std::remove(trace.c_str());
+  const RunResult traced =
+      Run("'" NDTRACE_BIN "' record -o '" + trace + "' -- '" PROG_DLOPEN_CUBLAS "'");
+  INFO(traced.err);
+  REQUIRE(traced.status == 0);
+  const std::vector<OpRecord> ops = Ops(ReadAll(trace));
+  CHECK(Named(ops, "cublasCreate_v2").size() == 1);
+  const std::vector<OpRecord> gemms = Named(ops, "cublasSgemm_v2");
+  REQUIRE(gemms.size() == 1);
+  CHECK(gemms[0].kind == OpKind::kCublasGemm);
+  CHECK(!gemms[0].outputs.empty());
+  CHECK(Named(ops, "cublasDestroy_v2").size() == 1);
+  // The untraced program computes the same product.
+  const RunResult plain =
+      Run("LD_LIBRARY_PATH='" NDT_STANDIN_DIR "' '" PROG_DLOPEN_CUBLAS "'");
+  CHECK(plain.status == 0);
+  CHECK(plain.out == traced.out);
+}
