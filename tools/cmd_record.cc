@@ -23,6 +23,7 @@ namespace {
 struct RecordOptions {
   std::string output;
   bool quiet = false;
+  bool strict = false;  // NDTRACE_STRICT for the tracer: fail closed
   DigestOptions digests;
   PolicyOptions policy;
   std::string capture;  // NDTRACE_CAPTURE for the tracer (tools/README.md)
@@ -37,6 +38,7 @@ int RunRecord(const RecordOptions& options) {
   if (!ApplyDigestOptions("record", options.digests)) return kExitUsage;
   if (!ApplyPolicyOptions("record", options.policy)) return kExitUsage;
   if (!options.capture.empty()) setenv("NDTRACE_CAPTURE", options.capture.c_str(), 1);
+  if (options.strict) setenv("NDTRACE_STRICT", "1", 1);
   StatusOr<TracedRun> run = RunTraced("record", options.command, options.output);
   if (!run.ok()) {
     PrintError(run.status().message());
@@ -81,6 +83,9 @@ Command AddRecordCommand(CLI::App& parent) {
   app->add_option("-o,--output", options->output,
                   "Trace path (default: ndtrace-<pid>.ndt in the program's directory)");
   app->add_flag("--quiet", options->quiet, "Do not print the summary line");
+  app->add_flag("--strict", options->strict,
+                "Fail closed: when the tracer cannot record (unwritable path, full disk), the "
+                "program's CUDA calls fail instead of running untraced");
   AddDigestOptions(app, &options->digests);
   AddPolicyOptions(app, &options->policy);
   app->add_option("--capture", options->capture,

@@ -122,11 +122,14 @@ TEST_CASE("the trace is complete when the process ends by SIGTERM, a crash or ex
 
 TEST_CASE("strict mode: when recording fails, CUDA calls fail instead of passing through",
           "[process]") {
-  const RunResult strict = Run("env NDTRACE_STRICT=1 " + kNdtrace +
-                               " record -o /nonexistent/dir/x.ndt -- " + kWorkers);
-  CHECK(strict.status != 0);
-  CHECK(strict.out.find("checksum") == std::string::npos);
-  CHECK(strict.err.find("ndtrace: cannot record: ") != std::string::npos);
+  for (const std::string& how : {"env NDTRACE_STRICT=1 " + kNdtrace + " record",
+                                 kNdtrace + " record --strict"}) {
+    INFO(how);
+    const RunResult strict = Run(how + " -o /nonexistent/dir/x.ndt -- " + kWorkers);
+    CHECK(strict.status != 0);
+    CHECK(strict.out.find("checksum") == std::string::npos);
+    CHECK(strict.err.find("ndtrace: cannot record: ") != std::string::npos);
+  }
   // The same without --strict: the program runs as if untraced.
   const RunResult lenient =
       Run(kNdtrace + " record -o /nonexistent/dir/x.ndt -- " + kWorkers);
