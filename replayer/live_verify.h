@@ -76,6 +76,7 @@ class LiveVerifier {
   // The op sequence (in the new trace) where the follower first saw a difference.
   std::optional<uint64_t> first_difference() const { return first_difference_; }
   uint64_t ops_followed() const { return ops_followed_; }
+  const std::string& new_path() const { return new_path_; }
   uint64_t polls_that_read() const { return polls_that_read_; }
 
   // The diff of the reference with the new trace as it is now (DiffTraces), without the

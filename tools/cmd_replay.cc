@@ -27,6 +27,7 @@
 #include "formats/trace_reader.h"
 #include "replayer/diff_report.h"
 #include "replayer/live_verify.h"
+#include "replayer/run_set.h"
 #include "tools/cli_support.h"
 #include "tools/ndtrace_commands.h"
 #include "tools/replay_op.h"
@@ -100,7 +101,9 @@ std::optional<int> Reap(pid_t child, bool block) {
     if (done == 0) return std::nullopt;
     if (errno != EINTR) return 255;
   }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 255;
+  return WIFEXITED(status)     ? WEXITSTATUS(status)
+         : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                               : 255;
 }
 
 // SIGTERM (the tracer closes its trace), then SIGKILL when it has not ended after 2 s.
@@ -122,12 +125,13 @@ std::string DefaultOutput(const std::string& reference) {
 
 // The digest options for the re-run: the user's, else those the reference shows it was
 // recorded with.
-bool ChooseDigests(const ReplayOptions& options, DigestOptions* chosen) {
+bool ChooseDigests(const ReplayOptions& options, const std::string& reference,
+                   DigestOptions* chosen) {
   *chosen = options.digests;
   const bool user_chose = options.digests.every != 0 || options.digests.sync ||
                           !options.digests.window.empty() || options.digests.no_exit;
   // Read the whole reference once: a damaged one is refused before the program starts.
-  StatusOr<replay::RecordedDigests> recorded = replay::FindRecordedDigests(options.trace);
+  StatusOr<replay::RecordedDigests> recorded = replay::FindRecordedDigests(reference);
   if (!recorded.ok()) {
     PrintError("replay: " + recorded.status().message());
     return false;
@@ -144,47 +148,71 @@ bool ChooseDigests(const ReplayOptions& options, DigestOptions* chosen) {
                chosen->sync ? "yes" : "no", chosen->window.empty() ? "-" : chosen->window,
                chosen->no_exit ? "no" : "yes");
   }
-  for (const char* name : {"NDTRACE_DIGEST_EVERY", "NDTRACE_DIGEST_SYNC",
-                           "NDTRACE_DIGEST_WINDOW", "NDTRACE_DIGEST_EXIT"}) {
+  for (const char* name : {"NDTRACE_DIGEST_EVERY", "NDTRACE_DIGEST_SYNC", "NDTRACE_DIGEST_WINDOW",
+                           "NDTRACE_DIGEST_EXIT"}) {
     unsetenv(name);
   }
   return ApplyDigestOptions("replay", *chosen);
 }
 
-int PrintReport(const replay::LiveVerifier& verifier, bool finished) {
+int PrintReport(const replay::LiveVerifier& verifier, bool finished,
+                const std::string& heading = "") {
   StatusOr<replay::DiffReport> report = verifier.Report(finished);
   if (!report.ok()) {
     PrintError("replay: " + report.status().message());
     return kExitUsage;
   }
   if (report->identical()) return kExitOk;
-  fmt::print("{}", replay::RenderDiffText(*report, ::isatty(STDOUT_FILENO)));
+  fmt::print("{}{}", heading, replay::RenderDiffText(*report, ::isatty(STDOUT_FILENO)));
   std::fflush(stdout);
   return kExitFinding;
 }
 
+// One process of the run, followed while it runs: the reference's trace of that process and
+// the trace the re-run's process of the same rank writes.
+struct Follower {
+  std::string key;  // "main" or "rank R" (replayer/run_set.h)
+  std::string reference;
+  std::unique_ptr<replay::LiveVerifier> verifier;
+};
+
+// The reference's processes that can be paired with the re-run's while it runs: TRACE itself
+// and its ranked companions (PATH.rank<R>). Unranked companions (PATH.<pid>) are named by a pid
+// no re-run repeats: they are compared when the program has ended.
+StatusOr<std::vector<Follower>> OpenFollowers(const std::string& reference,
+                                              const std::string& output, bool* unranked) {
+  StatusOr<std::vector<replay::ProcessTrace>> processes = replay::FindProcessTraces(reference);
+  if (!processes.ok()) return processes.status();
+  std::vector<Follower> followers;
+  for (const replay::ProcessTrace& process : *processes) {
+    std::string path = output;
+    if (process.key.rfind("rank ", 0) == 0) {
+      path += ".rank" + process.key.substr(5);
+    } else if (process.key != "main") {
+      *unranked = true;
+      continue;
+    }
+    std::error_code error;
+    std::filesystem::remove(path, error);
+    StatusOr<std::unique_ptr<replay::LiveVerifier>> verifier =
+        replay::LiveVerifier::Open(process.path, path);
+    if (!verifier.ok()) return verifier.status();
+    followers.push_back({process.key, process.path, std::move(*verifier)});
+  }
+  if (followers.empty()) {
+    return Status::Error(reference +
+                         ": its processes are all unranked companions (PATH.<pid>); "
+                         "pass one of them as TRACE");
+  }
+  return followers;
+}
+
 int RunLiveVerify(const ReplayOptions& options) {
   if (!HasSeparator("replay") || options.command.empty()) {
-    PrintError("replay: put `--` before the command to run: ndtrace replay TRACE -- CMD... "
-               "(or --op N)");
+    PrintError(
+        "replay: put `--` before the command to run: ndtrace replay TRACE -- CMD... "
+        "(or --op N)");
     return kExitUsage;
-  }
-  StatusOr<std::unique_ptr<format::TraceReader>> reference =
-      format::TraceReader::Open(options.trace);
-  if (!reference.ok()) {
-    PrintError("replay: " + reference.status().message());
-    return kExitUsage;
-  }
-  const format::TraceHeader header = (*reference)->header();
-  std::string warning;
-  if (Status same = replay::CheckSameProgram(header, options.command, &warning); !same.ok()) {
-    if (!options.force) {
-      PrintError("replay: " + options.trace + ": " + same.message() + " (--force replays anyway)");
-      return kExitUsage;
-    }
-    PrintWarning("replay: " + same.message());
-  } else if (!warning.empty()) {
-    PrintWarning("replay: " + warning);
   }
   const std::string output =
       std::filesystem::absolute(options.output.empty() ? DefaultOutput(options.trace)
@@ -195,21 +223,49 @@ int RunLiveVerify(const ReplayOptions& options) {
     PrintError("replay: -o must not name the reference trace");
     return kExitUsage;
   }
-  std::filesystem::remove(output, error);
-  StatusOr<std::unique_ptr<replay::LiveVerifier>> verifier =
-      replay::LiveVerifier::Open(options.trace, output);
-  if (!verifier.ok()) {
-    PrintError("replay: " + verifier.status().message());
+  bool unranked = false;
+  StatusOr<std::vector<Follower>> opened = OpenFollowers(options.trace, output, &unranked);
+  if (!opened.ok()) {
+    PrintError("replay: " + opened.status().message());
     return kExitUsage;
   }
+  std::vector<Follower>& followers = *opened;
+  const bool several = followers.size() > 1 || followers.front().key != "main";
+  StatusOr<std::unique_ptr<format::TraceReader>> reference =
+      format::TraceReader::Open(followers.front().reference);
+  if (!reference.ok()) {
+    PrintError("replay: " + reference.status().message());
+    return kExitUsage;
+  }
+  const format::TraceHeader header = (*reference)->header();
+  // The command line to compare is the one the launcher started: the main trace's. Ranked
+  // processes record their own.
+  if (followers.front().key == "main") {
+    std::string warning;
+    if (Status same = replay::CheckSameProgram(header, options.command, &warning); !same.ok()) {
+      if (!options.force) {
+        PrintError("replay: " + options.trace + ": " + same.message() +
+                   " (--force replays anyway)");
+        return kExitUsage;
+      }
+      PrintWarning("replay: " + same.message());
+    } else if (!warning.empty()) {
+      PrintWarning("replay: " + warning);
+    }
+  }
+  if (unranked) {
+    PrintWarning(
+        "replay: the reference's unranked processes (PATH.<pid>) are compared when the "
+        "program has ended, not while it runs");
+  }
   DigestOptions digests;
-  if (!ChooseDigests(options, &digests)) return kExitUsage;
-  PolicyOptions policy;
-  policy.pin = options.trace;
-  if (!ApplyPolicyOptions("replay", policy)) return kExitUsage;
+  if (!ChooseDigests(options, followers.front().reference, &digests)) return kExitUsage;
+  // Each ranked process pins from its own rank's reference (the tracer looks for PATH.rank<R>).
+  setenv("NDTRACE_PIN", std::filesystem::absolute(options.trace, error).c_str(), 1);
   if (!header.gpus.empty() && header.gpus.front().simulated) {
-    fmt::print(stderr, "note: the reference was recorded on ndtrace's stand-in device (a CPU "
-                       "implementation of CUDA); results say nothing about a GPU\n");
+    fmt::print(stderr,
+               "note: the reference was recorded on ndtrace's stand-in device (a CPU "
+               "implementation of CUDA); results say nothing about a GPU\n");
   }
 
   StatusOr<pid_t> child = StartTraced(options.command, output);
@@ -217,59 +273,86 @@ int RunLiveVerify(const ReplayOptions& options) {
     PrintError(child.status().message());
     return kExitUsage;
   }
-  replay::LiveVerifier& follower = **verifier;
+  const auto heading = [&](const Follower& follower) {
+    return several ? fmt::format("== {}: {} vs {}\n", follower.key, follower.reference,
+                                 follower.verifier->new_path())
+                   : std::string();
+  };
   std::optional<int> exit_code;
-  bool reported = false;
-  int result = kExitOk;
+  const Follower* reported = nullptr;
   while (!exit_code) {
     exit_code = Reap(*child, false);
     if (exit_code) break;
-    if (!reported && follower.Poll()) {
+    for (Follower& follower : followers) {
+      if (reported != nullptr || !follower.verifier->Poll()) continue;
       if (options.stop) {
         // End the program first: the report (a diff of all that landed) takes a while.
         const int code = Stop(*child);
-        follower.Poll();
-        result = PrintReport(follower, false);
+        follower.verifier->Poll();
+        const int result = PrintReport(*follower.verifier, false, heading(follower));
         if (result == kExitOk) {
-          fmt::print("ndtrace replay: op {} differs from the reference in a fact the diff does "
-                     "not report\n",
-                     follower.first_difference().value_or(0));
+          fmt::print(
+              "ndtrace replay: op {} differs from the reference in a fact the diff does "
+              "not report\n",
+              follower.verifier->first_difference().value_or(0));
         }
         if (result == kExitUsage) return kExitUsage;
-        fmt::print("ndtrace replay: stopped the program at the first divergence (exit status "
-                   "{}); {} ops recorded in {}\n",
-                   code, follower.ops_followed(), output);
+        fmt::print(
+            "ndtrace replay: stopped the program at the first divergence{} (exit status "
+            "{}); {} ops recorded in {}\n",
+            several ? " (" + follower.key + ")" : "", code, follower.verifier->ops_followed(),
+            follower.verifier->new_path());
         return kExitFinding;
       }
-      result = PrintReport(follower, false);
+      const int result = PrintReport(*follower.verifier, false, heading(follower));
       if (result == kExitUsage) {
         Stop(*child);
         return kExitUsage;
       }
-      reported = result == kExitFinding;
+      if (result == kExitFinding) reported = &follower;
     }
     std::this_thread::sleep_for(kPollInterval);
   }
-  follower.Poll();
-  if (!reported) {
+  for (Follower& follower : followers) follower.verifier->Poll();
+
+  if (several || unranked) {
+    // The whole run, process by process, as `diff` compares runs.
+    StatusOr<replay::RunDiff> run = replay::DiffRuns(options.trace, output);
+    if (!run.ok()) {
+      PrintError("replay: " + run.status().message());
+      return kExitUsage;
+    }
+    if (reported == nullptr)
+      fmt::print("{}", replay::RenderRunDiffText(*run, ::isatty(STDOUT_FILENO)));
+    fmt::print(
+        "ndtrace replay: {} the reference, rank by rank (program exit status {}); new "
+        "traces {}\n",
+        run->identical() ? "identical to" : "diverged from", *exit_code, output);
+    return run->identical() ? kExitOk : kExitFinding;
+  }
+  replay::LiveVerifier& follower = *followers.front().verifier;
+  if (reported == nullptr) {
     const int code = PrintReport(follower, true);
     if (code == kExitOk) {
-      fmt::print("ndtrace replay: identical to the reference: {} ops (program exit status {}); "
-                 "new trace {}\n",
-                 follower.ops_followed(), *exit_code, output);
+      fmt::print(
+          "ndtrace replay: identical to the reference: {} ops (program exit status {}); "
+          "new trace {}\n",
+          follower.ops_followed(), *exit_code, output);
     } else if (code == kExitFinding) {
-      fmt::print("ndtrace replay: diverged from the reference (program exit status {}); new "
-                 "trace {}\n",
-                 *exit_code, output);
+      fmt::print(
+          "ndtrace replay: diverged from the reference (program exit status {}); new "
+          "trace {}\n",
+          *exit_code, output);
     }
     return code;
   }
   StatusOr<replay::DiffReport> final_report = follower.Report(true);
   if (final_report.ok()) {
-    fmt::print("ndtrace replay: the program ran to the end (exit status {}): {} divergent ops, "
-               "{} structural differences, {} ops compared; new trace {}\n",
-               *exit_code, final_report->divergent_ops, final_report->structural_differences,
-               final_report->ops_compared, output);
+    fmt::print(
+        "ndtrace replay: the program ran to the end (exit status {}): {} divergent ops, "
+        "{} structural differences, {} ops compared; new trace {}\n",
+        *exit_code, final_report->divergent_ops, final_report->structural_differences,
+        final_report->ops_compared, output);
   }
   return kExitFinding;
 }

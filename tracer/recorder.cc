@@ -412,12 +412,19 @@ class Recorder {
     header.policy = ToFormat(policy_.mode);
     std::unique_ptr<PinTable> pins;
     if (policy_.mode == PolicyMode::kPin) {
-      header.pinned_from = policy_.pin_path;
-      StatusOr<PinTable> loaded = PinTable::Load(policy_.pin_path);
+      // A ranked process pins from the same rank's trace of the reference run when there is
+      // one (PATH.rank<R>, as `record` names them), else from PATH.
+      std::string pin_path = policy_.pin_path;
+      if (const int32_t rank = Rank(); rank >= 0) {
+        const std::string ranked = pin_path + ".rank" + std::to_string(rank);
+        if (access(ranked.c_str(), R_OK) == 0) pin_path = ranked;
+      }
+      header.pinned_from = pin_path;
+      StatusOr<PinTable> loaded = PinTable::Load(pin_path);
       if (loaded.ok()) {
         pins = std::make_unique<PinTable>(std::move(loaded).value());
       } else {
-        const std::string why = "cannot pin choices from " + policy_.pin_path + ": " +
+        const std::string why = "cannot pin choices from " + pin_path + ": " +
                                 loaded.status().message() + "; the program's own choices stand";
         header.notes.push_back(why);
         Log(why);

@@ -70,3 +70,38 @@ TEST_CASE("check: two deterministic ranks are identical", "[multi]") {
   CHECK(run.status == 0);
   CHECK(run.out.find("deterministic: 2 runs gave bitwise-identical results") != std::string::npos);
 }
+
+TEST_CASE("replay follows every rank of a run and names the rank that diverged", "[multi]") {
+  ndt::testing::TempDir dir;
+  const std::string reference = (dir / "run.ndt").string();
+  const std::string command = TwoRanks(PROG_VECTOR_ADD, PROG_RACY_SUM);
+  REQUIRE(Run(kNdtrace + " record -o '" + reference + "' -- " + command).status == 0);
+  const std::string replayed = (dir / "again.ndt").string();
+  RunResult replay;
+  // Racing float sums can come out equal by chance: allow two more attempts.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    replay = Run(kNdtrace + " replay '" + reference + "' -o '" + replayed + "' -- " + command);
+    if (replay.status != 0) break;
+  }
+  INFO(replay.out << replay.err);
+  CHECK(replay.status == 1);
+  CHECK(replay.out.find("== rank 1: ") != std::string::npos);
+  CHECK(replay.out.find("RacySum") != std::string::npos);
+  CHECK(replay.out.find("diverged from the reference") != std::string::npos);
+  // Each rank pinned from its own rank's reference.
+  for (int rank : {0, 1}) {
+    auto reader = ndt::format::TraceReader::Open(replayed + ".rank" + std::to_string(rank));
+    REQUIRE(reader.ok());
+    CHECK((*reader)->header().pinned_from == reference + ".rank" + std::to_string(rank));
+  }
+
+  // Two deterministic ranks replay identical.
+  const std::string steady = (dir / "steady.ndt").string();
+  const std::string steady_command = TwoRanks(PROG_VECTOR_ADD, PROG_VECTOR_ADD);
+  REQUIRE(Run(kNdtrace + " record -o '" + steady + "' -- " + steady_command).status == 0);
+  const RunResult same = Run(kNdtrace + " replay '" + steady + "' -o '" +
+                             (dir / "steady-again.ndt").string() + "' -- " + steady_command);
+  INFO(same.out << same.err);
+  CHECK(same.status == 0);
+  CHECK(same.out.find("identical to the reference, rank by rank") != std::string::npos);
+}
