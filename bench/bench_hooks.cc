@@ -1,6 +1,7 @@
 // Host overhead of an intercepted driver call: the same calls into the stand-in driver
-// (tests/standin/), once plain and once with libndtrace.so preloaded and recording, each in
-// its own process, in the same run. Prints ns per call (median, p99) and the ratio.
+// (tests/standin/), or a real one (bench_paths.h), once plain and once with libndtrace.so
+// preloaded and recording, each in its own process, in the same run. Prints ns per call
+// (median, p99) and the ratio.
 //
 // The call is cuMemsetD8_v2 on a 16-byte allocation: cheap on the stand-in, and recorded as
 // one op (no digests), so the difference is the hook plus the record's append.
@@ -17,6 +18,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "bench_paths.h"
 
 namespace {
 
@@ -78,9 +81,10 @@ struct Result {
 };
 
 Result Measure(const std::string& self, long calls, bool traced) {
-  std::string command = "LD_LIBRARY_PATH='" NDT_STANDIN_DIR "' ";
+  std::string command = "LD_LIBRARY_PATH='" + ndt::bench::LibraryPath() + "' ";
   if (traced) {
-    command += "LD_PRELOAD='" NDT_TRACER_LIB "' NDTRACE_OUTPUT=/tmp/ndt_bench_hooks.ndt "
+    command += "LD_PRELOAD='" + ndt::bench::TracerPath() +
+               "' NDTRACE_OUTPUT=/tmp/ndt_bench_hooks.ndt "
                "NDTRACE_QUIET=1 NDTRACE_DIGEST_EXIT=0 ";
   }
   command += "'" + self + "' --child " + std::to_string(calls);
@@ -102,7 +106,9 @@ int main(int argc, char** argv) {
   const long calls = argc > 1 ? std::atol(argv[1]) : 200000;
   const Result plain = Measure(argv[0], calls, false);
   const Result traced = Measure(argv[0], calls, true);
-  std::printf("cuMemsetD8_v2 into the stand-in driver, %ld calls per process\n", calls);
+  std::printf(
+      "cuMemsetD8_v2 into the libcuda.so.1 of LD_LIBRARY_PATH='%s', %ld calls per process\n",
+      ndt::bench::LibraryPath().c_str(), calls);
   std::printf("%-22s %10s %10s\n", "", "median ns", "p99 ns");
   std::printf("%-22s %10ld %10ld\n", "plain", plain.median, plain.p99);
   std::printf("%-22s %10ld %10ld\n", "hooked and recorded", traced.median, traced.p99);

@@ -1,7 +1,7 @@
 // Host overhead of the library hooks: the same cuBLAS, cuRAND, cuDNN and NCCL calls into the
-// stand-in libraries (tests/standin/), once plain and once with libndtrace.so preloaded and
-// recording (metadata only: NDTRACE_LIBRARY_DIGESTS=0), each in its own process, in the same
-// run. Prints ns per call (median, p99) and the ratio, per call.
+// stand-in libraries (tests/standin/) or real ones (bench_paths.h), once plain and once with
+// libndtrace.so preloaded and recording (metadata only: NDTRACE_LIBRARY_DIGESTS=0), each in its
+// own process, in the same run. Prints ns per call (median, p99) and the ratio, per call.
 //
 // The calls reach our hooks the way a program linked against the library does: the library is
 // loaded RTLD_GLOBAL and each function looked up with dlsym(RTLD_DEFAULT), which finds the
@@ -26,6 +26,8 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include "bench_paths.h"
 
 namespace {
 
@@ -125,9 +127,10 @@ struct Result {
 };
 
 std::map<std::string, Result> Measure(const std::string& self, long calls, bool traced) {
-  std::string command = "LD_LIBRARY_PATH='" NDT_STANDIN_DIR "' ";
+  std::string command = "LD_LIBRARY_PATH='" + ndt::bench::LibraryPath() + "' ";
   if (traced) {
-    command += "LD_PRELOAD='" NDT_TRACER_LIB "' NDTRACE_OUTPUT=/tmp/ndt_bench_library_hooks.ndt "
+    command += "LD_PRELOAD='" + ndt::bench::TracerPath() +
+               "' NDTRACE_OUTPUT=/tmp/ndt_bench_library_hooks.ndt "
                "NDTRACE_QUIET=1 NDTRACE_DIGEST_EXIT=0 NDTRACE_LIBRARY_DIGESTS=0 ";
   }
   command += "'" + self + "' --child " + std::to_string(calls);
@@ -154,9 +157,10 @@ int main(int argc, char** argv) {
   const long calls = argc > 1 ? std::atol(argv[1]) : 20000;
   const auto plain = Measure(argv[0], calls, false);
   const auto traced = Measure(argv[0], calls, true);
-  std::printf("library calls into the stand-in libraries, %ld calls each per process; traced = "
-              "hooked and recorded, metadata only\n",
-              calls);
+  std::printf(
+      "library calls into the libraries of LD_LIBRARY_PATH='%s', %ld calls each per "
+      "process; traced = hooked and recorded, metadata only\n",
+      ndt::bench::LibraryPath().c_str(), calls);
   std::printf("%-28s %10s %10s %10s %10s %8s\n", "", "plain p50", "plain p99", "traced p50",
               "traced p99", "ratio");
   for (const auto& [label, base] : plain) {

@@ -1,0 +1,34 @@
+// Where the hook benchmarks find the tracer and the driver they measure: this build's
+// libndtrace.so and stand-in directory, unless the environment names others (a bundle run on a
+// GPU machine, where the build tree does not exist: tools/gpu_suite.sh sets both).
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace ndt::bench {
+
+// NDTRACE_BENCH_TRACER, else the libndtrace.so this build made. Exits (status 3) when there is
+// no such file: the loader would run the "traced" process untraced and the figures would lie.
+inline std::string TracerPath() {
+  const char* path = std::getenv("NDTRACE_BENCH_TRACER");
+  const std::string tracer = path != nullptr ? path : NDT_TRACER_LIB;
+  if (access(tracer.c_str(), R_OK) != 0) {
+    std::fprintf(stderr, "error: no tracer at %s (NDTRACE_BENCH_TRACER names another)\n",
+                 tracer.c_str());
+    std::exit(3);
+  }
+  return tracer;
+}
+
+// The measured processes' whole LD_LIBRARY_PATH: NDTRACE_BENCH_LIBRARY_PATH when set (empty
+// included: the loader's default search, which finds a real driver), else the stand-in directory.
+inline std::string LibraryPath() {
+  const char* path = std::getenv("NDTRACE_BENCH_LIBRARY_PATH");
+  return path != nullptr ? path : NDT_STANDIN_DIR;
+}
+
+}  // namespace ndt::bench
