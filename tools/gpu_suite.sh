@@ -1,0 +1,391 @@
+#!/usr/bin/env bash
+# Runs ndtrace's GPU checks from a bundle (tools/bundle.sh) against the machine's real CUDA
+# driver and libraries, and writes what it saw, raw, to RESULTS_DIR/results-<date>.md (with each
+# command's whole output in RESULTS_DIR/logs-<date>/). Judging the figures is left to the reader.
+#
+#   gpu_suite.sh [--standin DIR] [--budget SECONDS] [--steps LIST] [--work DIR] RESULTS_DIR
+#
+#   --standin DIR   run on the stand-in device instead (DIR: the stand-in libraries, put first on
+#                   LD_LIBRARY_PATH): tests this script without a GPU; the results say so on top
+#   --budget S      time for the whole suite (default 480); each command runs under `timeout`
+#                   with at most what is left, and a step that finds none left says so
+#   --steps LIST    comma list of steps to run (default all, in this order): facts, samples,
+#                   digest, bench, replay, bisect, pytorch
+#   --work DIR      where traces go (default: a temporary directory, removed at the end)
+#
+# Exit 0 when the results file was written (whatever the checks found), 2 on bad arguments.
+set -uo pipefail
+
+bundle=$(cd "$(dirname "$0")" && pwd)
+ndtrace=$bundle/bin/ndtrace
+programs=$bundle/programs
+
+usage() {
+  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+}
+die() {
+  echo "error: gpu_suite: $*" >&2
+  exit 2
+}
+
+standin=
+budget=480
+steps=facts,samples,digest,bench,replay,bisect,pytorch
+work=
+results_dir=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --standin) [ $# -ge 2 ] || die "--standin needs a directory"; standin=$2; shift 2 ;;
+    --budget) [ $# -ge 2 ] || die "--budget needs seconds"; budget=$2; shift 2 ;;
+    --steps) [ $# -ge 2 ] || die "--steps needs a list"; steps=$2; shift 2 ;;
+    --work) [ $# -ge 2 ] || die "--work needs a directory"; work=$2; shift 2 ;;
+    -h | --help) usage; exit 0 ;;
+    -*) die "unknown option $1 (see --help)" ;;
+    *) [ -z "$results_dir" ] || die "one RESULTS_DIR only"; results_dir=$1; shift ;;
+  esac
+done
+[ -n "$results_dir" ] || die "missing RESULTS_DIR (see --help)"
+case "$budget" in '' | *[!0-9]*) die "--budget: not a number of seconds: $budget" ;; esac
+for step in ${steps//,/ }; do
+  case "$step" in
+    facts | samples | digest | bench | replay | bisect | pytorch) ;;
+    *) die "--steps: unknown step $step" ;;
+  esac
+done
+[ -x "$ndtrace" ] || die "no $ndtrace: run this script from a bundle (tools/bundle.sh)"
+if [ -n "$standin" ]; then
+  [ -f "$standin/libcuda.so.1" ] || die "--standin: no libcuda.so.1 in $standin"
+  standin=$(cd "$standin" && pwd)
+fi
+
+stamp=$(date -u +%Y%m%d-%H%M%S)
+mkdir -p "$results_dir/logs-$stamp" || die "cannot create $results_dir/logs-$stamp"
+results_dir=$(cd "$results_dir" && pwd)
+results=$results_dir/results-$stamp.md
+logs=$results_dir/logs-$stamp
+if [ -z "$work" ]; then
+  work=$(mktemp -d "${TMPDIR:-/tmp}/ndtrace-gpu-suite.XXXXXX") || die "mktemp"
+  trap 'rm -rf "$work"' EXIT
+else
+  mkdir -p "$work" || die "cannot create $work"
+  work=$(cd "$work" && pwd)
+fi
+deadline=$(($(date +%s) + budget))
+command_number=0
+
+say() { printf '%s\n' "$*" >>"$results"; }
+wants() { case ",$steps," in *",$1,"*) return 0 ;; esac; return 1; }
+
+# run CAP LINES COMMAND...: runs COMMAND (output to its own log) for at most CAP seconds and what
+# is left of the budget; writes the command, its exit status (124: timed out), its time and
+# LINES of its output to the results: `tail:N` (the last N lines), `-v:PATTERN` (the lines not
+# matching a grep -E pattern) or a grep -E pattern (the lines matching), at most 40 lines. Sets
+# $status and $log. A command that finds no time left is not run (status 125).
+run() {
+  local cap=$1 lines=$2
+  shift 2
+  local left=$((deadline - $(date +%s)))
+  command_number=$((command_number + 1))
+  log=$logs/$(printf '%03d' "$command_number")-$(basename "$1").log
+  say ""
+  say "\`\$ $*\`"
+  if [ "$left" -lt 3 ]; then
+    status=125
+    say ""
+    say "not run: time budget spent"
+    return
+  fi
+  [ "$cap" -gt "$left" ] && cap=$left
+  local start end
+  start=$(date +%s.%N)
+  timeout -k 5 "$cap" "$@" >"$log" 2>&1 </dev/null
+  status=$?
+  end=$(date +%s.%N)
+  local seconds timed_out=
+  seconds=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }')
+  [ "$status" -eq 124 ] && timed_out=" (timed out after $cap s)"
+  say ""
+  say "exit $status$timed_out, $seconds s, log $(basename "$logs")/$(basename "$log")"
+  local shown
+  case "$lines" in
+    tail:*) shown=$(tail -n "${lines#tail:}" "$log") ;;
+    -v:*) shown=$(grep -v -E -- "${lines#-v:}" "$log" | head -n 40) ;;
+    *) shown=$(grep -E -- "$lines" "$log" | head -n 40) ;;
+  esac
+  if [ -n "$shown" ]; then
+    say '```'
+    say "$shown"
+    say '```'
+  fi
+}
+
+# The first checksum line of the last command's log, or "-".
+checksum_of_log() {
+  local sum
+  sum=$(sed -n 's/^checksum \([0-9a-f]*\)$/\1/p' "$log" | head -n 1)
+  echo "${sum:--}"
+}
+
+# --- setup -----------------------------------------------------------------------------------
+
+{
+  if [ -n "$standin" ]; then
+    echo "# ndtrace GPU suite: stand-in device, not a GPU"
+    echo
+    echo "Every figure below comes from ndtrace's stand-in device (a CPU implementation of the"
+    echo "CUDA driver and libraries, $standin): it tests this script, it is never a GPU result."
+  else
+    echo "# ndtrace GPU suite"
+  fi
+  echo
+  echo "- started: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n) ($(uname -srm))"
+  echo "- bundle: $bundle ($(sed -n 's/^Made //p' "$bundle/BUNDLE.md" 2>/dev/null))"
+  echo "- budget: $budget s; steps: $steps; work: $work"
+} >"$results"
+
+if [ -n "$standin" ]; then
+  export LD_LIBRARY_PATH=$standin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+# The bundling machine's copies of libraries this machine lacks (Cap'n Proto, fmt, ...).
+# (libndtrace.so needs a subset of what ndtrace needs.)
+if ! "$ndtrace" --version >/dev/null 2>&1; then
+  export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  say "- ndtrace does not start with this machine's libraries alone: the bundle's lib/ is first"
+  say "  on LD_LIBRARY_PATH"
+  "$ndtrace" --version >/dev/null 2>>"$logs/000-setup.log" ||
+    say "- **ndtrace does not start even so** ($(basename "$logs")/000-setup.log): nothing works"
+fi
+if ldd "$programs/vector_add" 2>/dev/null | grep -q 'libcudart.so.13 => not found'; then
+  export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$bundle/lib/cudart
+  say "- no libcudart.so.13 found here: the bundle's lib/cudart is last on LD_LIBRARY_PATH"
+fi
+say "- LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+# The hook benchmarks measure the driver and libraries this suite uses, with this libndtrace.so.
+export NDTRACE_BENCH_TRACER=$bundle/bin/libndtrace.so
+export NDTRACE_BENCH_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+
+say ""
+say "## GPU facts"
+run 30 tail:3 "$programs/gpu_probe"
+probe_status=$status
+if wants facts; then
+  if command -v nvidia-smi >/dev/null; then
+    run 30 tail:20 nvidia-smi --format=csv \
+      --query-gpu=name,driver_version,memory.total,clocks.max.sm,compute_cap
+    run 30 tail:30 nvidia-smi
+  else
+    say ""
+    say "nvidia-smi: not found"
+  fi
+  run 10 tail:1 "$ndtrace" --version
+  run 10 '=>' ldd "$ndtrace" "$bundle/bin/libndtrace.so"
+  run 10 'lib(cuda|cudart|cudnn|cublas|curand|nccl)' ldd "$programs/vector_add" \
+    "$programs/conv_legacy" "$programs/gemm" "$programs/curand_sample"
+  run 10 tail:2 nproc
+fi
+if [ -z "$standin" ] && [ "$probe_status" -ne 0 ]; then
+  say ""
+  say "**No usable GPU (gpu_probe exit $probe_status): nothing else was run.** On a machine"
+  say "without one, \`--standin DIR\` runs the suite on the stand-in device."
+  echo "gpu_suite: no usable GPU; results in $results" >&2
+  exit 0
+fi
+
+# --- sample programs -------------------------------------------------------------------------
+
+# name, then its arguments (space-separated)
+samples=(
+  "vector_add"
+  "vector_add_static"
+  "racy_sum"
+  "driver_only"
+  "conv_legacy 2"
+  "conv_backend"
+  "gemm --lt"
+  "curand_sample"
+  "philox_dropout"
+  "streams_graphs"
+)
+# A check's whole report, less its progress lines.
+check_report='-v:^ndtrace check: run [0-9]+ of '
+if wants samples; then
+  say ""
+  say "## Sample programs"
+  say ""
+  say "Each program run plain, then \`ndtrace check -n 3\` (three recorded runs, each diffed"
+  say "against the first). Summary table at the end of this section."
+  table=()
+  for sample in "${samples[@]}"; do
+    read -r -a words <<<"$sample"
+    name=${words[0]}
+    args=("${words[@]:1}")
+    say ""
+    say "### $name"
+    if [ -n "$standin" ] && [ "$name" = vector_add_static ]; then
+      say ""
+      say "not run on the stand-in: the static runtime needs the real driver's private export"
+      say "tables (cuGetExportTable)"
+      table+=("| $name | not run on the stand-in | | |")
+      continue
+    fi
+    if [ ! -x "$programs/$name" ]; then
+      say ""
+      say "not in the bundle (not built)"
+      table+=("| $name | not bundled | | |")
+      continue
+    fi
+    run 60 '^checksum|error|Error|ERROR|engine|algo' "$programs/$name" "${args[@]}"
+    plain="exit $status, checksum $(checksum_of_log)"
+    run 120 "$check_report" "$ndtrace" check -n 3 -o "$work/check-$name" -- \
+      "$programs/$name" "${args[@]}"
+    verdict=$(grep -E '^ndtrace check:' "$log" | tail -n 1 | cut -c 1-120)
+    table+=("| $name ${args[*]} | $plain | exit $status | ${verdict:-(no verdict line)} |")
+  done
+  say ""
+  say "### Summary"
+  say ""
+  say "| program | plain run | check | verdict |"
+  say "|---|---|---|---|"
+  for row in "${table[@]}"; do say "$row"; done
+fi
+
+# --- digest kernels --------------------------------------------------------------------------
+
+if wants digest; then
+  say ""
+  say "## Digest kernels"
+  say ""
+  say "GPU digest kernels against the CPU reference on the same bytes (exit 0: all equal)."
+  run 120 'passed|MISMATCH|error|skipped' "$bundle/checks/digest_kernel_check"
+fi
+
+# --- benchmarks ------------------------------------------------------------------------------
+
+if wants bench; then
+  say ""
+  say "## Benchmarks"
+  if [ -n "$standin" ]; then
+    hook_calls=20000 library_calls=2000 digest_mib=64
+  else
+    hook_calls=200000 library_calls=20000 digest_mib=1024
+  fi
+  run 120 tail:12 "$bundle/bench/bench_hooks" "$hook_calls"
+  run 120 tail:12 "$bundle/bench/bench_digest"
+  run 120 tail:12 "$bundle/bench/bench_digest_gpu" "$digest_mib"
+  run 180 tail:20 "$bundle/bench/bench_library_hooks" "$library_calls"
+fi
+
+# --- standalone op replay --------------------------------------------------------------------
+
+if wants replay; then
+  say ""
+  say "## Op replay"
+  say ""
+  say "conv_legacy recorded with its backward-filter calls captured, then the last one re-run"
+  say "alone 20 times, with its deterministic alternatives (exit 0 stable, 1 varies)."
+  trace=$work/conv_capture.ndt
+  run 120 'ndtrace:|error' "$ndtrace" record --capture cudnnConvolutionBackwardFilter \
+    -o "$trace" -- "$programs/conv_legacy" 2
+  op=
+  if [ "$status" -eq 0 ]; then
+    # `show` lines: TIME op N tT sS KIND NAME ...
+    op=$("$ndtrace" show "$trace" 2>/dev/null |
+      awk '$2 == "op" && $7 == "cudnnConvolutionBackwardFilter" { op = $3 } END { print op }')
+  fi
+  if [ -n "$op" ]; then
+    say ""
+    say "the last cudnnConvolutionBackwardFilter is op $op"
+    run 180 tail:30 "$ndtrace" replay "$trace" --op "$op" --repeat 20 --try-deterministic
+  else
+    say ""
+    say "no captured cudnnConvolutionBackwardFilter op found: replay not run"
+  fi
+fi
+
+# --- bisect ----------------------------------------------------------------------------------
+
+if wants bisect; then
+  say ""
+  say "## Bisect"
+  say ""
+  say "many_ops 10000 6137: a racing launch planted at op 3 + 6137 = 6140 among 10,000 launches."
+  run 240 'ndtrace bisect:|^error' "$ndtrace" bisect -o "$work/bisect-many_ops" -- \
+    "$programs/many_ops" 10000 6137
+fi
+
+# --- PyTorch ---------------------------------------------------------------------------------
+
+if wants pytorch; then
+  say ""
+  say "## PyTorch"
+  python=$(command -v python3 || true)
+  torch_probe='import torch
+assert torch.cuda.is_available(), "torch.cuda.is_available() is False"
+print("torch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN",
+      torch.backends.cudnn.version(), "device", torch.cuda.get_device_name(0))'
+  if [ -n "$standin" ]; then
+    say ""
+    say "not run on the stand-in device (it runs no real kernels; PyTorch needs a GPU)"
+  elif [ -z "$python" ]; then
+    say ""
+    say "torch not available: no python3"
+  elif ! torch_facts=$(timeout 120 "$python" -c "$torch_probe" 2>&1); then
+    say ""
+    say "torch not available: $(printf '%s\n' "$torch_facts" | tail -n 1)"
+  else
+    say ""
+    say "$torch_facts"
+    cd "$bundle/pytorch" || die "no $bundle/pytorch"
+    # Each script: one plain run (its checksum, its time); `ndtrace check` as it is; again with
+    # digests of every op's buffers, so that the report names the op rather than a suspect;
+    # and with the script's --deterministic (torch.use_deterministic_algorithms(True)).
+    for script in index_add scatter_add conv_benchmark; do
+      say ""
+      say "### $script.py"
+      run 120 '^checksum|Error' "$python" "$script.py"
+      run 240 "$check_report" "$ndtrace" check -n 3 -o "$work/torch-$script" -- \
+        "$python" "$script.py"
+      run 240 "$check_report" "$ndtrace" check -n 2 --digest-window 0: \
+        -o "$work/torch-$script-window" -- "$python" "$script.py"
+      run 240 "$check_report" "$ndtrace" check -n 3 -o "$work/torch-$script-det" -- \
+        "$python" "$script.py" --deterministic
+    done
+    say ""
+    say "### index_add.py: replay and bisect"
+    if [ -f "$work/torch-index_add/run-1.ndt" ]; then
+      run 240 tail:30 "$ndtrace" replay "$work/torch-index_add/run-1.ndt" --stop -- \
+        "$python" index_add.py
+    else
+      say ""
+      say "no trace of index_add.py from its check: replay not run"
+    fi
+    run 300 tail:30 "$ndtrace" bisect --max-runs 20 -o "$work/bisect-index_add" -- \
+      "$python" index_add.py
+    say ""
+    say "### train_step.py: kernel launches, trace against torch.profiler"
+    run 240 '^profiler|^checksum|^ndtrace:|Error' "$ndtrace" record -o "$work/train.ndt" -- \
+      "$python" train_step.py
+    profiled=$(sed -n 's/^profiler kernels \([0-9]*\)$/\1/p' "$log")
+    run 60 '^error' "$ndtrace" stats --json "$work/train.ndt"
+    kinds=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["ops_by_kind"])' \
+      "$log" 2>&1 | tail -n 1)
+    traced=$(printf '%s\n' "$kinds" | sed -n "s/.*'kernel_launch': \([0-9]*\).*/\1/p")
+    say ""
+    say "trace ops by kind: $kinds"
+    if [ -z "$traced" ] || [ -z "$profiled" ]; then
+      comparison="not compared (a count is missing)"
+    elif [ "$traced" = "$profiled" ]; then
+      comparison=equal
+    else
+      comparison=DIFFER
+    fi
+    say "kernel launches: trace ${traced:-?}, torch.profiler ${profiled:-?}: $comparison"
+    cd "$bundle" || true
+  fi
+fi
+
+say ""
+used=$((budget - (deadline - $(date +%s))))
+say "finished: $(date -u +%Y-%m-%dT%H:%M:%SZ), $used s of the $budget s budget"
+echo "gpu_suite: results in $results" >&2
+exit 0
