@@ -161,8 +161,17 @@ if ldd "$programs/vector_add" 2>/dev/null | grep -q 'libcudart.so.13 => not foun
 fi
 say "- LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
 # The hook benchmarks measure the driver and libraries this suite uses, with this libndtrace.so.
+# bench_library_hooks dlopens cuBLAS, cuDNN, ...: on a GPU it also gets the directory the
+# programs' RUNPATH names (the toolkit's), where the programs find them.
 export NDTRACE_BENCH_TRACER=$bundle/bin/libndtrace.so
-export NDTRACE_BENCH_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+bench_path=${LD_LIBRARY_PATH:-}
+if [ -z "$standin" ] && command -v readelf >/dev/null; then
+  runpath=$(readelf -d "$programs/conv_legacy" 2>/dev/null |
+    sed -n 's/.*(RUNPATH).*\[\(.*\)\]$/\1/p')
+  [ -n "$runpath" ] && bench_path=${bench_path:+$bench_path:}$runpath
+fi
+export NDTRACE_BENCH_LIBRARY_PATH=$bench_path
+say "- the hook benchmarks' LD_LIBRARY_PATH=$bench_path"
 
 say ""
 say "## GPU facts"
