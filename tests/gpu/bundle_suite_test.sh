@@ -3,7 +3,8 @@
 # in a temporary directory, and the bundle's gpu_suite.sh runs with --standin and a short
 # budget. Checks the bundle's contents and size, and that the results file says it is not a GPU
 # result, has every step's heading, and has racy_sum reported not deterministic by
-# `ndtrace check` and vector_add deterministic. Also byte-compiles the PyTorch scripts.
+# `ndtrace check` and vector_add deterministic, with its expected checksum. Also byte-compiles
+# the PyTorch scripts.
 #
 # usage: bundle_suite_test.sh SOURCE_DIR BUILD_DIR STANDIN_DIR [BUDGET_SECONDS]
 set -u
@@ -70,6 +71,8 @@ section racy_sum | grep -q '^ndtrace check: NOT deterministic' ||
   fail "racy_sum is not reported NOT deterministic: $(section racy_sum)"
 section vector_add | grep -q '^ndtrace check: deterministic' ||
   fail "vector_add is not reported deterministic: $(section vector_add)"
+grep -q '^| vector_add  *| exit 0, checksum 664dc617a67a437d (as expected) | exit 0 |' "$results" ||
+  fail "the summary has no row for vector_add with its expected checksum"
 ls "$tmp"/results/logs-*/*.log >/dev/null 2>&1 || fail "no logs beside the results"
 echo "results: $results"
 cat "$results"
