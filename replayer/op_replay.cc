@@ -14,7 +14,12 @@ namespace {
 
 #if NDT_OP_REPLAY_HAS_CUDA
 // Every family standalone replay re-executes.
-const internal::Replayer* const kReplayers[] = {&internal::kCudnnLegacyReplayer};
+const internal::Replayer* const kReplayers[] = {
+    &internal::kCudnnLegacyReplayer,
+    &internal::kCublasReplayer,
+    &internal::kCublasLtReplayer,
+    &internal::kCurandReplayer,
+};
 
 const internal::Replayer* ReplayerFor(const format::OpRecord& op) {
   for (const internal::Replayer* replayer : kReplayers) {
@@ -34,8 +39,11 @@ Status CheckCaptured(const format::OpRecord& op) {
   std::string missing;
   bool any = false;
   for (const format::Argument& argument : op.args) {
-    if (argument.name.rfind("blob:in:", 0) != 0) continue;
+    // An op that reads no buffer (cuRAND generation) is captured by its output alone.
+    const bool input = argument.name.rfind("blob:in:", 0) == 0;
+    if (!input && argument.name.rfind("blob:out:", 0) != 0) continue;
     any = true;
+    if (!input) continue;
     const auto* text = std::get_if<std::string>(&argument.value);
     if (text == nullptr || !IsBlobId(*text)) {
       missing += fmt::format("{}{} ({})", missing.empty() ? "" : ", ", argument.name.substr(8),
@@ -59,7 +67,8 @@ Status CheckReplayable(const format::OpRecord& op) {
   if (ReplayerFor(op) != nullptr) return Status::Ok();
 #endif
   return Status::Error(fmt::format(
-      "op {} is a {} ({}); standalone replay re-executes cuDNN legacy convolutions only",
+      "op {} is a {} ({}); standalone replay re-executes cuDNN legacy convolutions, cuBLAS "
+      "GEMMs, cuBLASLt matmuls and cuRAND generation only",
       op.sequence, format::OpKindName(op.kind), op.name));
 }
 

@@ -10,7 +10,9 @@
 // on this machine's GPU: replay only traces you trust.
 //
 // Covered: cuDNN legacy convolutions (forward, backward data, backward filter) in f32, f64,
-// f16 and bf16. Single-threaded: one replay at a time per process.
+// f16 and bf16; cuBLAS GEMMs (cublasSgemm_v2, cublasGemmEx) and cuBLASLt matmuls
+// (cublasLtMatmul without epilogue, host scalars); cuRAND generation from pseudorandom
+// generators. Single-threaded: one replay at a time per process.
 #pragma once
 
 #include <cstdint>
@@ -42,8 +44,9 @@ StatusOr<MachineFacts> QueryMachine(uint32_t ordinal);
 std::vector<std::string> MachineMismatches(const format::TraceHeader& header, uint32_t ordinal,
                                            const MachineFacts& machine);
 
-// Whether `op` carries captured inputs ("blob:in:*" arguments that hold blob ids); fails
-// naming what is missing otherwise.
+// Whether `op` carries captured inputs ("blob:in:*" arguments that hold blob ids; for an op
+// that reads no buffer, such as a cuRAND generate, a "blob:out:*" argument); fails naming what
+// is missing otherwise.
 Status CheckCaptured(const format::OpRecord& op);
 
 // Whether standalone replay knows how to re-execute ops like `op`; fails naming its kind.
@@ -75,7 +78,7 @@ struct AlgorithmRuns {
 
 struct OpReplayReport {
   std::string problem;        // the op's fingerprint
-  std::string output_role;    // the buffer compared between runs ("y", "dx", "dw")
+  std::string output_role;    // the buffer compared between runs ("y", "dw", "C", "D", ...)
   uint64_t output_bytes = 0;
   std::vector<AlgorithmRuns> algorithms;  // the recorded one first
 };

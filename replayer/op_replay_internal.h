@@ -132,5 +132,11 @@ struct Replayer {
 
 // op_replay_cudnn_legacy.cc: cudnnConvolution{Forward,BackwardData,BackwardFilter}.
 extern const Replayer kCudnnLegacyReplayer;
+// op_replay_cublas.cc: cublasSgemm_v2 and cublasGemmEx.
+extern const Replayer kCublasReplayer;
+// op_replay_cublas.cc: cublasLtMatmul.
+extern const Replayer kCublasLtReplayer;
+// op_replay_curand.cc: curandGenerate, curandGenerateUniform, curandGenerateNormal.
+extern const Replayer kCurandReplayer;
 
 }  // namespace ndt::replay::internal

@@ -387,7 +387,8 @@ Command AddReplayCommand(CLI::App& parent) {
   app->add_option("--op", options->op, "Standalone replay of op N (no CMD)");
   app->add_option("--repeat", options->repeat, "--op: how many times to run it (default 20)");
   app->add_flag("--try-deterministic", options->try_deterministic,
-                "--op: also run every deterministic alternative algorithm");
+                "--op: also run every deterministic alternative algorithm (cuRAND: each fixed "
+                "ordering)");
   app->add_flag("--force", options->force,
                 "Replay even when TRACE was recorded from another program (or, with --op, "
                 "on another GPU or driver)");

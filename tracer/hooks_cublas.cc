@@ -11,6 +11,10 @@
 //  - cublasLtMatmul: a kCublasLtMatmul op with the descriptors' fingerprint, the 64-byte algo
 //    actually run (AlgorithmChoice library "cublasLt", opaque = the bytes, id and knobs from
 //    cublasLtMatmulAlgoConfigGetAttribute), digests of A, B, C and of D.
+// A GEMM or matmul NDTRACE_CAPTURE selects (capture.h) also stores its matrices as blobs (A, B,
+// C when beta != 0, before; C or D after) with what standalone replay needs that the record
+// does not otherwise carry (pointer mode and workspace size; the matmul descriptor's attributes
+// and the four layouts).
 // An out-of-place split-K reduction (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE / OUTPUT_TYPE with
 // more than one slice) counts as nondeterministic, as do atomics allowed on a handle and
 // CUBLAS_GEMM_AUTOTUNE (a choice made by timing).
@@ -44,6 +48,7 @@
 #include <vector>
 
 #include "formats/records.h"
+#include "tracer/capture.h"
 #include "tracer/driver_table.h"
 #include "tracer/library_support.h"
 #include "tracer/recorder.h"
@@ -95,10 +100,22 @@ class CublasState {
     std::lock_guard lock(mutex_);
     workspaces_[{handle, stream}] = workspace;
   }
+  // The size of the workspace `handle` computes with now (cublasSetWorkspace_v2 or the policy's;
+  // 0: the library's default pool, which cublasSetStream_v2 goes back to).
+  uint64_t WorkspaceBytes(const void* handle) {
+    std::lock_guard lock(mutex_);
+    auto found = workspace_bytes_.find(handle);
+    return found == workspace_bytes_.end() ? 0 : found->second;
+  }
+  void SetWorkspaceBytes(const void* handle, uint64_t bytes) {
+    std::lock_guard lock(mutex_);
+    workspace_bytes_[handle] = bytes;
+  }
   // Forgets `handle`; returns the workspaces it had been given.
   std::vector<CUdeviceptr> Forget(const void* handle) {
     std::lock_guard lock(mutex_);
     handles_.erase(handle);
+    workspace_bytes_.erase(handle);
     std::vector<CUdeviceptr> released;
     for (auto it = workspaces_.begin(); it != workspaces_.end();) {
       if (it->first.first == handle) {
@@ -116,6 +133,7 @@ class CublasState {
   std::unordered_map<const void*, uint64_t> handles_;
   uint64_t next_handle_ = 1;
   std::map<std::pair<const void*, const void*>, CUdeviceptr> workspaces_;
+  std::unordered_map<const void*, uint64_t> workspace_bytes_;
 };
 
 // ---- naming -------------------------------------------------------------------------------
@@ -281,9 +299,12 @@ void GiveWorkspace(Session& session, uint64_t op_sequence, cublasHandle_t handle
                       std::to_string(static_cast<int>(status));
     decision.applied = false;
     session.Decide(decision);
-  } else if (fresh) {
-    decision.action = "gave " + where + " a 4 MiB workspace of its own";
-    session.Decide(decision);
+  } else {
+    state.SetWorkspaceBytes(handle, kPolicyWorkspaceBytes);
+    if (fresh) {
+      decision.action = "gave " + where + " a 4 MiB workspace of its own";
+      session.Decide(decision);
+    }
   }
 }
 
@@ -455,9 +476,19 @@ cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, Gemm
         host_scalars ? HostScalar(g.beta, scale_type) : std::nullopt;
     if (!beta || *beta != 0) inputs.push_back(c_extent);
     op.inputs = DigestExtents(session, Address(stream), inputs);
+    // What standalone replay needs besides the arguments above: the handle's pointer mode and
+    // workspace, and the buffers.
+    const bool capture = CaptureWanted(op);
+    if (capture) {
+      op.args.push_back(SignedArgument("pointerMode", static_cast<int>(pointer_mode)));
+      op.args.push_back(
+          UnsignedArgument("workspaceBytes", CublasState::Get().WorkspaceBytes(g.handle)));
+      CaptureExtents(session, Address(stream), inputs, "in", &op);
+    }
     const cublasStatus_t status = call.Run([&] { return real(algo); });
     if (status == CUBLAS_STATUS_SUCCESS) {
       op.outputs = DigestExtents(session, Address(stream), {c_extent});
+      if (capture) CaptureExtents(session, Address(stream), {c_extent}, "out", &op);
     }
   } else {
     call.Run([&] { return real(algo); });
@@ -562,6 +593,32 @@ LtProblem ReadProblem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
                   " A=" + LayoutText(p.a) + " B=" + LayoutText(p.b) + " C=" + LayoutText(p.c) +
                   " D=" + LayoutText(p.d);
   return p;
+}
+
+// The matmul descriptor's attributes and the four layouts as arguments, for standalone replay
+// of a captured matmul ("Atype", "Arows", "Acols", "lda", "Aorder", "Abatch", "Astride", ...).
+void AddLtProblemArguments(const LtProblem& p, std::vector<format::Argument>* args) {
+  args->push_back(SignedArgument("computeType", p.desc.compute));
+  args->push_back(SignedArgument("scaleType", p.desc.scale));
+  args->push_back(SignedArgument("pointerMode", p.desc.pointer_mode));
+  args->push_back(TextArgument("transa", OperationName(p.desc.trans_a)));
+  args->push_back(TextArgument("transb", OperationName(p.desc.trans_b)));
+  args->push_back(UnsignedArgument("epilogue", p.desc.epilogue));
+  const struct {
+    const char* name;
+    const char* ld;
+    const LtLayout& layout;
+  } layouts[] = {{"A", "lda", p.a}, {"B", "ldb", p.b}, {"C", "ldc", p.c}, {"D", "ldd", p.d}};
+  for (const auto& [name, ld, l] : layouts) {
+    const std::string n = name;
+    args->push_back(SignedArgument(n + "type", static_cast<int64_t>(l.type)));
+    args->push_back(UnsignedArgument(n + "rows", l.rows));
+    args->push_back(UnsignedArgument(n + "cols", l.cols));
+    args->push_back(SignedArgument(ld, l.ld));
+    args->push_back(SignedArgument(n + "order", l.order));
+    args->push_back(SignedArgument(n + "batch", l.batch));
+    args->push_back(SignedArgument(n + "stride", l.stride));
+  }
 }
 
 template <typename T>
@@ -716,6 +773,8 @@ cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
             ndt::tracer::BeginHandleOp(session, "cublasSetStream_v2", handle, stream);
         op.args.push_back(ndt::tracer::UnsignedArgument("stream", op.stream_id));
         const cublasStatus_t status = call.Run([&] { return real(handle, stream); });
+        // As the real library: a new stream goes back to the default workspace pool.
+        if (status == CUBLAS_STATUS_SUCCESS) CublasState::Get().SetWorkspaceBytes(handle, 0);
         if (status == CUBLAS_STATUS_SUCCESS && session.policy().mode == PolicyMode::kEnforce) {
           ndt::tracer::GiveWorkspace(session, op.sequence, handle, stream, op.stream_id);
         }
@@ -735,6 +794,7 @@ cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void* workspace, siz
         op.args.push_back(ndt::tracer::PointerArgument(session, "workspace", Address(workspace)));
         op.args.push_back(ndt::tracer::UnsignedArgument("bytes", bytes));
         const cublasStatus_t status = call.Run([&] { return real(handle, workspace, bytes); });
+        if (status == CUBLAS_STATUS_SUCCESS) CublasState::Get().SetWorkspaceBytes(handle, bytes);
         session.EndOp(op, static_cast<int32_t>(status));
         return status;
       });
@@ -1032,12 +1092,18 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                             DTypeOf(static_cast<int>(problem.c.type))});
         }
         op.inputs = DigestExtents(session, Address(stream), inputs);
+        const bool capture = CaptureWanted(op);
+        if (capture) {
+          AddLtProblemArguments(problem, &op.args);
+          CaptureExtents(session, Address(stream), inputs, "in", &op);
+        }
         const cublasStatus_t status =
             call.Run([&] { return call_real(chosen ? &*chosen : nullptr); });
         if (status == CUBLAS_STATUS_SUCCESS) {
-          op.outputs = DigestExtents(session, Address(stream),
-                                     {{"D", Address(d), LayoutBytes(problem.d),
-                                       DTypeOf(static_cast<int>(problem.d.type))}});
+          const std::vector<Extent> outputs = {{"D", Address(d), LayoutBytes(problem.d),
+                                                DTypeOf(static_cast<int>(problem.d.type))}};
+          op.outputs = DigestExtents(session, Address(stream), outputs);
+          if (capture) CaptureExtents(session, Address(stream), outputs, "out", &op);
         }
         session.EndOp(op, static_cast<int32_t>(status));
         return status;

@@ -8,6 +8,9 @@
 // argument. Every generate is an OpKind::kCurandGenerate op with the state before the call, a
 // fingerprint naming the generator and its call index, and the digest of its output.
 //
+// A generate NDTRACE_CAPTURE selects (capture.h) also stores its output as a blob: standalone
+// replay draws again from the recorded state and compares.
+//
 // The offset advances by n per generate call of n 32-bit results (uniform, normal and raw
 // floats/uint32), the position cuRAND's absolute offset (curandSetGeneratorOffset) counts in.
 //
@@ -29,6 +32,7 @@
 #include <vector>
 
 #include "formats/records.h"
+#include "tracer/capture.h"
 #include "tracer/library_support.h"
 #include "tracer/policy.h"
 #include "tracer/recorder.h"
@@ -309,7 +313,11 @@ curandStatus_t RecordGenerate(Session& session, RealCall<curandStatus_t>& call, 
     });
   }
   if (result == CURAND_STATUS_SUCCESS && n > 0) {
-    op.outputs = DigestExtents(session, stream, {{"output", address, n * 4, draw.dtype}});
+    const std::vector<Extent> outputs = {{"output", address, n * 4, draw.dtype}};
+    op.outputs = DigestExtents(session, stream, outputs);
+    // Standalone replay draws again from the state in op.rng; the numbers drawn are what its
+    // runs are compared with.
+    if (CaptureWanted(op)) CaptureExtents(session, stream, outputs, "out", &op);
   }
   session.EndOp(op, static_cast<int32_t>(result));
   return result;
