@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <limits>
@@ -566,11 +567,20 @@ StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Create(const std::string& pa
   if (options.compressor_threads < 1 || options.compressor_threads > 16) {
     return Status::Error("compressor_threads must be between 1 and 16");
   }
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // The header is written under a temporary name that is then renamed to `path`, so a file at
+  // `path` always starts with a whole header: a process killed at any moment leaves either no
+  // trace or a readable one.
+  const std::string temporary = path + ".tmp-" + std::to_string(::getpid());
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status::Error(path + ": cannot create trace: " + ErrnoText(errno));
   auto impl = std::make_unique<Impl>(path, fd, options);
-  if (Status status = impl->WriteHeader(header); !status.ok()) {
+  Status status = impl->WriteHeader(header);
+  if (status.ok() && ::rename(temporary.c_str(), path.c_str()) != 0) {
+    status = Status::Error(path + ": cannot create trace: " + ErrnoText(errno));
+  }
+  if (!status.ok()) {
     (void)impl->Close();
+    ::unlink(temporary.c_str());
     return status;
   }
   impl->Start();

@@ -50,8 +50,9 @@ struct WriterStats {
 
 class TraceWriter {
  public:
-  // Creates (truncates) `path` and writes the preamble and `header` (its format_version is
-  // set by the writer). Fails if the file cannot be created or written.
+  // Creates (replaces) `path` with the preamble and `header` (its format_version is set by the
+  // writer), written under the name `<path>.tmp-<pid>` first and then renamed, so that `path`
+  // never exists without a whole header. Fails if the file cannot be created or written.
   static StatusOr<std::unique_ptr<TraceWriter>> Create(const std::string& path,
                                                        const TraceHeader& header,
                                                        const WriterOptions& options = {});
