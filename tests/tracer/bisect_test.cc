@@ -103,3 +103,22 @@ TEST_CASE("bisect refuses a command line without --", "[bisect]") {
   CHECK(bisect.status == 2);
   CHECK(bisect.err.find("error: bisect: put `--` before the command") != std::string::npos);
 }
+
+TEST_CASE("bisect says why it cannot confirm an op standalone replay does not re-execute, "
+          "without a capture run",
+          "[bisect]") {
+  ndt::testing::TempDir dir;
+  const RunResult bisect =
+      Run(kNdtrace + " bisect -o '" + (dir / "b").string() + "' -- '" + PROG_CONV_BACKEND "'");
+  INFO(bisect.out << bisect.err);
+  REQUIRE(bisect.status == 1);
+  REQUIRE(bisect.out.find("cudnnBackendExecute (nondeterministic_op) found in") !=
+          std::string::npos);
+  if (bisect.out.find("ndtrace bisect: not confirmed: ") != std::string::npos) {
+    CHECK(bisect.out.find("standalone replay re-executes") != std::string::npos);
+    CHECK(bisect.out.find("found in 3 program runs") != std::string::npos);
+  } else {  // once standalone replay covers cuDNN backend plans
+    CHECK(bisect.out.find("ndtrace bisect: confirmed: ") != std::string::npos);
+    CHECK(bisect.out.find("found in 4 program runs") != std::string::npos);
+  }
+}
