@@ -302,6 +302,10 @@ StatusOr<OpReplayReport> ReplayKernel(format::TraceReader& reader, const format:
   }
   std::map<uint64_t, std::pair<uint64_t, std::string>> ranges;  // start -> (end, roles)
   for (const CapturedAllocation& allocation : launch.allocations) {
+    if (allocation.base + allocation.bytes > UINT64_MAX - granule) {
+      return Status::Error(fmt::format("op {}'s {} lies at an impossible address {:#x}",
+                                       op.sequence, allocation.role, allocation.base));
+    }
     const uint64_t start = allocation.base / granule * granule;
     const uint64_t end = (allocation.base + allocation.bytes + granule - 1) / granule * granule;
     ranges[start] = ranges.contains(start) ? std::pair{std::max(end, ranges[start].first),
