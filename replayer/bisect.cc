@@ -2,10 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 #include <variant>
 
 #include "formats/trace_reader.h"
+#include "replayer/op_replay.h"
 
 namespace ndt::replay {
 namespace {
@@ -22,9 +27,58 @@ StatusOr<uint64_t> CountOps(const std::string& path) {
 }
 
 std::string Settings(const BisectRun& run) {
+  if (!run.capture.empty()) return "op " + run.capture + " captured for standalone replay";
   if (!run.digest_window.empty()) return "per-op digests of ops " + run.digest_window;
   if (run.digest_every != 0) return fmt::format("a state digest every {} ops", run.digest_every);
   return "the exit state digest only";
+}
+
+using RunWith = std::function<StatusOr<std::string>(BisectRun)>;
+
+// Step 5 (bisect.h) for the op `d` names, found in the trace at `path`: its confirmation line.
+std::string Confirm(const BisectOptions& options, const Divergence& d, const std::string& path,
+                    const RunWith& run) {
+  const uint64_t sequence = d.op.sequence;
+  if (d.klass != DivergenceClass::kNondeterministicOp) {
+    return fmt::format(
+        "not confirmed: op {}'s divergence is of class {}, not one replaying it alone can show",
+        sequence, DivergenceClassName(d.klass));
+  }
+  StatusOr<std::unique_ptr<format::TraceReader>> found = format::TraceReader::Open(path);
+  if (!found.ok()) return "not confirmed: " + found.status().message();
+  const std::optional<format::OpRecord> op = (*found)->FindOp(sequence);
+  if (!op) return fmt::format("not confirmed: op {} is not in {}", sequence, path);
+  if (Status status = CheckReplayable(*op); !status.ok()) {
+    return "not confirmed: " + status.message();
+  }
+  BisectRun settings;
+  settings.capture = std::to_string(sequence);
+  StatusOr<std::string> trace = run(settings);
+  if (!trace.ok()) return "not confirmed: the capture run failed: " + trace.status().message();
+  StatusOr<std::unique_ptr<format::TraceReader>> reader = format::TraceReader::Open(*trace);
+  if (!reader.ok()) return "not confirmed: " + reader.status().message();
+  const std::optional<format::OpRecord> captured = (*reader)->FindOp(sequence);
+  if (!captured || captured->name != op->name) {
+    return fmt::format("not confirmed: op {} of the capture run is {}, not {}", sequence,
+                       captured ? captured->name : "missing", op->name);
+  }
+  if (Status status = CheckCaptured(*captured); !status.ok()) {
+    return "not confirmed: " + status.message();
+  }
+  OpReplayOptions replay;
+  replay.repeat = options.confirm_runs;
+  StatusOr<OpReplayReport> report = ReplayOp(**reader, *captured, replay);
+  if (!report.ok()) return "not confirmed: replaying it failed: " + report.status().message();
+  const AlgorithmRuns& runs = report->algorithms.front();
+  if (runs.distinct_outputs > 1) {
+    return fmt::format(
+        "confirmed: op {} varies when replayed alone ({} distinct outputs in {} runs)", sequence,
+        runs.distinct_outputs, runs.runs);
+  }
+  return fmt::format(
+      "not reproduced alone: op {} gave identical outputs in {} runs when replayed alone (it may "
+      "race with other work, e.g. on another stream)",
+      sequence, runs.runs);
 }
 
 }  // namespace
@@ -38,7 +92,7 @@ int CeilLog2(uint64_t n) {
 StatusOr<BisectResult> Bisect(const BisectOptions& options, const RunProgram& run_program,
                               const std::function<void(const std::string&)>& progress) {
   BisectResult result;
-  auto run = [&](BisectRun settings) -> StatusOr<std::string> {
+  const RunWith run = [&](BisectRun settings) -> StatusOr<std::string> {
     settings.index = ++result.runs;
     progress(fmt::format("run {}: {}", settings.index, Settings(settings)));
     return run_program(settings);
@@ -122,6 +176,13 @@ StatusOr<BisectResult> Bisect(const BisectOptions& options, const RunProgram& ru
                                          Settings(settings), d.op.sequence,
                                          DivergenceClassName(d.klass)));
       result.found_op = true;
+      if (options.confirm_runs > 0) {
+        result.confirmation =
+            result.runs >= options.max_runs
+                ? fmt::format("not confirmed: --max-runs {} program runs reached", options.max_runs)
+                : Confirm(options, d, step_first, run);
+        progress(result.confirmation);
+      }
       return result;
     }
     const uint64_t new_begin = d.window_begin.value_or(begin);

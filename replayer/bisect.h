@@ -17,8 +17,13 @@
 // on an op-level divergence (the op carried digests of its own, as library ops do) ends the
 // bisection early.
 //
+//   5. Confirmation of a nondeterministic op that standalone replay can re-execute
+//      (CheckReplayable): one more run records it with `--capture <op>`, and the op is replayed
+//      alone `confirm_runs` times (ReplayOp): it is confirmed when its outputs vary on their own,
+//      "not reproduced alone" when they do not (it races with other work, e.g. another stream).
+//
 // Program runs: 1 + 2 per step when every pair differs: 1 + 2 * (1 + ceil(log16(N / max_window))
-// + 1), which for N <= 16 * max_window is 5.
+// + 1), which for N <= 16 * max_window is 5; and 1 for the confirmation.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +42,7 @@ struct BisectRun {
   int index = 0;               // 1, 2, ... in the order of the runs
   uint64_t digest_every = 0;   // state digest every N ops (0: none)
   std::string digest_window;   // "A:B": per-op digests of ops A..B (empty: none)
+  std::string capture;         // NDTRACE_CAPTURE: ops stored for standalone replay (empty: none)
 };
 
 // Runs the program once under the tracer as `run` says; returns the path of its trace.
@@ -47,6 +53,7 @@ struct BisectOptions {
   int max_runs = 40;          // program runs in all
   uint64_t max_window = 4096;  // widest window digested op by op
   uint64_t digests_per_window = 16;
+  int confirm_runs = 10;  // standalone replays of the op found (0: no confirmation run)
 };
 
 struct BisectResult {
@@ -58,6 +65,9 @@ struct BisectResult {
   bool found_op = false;
   std::vector<std::string> steps;  // one line per step, for the user
   std::string stopped_because;     // non-empty when it ended before naming one op
+  // When an op was found: "confirmed: ...", "not reproduced alone: ..." or "not confirmed: <why>"
+  // (step 5); empty when confirmation was off.
+  std::string confirmation;
 };
 
 // ceil(log2 n), 0 for n <= 1.

@@ -19,6 +19,7 @@ const internal::Replayer* const kReplayers[] = {
     &internal::kCublasReplayer,
     &internal::kCublasLtReplayer,
     &internal::kCurandReplayer,
+    &internal::kKernelReplayer,
 };
 
 const internal::Replayer* ReplayerFor(const format::OpRecord& op) {
@@ -67,9 +68,10 @@ Status CheckReplayable(const format::OpRecord& op) {
   if (ReplayerFor(op) != nullptr) return Status::Ok();
 #endif
   return Status::Error(fmt::format(
-      "op {} is a {} ({}); standalone replay re-executes cuDNN legacy convolutions, cuBLAS "
-      "GEMMs, cuBLASLt matmuls and cuRAND generation only",
-      op.sequence, format::OpKindName(op.kind), op.name));
+      "op {} ({}, kind {}) cannot be replayed alone: standalone replay re-executes cuDNN "
+      "legacy convolutions, cuBLAS GEMMs, cuBLASLt matmuls, cuRAND generation and kernel "
+      "launches only",
+      op.sequence, op.name, format::OpKindName(op.kind)));
 }
 
 std::vector<std::string> MachineMismatches(const format::TraceHeader& header, uint32_t ordinal,

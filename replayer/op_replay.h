@@ -6,13 +6,15 @@
 // capture.h: text arguments "blob:in:<role>" / "blob:out:<role>" holding blob ids). Library ops
 // are rebuilt from their recorded descriptors through the real library, loaded with dlopen;
 // the driver is reached as the libraries reach it (dlopen libcuda.so.1 + cuGetProcAddress_v2).
-// Replaying runs code chosen by the trace (a library algorithm, later a captured module image)
-// on this machine's GPU: replay only traces you trust.
+// Replaying runs code chosen by the trace (a library algorithm, a captured module image) on
+// this machine's GPU: replay only traces you trust.
 //
 // Covered: cuDNN legacy convolutions (forward, backward data, backward filter) in f32, f64,
 // f16 and bf16; cuBLAS GEMMs (cublasSgemm_v2, cublasGemmEx) and cuBLASLt matmuls
 // (cublasLtMatmul without epilogue, host scalars); cuRAND generation from pseudorandom
-// generators. Single-threaded: one replay at a time per process.
+// generators; raw kernel launches (op_replay_kernel.cc: the captured module image, argument
+// bytes and referenced allocations, re-created at their recorded device addresses).
+// Single-threaded: one replay at a time per process.
 #pragma once
 
 #include <cstdint>
@@ -81,6 +83,7 @@ struct OpReplayReport {
   std::string output_role;    // the buffer compared between runs ("y", "dw", "C", "D", ...)
   uint64_t output_bytes = 0;
   std::vector<AlgorithmRuns> algorithms;  // the recorded one first
+  std::string note;  // said after the report when non-empty (why no alternative was tried...)
 };
 
 // Re-executes `op` (captured, replayable) `options.repeat` times with its recorded algorithm,

@@ -107,6 +107,10 @@ struct ReplayBuffers {
   uint64_t output_bytes = 0;  // its size
   std::string output_dtype;   // "f32" / "f64": element differences are measured too
   std::optional<std::string> recorded_output;  // the captured output, when there is one
+  // Further buffers compared with `output` (a raw kernel may write several): (buffer index,
+  // bytes), read back after it in this order. Digests and differences are then of all of them
+  // end to end, and `recorded_output` holds them all, in the same order.
+  std::vector<std::pair<size_t, uint64_t>> more_outputs;
 };
 
 // One execution of the op with one candidate: nullopt when it ran, otherwise why it could not
@@ -138,5 +142,7 @@ extern const Replayer kCublasReplayer;
 extern const Replayer kCublasLtReplayer;
 // op_replay_curand.cc: curandGenerate, curandGenerateUniform, curandGenerateNormal.
 extern const Replayer kCurandReplayer;
+// op_replay_kernel.cc: raw kernel launches, at the recorded device addresses.
+extern const Replayer kKernelReplayer;
 
 }  // namespace ndt::replay::internal

@@ -196,7 +196,9 @@ void CompareValues(const std::string& dtype, const std::string& a, const std::st
 StatusOr<AlgorithmRuns> RunCandidate(const Driver& driver, const ReplayBuffers& buffers,
                                      AlgorithmRuns runs, int repeat, const RunOnce& run) {
   std::set<std::pair<uint64_t, uint64_t>> distinct;
-  std::string first, output(buffers.output_bytes, '\0');
+  uint64_t compared_bytes = buffers.output_bytes;
+  for (const auto& [index, bytes] : buffers.more_outputs) compared_bytes += bytes;
+  std::string first, output(compared_bytes, '\0');
   std::optional<kernels::Digest128> recorded_digest;
   if (buffers.recorded_output) {
     recorded_digest =
@@ -227,9 +229,18 @@ StatusOr<AlgorithmRuns> RunCandidate(const Driver& driver, const ReplayBuffers& 
       return Status::Error(driver.Error("cuCtxSynchronize", synchronized));
     }
     if (const CUresult result = driver.copy_to_host(
-            output.data(), buffers.buffers[buffers.output].address, output.size());
+            output.data(), buffers.buffers[buffers.output].address, buffers.output_bytes);
         result != CUDA_SUCCESS) {
       return Status::Error(driver.Error("cuMemcpyDtoH", result));
+    }
+    uint64_t at = buffers.output_bytes;
+    for (const auto& [index, bytes] : buffers.more_outputs) {
+      if (const CUresult result =
+              driver.copy_to_host(output.data() + at, buffers.buffers[index].address, bytes);
+          result != CUDA_SUCCESS) {
+        return Status::Error(driver.Error("cuMemcpyDtoH", result));
+      }
+      at += bytes;
     }
     const kernels::Digest128 digest = kernels::DigestV1(output.data(), output.size());
     distinct.insert({digest.lo, digest.hi});

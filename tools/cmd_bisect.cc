@@ -1,7 +1,7 @@
-// `ndtrace bisect [-n RUNS] [--max-runs M] [-o DIR] -- CMD...`: narrows a nondeterministic run
-// of CMD down to the first op that diverges, recording CMD again with digests placed ever
-// closer around the first difference (replayer/bisect.h). Exit 0 no run diverged, 1 found,
-// 2 error.
+// `ndtrace bisect [-n RUNS] [--max-runs M] [--confirm-runs K] [-o DIR] -- CMD...`: narrows a
+// nondeterministic run of CMD down to the first op that diverges, recording CMD again with
+// digests placed ever closer around the first difference, then confirms the op by replaying it
+// alone K times (replayer/bisect.h). Exit 0 no run diverged, 1 found, 2 error.
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -27,6 +27,7 @@ namespace {
 struct BisectCommandOptions {
   int runs = 4;
   int max_runs = 40;
+  int confirm_runs = 10;
   std::string directory;
   std::vector<std::string> command;
 };
@@ -44,6 +45,11 @@ int RunBisect(const BisectCommandOptions& options) {
     PrintError(fmt::format("bisect: --max-runs must be at least 3 (got {})", options.max_runs));
     return kExitUsage;
   }
+  if (options.confirm_runs < 0 || options.confirm_runs > 1000) {
+    PrintError(fmt::format("bisect: --confirm-runs must be between 0 and 1000 (got {})",
+                           options.confirm_runs));
+    return kExitUsage;
+  }
   const std::filesystem::path directory =
       options.directory.empty()
           ? std::filesystem::path(fmt::format("ndtrace-bisect-{:%Y%m%d-%H%M%S}",
@@ -58,10 +64,11 @@ int RunBisect(const BisectCommandOptions& options) {
 
   const replay::RunProgram run_program =
       [&](const replay::BisectRun& run) -> StatusOr<std::string> {
-    for (const char* name : {"NDTRACE_DIGEST_EVERY", "NDTRACE_DIGEST_SYNC",
-                             "NDTRACE_DIGEST_WINDOW", "NDTRACE_DIGEST_EXIT"}) {
+    for (const char* name : {"NDTRACE_DIGEST_EVERY", "NDTRACE_DIGEST_SYNC", "NDTRACE_DIGEST_WINDOW",
+                             "NDTRACE_DIGEST_EXIT", "NDTRACE_CAPTURE"}) {
       unsetenv(name);
     }
+    if (!run.capture.empty()) setenv("NDTRACE_CAPTURE", run.capture.c_str(), 1);
     DigestOptions digests;
     digests.every = run.digest_every;
     digests.window = run.digest_window;
@@ -82,6 +89,7 @@ int RunBisect(const BisectCommandOptions& options) {
   replay::BisectOptions bisect;
   bisect.runs_per_step = options.runs;
   bisect.max_runs = options.max_runs;
+  bisect.confirm_runs = options.confirm_runs;
   StatusOr<replay::BisectResult> result =
       replay::Bisect(bisect, run_program, [](const std::string& line) {
         fmt::print(stderr, "ndtrace bisect: {}\n", line);
@@ -106,6 +114,9 @@ int RunBisect(const BisectCommandOptions& options) {
     const replay::Divergence& d = *result->report->first_divergence;
     fmt::print("ndtrace bisect: op {} {} ({}) found in {}; traces in {}\n", d.op.sequence,
                d.op.name, replay::DivergenceClassName(d.klass), summary, directory.string());
+    if (!result->confirmation.empty()) {
+      fmt::print("ndtrace bisect: {}\n", result->confirmation);
+    }
   } else {
     fmt::print("ndtrace bisect: diverged, but not narrowed to one op: {}; {}; traces in {}\n",
                result->stopped_because, summary, directory.string());
@@ -125,6 +136,9 @@ Command AddBisectCommand(CLI::App& parent) {
                   "Runs one step may record before deciding the op does not diverge there "
                   "(default 4)");
   app->add_option("--max-runs", options->max_runs, "Program runs in all (default 40)");
+  app->add_option("--confirm-runs", options->confirm_runs,
+                  "Replay the op found alone this many times, from one more run that captures "
+                  "it (default 10; 0: no confirmation)");
   app->add_option("-o,--output", options->directory,
                   "Directory for the traces and program logs (default ndtrace-bisect-<time>)");
   app->add_option("command", options->command, "The program and its arguments, after --")

@@ -138,6 +138,7 @@ int RunReplayOp(const ReplayOpOptions& options) {
     fmt::print("deterministic alternatives with stable output: {}\n",
                stable.empty() ? "none" : stable);
   }
+  if (!report->note.empty()) fmt::print("note: {}\n", report->note);
   return recorded.stable() ? kExitOk : kExitFinding;
 }
 

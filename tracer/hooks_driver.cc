@@ -19,6 +19,7 @@
 
 #include "formats/records.h"
 #include "kernels/digest_v1.h"
+#include "tracer/capture.h"
 #include "tracer/driver_table.h"
 #include "tracer/philox_args.h"
 #include "tracer/recorder.h"
@@ -312,9 +313,17 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
   // it (outputs), so that diff can tell equal inputs with different outputs.
   const bool window = !captured && session.digests().InWindow(op.sequence);
   if (window) op.inputs = WindowDigests(session, stream, per_thread, referenced);
+  // NDTRACE_CAPTURE: the module, arguments and referenced allocations, for standalone replay.
+  const bool capture = !captured && CaptureWanted(op);
+  const uint64_t capture_stream =
+      per_thread && stream == nullptr ? Handle(CU_STREAM_PER_THREAD) : Handle(stream);
+  if (capture) CaptureLaunchInputs(session, kernel, function, capture_stream, &op);
   const CUresult result = call.Set(real());
   if (window && result == CUDA_SUCCESS) {
     op.outputs = WindowDigests(session, stream, per_thread, referenced);
+  }
+  if (capture && result == CUDA_SUCCESS) {
+    CaptureLaunchOutputs(session, capture_stream, &op);
   }
   session.EndOp(op, static_cast<int32_t>(result));
   return result;
@@ -389,6 +398,7 @@ extern "C" CUresult cuModuleLoadData(CUmodule* module, const void* image) {
                                 const CUresult result = c.Set(pass());
                                 if (result == CUDA_SUCCESS && module != nullptr) {
                                   s.OnModuleLoad(*module, "cuModuleLoadData", image);
+                                  ndt::tracer::CaptureModuleLoaded(s.ModuleId(*module), image);
                                 }
                                 return result;
                               });
@@ -403,6 +413,7 @@ extern "C" CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsi
                                 const CUresult result = c.Set(pass());
                                 if (result == CUDA_SUCCESS && module != nullptr) {
                                   s.OnModuleLoad(*module, "cuModuleLoadDataEx", image);
+                                  ndt::tracer::CaptureModuleLoaded(s.ModuleId(*module), image);
                                 }
                                 return result;
                               });
@@ -422,6 +433,7 @@ extern "C" CUresult cuLibraryLoadData(CUlibrary* library, const void* code,
                                 const CUresult result = c.Set(pass());
                                 if (result == CUDA_SUCCESS && library != nullptr) {
                                   s.OnModuleLoad(*library, "cuLibraryLoadData", code);
+                                  ndt::tracer::CaptureModuleLoaded(s.ModuleId(*library), code);
                                 }
                                 return result;
                               });

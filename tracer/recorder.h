@@ -207,6 +207,20 @@ class Session {
   std::mutex digest_mutex_;                   // guards digest_buffer_
   std::vector<unsigned char> digest_buffer_;  // grown on demand up to kDigestBufferBytes
   DriverObjects objects_;
+
+ public:
+  // ---- for capture.cc: what a captured launch references ----
+  // The live allocation containing `address`, or nullopt.
+  std::optional<Allocation> FindAllocation(uint64_t address) {
+    std::lock_guard lock(mutex_);
+    return allocations_.Find(address);
+  }
+  // The module id OnModuleLoad gave the module or library `handle`; 0 when unknown.
+  uint64_t ModuleId(const void* handle) {
+    std::lock_guard lock(mutex_);
+    const auto it = modules_.find(handle);
+    return it == modules_.end() ? 0 : it->second;
+  }
 };
 
 // Entered by every hook for the duration of the call.

@@ -2238,7 +2238,20 @@ CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CU
       (alignment != 0 && alignment > kVmmGranularity)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  // Over-reserve by one granule to place the range on a granule boundary.
+  // A fixed address request is honoured exactly when that range is free (MAP_FIXED_NOREPLACE
+  // never replaces a mapping; a kernel that does not know the flag takes it as a hint).
+  if (addr != 0 && addr % kVmmGranularity == 0) {
+    void* fixed = ::mmap(reinterpret_cast<void*>(addr), size, PROT_NONE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (fixed == reinterpret_cast<void*>(addr)) {
+      d.reservations.emplace(addr, size);
+      *ptr = addr;
+      return CUDA_SUCCESS;
+    }
+    if (fixed != MAP_FAILED) ::munmap(fixed, size);
+  }
+  // Anywhere else (as the real driver does when the requested range is taken): over-reserve by
+  // one granule to place the range on a granule boundary.
   void* raw = ::mmap(addr == 0 ? nullptr : reinterpret_cast<void*>(addr), size + kVmmGranularity,
                      PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;

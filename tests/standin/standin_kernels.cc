@@ -152,6 +152,27 @@ bool RunDropoutLike(const LaunchGeometry&, const KernelArgs& args) {
   return true;
 }
 
+// GatherRows(const float* const* rows, float* out, int row_length, int row_count):
+// out[i] = 2 * rows[i / row_length][i % row_length], each row pointer read from device memory.
+constexpr ParamSlot kGatherRowsParams[] = {{0, 8}, {8, 8}, {16, 4}, {20, 4}};
+
+bool RunGatherRows(const LaunchGeometry&, const KernelArgs& args) {
+  const int row_length = args.Value<int>(2);
+  const int row_count = args.Value<int>(3);
+  if (row_length <= 0 || row_count <= 0) return true;
+  const auto length = static_cast<std::size_t>(row_length);
+  const auto count = static_cast<std::size_t>(row_count);
+  const float* const* rows = args.DeviceArray<const float* const>(0, count);
+  float* out = args.DeviceArray<float>(1, length * count);
+  if (rows == nullptr || out == nullptr) return false;
+  for (std::size_t r = 0; r < count; ++r) {
+    const float* row = args.DevicePointer(rows[r], length);
+    if (row == nullptr) return false;
+    for (std::size_t i = 0; i < length; ++i) out[r * length + i] = 2.0f * row[i];
+  }
+  return true;
+}
+
 // ndtrace's own digest kernels (kernels/digest_v1.cu), so that the code launching them runs on
 // the stand-in too. ndt_digest_v1_blocks(data, bytes, sums): sums[0..1] += the terms of every
 // block (the whole grid's work; the sum does not depend on how a GPU splits it).
@@ -195,6 +216,7 @@ constexpr HostKernel kHostKernels[] = {
     {"ndt_digest_v1_blocks", kDigestBlocksParams, RunDigestBlocks},
     {"ndt_digest_v1_finish", kDigestFinishParams, RunDigestFinish},
     {"_Z11DropoutLikeN2at15PhiloxCudaStateEPKfPfi", kDropoutLikeParams, RunDropoutLike},
+    {"_Z10GatherRowsPKPKfPfii", kGatherRowsParams, RunGatherRows},
 };
 
 }  // namespace

@@ -58,6 +58,15 @@ class KernelArgs {
     return reinterpret_cast<T*>(address);
   }
 
+  // A device pointer the kernel read from device memory, to `count` elements of T: null unless
+  // the range lies inside one live allocation, as DeviceArray.
+  template <typename T>
+  T* DevicePointer(T* address, std::size_t count) const {
+    const auto raw = reinterpret_cast<std::uintptr_t>(address);
+    if (raw == 0 || !check_(raw, count == 0 ? 1 : count * sizeof(T))) return nullptr;
+    return address;
+  }
+
  private:
   void* const* params_;
   DeviceRangeCheck check_;

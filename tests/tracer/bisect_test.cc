@@ -1,6 +1,7 @@
 // `ndtrace bisect -- CMD...` end to end on the stand-in device: it names the racing launch
-// planted among 10,000 ops within ceil(log2 N) + 3 program runs, and says when no run
-// diverges.
+// planted among 10,000 ops within ceil(log2 N) + 3 program runs (the run that captures it for
+// standalone replay included), confirms that it varies when replayed alone, and says when no
+// run diverges.
 #include <catch2/catch.hpp>
 #include <regex>
 #include <string>
@@ -55,6 +56,36 @@ TEST_CASE("bisect names the racing op planted among 10,000 ops in ceil(log2 N) +
   for (const OpRecord& other : all) {
     if (other.sequence != op) CHECK(other.name.find("RacySum") == std::string::npos);
   }
+
+  // The last run captured that op alone, and replaying it 10 times gave several outputs.
+  const std::regex confirmed(
+      R"(ndtrace bisect: confirmed: op (\d+) varies when replayed alone \((\d+) distinct )"
+      R"(outputs in 10 runs\))");
+  REQUIRE(std::regex_search(bisect.out, match, confirmed));
+  CHECK(std::stoull(match[1]) == op);
+  CHECK(std::stoi(match[2]) >= 2);
+  const std::vector<OpRecord> captured =
+      Ops(ReadAll(out + "/run-" + std::to_string(runs) + ".ndt"));
+  REQUIRE(captured.size() == ops);
+  for (const OpRecord& other : captured) {
+    bool blobs = false;
+    for (const ndt::format::Argument& argument : other.args) {
+      blobs = blobs || argument.name.rfind("blob:in:", 0) == 0;
+    }
+    CHECK(blobs == (other.sequence == op));
+  }
+}
+
+TEST_CASE("bisect --confirm-runs 0 names the op without a confirmation run", "[bisect]") {
+  ndt::testing::TempDir dir;
+  const std::string out = (dir / "bisect").string();
+  const RunResult bisect = Run(kNdtrace + " bisect --confirm-runs 0 -o '" + out + "' -- '" +
+                               PROG_MANY_OPS "' 3000 1500");
+  INFO(bisect.out << bisect.err);
+  REQUIRE(bisect.status == 1);
+  CHECK(bisect.out.find("op 1503 RacySum") != std::string::npos);
+  CHECK(bisect.out.find("confirmed") == std::string::npos);
+  CHECK(bisect.out.find("found in 3 program runs") != std::string::npos);  // 1 + 2, no capture
 }
 
 TEST_CASE("bisect of a deterministic program reports no divergence", "[bisect]") {
@@ -71,4 +102,23 @@ TEST_CASE("bisect refuses a command line without --", "[bisect]") {
   const RunResult bisect = Run(kNdtrace + " bisect '" PROG_MANY_OPS "'");
   CHECK(bisect.status == 2);
   CHECK(bisect.err.find("error: bisect: put `--` before the command") != std::string::npos);
+}
+
+TEST_CASE("bisect says why it cannot confirm an op standalone replay does not re-execute, "
+          "without a capture run",
+          "[bisect]") {
+  ndt::testing::TempDir dir;
+  const RunResult bisect =
+      Run(kNdtrace + " bisect -o '" + (dir / "b").string() + "' -- '" + PROG_CONV_BACKEND "'");
+  INFO(bisect.out << bisect.err);
+  REQUIRE(bisect.status == 1);
+  REQUIRE(bisect.out.find("cudnnBackendExecute (nondeterministic_op) found in") !=
+          std::string::npos);
+  if (bisect.out.find("ndtrace bisect: not confirmed: ") != std::string::npos) {
+    CHECK(bisect.out.find("standalone replay re-executes") != std::string::npos);
+    CHECK(bisect.out.find("found in 3 program runs") != std::string::npos);
+  } else {  // once standalone replay covers cuDNN backend plans
+    CHECK(bisect.out.find("ndtrace bisect: confirmed: ") != std::string::npos);
+    CHECK(bisect.out.find("found in 4 program runs") != std::string::npos);
+  }
 }

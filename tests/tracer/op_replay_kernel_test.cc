@@ -1,0 +1,292 @@
+// Standalone replay of raw kernel launches end to end on the stand-in device: `ndtrace record
+// --capture kernel:GLOB` stores a launch's module image, argument bytes and the whole
+// allocations it references; `ndtrace replay TRACE --op N` re-creates those allocations at
+// their recorded device addresses and re-runs the launch alone: racy_sum's atomicAdd kernel
+// varies, vector_add's does not and reproduces the recorded output, pointer_rows' pointers held
+// in device memory stay valid, and a range that cannot be reserved is refused. Exit codes: 0
+// stable, 1 varies, 2 error. Stand-in results only.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "formats/records.h"
+#include "formats/trace_reader.h"
+#include "formats/trace_writer.h"
+#include "support/temp_dir.h"
+#include "support/traced_program.h"
+
+namespace {
+
+using namespace ndt::test;  // NOLINT(google-build-using-namespace): the shared test helpers
+using ndt::format::AllocationRecord;
+using ndt::format::BlobId;
+using ndt::format::OpKind;
+
+const std::string kNdtrace = "'" NDTRACE_BIN "'";
+
+RunResult RecordCapture(const std::string& trace, const std::string& capture,
+                        const std::string& program) {
+  std::remove(trace.c_str());
+  return Run(kNdtrace + " record --capture '" + capture + "' -o '" + trace + "' -- '" + program +
+             "'");
+}
+
+RunResult Replay(const std::string& trace, uint64_t op, const std::string& options = "") {
+  return Run(kNdtrace + " replay '" + trace + "' --op " + std::to_string(op) + " " + options);
+}
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+const Argument* Find(const OpRecord& op, const std::string& name) {
+  for (const Argument& argument : op.args) {
+    if (argument.name == name) return &argument;
+  }
+  return nullptr;
+}
+
+std::optional<std::string> Text(const OpRecord& op, const std::string& name) {
+  const Argument* argument = Find(op, name);
+  const auto* text = argument == nullptr ? nullptr : std::get_if<std::string>(&argument->value);
+  return text == nullptr ? std::nullopt : std::optional<std::string>(*text);
+}
+
+BlobId ParseId(const std::string& hex) {
+  REQUIRE(hex.size() == 32);
+  return BlobId{std::stoull(hex.substr(0, 16), nullptr, 16),
+                std::stoull(hex.substr(16), nullptr, 16)};
+}
+
+std::string BlobBytes(const std::string& trace, const std::string& hex) {
+  auto reader = ndt::format::TraceReader::Open(trace);
+  REQUIRE(reader.ok());
+  auto bytes = (*reader)->ReadBlob(ParseId(hex));
+  REQUIRE(bytes.ok());
+  return *bytes;
+}
+
+// The only launch of `name` in `records`.
+OpRecord Launch(const std::vector<Record>& records, const std::string& name) {
+  std::vector<OpRecord> found;
+  for (const OpRecord& op : Ops(records)) {
+    if (op.kind == OpKind::kKernelLaunch && Contains(op.name, name)) found.push_back(op);
+  }
+  REQUIRE(found.size() == 1);
+  return found[0];
+}
+
+// Every allocation of the trace by id: (raw base address, bytes).
+std::map<uint64_t, std::pair<uint64_t, uint64_t>> Allocations(const std::vector<Record>& records) {
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> allocations;
+  for (const Record& record : records) {
+    const auto* allocation = std::get_if<AllocationRecord>(&record);
+    if (allocation == nullptr || allocation->event != ndt::format::AllocationEvent::kAllocate) {
+      continue;
+    }
+    allocations[allocation->allocation_id] = {allocation->raw_address, allocation->bytes};
+  }
+  return allocations;
+}
+
+// The allocations a captured launch names ("alloc<id>"), by id: (recorded base, bytes).
+std::map<uint64_t, std::pair<uint64_t, uint64_t>> Captured(const OpRecord& op) {
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> captured;
+  for (const Argument& argument : op.args) {
+    const auto* pointer = std::get_if<DevicePointer>(&argument.value);
+    if (pointer == nullptr || argument.name.rfind("alloc", 0) != 0) continue;
+    CHECK(argument.name == "alloc" + std::to_string(pointer->allocation_id));
+    CHECK(pointer->offset == 0);
+    const Argument* bytes = Find(op, argument.name + ".bytes");
+    REQUIRE(bytes != nullptr);
+    captured[pointer->allocation_id] = {pointer->raw_address, std::get<uint64_t>(bytes->value)};
+  }
+  return captured;
+}
+
+// A copy of `from` in which `edit` changed op `sequence`; other records and blobs unchanged.
+void RewriteOp(const std::string& from, const std::string& to, uint64_t sequence,
+               void (*edit)(OpRecord*)) {
+  auto reader = ndt::format::TraceReader::Open(from);
+  REQUIRE(reader.ok());
+  auto writer = ndt::format::TraceWriter::Create(to, (*reader)->header());
+  REQUIRE(writer.ok());
+  Record record;
+  while ((*reader)->Next(&record)) {
+    auto* op = std::get_if<OpRecord>(&record);
+    if (op != nullptr) {
+      for (const Argument& argument : op->args) {
+        const auto* text = std::get_if<std::string>(&argument.value);
+        if (argument.name.rfind("blob:", 0) != 0 || text == nullptr || text->size() != 32) continue;
+        auto bytes = (*reader)->ReadBlob(ParseId(*text));
+        REQUIRE(bytes.ok());
+        REQUIRE((*writer)->PutBlob(std::as_bytes(std::span(bytes->data(), bytes->size()))).ok());
+      }
+      if (op->sequence == sequence) edit(op);
+    }
+    REQUIRE((*writer)->Append(record));
+  }
+  REQUIRE((*writer)->Close().ok());
+}
+
+TEST_CASE(
+    "record --capture kernel:GLOB stores the launch's module, arguments and whole "
+    "allocations",
+    "[tracer][op_replay]") {
+  ndt::testing::TempDir dir;
+  const std::string trace = (dir / "racy.ndt").string();
+  const RunResult recorded = RecordCapture(trace, "kernel:*RacySum*", PROG_RACY_SUM);
+  INFO(recorded.err);
+  REQUIRE(recorded.status == 0);
+  const std::vector<Record> records = ReadAll(trace);
+  const OpRecord launch = Launch(records, "RacySum");
+  for (const OpRecord& op : Ops(records)) {
+    if (op.sequence == launch.sequence) continue;
+    for (const Argument& argument : op.args) CHECK(argument.name.rfind("blob:", 0) != 0);
+  }
+  CHECK(Text(launch, "mangledName") == "_Z7RacySumPKfPfii");
+  const std::optional<std::string> module = Text(launch, "blob:module");
+  REQUIRE(module);
+  const std::string image = BlobBytes(trace, *module);
+  REQUIRE(image.size() > 16);
+  CHECK(image.substr(0, 4) == std::string("\x50\xed\x55\xba", 4));  // a fat binary
+
+  // values (4 MiB) and sums (16 bytes): whole, at the addresses and sizes the trace allocated,
+  // as the pointer arguments name them.
+  const auto allocations = Allocations(records);
+  const auto captured = Captured(launch);
+  REQUIRE(captured.size() == 2);
+  for (const char* arg : {"arg0", "arg1"}) {
+    const Argument* pointer = Find(launch, arg);
+    REQUIRE(pointer != nullptr);
+    REQUIRE(std::holds_alternative<DevicePointer>(pointer->value));
+    const uint64_t id = std::get<DevicePointer>(pointer->value).allocation_id;
+    REQUIRE(captured.contains(id));
+    CHECK(captured.at(id) == allocations.at(id));
+    const std::string role = "alloc" + std::to_string(id);
+    CHECK(BlobBytes(trace, *Text(launch, "blob:in:" + role)).size() == captured.at(id).second);
+    CHECK(BlobBytes(trace, *Text(launch, "blob:out:" + role)).size() == captured.at(id).second);
+  }
+  // The sums were zero before the launch and are not after it; the values did not change.
+  const uint64_t sums = std::get<DevicePointer>(Find(launch, "arg1")->value).allocation_id;
+  const uint64_t values = std::get<DevicePointer>(Find(launch, "arg0")->value).allocation_id;
+  const std::string sums_role = "alloc" + std::to_string(sums);
+  CHECK(BlobBytes(trace, *Text(launch, "blob:in:" + sums_role)) == std::string(16, '\0'));
+  CHECK(BlobBytes(trace, *Text(launch, "blob:out:" + sums_role)) != std::string(16, '\0'));
+  const std::string values_role = "alloc" + std::to_string(values);
+  CHECK(Text(launch, "blob:in:" + values_role) == Text(launch, "blob:out:" + values_role));
+}
+
+TEST_CASE("replay --op shows that racy_sum's atomicAdd kernel varies on its own",
+          "[tracer][op_replay]") {
+  ndt::testing::TempDir dir;
+  const std::string trace = (dir / "racy.ndt").string();
+  REQUIRE(RecordCapture(trace, "kernel:*RacySum*", PROG_RACY_SUM).status == 0);
+  const OpRecord launch = Launch(ReadAll(trace), "RacySum");
+  const RunResult replayed = Replay(trace, launch.sequence, "--repeat 10");
+  INFO(replayed.out << replayed.err);
+  CHECK(replayed.status == 1);
+  CHECK(Contains(replayed.out, "kernel _Z7RacySumPKfPfii grid (256,1,1) block (256,1,1)"));
+  CHECK(Contains(replayed.out, "VARIES on its own: 10 runs of RacySum("));
+
+  const RunResult tried = Replay(trace, launch.sequence, "--repeat 3 --try-deterministic");
+  INFO(tried.out << tried.err);
+  CHECK(tried.status == 1);
+  CHECK(Contains(tried.out, "deterministic alternatives with stable output: none"));
+  CHECK(Contains(tried.out, "a raw kernel has no deterministic alternative"));
+}
+
+TEST_CASE("replay --op of vector_add's kernel is stable and reproduces the recorded output",
+          "[tracer][op_replay]") {
+  ndt::testing::TempDir dir;
+  const std::string trace = (dir / "add.ndt").string();
+  REQUIRE(RecordCapture(trace, "kernel:VectorAdd*", PROG_VECTOR_ADD).status == 0);
+  std::vector<OpRecord> launches;
+  for (const OpRecord& op : Ops(ReadAll(trace))) {
+    if (op.kind == OpKind::kKernelLaunch) launches.push_back(op);
+  }
+  REQUIRE(launches.size() == 2);  // one per stream, each on its half
+  for (const OpRecord& launch : launches) {
+    const RunResult replayed = Replay(trace, launch.sequence, "--repeat 5");
+    INFO(replayed.out << replayed.err);
+    CHECK(replayed.status == 0);
+    CHECK(Contains(replayed.out, "is stable: 5 runs of VectorAdd("));
+    CHECK(Contains(replayed.out, " 5/5 "));  // every run equals the recorded output bitwise
+  }
+}
+
+TEST_CASE(
+    "replay --op re-creates the allocations at their recorded addresses, so pointers "
+    "held in device memory stay valid",
+    "[tracer][op_replay]") {
+  ndt::testing::TempDir dir;
+  const std::string trace = (dir / "rows.ndt").string();
+  const RunResult recorded = RecordCapture(trace, "kernel:GatherRows*", PROG_POINTER_ROWS);
+  INFO(recorded.err);
+  REQUIRE(recorded.status == 0);
+  const std::vector<Record> records = ReadAll(trace);
+  const OpRecord launch = Launch(records, "GatherRows");
+  // rows and out are arguments; data is reached only through the pointers inside rows.
+  const auto allocations = Allocations(records);
+  const auto captured = Captured(launch);
+  REQUIRE(allocations.size() == 3);
+  CHECK(captured == allocations);
+
+  const RunResult replayed = Replay(trace, launch.sequence, "--repeat 5");
+  INFO(replayed.out << replayed.err);
+  CHECK(replayed.status == 0);
+  CHECK(Contains(replayed.out, "is stable: 5 runs of GatherRows("));
+  CHECK(Contains(replayed.out, " 5/5 "));
+  for (const auto& [id, allocation] : allocations) {
+    char expected[96];
+    std::snprintf(expected, sizeof expected, "alloc%llu at %#llx (%llu bytes)",
+                  static_cast<unsigned long long>(id),
+                  static_cast<unsigned long long>(allocation.first),
+                  static_cast<unsigned long long>(allocation.second));
+    CHECK(Contains(replayed.out, expected));
+  }
+}
+
+TEST_CASE("replay --op of a launch refuses a range it cannot reserve and an uncaptured launch",
+          "[tracer][op_replay]") {
+  ndt::testing::TempDir dir;
+  const std::string trace = (dir / "add.ndt").string();
+  REQUIRE(RecordCapture(trace, "kernel:VectorAdd*", PROG_VECTOR_ADD).status == 0);
+  const std::vector<Record> records = ReadAll(trace);
+  uint64_t first = UINT64_MAX;
+  for (const OpRecord& op : Ops(records)) {
+    if (op.kind == OpKind::kKernelLaunch) first = std::min(first, op.sequence);
+  }
+  REQUIRE(first != UINT64_MAX);
+
+  // An address in the kernel's half of the address space: no process can map it.
+  const std::string moved = (dir / "moved.ndt").string();
+  RewriteOp(trace, moved, first, [](OpRecord* op) {
+    for (Argument& argument : op->args) {
+      if (argument.name.rfind("alloc", 0) != 0) continue;
+      if (auto* pointer = std::get_if<DevicePointer>(&argument.value)) {
+        pointer->raw_address = 0xffff900000000000ull;
+        break;
+      }
+    }
+  });
+  const RunResult refused = Replay(moved, first, "--repeat 2");
+  INFO(refused.out << refused.err);
+  CHECK(refused.status == 2);
+  CHECK(Contains(refused.err, "error: replay: "));
+  CHECK(Contains(refused.err, "cannot re-create alloc"));
+  CHECK(Contains(refused.err, "at its recorded address: the range 0xffff900000000000.."));
+  CHECK(refused.out.empty());
+
+  // The same program recorded without --capture: nothing to replay.
+  const std::string plain = (dir / "plain.ndt").string();
+  REQUIRE(RecordRun(plain, PROG_VECTOR_ADD).status == 0);
+  const RunResult uncaptured = Replay(plain, first);
+  CHECK(uncaptured.status == 2);
+  CHECK(Contains(uncaptured.err, "was not captured: record it with `ndtrace record --capture"));
+}
+
+}  // namespace
