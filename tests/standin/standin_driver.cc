@@ -135,10 +135,14 @@ struct AlignedFree {
 };
 
 // A device allocation: owned host memory, or (memory null) a cuMemMap'ed range of a reservation.
+// `pinned_host`: page-locked host memory from cuMemHostAlloc, mapped into the device's address
+// space at the same address (unified addressing), so kernels and copies reach it like device
+// memory; freed with cuMemFreeHost only.
 struct Allocation {
   std::unique_ptr<unsigned char, AlignedFree> memory;
   std::size_t size = 0;
   unsigned long long buffer_id = 0;
+  bool pinned_host = false;
 };
 
 // All driver state. Every member is guarded by `mu`; kernels and host functions run without it.
@@ -959,6 +963,9 @@ const ProcRow kProcRows[] = {
     NDT_PROC_PT("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync,
                 cuMemAllocFromPoolAsync_ptsz),
     NDT_PROC("cuMemAllocManaged", 6000, cuMemAllocManaged),
+    NDT_PROC("cuMemHostAlloc", 2020, cuMemHostAlloc),
+    NDT_PROC("cuMemHostGetDevicePointer", 3020, cuMemHostGetDevicePointer_v2),
+    NDT_PROC("cuMemFreeHost", 2000, cuMemFreeHost),
     NDT_PROC("cuMemAllocPitch", 3020, cuMemAllocPitch_v2),
     NDT_PROC("cuMemGetAllocationGranularity", 10020, cuMemGetAllocationGranularity),
     NDT_PROC("cuMemAddressReserve", 10020, cuMemAddressReserve),
@@ -1077,8 +1084,9 @@ void LogDriverCall(std::string_view line) {
 }  // namespace ndt::standin
 
 namespace ndt::standin {
-CUresult Allocate(CUdeviceptr* dptr, size_t bytesize, const CUstream* stream);
-CUresult Free(CUdeviceptr dptr, const CUstream* stream);
+CUresult Allocate(CUdeviceptr* dptr, size_t bytesize, const CUstream* stream,
+                  bool pinned_host = false);
+CUresult Free(CUdeviceptr dptr, const CUstream* stream, bool pinned_host = false);
 }  // namespace ndt::standin
 
 using ndt::standin::Dim3;
@@ -1384,9 +1392,10 @@ CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
 
 namespace ndt::standin {
 
-// cuMemAlloc_v2 and every allocator that behaves like it here (pools, managed, pitched): an
-// aligned, zero-filled host block. `stream`, when not null, must be a valid stream.
-CUresult Allocate(CUdeviceptr* dptr, size_t bytesize, const CUstream* stream) {
+// cuMemAlloc_v2 and every allocator that behaves like it here (pools, managed, pitched, and
+// with `pinned_host` cuMemHostAlloc): an aligned, zero-filled host block. `stream`, when not
+// null, must be a valid stream. Pinned host memory does not count against device memory.
+CUresult Allocate(CUdeviceptr* dptr, size_t bytesize, const CUstream* stream, bool pinned_host) {
   return Guarded([&] {
     auto& d = GetDriver();
     std::lock_guard lock(d.mu);
@@ -1396,7 +1405,7 @@ CUresult Allocate(CUdeviceptr* dptr, size_t bytesize, const CUstream* stream) {
     }
     if (dptr == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
     constexpr std::size_t kAlign = ndt::standin::kAllocationAlignment;
-    if (bytesize > ndt::standin::kTotalMemBytes - d.allocated_bytes) {
+    if (!pinned_host && bytesize > ndt::standin::kTotalMemBytes - d.allocated_bytes) {
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
     const std::size_t rounded = (bytesize + kAlign - 1) / kAlign * kAlign;
@@ -1408,14 +1417,16 @@ CUresult Allocate(CUdeviceptr* dptr, size_t bytesize, const CUstream* stream) {
     allocation.memory.reset(memory);
     allocation.size = bytesize;
     allocation.buffer_id = d.next_buffer_id++;
+    allocation.pinned_host = pinned_host;
     d.allocations.emplace(base, std::move(allocation));
-    d.allocated_bytes += bytesize;
+    if (!pinned_host) d.allocated_bytes += bytesize;
     *dptr = base;
     return CUDA_SUCCESS;
   });
 }
 
-CUresult Free(CUdeviceptr dptr, const CUstream* stream) {
+// cuMemFree_v2 and the like; with `pinned_host`, cuMemFreeHost. Each frees only its own kind.
+CUresult Free(CUdeviceptr dptr, const CUstream* stream, bool pinned_host) {
   auto& d = GetDriver();
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
@@ -1423,8 +1434,11 @@ CUresult Free(CUdeviceptr dptr, const CUstream* stream) {
     if (const CUresult r = CheckStreamLocked(d, *stream); r != CUDA_SUCCESS) return r;
   }
   const auto it = d.allocations.find(dptr);
-  if (it == d.allocations.end() || it->second.memory == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  d.allocated_bytes -= it->second.size;
+  if (it == d.allocations.end() || it->second.memory == nullptr ||
+      it->second.pinned_host != pinned_host) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (!pinned_host) d.allocated_bytes -= it->second.size;
   d.allocations.erase(it);
   return CUDA_SUCCESS;
 }
@@ -1474,13 +1488,16 @@ CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdevi
       *static_cast<CUcontext*>(data) = &d.primary;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-      *static_cast<unsigned int*>(data) = CU_MEMORYTYPE_DEVICE;
+      *static_cast<unsigned int*>(data) =
+          it->second.pinned_host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
       *static_cast<CUdeviceptr*>(data) = ptr;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-      return CUDA_ERROR_INVALID_VALUE;  // device memory is not mapped into the host
+      if (!it->second.pinned_host) return CUDA_ERROR_INVALID_VALUE;  // not mapped into the host
+      *static_cast<void**>(data) = reinterpret_cast<void*>(ptr);
+      return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
       *static_cast<unsigned long long*>(data) = it->second.buffer_id;
       return CUDA_SUCCESS;
@@ -2188,6 +2205,37 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
 }
 
 // Managed memory is device memory here (host memory already).
+// Pinned host memory: a zero-filled host block in the allocation table, its device address the
+// host address (unified addressing), so stream work (kernels, copies) reaches it in stream order.
+CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
+  NDT_SERVE();
+  constexpr unsigned kKnownFlags =
+      CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
+  if (pp == nullptr || (Flags & ~kKnownFlags) != 0) return CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr base = 0;
+  const CUresult r = ndt::standin::Allocate(&base, bytesize, nullptr, true);
+  if (r == CUDA_SUCCESS) *pp = reinterpret_cast<void*>(base);
+  return r;
+}
+
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int Flags) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  if (pdptr == nullptr || Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  const auto it = ndt::standin::FindAllocationLocked(d, address);
+  if (it == d.allocations.end() || !it->second.pinned_host) return CUDA_ERROR_INVALID_VALUE;
+  *pdptr = address;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemFreeHost(void* p) {
+  NDT_SERVE();
+  return ndt::standin::Free(reinterpret_cast<CUdeviceptr>(p), nullptr, true);
+}
+
 CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
   NDT_SERVE();
   if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
