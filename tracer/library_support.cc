@@ -66,14 +66,18 @@ std::vector<format::BufferDigest> DigestExtents(Session& session, uint64_t strea
   using SynchronizeFn = CUresult (*)(CUstream);
   const auto synchronize =
       reinterpret_cast<SynchronizeFn>(RealDriverFunction(Hook::k_cuStreamSynchronize));
-  if (synchronize == nullptr ||
-      synchronize(reinterpret_cast<CUstream>(stream)) != CUDA_SUCCESS) {
-    return {};
-  }
+  const DigestStream ordered{stream, [&] {
+                               return synchronize != nullptr &&
+                                      synchronize(reinterpret_cast<CUstream>(stream)) ==
+                                          CUDA_SUCCESS;
+                             }};
+  int synced = 0;
   std::vector<format::BufferDigest> digests;
   digests.reserve(extents.size());
   for (const Extent& extent : extents) {
-    std::optional<format::Digest> value = session.DigestDevice(extent.address, extent.bytes);
+    bool on_gpu = false;
+    std::optional<format::Digest> value =
+        session.DigestInStreamOrder(extent.address, extent.bytes, ordered, &synced, &on_gpu);
     if (!value) continue;
     format::BufferDigest digest;
     digest.role = extent.role;
@@ -81,7 +85,8 @@ std::vector<format::BufferDigest> DigestExtents(Session& session, uint64_t strea
     digest.bytes = extent.bytes;
     digest.digest = *value;
     digest.dtype = extent.dtype;
-    if (extent.dtype == format::DType::kF32) {
+    // The summary needs the values on the host: only where the CPU path synchronised anyway.
+    if (extent.dtype == format::DType::kF32 && !on_gpu) {
       digest.summary = SummarizeF32(extent.address, extent.bytes);
     }
     digests.push_back(std::move(digest));

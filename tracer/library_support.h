@@ -98,10 +98,11 @@ struct Extent {
 };
 
 // The digests of `extents` once `stream` (a CUstream / cudaStream_t handle, 0 = legacy default)
-// has finished its work so far: synchronises it through the real driver. Empty when library
-// digests are off (NDTRACE_LIBRARY_DIGESTS=0) or the stream cannot synchronise; an extent that
-// cannot be read is left out. f32 extents up to 64 MiB also get a numeric summary (count, min,
-// max, sum, NaN and Inf counts), from which diff reports the size of a divergence.
+// has finished its work so far: on the GPU, enqueued on `stream` (Session::DigestInStreamOrder),
+// else synchronising it through the real driver and copying. Empty when library digests are off
+// (NDTRACE_LIBRARY_DIGESTS=0) or a stream captures; an extent that cannot be read is left out.
+// f32 extents up to 64 MiB digested on the CPU also get a numeric summary (count, min, max, sum,
+// NaN and Inf counts), from which diff reports the size of a divergence.
 std::vector<format::BufferDigest> DigestExtents(Session& session, uint64_t stream,
                                                 const std::vector<Extent>& extents);
 
