@@ -13,7 +13,8 @@
 //   (zero-filled), recorded in an allocation table that range checks and pointer queries use.
 // - There is one device and one (primary) context.
 // - Work runs synchronously when it is enqueued, on the calling thread, in stream order
-//   trivially; events take their timestamp from a steady clock when recorded.
+//   trivially (with NDT_STANDIN_DEFER_LAUNCHES=1, kernels at the next driver call); events take
+//   their timestamp from a steady clock when recorded.
 // - A kernel is a host function found by mangled name in standin_kernels.cc; a module keeps a
 //   copy of the image it was loaded from but never looks inside it.
 //
@@ -33,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -195,6 +197,42 @@ int OpenCallLog() {
   const char* path = std::getenv("NDT_STANDIN_LOG");
   if (path == nullptr || *path == '\0') return -1;
   return ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+}
+
+// NDT_STANDIN_DEFER_LAUNCHES=1: a kernel launch (on any stream, not captured) does not run when
+// it is enqueued but at the start of the next driver call served, by whichever thread makes it,
+// in launch order: what runs later on a GPU. Every other call (copies, memsets, synchronisation,
+// queries, events, frees) first runs the launches waiting, so the order of work is kept. Host
+// memory written by a kernel (mapped pinned memory) is only up to date after a later driver
+// call, as on a GPU without synchronisation. A deferred kernel's fault is not reported.
+bool DeferLaunches() {
+  static const bool defer = [] {
+    const char* value = std::getenv("NDT_STANDIN_DEFER_LAUNCHES");
+    return value != nullptr && *value != '\0' && std::strcmp(value, "0") != 0;
+  }();
+  return defer;
+}
+
+struct DeferredLaunches {
+  std::mutex mu;  // held while they run, so that they run in order
+  std::deque<std::function<void()>> work;
+};
+
+DeferredLaunches& GetDeferredLaunches() {
+  static Immortal<DeferredLaunches> deferred;
+  return *deferred;
+}
+
+// Runs the deferred launches, oldest first. Called by every served entry point first.
+void RunDeferredLaunches() {
+  if (!DeferLaunches()) return;
+  DeferredLaunches& deferred = GetDeferredLaunches();
+  std::lock_guard lock(deferred.mu);
+  while (!deferred.work.empty()) {
+    std::function<void()> launch = std::move(deferred.work.front());
+    deferred.work.pop_front();
+    launch();
+  }
 }
 
 // Runs `body`, turning a C++ exception into a CUresult: nothing may unwind into a C caller.
@@ -464,6 +502,21 @@ CUresult Launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_mem_bytes, 
     return CUDA_SUCCESS;
   }
   const LaunchGeometry geometry{grid, block, shared_mem_bytes};
+  if (DeferLaunches()) {
+    std::vector<std::vector<unsigned char>> copies;
+    for (std::size_t i = 0; i < kernel->params.size(); ++i) {
+      const auto* bytes = static_cast<const unsigned char*>(kernel_params[i]);
+      copies.emplace_back(bytes, bytes + kernel->params[i].size);
+    }
+    DeferredLaunches& deferred = GetDeferredLaunches();
+    std::lock_guard lock(deferred.mu);
+    deferred.work.push_back([kernel, geometry, copies]() mutable {
+      std::vector<void*> pointers;
+      for (auto& copy : copies) pointers.push_back(copy.data());
+      kernel->run(geometry, KernelArgs(pointers.data(), &CheckDeviceRange));
+    });
+    return CUDA_SUCCESS;
+  }
   const KernelArgs args(kernel_params, &CheckDeviceRange);
   return kernel->run(geometry, args) ? CUDA_SUCCESS : CUDA_ERROR_ILLEGAL_ADDRESS;
 }
@@ -1097,7 +1150,11 @@ using ndt::standin::RequireDevice;
 using ndt::standin::RequireInitLocked;
 using ndt::standin::Side;
 
-#define NDT_SERVE() ::ndt::standin::LogDriverCall(__func__)
+#define NDT_SERVE()                          \
+  do {                                       \
+    ::ndt::standin::RunDeferredLaunches();   \
+    ::ndt::standin::LogDriverCall(__func__); \
+  } while (false)
 
 extern "C" {
 

@@ -237,3 +237,36 @@ TEST_CASE("an invalid NDTRACE_DIGEST_DEVICE or NDTRACE_DIGEST_RING is said and i
   CHECK(Calls(log, {"cuMemHostAlloc"}) == 1);  // auto: the GPU path
   CHECK(DigestCount(Ops(ReadAll(trace))) > 0);
 }
+
+TEST_CASE(
+    "with kernels running after their launch returns, held records keep their order and "
+    "values",
+    "[gpu_digest]") {
+  // NDT_STANDIN_DEFER_LAUNCHES=1: a launch runs at the next driver call, so a digest's ticket has
+  // not arrived when its op is appended (the record is held), and with a one-slot ring the next
+  // digest waits for the slot until the driver runs the launch.
+  ndt::testing::TempDir dir;
+  for (const std::string ring : {"4096", "1"}) {
+    for (const std::string program :
+         {"'" PROG_MANY_OPS "' 200 -1", "'" PROG_VECTOR_ADD "'", "'" PROG_STREAMS_GRAPHS "'"}) {
+      INFO(program << ", ring " << ring);
+      const std::string gpu = (dir / "gpu.ndt").string(), cpu = (dir / "cpu.ndt").string();
+      const std::string log = (dir / "log").string();
+      const std::string options = "--digest-window 0: --digest-every 5";
+      const RunResult on_gpu =
+          RecordWith("gpu", gpu, log, program, options,
+                     "NDT_STANDIN_DEFER_LAUNCHES=1 NDTRACE_DIGEST_RING=" + ring);
+      REQUIRE(on_gpu.status == 0);
+      CHECK(Calls(log, {"cuMemHostAlloc"}) == 1);
+      const RunResult on_cpu = RecordWith("cpu", cpu, log, program, options);
+      REQUIRE(on_cpu.status == 0);
+      CHECK(on_gpu.out == on_cpu.out);
+      const std::vector<Record> gpu_records = ReadAll(gpu), cpu_records = ReadAll(cpu);
+      const std::vector<OpRecord> gpu_ops = Ops(gpu_records), cpu_ops = Ops(cpu_records);
+      CHECK(Shape(gpu_records) == Shape(cpu_records));
+      CHECK(OpDigests(gpu_ops) == OpDigests(cpu_ops));
+      CHECK(StateDigests(gpu_records) == StateDigests(cpu_records));
+      CHECK(DigestCount(gpu_ops) >= 6);
+    }
+  }
+}
