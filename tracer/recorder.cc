@@ -674,9 +674,10 @@ bool Session::IsDevice(uint64_t address) {
 
 namespace {
 
-// Every digest of `record` that a GPU digest may stand in for.
-template <typename Visit>
-void ForEachDigest(format::Record& record, Visit&& visit) {
+// Every list of digests in `record` (a format::Record, const or not) that a GPU digest may
+// stand in for.
+template <typename AnyRecord, typename Visit>
+void ForEachDigest(AnyRecord& record, Visit&& visit) {
   if (auto* op = std::get_if<format::OpRecord>(&record)) {
     for (auto* digests : {&op->inputs, &op->outputs}) visit(*digests);
   } else if (auto* state = std::get_if<format::StateDigestRecord>(&record)) {
@@ -687,22 +688,29 @@ void ForEachDigest(format::Record& record, Visit&& visit) {
 }  // namespace
 
 void Session::Append(const format::Record& record) {
-  HeldRecord held{record, {}};
+  std::vector<uint64_t> tickets;
   if (gpu_.enabled()) {
-    ForEachDigest(held.record, [&](std::vector<format::BufferDigest>& digests) {
+    ForEachDigest(record, [&](const std::vector<format::BufferDigest>& digests) {
       for (const format::BufferDigest& digest : digests) {
         if (digest.digest.hi == 0 && gpu_.Outstanding(digest.digest.lo)) {
-          held.tickets.push_back(digest.digest.lo);
+          tickets.push_back(digest.digest.lo);
         }
       }
     });
   }
-  std::lock_guard lock(held_mutex_);
-  if (held_.empty() && held.tickets.empty()) {
+  // Nothing held (the usual case): written at once, without the lock. A record appended
+  // concurrently with one being held may go either side of it, as it could without holding.
+  if (tickets.empty() && held_count_.load(std::memory_order_acquire) == 0) {
     writer_->Append(record);
     return;
   }
-  held_.push_back(std::move(held));
+  std::lock_guard lock(held_mutex_);
+  if (held_.empty() && tickets.empty()) {
+    writer_->Append(record);
+    return;
+  }
+  held_.push_back({record, std::move(tickets)});
+  held_count_.store(held_.size(), std::memory_order_release);
   DrainHeldLocked(max_held_);
 }
 
@@ -741,6 +749,7 @@ void Session::DrainHeldLocked(size_t keep) {
       writer_->Append(note);
     }
     held_.pop_front();
+    held_count_.store(held_.size(), std::memory_order_release);
   }
 }
 

@@ -7,8 +7,8 @@
 // trace file and registers an exit handler that closes it. Configuration comes from the
 // environment: NDTRACE_OUTPUT (trace path, default `ndtrace-<pid>.ndt`), NDTRACE_STRICT=1 (when
 // recording has failed, hooks return CUDA_ERROR_UNKNOWN instead of passing calls through),
-// NDTRACE_QUIET=1 (no `ndtrace:` lines on stderr), and which digests of device memory to take
-// (DigestConfig).
+// NDTRACE_QUIET=1 (no `ndtrace:` lines on stderr), which digests of device memory to take
+// (DigestConfig) and where they are computed (GpuDigestConfig).
 //
 // After fork(), the child forgets the parent's session without touching it (its writer threads
 // do not exist in the child) and starts its own trace, `<output>.<child pid>`, on its first
@@ -250,8 +250,9 @@ class Session {
   // oldest ones while more than `keep` are held. held_mutex_ held.
   void DrainHeldLocked(size_t keep);
   GpuDigests gpu_;
-  std::mutex held_mutex_;  // guards held_; held across every write, which keeps their order
+  std::mutex held_mutex_;  // guards held_; held across every write while records are held
   std::deque<HeldRecord> held_;
+  std::atomic<size_t> held_count_{0};  // held_.size(), readable without the lock
   const size_t max_held_;
 };
 
