@@ -2,6 +2,7 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <chrono>
@@ -297,7 +298,10 @@ GpuDigests::Result GpuDigests::Take(uint64_t ticket, bool wait) {
 void GpuDigests::ForgetDeadContexts() {
   std::lock_guard lock(mutex_);
   for (const auto& engine : engines_) {
-    if (!engine->dead && !AliveLocked(*engine)) engine->dead = true;
+    if (engine->dead) continue;
+    const bool in_flight = std::any_of(engine->busy.begin(), engine->busy.end(),
+                                       [](uint64_t ticket) { return ticket != 0; });
+    if (in_flight && !AliveLocked(*engine)) engine->dead = true;
   }
 }
 

@@ -82,9 +82,9 @@ class GpuDigests {
   // s have passed (lost). Lost: never enqueued, or its context is gone or failed.
   Result Take(uint64_t ticket, bool wait);
 
-  // Whether every context with digests in flight can still be reached (it answers a stream
-  // query without an error). At exit, before anything reads a ring that a destroyed context may
-  // have freed. Marks the others' digests lost.
+  // Asks every context with digests in flight whether it can still be reached (it answers a
+  // stream query without an error) and marks those that cannot dead: their digests are lost.
+  // At exit, before anything reads a ring that a destroyed context may have freed.
   void ForgetDeadContexts();
 
   // How many digests were launched, and how often a full ring made Enqueue wait.

@@ -754,6 +754,9 @@ void Session::DrainHeldLocked(size_t keep) {
 }
 
 void Session::FlushHeldRecords(bool wait) {
+  // Nothing held: no driver calls (at exit they may come after the driver's thread-local state
+  // is gone).
+  if (held_count_.load(std::memory_order_acquire) == 0) return;
   if (wait) gpu_.ForgetDeadContexts();
   std::lock_guard lock(held_mutex_);
   DrainHeldLocked(wait ? 0 : max_held_);
