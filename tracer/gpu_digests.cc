@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <string_view>
 #include <thread>
 
@@ -23,6 +24,8 @@ namespace {
 // Words per ring slot: lo, hi, ticket, and one of padding (32-byte slots).
 constexpr uint32_t kSlotWords = 4;
 constexpr uint32_t kMaxRingSlots = 1u << 20;
+// Pinned host memory per context for staged bytes (GpuDigests::Enqueue's `stage`).
+constexpr uint64_t kStagingBytes = uint64_t{64} << 20;
 // How long a wait for one digest may last before it is given up as lost, and how often a wait
 // asks the driver whether the context still answers.
 constexpr auto kWaitLimit = std::chrono::seconds(10);
@@ -76,6 +79,15 @@ struct GpuDigests::Engine {
   CUdeviceptr sums = 0;        // two words per slot, zero between digests
   std::vector<uint64_t> busy;  // the ticket in each slot; 0 = free
   uint32_t next = 0;
+  // Staging: kStagingBytes of pinned host memory, used first in, first out.
+  unsigned char* staging = nullptr;
+  bool staging_failed = false;
+  struct Span {
+    uint64_t offset = 0;
+    uint64_t bytes = 0;
+    bool released = false;
+  };
+  std::deque<Span> spans;  // in use (or released behind one in use), oldest first
 };
 
 namespace {
@@ -198,7 +210,56 @@ bool GpuDigests::AliveLocked(Engine& engine) {
   return result == CUDA_SUCCESS || result == CUDA_ERROR_NOT_READY;
 }
 
-std::optional<uint64_t> GpuDigests::Enqueue(uint64_t address, uint64_t bytes, uint64_t stream) {
+std::optional<uint64_t> GpuDigests::ReserveStagingLocked(Engine& engine, uint64_t bytes) {
+  if (bytes == 0 || bytes > kStagingBytes) return std::nullopt;
+  if (engine.staging == nullptr) {
+    using HostAllocFn = CUresult (*)(void**, size_t, unsigned);
+    const auto host_alloc = Proc<HostAllocFn>("cuMemHostAlloc");
+    void* host = nullptr;
+    if (engine.staging_failed || host_alloc == nullptr ||
+        host_alloc(&host, kStagingBytes, CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS) {
+      engine.staging_failed = true;
+      return std::nullopt;
+    }
+    engine.staging = static_cast<unsigned char*>(host);
+  }
+  uint64_t offset = 0;
+  if (!engine.spans.empty()) {
+    const uint64_t front = engine.spans.front().offset;
+    const uint64_t end = engine.spans.back().offset + engine.spans.back().bytes;
+    if (engine.spans.back().offset >= front) {  // one run, [front, end): room after it or before
+      if (end + bytes <= kStagingBytes) {
+        offset = end;
+      } else if (bytes <= front) {
+        offset = 0;
+      } else {
+        return std::nullopt;
+      }
+    } else if (end + bytes <= front) {  // wrapped: room between the two runs
+      offset = end;
+    } else {
+      return std::nullopt;
+    }
+  }
+  engine.spans.push_back({offset, bytes, false});
+  return offset;
+}
+
+void GpuDigests::ReleaseStagingLocked(Ticket& ticket) {
+  if (!ticket.staged || ticket.engine == nullptr || ticket.engine->dead) return;
+  ticket.staged = false;
+  auto& spans = ticket.engine->spans;
+  for (auto& span : spans) {
+    if (span.offset == ticket.staged_offset && !span.released) {
+      span.released = true;
+      break;
+    }
+  }
+  while (!spans.empty() && spans.front().released) spans.pop_front();
+}
+
+std::optional<uint64_t> GpuDigests::Enqueue(uint64_t address, uint64_t bytes, uint64_t stream,
+                                            bool stage) {
   if (!enabled()) return std::nullopt;
   std::unique_lock lock(mutex_);
   if (bytes == 0) {  // nothing to read: the digest of no bytes, at once
@@ -233,8 +294,29 @@ std::optional<uint64_t> GpuDigests::Enqueue(uint64_t address, uint64_t bytes, ui
   engine->next = (slot + 1) % config_.ring_slots;
   const uint64_t ticket = next_ticket_++;
   engine->busy[slot] = ticket;
-  tickets_[ticket] = {engine, slot, false, {}};
+  Ticket& entry = tickets_[ticket];
+  entry = {engine, slot, false, {}};
+  if (stage) {
+    if (const std::optional<uint64_t> offset = ReserveStagingLocked(*engine, bytes)) {
+      entry.staged = true;
+      entry.staged_offset = *offset;
+      entry.staged_bytes = bytes;
+    }
+  }
+  const bool staged = entry.staged;
+  unsigned char* const staging = staged ? engine->staging + entry.staged_offset : nullptr;
   lock.unlock();
+  if (staged) {
+    // Before the kernels, on the same stream: the bytes are in place when the ticket arrives.
+    using CopyFn = CUresult (*)(void*, CUdeviceptr, size_t, CUstream);
+    static const auto copy = Proc<CopyFn>("cuMemcpyDtoHAsync");
+    if (copy == nullptr ||
+        copy(staging, address, bytes, reinterpret_cast<CUstream>(stream)) != CUDA_SUCCESS) {
+      lock.lock();
+      if (auto it = tickets_.find(ticket); it != tickets_.end()) ReleaseStagingLocked(it->second);
+      lock.unlock();
+    }
+  }
   CUresult result = CUDA_ERROR_NOT_SUPPORTED;
 #if defined(NDT_HAVE_DIGEST_FATBIN)
   result = engine->kernels.Enqueue(address, bytes, engine->sums + uint64_t{slot} * 16,
@@ -259,7 +341,7 @@ bool GpuDigests::Outstanding(uint64_t ticket) {
   return tickets_.contains(ticket);
 }
 
-GpuDigests::Result GpuDigests::Take(uint64_t ticket, bool wait) {
+GpuDigests::Result GpuDigests::Take(uint64_t ticket, bool wait, const StagedFn& staged) {
   std::unique_lock lock(mutex_);
   const auto start = std::chrono::steady_clock::now();
   auto checked = start;
@@ -271,10 +353,15 @@ GpuDigests::Result GpuDigests::Take(uint64_t ticket, bool wait) {
     if (!entry.arrived && reachable) CollectLocked(*entry.engine, entry.slot);
     if (entry.arrived) {
       const Result arrived{State::kArrived, entry.digest};
+      if (entry.staged && staged && !entry.engine->dead) {
+        staged(entry.engine->staging + entry.staged_offset, entry.staged_bytes);
+      }
+      ReleaseStagingLocked(entry);
       tickets_.erase(it);
       return arrived;
     }
     if (!reachable) {
+      ReleaseStagingLocked(entry);
       tickets_.erase(it);
       return {};
     }
@@ -284,6 +371,7 @@ GpuDigests::Result GpuDigests::Take(uint64_t ticket, bool wait) {
       checked = now;
       if (!AliveLocked(*entry.engine)) entry.engine->dead = true;
       if (now - start >= kWaitLimit) {
+        // Its bytes may still be written: the staging stays reserved.
         tickets_.erase(it);
         return {};
       }

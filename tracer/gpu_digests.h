@@ -18,6 +18,11 @@
 // thread, one per ring's worth of digests at most, and it lasts as long as the GPU needs to
 // reach that digest in its stream.
 //
+// A digest may also stage its bytes: an asynchronous copy, in stream order before the kernels,
+// into a 64 MiB pinned staging area per context (allocated at the first such request), handed
+// to Take when the digest arrives (for the numeric summaries of library extents). The area is
+// used first in, first out; when it has no room the bytes are simply not staged.
+//
 // Thread-safe. Never holds its lock across a kernel launch.
 #pragma once
 
@@ -64,10 +69,12 @@ class GpuDigests {
 
   // Enqueues on `stream` (a handle for the legacy-stream cuLaunchKernel: 0 is the legacy default
   // stream, CU_STREAM_PER_THREAD the calling thread's) the digest of the `bytes` bytes at
-  // `address`, in the context current on this thread. Returns the digest's ticket (never 0), or
-  // nullopt when the GPU path is off or unavailable here or the launch failed: then digest on
-  // the CPU. May wait for the ring (see above). Call with the re-entrancy guard held.
-  std::optional<uint64_t> Enqueue(uint64_t address, uint64_t bytes, uint64_t stream);
+  // `address`, in the context current on this thread; with `stage`, a copy of the bytes too
+  // when the staging area has room. Returns the digest's ticket (never 0), or nullopt when the
+  // GPU path is off or unavailable here or the launch failed: then digest on the CPU. May wait
+  // for the ring (see above). Call with the re-entrancy guard held.
+  std::optional<uint64_t> Enqueue(uint64_t address, uint64_t bytes, uint64_t stream,
+                                  bool stage = false);
 
   // Whether `ticket` was handed out by Enqueue and not yet taken.
   bool Outstanding(uint64_t ticket);
@@ -79,8 +86,11 @@ class GpuDigests {
   };
   // The digest of `ticket`, removed from the table once arrived or lost. kPending only when
   // `wait` is false. With `wait`, waits until it arrives, or its context reports an error, or 10
-  // s have passed (lost). Lost: never enqueued, or its context is gone or failed.
-  Result Take(uint64_t ticket, bool wait);
+  // s have passed (lost). Lost: never enqueued, or its context is gone or failed. When it
+  // arrived with its bytes staged, `staged(bytes, size)` is called first (the bytes are valid
+  // only during the call).
+  using StagedFn = std::function<void(const unsigned char*, uint64_t)>;
+  Result Take(uint64_t ticket, bool wait, const StagedFn& staged = {});
 
   // Asks every context with digests in flight whether it can still be reached (it answers a
   // stream query without an error) and marks those that cannot dead: their digests are lost.
@@ -98,6 +108,9 @@ class GpuDigests {
     uint32_t slot = 0;
     bool arrived = false;
     format::Digest digest;
+    bool staged = false;  // [staged_offset, + staged_bytes) of engine's staging area
+    uint64_t staged_offset = 0;
+    uint64_t staged_bytes = 0;
   };
 
   Engine* EngineForCurrentContext();  // lock held
@@ -105,6 +118,10 @@ class GpuDigests {
   bool CollectLocked(Engine& engine, uint32_t slot);
   // Whether `engine`'s context can still be reached. Lock held.
   bool AliveLocked(Engine& engine);
+  // Room for `bytes` in `engine`'s staging area (allocated on first use): its offset. Lock held.
+  std::optional<uint64_t> ReserveStagingLocked(Engine& engine, uint64_t bytes);
+  // Gives back `ticket`'s staged bytes, if any (not when its context is dead). Lock held.
+  void ReleaseStagingLocked(Ticket& ticket);
 
   const GpuDigestConfig config_;
   const std::function<void(const std::string&)> log_;

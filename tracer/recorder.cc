@@ -721,13 +721,18 @@ void Session::DrainHeldLocked(size_t keep) {
     uint64_t lost = 0;
     while (!head.tickets.empty()) {
       const uint64_t ticket = head.tickets.back();
-      const GpuDigests::Result result = gpu_.Take(ticket, wait);
+      std::optional<format::NumericSummary> summary;
+      const GpuDigests::Result result =
+          gpu_.Take(ticket, wait, [&](const unsigned char* bytes, uint64_t size) {
+            summary = SummarizeF32Values(bytes, size);
+          });
       if (result.state == GpuDigests::State::kPending) return;
       ForEachDigest(head.record, [&](std::vector<format::BufferDigest>& digests) {
         for (auto it = digests.begin(); it != digests.end(); ++it) {
           if (it->digest.lo != ticket || it->digest.hi != 0) continue;
           if (result.state == GpuDigests::State::kArrived) {
             it->digest = result.digest;
+            if (summary) it->summary = *summary;
           } else {
             digests.erase(it);
             ++lost;
@@ -1001,7 +1006,7 @@ bool Session::TakeStateDigest(const std::string& reason) {
 
 std::optional<format::Digest> Session::DigestInStreamOrder(uint64_t address, uint64_t bytes,
                                                            const DigestStream& stream, int* synced,
-                                                           bool* on_gpu) {
+                                                           bool* on_gpu, bool summarize_f32) {
   if (on_gpu != nullptr) *on_gpu = false;
   if (gpu_.enabled()) {
     std::optional<Allocation> allocation;
@@ -1012,7 +1017,8 @@ std::optional<format::Digest> Session::DigestInStreamOrder(uint64_t address, uin
     // Only inside memory we know to be allocated: a kernel reading past it would fault the
     // context, where a copy merely fails.
     if (allocation && bytes <= allocation->bytes - (address - allocation->base)) {
-      if (std::optional<uint64_t> ticket = gpu_.Enqueue(address, bytes, stream.launch)) {
+      if (std::optional<uint64_t> ticket =
+              gpu_.Enqueue(address, bytes, stream.launch, summarize_f32)) {
         if (on_gpu != nullptr) *on_gpu = true;
         return format::Digest{*ticket, 0};
       }

@@ -190,12 +190,14 @@ class Session {
   // The digest v1 of the `bytes` bytes at device address `address` once the work enqueued so
   // far on `stream` is done. On the GPU when that path is on in this context and the range lies
   // inside one known allocation: the kernels are enqueued on `stream.launch` and the value
-  // returned is a placeholder that Append replaces when the digest arrives (`on_gpu` is set).
-  // Otherwise on the CPU: `stream.synchronize()` (once per `*synced`: 0 not yet, 1 done, -1
-  // failed) and a copy (DigestDevice). nullopt when neither works. Call inside a HookScope.
+  // returned is a placeholder that Append replaces when the digest arrives (`on_gpu` is set);
+  // with `summarize_f32`, the bytes are staged too and the digest gets their numeric summary
+  // then. Otherwise on the CPU: `stream.synchronize()` (once per `*synced`: 0 not yet, 1 done,
+  // -1 failed) and a copy (DigestDevice). nullopt when neither works. Call inside a HookScope.
   std::optional<format::Digest> DigestInStreamOrder(uint64_t address, uint64_t bytes,
                                                     const DigestStream& stream, int* synced,
-                                                    bool* on_gpu = nullptr);
+                                                    bool* on_gpu = nullptr,
+                                                    bool summarize_f32 = false);
 
   // Writes the held records whose digests have arrived; with `wait`, waits for all of them
   // (after checking that their contexts still answer: a ring is never read after its context

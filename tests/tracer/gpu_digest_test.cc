@@ -34,8 +34,8 @@ RunResult RecordWith(const std::string& device, const std::string& trace, const 
              NDTRACE_BIN + "' record " + options + " -o '" + trace + "' -- " + program);
 }
 
-// What must be equal between the two paths: everything but the raw address and the summary
-// (the GPU path has none).
+// What must be equal between the two paths: everything but the raw address and the numeric
+// summary (compared on its own: Summaries).
 using DigestKey = std::tuple<std::string, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t>;
 
 std::vector<DigestKey> Keys(const std::vector<BufferDigest>& digests) {
@@ -43,6 +43,19 @@ std::vector<DigestKey> Keys(const std::vector<BufferDigest>& digests) {
   for (const BufferDigest& d : digests) {
     keys.emplace_back(d.role, d.pointer.allocation_id, d.pointer.offset, d.bytes, d.digest.lo,
                       d.digest.hi);
+  }
+  return keys;
+}
+
+// The numeric summaries of f32 library extents: the CPU path copies the values; the GPU path
+// stages them with an asynchronous copy before the digest kernels.
+using SummaryKey = std::tuple<uint64_t, double, double, double, uint64_t, uint64_t>;
+
+std::vector<SummaryKey> Summaries(const std::vector<BufferDigest>& digests) {
+  std::vector<SummaryKey> keys;
+  for (const BufferDigest& d : digests) {
+    keys.emplace_back(d.summary.count, d.summary.min, d.summary.max, d.summary.sum,
+                      d.summary.nan_count, d.summary.inf_count);
   }
   return keys;
 }
@@ -180,20 +193,30 @@ TEST_CASE("library digests on the GPU equal the CPU path's", "[gpu_digest]") {
     // --deterministic: conv_legacy's default backward-filter algorithm races.
     const std::string command = std::string("'") + program + "'";
     REQUIRE(RecordWith("gpu", gpu, log, command, "--deterministic").status == 0);
-    CHECK(Calls(log, {"cuMemHostAlloc"}) == 1);
+    CHECK(Calls(log, {"cuMemHostAlloc"}) == 2);  // the ring, and the staging for f32 summaries
     REQUIRE(RecordWith("cpu", cpu, log, command, "--deterministic").status == 0);
     const std::vector<OpRecord> gpu_ops = Ops(ReadAll(gpu)), cpu_ops = Ops(ReadAll(cpu));
     REQUIRE(gpu_ops.size() == cpu_ops.size());
-    size_t library_digests = 0;
+    size_t library_digests = 0, f32 = 0, summaries = 0;
     for (size_t i = 0; i < gpu_ops.size(); ++i) {
       INFO("op " << i << " " << gpu_ops[i].name);
       CHECK(Keys(gpu_ops[i].inputs) == Keys(cpu_ops[i].inputs));
       CHECK(Keys(gpu_ops[i].outputs) == Keys(cpu_ops[i].outputs));
+      CHECK(Summaries(gpu_ops[i].inputs) == Summaries(cpu_ops[i].inputs));
+      CHECK(Summaries(gpu_ops[i].outputs) == Summaries(cpu_ops[i].outputs));
       if (gpu_ops[i].kind != OpKind::kMemcpy) {
         library_digests += gpu_ops[i].inputs.size() + gpu_ops[i].outputs.size();
+        for (const auto* digests : {&gpu_ops[i].inputs, &gpu_ops[i].outputs}) {
+          for (const BufferDigest& d : *digests) {
+            f32 += d.dtype == ndt::format::DType::kF32 ? 1 : 0;
+            summaries += d.summary.count != 0 ? 1 : 0;
+          }
+        }
       }
     }
     CHECK(library_digests >= 3);
+    CHECK(f32 >= 3);
+    CHECK(summaries == f32);
   }
 }
 
@@ -248,16 +271,17 @@ TEST_CASE(
   ndt::testing::TempDir dir;
   for (const std::string ring : {"4096", "1"}) {
     for (const std::string program :
-         {"'" PROG_MANY_OPS "' 200 -1", "'" PROG_VECTOR_ADD "'", "'" PROG_STREAMS_GRAPHS "'"}) {
+         {"'" PROG_MANY_OPS "' 200 -1", "'" PROG_VECTOR_ADD "'", "'" PROG_STREAMS_GRAPHS "'",
+          "'" PROG_GEMM "'", "'" PROG_CONV_LEGACY "'"}) {
       INFO(program << ", ring " << ring);
       const std::string gpu = (dir / "gpu.ndt").string(), cpu = (dir / "cpu.ndt").string();
       const std::string log = (dir / "log").string();
-      const std::string options = "--digest-window 0: --digest-every 5";
+      const std::string options = "--deterministic --digest-window 0: --digest-every 5";
       const RunResult on_gpu =
           RecordWith("gpu", gpu, log, program, options,
                      "NDT_STANDIN_DEFER_LAUNCHES=1 NDTRACE_DIGEST_RING=" + ring);
       REQUIRE(on_gpu.status == 0);
-      CHECK(Calls(log, {"cuMemHostAlloc"}) == 1);
+      CHECK(Calls(log, {"cuMemHostAlloc"}) >= 1);
       const RunResult on_cpu = RecordWith("cpu", cpu, log, program, options);
       REQUIRE(on_cpu.status == 0);
       CHECK(on_gpu.out == on_cpu.out);
@@ -265,6 +289,9 @@ TEST_CASE(
       const std::vector<OpRecord> gpu_ops = Ops(gpu_records), cpu_ops = Ops(cpu_records);
       CHECK(Shape(gpu_records) == Shape(cpu_records));
       CHECK(OpDigests(gpu_ops) == OpDigests(cpu_ops));
+      for (size_t i = 0; i < gpu_ops.size() && i < cpu_ops.size(); ++i) {
+        CHECK(Summaries(gpu_ops[i].outputs) == Summaries(cpu_ops[i].outputs));
+      }
       CHECK(StateDigests(gpu_records) == StateDigests(cpu_records));
       CHECK(DigestCount(gpu_ops) >= 6);
     }
