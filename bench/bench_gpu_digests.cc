@@ -9,7 +9,7 @@
 // digest (launches, ring, held records versus synchronisation and copy), not GPU figures. The
 // device name is printed; run it with the real driver first on the library path for GPU figures.
 //
-// Usage: bench_gpu_digests [CALLS [BYTES]]   (default 2000 calls, 64 KiB)
+// Usage: bench_gpu_digests [CALLS [BYTES]]   (default 4000 calls, 4 KiB)
 //        bench_gpu_digests --child CALLS BYTES (internal: the measured process)
 #include <cuda.h>
 #include <dlfcn.h>
@@ -123,8 +123,8 @@ int main(int argc, char** argv) {
   if (argc == 4 && std::strcmp(argv[1], "--child") == 0) {
     return Child(std::atol(argv[2]), std::atol(argv[3]));
   }
-  const long calls = argc > 1 ? std::atol(argv[1]) : 2000;
-  const long bytes = argc > 2 ? std::atol(argv[2]) : 64 << 10;
+  const long calls = argc > 1 ? std::atol(argv[1]) : 4000;
+  const long bytes = argc > 2 ? std::atol(argv[2]) : 4096;
   if (calls < 1 || bytes < 1) {
     std::fprintf(stderr, "usage: bench_gpu_digests [CALLS >= 1 [BYTES >= 1]]\n");
     return 2;
