@@ -7,9 +7,10 @@
 //       adds the CTA's two sums into sums[0..1] with 64-bit atomicAdd. Integer addition mod
 //       2^64 is associative and commutative, so the result does not depend on the grid, the
 //       block size or the order the CTAs finish in.
-//   ndt_digest_v1_finish(sums, bytes, out, ticket)   one thread: out[0..1] = the digest,
-//       then (after a system-wide fence) out[2] = ticket, and sums reset to zero for reuse.
-//       `out` may be mapped pinned host memory: a reader that sees the ticket sees the digest.
+//   ndt_digest_v1_finish(sums, bytes, out, ticket)   one thread: out[0..1] = the digest and
+//       sums reset to zero, then (after a system-wide fence) out[2] = ticket. `out` may be
+//       mapped pinned host memory: a reader that sees the ticket sees the digest, and may reuse
+//       both `out` and `sums`.
 //
 // Plain C entry points (extern "C"), so that the driver API finds them by name.
 #include <cstdint>
@@ -75,8 +76,10 @@ extern "C" __global__ void ndt_digest_v1_finish(unsigned long long* sums, unsign
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   out[0] = ndt::kernels::digest_v1::Finish(0, sums[0], bytes);
   out[1] = ndt::kernels::digest_v1::Finish(1, sums[1], bytes);
-  __threadfence_system();
-  out[2] = ticket;
   sums[0] = 0;
   sums[1] = 0;
+  // The ticket last: a host that sees it may reuse `out` and `sums` for the next digest, on any
+  // stream.
+  __threadfence_system();
+  out[2] = ticket;
 }

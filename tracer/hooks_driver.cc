@@ -116,13 +116,18 @@ CUresult SyncStream(CUstream stream, bool per_thread) {
   return synchronize != nullptr ? synchronize(stream) : CUDA_ERROR_NOT_INITIALIZED;
 }
 
-// Inside the digest window: once `stream` has finished the op, the digests of the whole
-// allocations `buffers` (role, device address) reference; empty when it cannot synchronise.
+// Inside the digest window: the digests of the whole allocations `buffers` (role, device
+// address) reference, in `stream`'s order (on the GPU, or synchronising it for the CPU path).
 std::vector<BufferDigest> WindowDigests(
     Session& session, CUstream stream, bool per_thread,
     const std::vector<std::pair<std::string, uint64_t>>& buffers) {
-  if (buffers.empty() || SyncStream(stream, per_thread) != CUDA_SUCCESS) return {};
-  return session.DigestAllocations(buffers);
+  if (buffers.empty()) return {};
+  // The GPU kernels go through the legacy-stream cuLaunchKernel: a per-thread function's null
+  // stream must be named explicitly.
+  const uint64_t launch =
+      per_thread && stream == nullptr ? Handle(CU_STREAM_PER_THREAD) : Handle(stream);
+  return session.DigestAllocations(
+      buffers, {launch, [&] { return SyncStream(stream, per_thread) == CUDA_SUCCESS; }});
 }
 
 Argument Unsigned(const char* name, uint64_t value) {

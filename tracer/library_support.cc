@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "tracer/driver_table.h"
 #include "tracer/real_dl.h"
@@ -22,24 +23,13 @@ void* RealLibraryFunction(const char* soname, const char* name) noexcept {
   return found;
 }
 
-namespace {
-
-// Largest f32 extent summarised (min, max, sum, NaN and Inf counts) besides its digest: the
-// summary costs a second copy to the host.
-constexpr uint64_t kSummaryMaxBytes = 64ull << 20;
-
-// The numeric summary of the f32 extent at `address` (synchronised by the caller), read through
-// the real driver; count 0 when it cannot be read.
-format::NumericSummary SummarizeF32(uint64_t address, uint64_t bytes) {
+format::NumericSummary SummarizeF32Values(const unsigned char* bytes, uint64_t size) {
   format::NumericSummary summary;
-  using CopyFn = CUresult (*)(void*, CUdeviceptr, size_t);
-  const auto copy = reinterpret_cast<CopyFn>(RealDriverFunction(Hook::k_cuMemcpyDtoH_v2));
-  const uint64_t count = bytes / sizeof(float);
-  if (copy == nullptr || count == 0 || bytes > kSummaryMaxBytes) return summary;
-  std::vector<float> values(count);
-  if (copy(values.data(), address, count * sizeof(float)) != CUDA_SUCCESS) return summary;
+  const uint64_t count = size / sizeof(float);
   bool any_finite = false;
-  for (const float value : values) {
+  for (uint64_t i = 0; i < count; ++i) {
+    float value;
+    std::memcpy(&value, bytes + i * sizeof(float), sizeof(value));
     if (std::isnan(value)) {
       ++summary.nan_count;
     } else if (std::isinf(value)) {
@@ -55,6 +45,20 @@ format::NumericSummary SummarizeF32(uint64_t address, uint64_t bytes) {
   return summary;
 }
 
+namespace {
+
+// The numeric summary of the f32 extent at `address` (synchronised by the caller), read through
+// the real driver; count 0 when it cannot be read.
+format::NumericSummary SummarizeF32(uint64_t address, uint64_t bytes) {
+  using CopyFn = CUresult (*)(void*, CUdeviceptr, size_t);
+  const auto copy = reinterpret_cast<CopyFn>(RealDriverFunction(Hook::k_cuMemcpyDtoH_v2));
+  const uint64_t count = bytes / sizeof(float);
+  if (copy == nullptr || count == 0 || bytes > kSummaryMaxBytes) return {};
+  std::vector<unsigned char> values(count * sizeof(float));
+  if (copy(values.data(), address, values.size()) != CUDA_SUCCESS) return {};
+  return SummarizeF32Values(values.data(), values.size());
+}
+
 }  // namespace
 
 std::vector<format::BufferDigest> DigestExtents(Session& session, uint64_t stream,
@@ -66,14 +70,20 @@ std::vector<format::BufferDigest> DigestExtents(Session& session, uint64_t strea
   using SynchronizeFn = CUresult (*)(CUstream);
   const auto synchronize =
       reinterpret_cast<SynchronizeFn>(RealDriverFunction(Hook::k_cuStreamSynchronize));
-  if (synchronize == nullptr ||
-      synchronize(reinterpret_cast<CUstream>(stream)) != CUDA_SUCCESS) {
-    return {};
-  }
+  const DigestStream ordered{stream, [&] {
+                               return synchronize != nullptr &&
+                                      synchronize(reinterpret_cast<CUstream>(stream)) ==
+                                          CUDA_SUCCESS;
+                             }};
+  int synced = 0;
   std::vector<format::BufferDigest> digests;
   digests.reserve(extents.size());
   for (const Extent& extent : extents) {
-    std::optional<format::Digest> value = session.DigestDevice(extent.address, extent.bytes);
+    bool on_gpu = false;
+    // On the GPU an f32 extent's bytes are staged for its summary, made when the digest arrives.
+    const bool summarize = extent.dtype == format::DType::kF32 && extent.bytes <= kSummaryMaxBytes;
+    std::optional<format::Digest> value = session.DigestInStreamOrder(
+        extent.address, extent.bytes, ordered, &synced, &on_gpu, summarize);
     if (!value) continue;
     format::BufferDigest digest;
     digest.role = extent.role;
@@ -81,7 +91,7 @@ std::vector<format::BufferDigest> DigestExtents(Session& session, uint64_t strea
     digest.bytes = extent.bytes;
     digest.digest = *value;
     digest.dtype = extent.dtype;
-    if (extent.dtype == format::DType::kF32) {
+    if (summarize && !on_gpu) {
       digest.summary = SummarizeF32(extent.address, extent.bytes);
     }
     digests.push_back(std::move(digest));

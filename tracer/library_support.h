@@ -98,12 +98,21 @@ struct Extent {
 };
 
 // The digests of `extents` once `stream` (a CUstream / cudaStream_t handle, 0 = legacy default)
-// has finished its work so far: synchronises it through the real driver. Empty when library
-// digests are off (NDTRACE_LIBRARY_DIGESTS=0) or the stream cannot synchronise; an extent that
-// cannot be read is left out. f32 extents up to 64 MiB also get a numeric summary (count, min,
-// max, sum, NaN and Inf counts), from which diff reports the size of a divergence.
+// has finished its work so far: on the GPU, enqueued on `stream` (Session::DigestInStreamOrder),
+// else synchronising it through the real driver and copying. Empty when library digests are off
+// (NDTRACE_LIBRARY_DIGESTS=0) or a stream captures; an extent that cannot be read is left out.
+// f32 extents up to kSummaryMaxBytes also get a numeric summary (count, min, max, sum, NaN and
+// Inf counts), from which diff reports the size of a divergence (on the GPU path, when the
+// staging area had room for their bytes).
 std::vector<format::BufferDigest> DigestExtents(Session& session, uint64_t stream,
                                                 const std::vector<Extent>& extents);
+
+// Largest f32 extent summarised (min, max, sum, NaN and Inf counts) besides its digest: the
+// summary needs the values on the host (a second copy, or bytes staged by the GPU path).
+inline constexpr uint64_t kSummaryMaxBytes = uint64_t{64} << 20;
+
+// The numeric summary of `size` bytes of f32 values (size / 4 of them, any alignment).
+format::NumericSummary SummarizeF32Values(const unsigned char* bytes, uint64_t size);
 
 // Argument builders.
 format::Argument TextArgument(std::string name, std::string value);

@@ -321,6 +321,7 @@ class Recorder {
       note.before_op = session->PeekOpSequence();
       note.time_ns = session->NowNs();
       session->Append(note);
+      session->FlushHeldRecords(false);
     }
     state_.store(State::kFailed, std::memory_order_release);
     session_.store(nullptr, std::memory_order_release);
@@ -345,6 +346,10 @@ class Recorder {
     Session* session = session_.exchange(nullptr, std::memory_order_acq_rel);
     State previous = state_.exchange(State::kClosed, std::memory_order_acq_rel);
     if (session == nullptr || previous != State::kRecording || owner_pid_ != getpid()) return;
+    const bool nested = t_in_hook;
+    t_in_hook = true;  // our driver calls must not be recorded
+    session->FlushHeldRecords(true);
+    t_in_hook = nested;
     Status status = session->writer().Close();
     if (!status.ok()) Log("trace " + output_ + ": " + status.message());
   }
@@ -368,21 +373,24 @@ class Recorder {
     strict_ = EnvFlag("NDTRACE_STRICT");
     quiet_ = EnvFlag("NDTRACE_QUIET");
     digests_ = DigestConfigFromEnvironment(&digest_problems_);
+    gpu_digests_ = GpuDigestConfigFromEnvironment(&digest_problems_);
     policy_ = PolicyFromEnvironment(&digest_problems_);
     owner_pid_ = getpid();
     pthread_atfork(nullptr, nullptr, [] { Get().OnForkChild(); });
   }
 
+  // Also writes the records still waiting for GPU digests, while the context is alive.
   void TakeExitDigestLocked() {
     Session* session = session_.load(std::memory_order_acquire);
-    if (session == nullptr || !digests_.at_exit || exit_digest_taken_ || owner_pid_ != getpid() ||
+    if (session == nullptr || exit_digest_taken_ || owner_pid_ != getpid() ||
         state_.load(std::memory_order_acquire) != State::kRecording || t_in_hook) {
       return;
     }
     exit_digest_taken_ = true;
     t_in_hook = true;  // our driver calls must not be recorded
     try {
-      session->TakeStateDigest("exit");
+      if (digests_.at_exit) session->TakeStateDigest("exit");
+      session->FlushHeldRecords(true);
     } catch (...) {
     }
     t_in_hook = false;
@@ -442,7 +450,8 @@ class Recorder {
     digest_problems_.clear();
     // Never freed: other threads may still hold it when the exit handler closes the writer.
     auto* session = new Session(std::move(writer).value(), std::move(header), start, digests_,
-                                policy_, std::move(pins));
+                                policy_, std::move(pins), gpu_digests_,
+                                [](const std::string& line) { Get().Log(line); });
     for (const format::EnvVar& variable : EnvironmentSetByPolicy()) {
       format::PolicyDecisionRecord decision;
       decision.library = variable.name.rfind("NCCL_", 0) == 0 ? "nccl" : "cublas";
@@ -469,17 +478,19 @@ class Recorder {
   bool strict_ = false;
   bool quiet_ = false;
   DigestConfig digests_;
+  GpuDigestConfig gpu_digests_;
   PolicyConfig policy_;
   std::vector<std::string> digest_problems_;  // logged when recording starts
   bool exit_digest_taken_ = false;            // guarded by create_mutex_
   pid_t owner_pid_ = 0;
 };
 
-// Takes the exit state digest when the main thread's thread-local objects are destroyed at
-// exit: before the atexit handlers, while thread-local driver state (the current context; the
-// stand-in keeps it in a thread_local) is still alive. Armed by the first op recorded on the
-// main thread, after that op's context was made current, so it is destroyed first. The exit
-// handler takes the digest when this did not (the main thread recorded no op).
+// Takes the exit state digest and writes the records waiting for GPU digests when the main
+// thread's thread-local objects are destroyed at exit: before the atexit handlers, while
+// thread-local driver state (the current context; the stand-in keeps it in a thread_local) is
+// still alive. Armed by the first op recorded on the main thread, after that op's context was
+// made current, so it is destroyed first. The exit handler does it when this did not (the main
+// thread recorded no op).
 struct ExitDigestArm {
   bool armed = false;
   ~ExitDigestArm() {
@@ -572,13 +583,16 @@ void ReportHookFailure(const char* hook) noexcept {
 
 Session::Session(std::unique_ptr<format::TraceWriter> writer, format::TraceHeader header,
                  uint64_t start_steady_ns, DigestConfig digests, PolicyConfig policy,
-                 std::unique_ptr<PinTable> pins)
+                 std::unique_ptr<PinTable> pins, GpuDigestConfig gpu_digests,
+                 std::function<void(const std::string&)> log)
     : writer_(std::move(writer)),
       header_(std::move(header)),
       start_steady_ns_(start_steady_ns),
       digests_(digests),
       policy_(std::move(policy)),
-      pins_(std::move(pins)) {}
+      pins_(std::move(pins)),
+      gpu_(gpu_digests, std::move(log)),
+      max_held_(std::max<size_t>(4096, size_t{2} * gpu_digests.ring_slots)) {}
 
 format::OpRecord Session::BeginOp(format::OpKind kind, std::string name, uint32_t stream_id) {
   format::OpRecord op;
@@ -663,8 +677,101 @@ bool Session::IsDevice(uint64_t address) {
   return allocations_.Find(address).has_value();
 }
 
+// ---- records held for their GPU digests -------------------------------------------------
+
+namespace {
+
+// Every list of digests in `record` (a format::Record, const or not) that a GPU digest may
+// stand in for.
+template <typename AnyRecord, typename Visit>
+void ForEachDigest(AnyRecord& record, Visit&& visit) {
+  if (auto* op = std::get_if<format::OpRecord>(&record)) {
+    for (auto* digests : {&op->inputs, &op->outputs}) visit(*digests);
+  } else if (auto* state = std::get_if<format::StateDigestRecord>(&record)) {
+    visit(state->allocations);
+  }
+}
+
+}  // namespace
+
 void Session::Append(const format::Record& record) {
-  writer_->Append(record);
+  std::vector<uint64_t> tickets;
+  if (gpu_.enabled()) {
+    ForEachDigest(record, [&](const std::vector<format::BufferDigest>& digests) {
+      for (const format::BufferDigest& digest : digests) {
+        if (digest.digest.hi == 0 && gpu_.Outstanding(digest.digest.lo)) {
+          tickets.push_back(digest.digest.lo);
+        }
+      }
+    });
+  }
+  // Nothing held (the usual case): written at once, without the lock. A record appended
+  // concurrently with one being held may go either side of it, as it could without holding.
+  if (tickets.empty() && held_count_.load(std::memory_order_acquire) == 0) {
+    writer_->Append(record);
+    return;
+  }
+  std::lock_guard lock(held_mutex_);
+  if (held_.empty() && tickets.empty()) {
+    writer_->Append(record);
+    return;
+  }
+  held_.push_back({record, std::move(tickets)});
+  held_count_.store(held_.size(), std::memory_order_release);
+  DrainHeldLocked(max_held_);
+}
+
+void Session::DrainHeldLocked(size_t keep) {
+  while (!held_.empty()) {
+    const bool wait = held_.size() > keep;
+    HeldRecord& head = held_.front();
+    uint64_t lost = 0;
+    while (!head.tickets.empty()) {
+      const uint64_t ticket = head.tickets.back();
+      std::optional<format::NumericSummary> summary;
+      const GpuDigests::Result result =
+          gpu_.Take(ticket, wait, [&](const unsigned char* bytes, uint64_t size) {
+            summary = SummarizeF32Values(bytes, size);
+          });
+      if (result.state == GpuDigests::State::kPending) return;
+      ForEachDigest(head.record, [&](std::vector<format::BufferDigest>& digests) {
+        for (auto it = digests.begin(); it != digests.end(); ++it) {
+          if (it->digest.lo != ticket || it->digest.hi != 0) continue;
+          if (result.state == GpuDigests::State::kArrived) {
+            it->digest = result.digest;
+            if (summary) it->summary = *summary;
+          } else {
+            digests.erase(it);
+            ++lost;
+          }
+          return;
+        }
+      });
+      head.tickets.pop_back();
+    }
+    writer_->Append(head.record);
+    if (lost != 0) {
+      format::TracerNote note;
+      note.severity = format::Severity::kWarning;
+      note.text = std::to_string(lost) +
+                  " digest(s) computed on the GPU did not arrive (the context failed or is gone) "
+                  "and are left out of the record before";
+      note.before_op = PeekOpSequence();
+      note.time_ns = NowNs();
+      writer_->Append(note);
+    }
+    held_.pop_front();
+    held_count_.store(held_.size(), std::memory_order_release);
+  }
+}
+
+void Session::FlushHeldRecords(bool wait) {
+  // Nothing held: no driver calls (at exit they may come after the driver's thread-local state
+  // is gone).
+  if (held_count_.load(std::memory_order_acquire) == 0) return;
+  if (wait) gpu_.ForgetDeadContexts();
+  std::lock_guard lock(held_mutex_);
+  DrainHeldLocked(wait ? 0 : max_held_);
 }
 
 void Session::OnAllocate(uint64_t base, uint64_t bytes, const char* api, uint32_t stream_id) {
@@ -832,7 +939,7 @@ std::optional<format::Digest> Session::DigestDevice(uint64_t base, uint64_t byte
 }
 
 void Session::AfterOp(const format::OpRecord& op) {
-  if (digests_.at_exit && !t_exit_digest.armed && gettid() == getpid()) {
+  if (!t_exit_digest.armed && gettid() == getpid()) {
     t_exit_digest.armed = true;
   }
   const bool at_sync = digests_.at_sync && op.kind == format::OpKind::kSynchronize;
@@ -874,8 +981,16 @@ bool Session::TakeStateDigest(const std::string& reason) {
   record.after_op = issued == 0 ? 0 : issued - 1;
   record.reason = reason;
   uint64_t unreadable = 0;
+  // The context is synchronised: on the GPU, every digest goes on the legacy default stream and
+  // the record is written once they have all arrived, before the program goes on.
+  const DigestStream legacy{0, [] { return true; }};
+  int synced = 1;
+  bool any_on_gpu = false;
   for (const Allocation& allocation : live) {
-    std::optional<format::Digest> value = DigestDevice(allocation.base, allocation.bytes);
+    bool on_gpu = false;
+    std::optional<format::Digest> value =
+        DigestInStreamOrder(allocation.base, allocation.bytes, legacy, &synced, &on_gpu);
+    any_on_gpu |= on_gpu;
     if (!value) {
       ++unreadable;  // freed by another thread meanwhile, or the copy failed
       continue;
@@ -888,6 +1003,7 @@ bool Session::TakeStateDigest(const std::string& reason) {
   }
   record.time_ns = NowNs();
   Append(record);
+  if (any_on_gpu) FlushHeldRecords(true);
   if (unreadable != 0) {
     note(std::to_string(unreadable) + " of " + std::to_string(live.size()) +
          " allocations could not be read");
@@ -895,8 +1011,33 @@ bool Session::TakeStateDigest(const std::string& reason) {
   return true;
 }
 
+std::optional<format::Digest> Session::DigestInStreamOrder(uint64_t address, uint64_t bytes,
+                                                           const DigestStream& stream, int* synced,
+                                                           bool* on_gpu, bool summarize_f32) {
+  if (on_gpu != nullptr) *on_gpu = false;
+  if (gpu_.enabled()) {
+    std::optional<Allocation> allocation;
+    {
+      std::lock_guard lock(mutex_);
+      allocation = allocations_.Find(address);
+    }
+    // Only inside memory we know to be allocated: a kernel reading past it would fault the
+    // context, where a copy merely fails.
+    if (allocation && bytes <= allocation->bytes - (address - allocation->base)) {
+      if (std::optional<uint64_t> ticket =
+              gpu_.Enqueue(address, bytes, stream.launch, summarize_f32)) {
+        if (on_gpu != nullptr) *on_gpu = true;
+        return format::Digest{*ticket, 0};
+      }
+    }
+  }
+  if (*synced == 0) *synced = stream.synchronize() ? 1 : -1;
+  if (*synced < 0) return std::nullopt;
+  return DigestDevice(address, bytes);
+}
+
 std::vector<format::BufferDigest> Session::DigestAllocations(
-    const std::vector<std::pair<std::string, uint64_t>>& buffers) {
+    const std::vector<std::pair<std::string, uint64_t>>& buffers, const DigestStream& stream) {
   std::vector<std::pair<std::string, Allocation>> targets;
   {
     std::lock_guard lock(mutex_);
@@ -910,8 +1051,10 @@ std::vector<format::BufferDigest> Session::DigestAllocations(
     }
   }
   std::vector<format::BufferDigest> digests;
+  int synced = 0;
   for (const auto& [role, allocation] : targets) {
-    std::optional<format::Digest> value = DigestDevice(allocation.base, allocation.bytes);
+    std::optional<format::Digest> value =
+        DigestInStreamOrder(allocation.base, allocation.bytes, stream, &synced);
     if (!value) continue;
     format::BufferDigest digest;
     digest.role = role;

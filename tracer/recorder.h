@@ -7,8 +7,8 @@
 // trace file and registers an exit handler that closes it. Configuration comes from the
 // environment: NDTRACE_OUTPUT (trace path, default `ndtrace-<pid>.ndt`), NDTRACE_STRICT=1 (when
 // recording has failed, hooks return CUDA_ERROR_UNKNOWN instead of passing calls through),
-// NDTRACE_QUIET=1 (no `ndtrace:` lines on stderr), and which digests of device memory to take
-// (DigestConfig).
+// NDTRACE_QUIET=1 (no `ndtrace:` lines on stderr), which digests of device memory to take
+// (DigestConfig) and where they are computed (GpuDigestConfig).
 //
 // After fork(), the child forgets the parent's session without touching it (its writer threads
 // do not exist in the child) and starts its own trace, `<output>.<child pid>`, on its first
@@ -20,6 +20,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -31,6 +33,7 @@
 #include "formats/trace_writer.h"
 #include "tracer/allocation_map.h"
 #include "tracer/driver_objects.h"
+#include "tracer/gpu_digests.h"
 #include "tracer/policy.h"
 
 namespace ndt::tracer {
@@ -45,8 +48,7 @@ struct KernelInfo {
 };
 
 // Which digests of device memory to take, from the environment (tracer/README.md, "Digests of
-// device memory"). They are taken through the driver: the host synchronises, copies the bytes
-// and computes digest v1 itself.
+// device memory"). Where they are computed (GPU or CPU) is GpuDigestConfig's business.
 struct DigestConfig {
   // NDTRACE_DIGEST_EVERY=N (N >= 1): a state digest after every op whose sequence + 1 is a
   // multiple of N. 0: none.
@@ -85,13 +87,28 @@ struct PendingDigest {
   uint64_t bytes = 0;
 };
 
+// How the digests of an op's memory reach the work its stream has enqueued so far: `launch`, the
+// stream handle the GPU digest kernels are launched on (for the legacy-stream cuLaunchKernel:
+// the null per-thread default stream is CU_STREAM_PER_THREAD), and `synchronize`, the real
+// synchronisation the CPU path needs first (true when it succeeded, or nothing is needed).
+struct DigestStream {
+  uint64_t launch = 0;
+  std::function<bool()> synchronize;
+};
+
 // One process's trace: the writer and every canonical identity. Thread-safe; its lock is
 // never held across a real driver call.
+//
+// Records are written in the order Append is called. An op (or state digest) whose digests are
+// still being computed on the GPU is held back, and every record appended after it with it,
+// until its digests have arrived: checked without blocking at every Append, waited for when
+// more than kMaxHeldRecords are held, at state digests, and when the trace is closed.
 class Session {
  public:
   Session(std::unique_ptr<format::TraceWriter> writer, format::TraceHeader header,
           uint64_t start_steady_ns, DigestConfig digests, PolicyConfig policy,
-          std::unique_ptr<PinTable> pins);
+          std::unique_ptr<PinTable> pins, GpuDigestConfig gpu_digests,
+          std::function<void(const std::string&)> log);
 
   // ns since the trace started.
   uint64_t NowNs() const;
@@ -144,6 +161,7 @@ class Session {
   KernelInfo Kernel(const void* function);
 
   void AddPendingDigest(const PendingDigest& pending);
+
   // The digests of the pending copies on `stream_id` (every stream if nullopt) issued before op
   // `before_op`, computed now.
   std::vector<format::BufferDigest> TakePendingDigests(std::optional<uint32_t> stream_id,
@@ -163,11 +181,28 @@ class Session {
   bool TakeStateDigest(const std::string& reason);
 
   // The digests of the whole allocations containing each (role, device address) of `buffers`,
-  // deduplicated by allocation id (the first role is kept), in `buffers`' order. Addresses in
-  // no known allocation and allocations that cannot be read are skipped. The caller has
-  // synchronised the stream that wrote them; the copies use the real driver.
+  // deduplicated by allocation id (the first role is kept), in `buffers`' order, once `stream`'s
+  // work so far is done (DigestInStreamOrder). Addresses in no known allocation and
+  // allocations that cannot be read are skipped.
   std::vector<format::BufferDigest> DigestAllocations(
-      const std::vector<std::pair<std::string, uint64_t>>& buffers);
+      const std::vector<std::pair<std::string, uint64_t>>& buffers, const DigestStream& stream);
+
+  // The digest v1 of the `bytes` bytes at device address `address` once the work enqueued so
+  // far on `stream` is done. On the GPU when that path is on in this context and the range lies
+  // inside one known allocation: the kernels are enqueued on `stream.launch` and the value
+  // returned is a placeholder that Append replaces when the digest arrives (`on_gpu` is set);
+  // with `summarize_f32`, the bytes are staged too and the digest gets their numeric summary
+  // then. Otherwise on the CPU: `stream.synchronize()` (once per `*synced`: 0 not yet, 1 done,
+  // -1 failed) and a copy (DigestDevice). nullopt when neither works. Call inside a HookScope.
+  std::optional<format::Digest> DigestInStreamOrder(uint64_t address, uint64_t bytes,
+                                                    const DigestStream& stream, int* synced,
+                                                    bool* on_gpu = nullptr,
+                                                    bool summarize_f32 = false);
+
+  // Writes the held records whose digests have arrived; with `wait`, waits for all of them
+  // (after checking that their contexts still answer: a ring is never read after its context
+  // is gone; digests that cannot arrive are left out with a note).
+  void FlushHeldRecords(bool wait);
 
   // The digest v1 of `bytes` bytes of device memory at `base`, copied chunk by chunk through
   // a reusable host buffer with the real cuMemcpyDtoH_v2; nullopt when a copy fails. The
@@ -207,6 +242,20 @@ class Session {
   std::mutex digest_mutex_;                   // guards digest_buffer_
   std::vector<unsigned char> digest_buffer_;  // grown on demand up to kDigestBufferBytes
   DriverObjects objects_;
+
+  // A record waiting for the GPU digests it names by ticket (placeholders {ticket, 0}).
+  struct HeldRecord {
+    format::Record record;
+    std::vector<uint64_t> tickets;
+  };
+  // Writes held records in order while their digests have arrived; waits for those of the
+  // oldest ones while more than `keep` are held. held_mutex_ held.
+  void DrainHeldLocked(size_t keep);
+  GpuDigests gpu_;
+  std::mutex held_mutex_;  // guards held_; held across every write while records are held
+  std::deque<HeldRecord> held_;
+  std::atomic<size_t> held_count_{0};  // held_.size(), readable without the lock
+  const size_t max_held_;
 
  public:
   // ---- for capture.cc: what a captured launch references ----

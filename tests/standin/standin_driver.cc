@@ -13,7 +13,8 @@
 //   (zero-filled), recorded in an allocation table that range checks and pointer queries use.
 // - There is one device and one (primary) context.
 // - Work runs synchronously when it is enqueued, on the calling thread, in stream order
-//   trivially; events take their timestamp from a steady clock when recorded.
+//   trivially (with NDT_STANDIN_DEFER_LAUNCHES=1, kernels at the next driver call); events take
+//   their timestamp from a steady clock when recorded.
 // - A kernel is a host function found by mangled name in standin_kernels.cc; a module keeps a
 //   copy of the image it was loaded from but never looks inside it.
 //
@@ -33,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -135,10 +137,14 @@ struct AlignedFree {
 };
 
 // A device allocation: owned host memory, or (memory null) a cuMemMap'ed range of a reservation.
+// `pinned_host`: page-locked host memory from cuMemHostAlloc, mapped into the device's address
+// space at the same address (unified addressing), so kernels and copies reach it like device
+// memory; freed with cuMemFreeHost only.
 struct Allocation {
   std::unique_ptr<unsigned char, AlignedFree> memory;
   std::size_t size = 0;
   unsigned long long buffer_id = 0;
+  bool pinned_host = false;
 };
 
 // All driver state. Every member is guarded by `mu`; kernels and host functions run without it.
@@ -191,6 +197,42 @@ int OpenCallLog() {
   const char* path = std::getenv("NDT_STANDIN_LOG");
   if (path == nullptr || *path == '\0') return -1;
   return ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+}
+
+// NDT_STANDIN_DEFER_LAUNCHES=1: a kernel launch (on any stream, not captured) does not run when
+// it is enqueued but at the start of the next driver call served, by whichever thread makes it,
+// in launch order: what runs later on a GPU. Every other call (copies, memsets, synchronisation,
+// queries, events, frees) first runs the launches waiting, so the order of work is kept. Host
+// memory written by a kernel (mapped pinned memory) is only up to date after a later driver
+// call, as on a GPU without synchronisation. A deferred kernel's fault is not reported.
+bool DeferLaunches() {
+  static const bool defer = [] {
+    const char* value = std::getenv("NDT_STANDIN_DEFER_LAUNCHES");
+    return value != nullptr && *value != '\0' && std::strcmp(value, "0") != 0;
+  }();
+  return defer;
+}
+
+struct DeferredLaunches {
+  std::mutex mu;  // held while they run, so that they run in order
+  std::deque<std::function<void()>> work;
+};
+
+DeferredLaunches& GetDeferredLaunches() {
+  static Immortal<DeferredLaunches> deferred;
+  return *deferred;
+}
+
+// Runs the deferred launches, oldest first. Called by every served entry point first.
+void RunDeferredLaunches() {
+  if (!DeferLaunches()) return;
+  DeferredLaunches& deferred = GetDeferredLaunches();
+  std::lock_guard lock(deferred.mu);
+  while (!deferred.work.empty()) {
+    std::function<void()> launch = std::move(deferred.work.front());
+    deferred.work.pop_front();
+    launch();
+  }
 }
 
 // Runs `body`, turning a C++ exception into a CUresult: nothing may unwind into a C caller.
@@ -460,6 +502,21 @@ CUresult Launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_mem_bytes, 
     return CUDA_SUCCESS;
   }
   const LaunchGeometry geometry{grid, block, shared_mem_bytes};
+  if (DeferLaunches()) {
+    std::vector<std::vector<unsigned char>> copies;
+    for (std::size_t i = 0; i < kernel->params.size(); ++i) {
+      const auto* bytes = static_cast<const unsigned char*>(kernel_params[i]);
+      copies.emplace_back(bytes, bytes + kernel->params[i].size);
+    }
+    DeferredLaunches& deferred = GetDeferredLaunches();
+    std::lock_guard lock(deferred.mu);
+    deferred.work.push_back([kernel, geometry, copies]() mutable {
+      std::vector<void*> pointers;
+      for (auto& copy : copies) pointers.push_back(copy.data());
+      kernel->run(geometry, KernelArgs(pointers.data(), &CheckDeviceRange));
+    });
+    return CUDA_SUCCESS;
+  }
   const KernelArgs args(kernel_params, &CheckDeviceRange);
   return kernel->run(geometry, args) ? CUDA_SUCCESS : CUDA_ERROR_ILLEGAL_ADDRESS;
 }
@@ -959,6 +1016,9 @@ const ProcRow kProcRows[] = {
     NDT_PROC_PT("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync,
                 cuMemAllocFromPoolAsync_ptsz),
     NDT_PROC("cuMemAllocManaged", 6000, cuMemAllocManaged),
+    NDT_PROC("cuMemHostAlloc", 2020, cuMemHostAlloc),
+    NDT_PROC("cuMemHostGetDevicePointer", 3020, cuMemHostGetDevicePointer_v2),
+    NDT_PROC("cuMemFreeHost", 2000, cuMemFreeHost),
     NDT_PROC("cuMemAllocPitch", 3020, cuMemAllocPitch_v2),
     NDT_PROC("cuMemGetAllocationGranularity", 10020, cuMemGetAllocationGranularity),
     NDT_PROC("cuMemAddressReserve", 10020, cuMemAddressReserve),
@@ -1077,8 +1137,9 @@ void LogDriverCall(std::string_view line) {
 }  // namespace ndt::standin
 
 namespace ndt::standin {
-CUresult Allocate(CUdeviceptr* dptr, size_t bytesize, const CUstream* stream);
-CUresult Free(CUdeviceptr dptr, const CUstream* stream);
+CUresult Allocate(CUdeviceptr* dptr, size_t bytesize, const CUstream* stream,
+                  bool pinned_host = false);
+CUresult Free(CUdeviceptr dptr, const CUstream* stream, bool pinned_host = false);
 }  // namespace ndt::standin
 
 using ndt::standin::Dim3;
@@ -1089,7 +1150,11 @@ using ndt::standin::RequireDevice;
 using ndt::standin::RequireInitLocked;
 using ndt::standin::Side;
 
-#define NDT_SERVE() ::ndt::standin::LogDriverCall(__func__)
+#define NDT_SERVE()                          \
+  do {                                       \
+    ::ndt::standin::RunDeferredLaunches();   \
+    ::ndt::standin::LogDriverCall(__func__); \
+  } while (false)
 
 extern "C" {
 
@@ -1384,9 +1449,10 @@ CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
 
 namespace ndt::standin {
 
-// cuMemAlloc_v2 and every allocator that behaves like it here (pools, managed, pitched): an
-// aligned, zero-filled host block. `stream`, when not null, must be a valid stream.
-CUresult Allocate(CUdeviceptr* dptr, size_t bytesize, const CUstream* stream) {
+// cuMemAlloc_v2 and every allocator that behaves like it here (pools, managed, pitched, and
+// with `pinned_host` cuMemHostAlloc): an aligned, zero-filled host block. `stream`, when not
+// null, must be a valid stream. Pinned host memory does not count against device memory.
+CUresult Allocate(CUdeviceptr* dptr, size_t bytesize, const CUstream* stream, bool pinned_host) {
   return Guarded([&] {
     auto& d = GetDriver();
     std::lock_guard lock(d.mu);
@@ -1396,7 +1462,7 @@ CUresult Allocate(CUdeviceptr* dptr, size_t bytesize, const CUstream* stream) {
     }
     if (dptr == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
     constexpr std::size_t kAlign = ndt::standin::kAllocationAlignment;
-    if (bytesize > ndt::standin::kTotalMemBytes - d.allocated_bytes) {
+    if (!pinned_host && bytesize > ndt::standin::kTotalMemBytes - d.allocated_bytes) {
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
     const std::size_t rounded = (bytesize + kAlign - 1) / kAlign * kAlign;
@@ -1408,14 +1474,16 @@ CUresult Allocate(CUdeviceptr* dptr, size_t bytesize, const CUstream* stream) {
     allocation.memory.reset(memory);
     allocation.size = bytesize;
     allocation.buffer_id = d.next_buffer_id++;
+    allocation.pinned_host = pinned_host;
     d.allocations.emplace(base, std::move(allocation));
-    d.allocated_bytes += bytesize;
+    if (!pinned_host) d.allocated_bytes += bytesize;
     *dptr = base;
     return CUDA_SUCCESS;
   });
 }
 
-CUresult Free(CUdeviceptr dptr, const CUstream* stream) {
+// cuMemFree_v2 and the like; with `pinned_host`, cuMemFreeHost. Each frees only its own kind.
+CUresult Free(CUdeviceptr dptr, const CUstream* stream, bool pinned_host) {
   auto& d = GetDriver();
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
@@ -1423,8 +1491,11 @@ CUresult Free(CUdeviceptr dptr, const CUstream* stream) {
     if (const CUresult r = CheckStreamLocked(d, *stream); r != CUDA_SUCCESS) return r;
   }
   const auto it = d.allocations.find(dptr);
-  if (it == d.allocations.end() || it->second.memory == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  d.allocated_bytes -= it->second.size;
+  if (it == d.allocations.end() || it->second.memory == nullptr ||
+      it->second.pinned_host != pinned_host) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (!pinned_host) d.allocated_bytes -= it->second.size;
   d.allocations.erase(it);
   return CUDA_SUCCESS;
 }
@@ -1474,13 +1545,16 @@ CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdevi
       *static_cast<CUcontext*>(data) = &d.primary;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-      *static_cast<unsigned int*>(data) = CU_MEMORYTYPE_DEVICE;
+      *static_cast<unsigned int*>(data) =
+          it->second.pinned_host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
       *static_cast<CUdeviceptr*>(data) = ptr;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-      return CUDA_ERROR_INVALID_VALUE;  // device memory is not mapped into the host
+      if (!it->second.pinned_host) return CUDA_ERROR_INVALID_VALUE;  // not mapped into the host
+      *static_cast<void**>(data) = reinterpret_cast<void*>(ptr);
+      return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
       *static_cast<unsigned long long*>(data) = it->second.buffer_id;
       return CUDA_SUCCESS;
@@ -2188,6 +2262,37 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
 }
 
 // Managed memory is device memory here (host memory already).
+// Pinned host memory: a zero-filled host block in the allocation table, its device address the
+// host address (unified addressing), so stream work (kernels, copies) reaches it in stream order.
+CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
+  NDT_SERVE();
+  constexpr unsigned kKnownFlags =
+      CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
+  if (pp == nullptr || (Flags & ~kKnownFlags) != 0) return CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr base = 0;
+  const CUresult r = ndt::standin::Allocate(&base, bytesize, nullptr, true);
+  if (r == CUDA_SUCCESS) *pp = reinterpret_cast<void*>(base);
+  return r;
+}
+
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int Flags) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  if (pdptr == nullptr || Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  const auto it = ndt::standin::FindAllocationLocked(d, address);
+  if (it == d.allocations.end() || !it->second.pinned_host) return CUDA_ERROR_INVALID_VALUE;
+  *pdptr = address;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemFreeHost(void* p) {
+  NDT_SERVE();
+  return ndt::standin::Free(reinterpret_cast<CUdeviceptr>(p), nullptr, true);
+}
+
 CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
   NDT_SERVE();
   if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;

@@ -492,6 +492,51 @@ TEST_CASE("modules find kernels by mangled name and run their host implementatio
   CHECK(api.cuModuleLoadData(&module, garbage) == CUDA_ERROR_INVALID_IMAGE);
 }
 
+TEST_CASE("mapped pinned host memory is reachable by kernels and copies in stream order",
+          "[standin]") {
+  const Api& api = Driver();
+  const auto host_alloc = Get<PFN_cuMemHostAlloc_v2020>("cuMemHostAlloc");
+  const auto device_pointer = Get<PFN_cuMemHostGetDevicePointer_v3020>("cuMemHostGetDevicePointer");
+  const auto free_host = Get<PFN_cuMemFreeHost_v2000>("cuMemFreeHost");
+  void* host = nullptr;
+  REQUIRE(host_alloc(&host, 64, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) ==
+          CUDA_SUCCESS);
+  CUdeviceptr mapped = 0;
+  REQUIRE(device_pointer(&mapped, host, 0) == CUDA_SUCCESS);
+  unsigned type = 0;
+  CHECK(api.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, mapped) == CUDA_SUCCESS);
+  CHECK(type == CU_MEMORYTYPE_HOST);
+
+  // A device-to-device copy into it and a kernel writing it: the host sees both at once (work
+  // runs when it is enqueued).
+  DeviceBuffer source(16);
+  REQUIRE(api.cuMemsetD32(source.address, 0x01020304u, 4) == CUDA_SUCCESS);
+  REQUIRE(api.cuMemcpyDtoD(mapped, source.address, 16) == CUDA_SUCCESS);
+  CHECK(static_cast<const uint32_t*>(host)[3] == 0x01020304u);
+  const std::vector<std::uint64_t> image = FakeFatbin();
+  CUmodule module = nullptr;
+  REQUIRE(api.cuModuleLoadData(&module, image.data()) == CUDA_SUCCESS);
+  CUfunction finish = nullptr;
+  REQUIRE(api.cuModuleGetFunction(&finish, module, "ndt_digest_v1_finish") == CUDA_SUCCESS);
+  DeviceBuffer sums(16);
+  unsigned long long bytes = 0, ticket = 42;
+  CUdeviceptr out = mapped + 32;
+  void* params[] = {&sums.address, &bytes, &out, &ticket};
+  REQUIRE(api.cuLaunchKernel(finish, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr) ==
+          CUDA_SUCCESS);
+  CHECK(static_cast<const uint64_t*>(host)[6] == 42);
+  CHECK(api.cuModuleUnload(module) == CUDA_SUCCESS);
+
+  // Each kind of memory is freed by its own call only.
+  CHECK(api.cuMemFree(mapped) == CUDA_ERROR_INVALID_VALUE);
+  CHECK(free_host(reinterpret_cast<void*>(source.address)) == CUDA_ERROR_INVALID_VALUE);
+  int on_stack = 0;
+  CHECK(device_pointer(&mapped, &on_stack, 0) == CUDA_ERROR_INVALID_VALUE);
+  CHECK(host_alloc(&host, 64, 0x80) == CUDA_ERROR_INVALID_VALUE);
+  CHECK(free_host(host) == CUDA_SUCCESS);
+  CHECK(device_pointer(&mapped, host, 0) == CUDA_ERROR_INVALID_VALUE);
+}
+
 TEST_CASE("libraries launch kernels through a CUkernel cast to CUfunction", "[standin]") {
   const Api& api = Driver();
   const std::vector<std::uint64_t> image = FakeFatbin();
