@@ -15,7 +15,8 @@
 // first. An extent that cannot be read or stored is left out and its argument
 // "blob:in:<role>" / "blob:out:<role>" then holds "missing: <why>" instead.
 //
-// Covered: the cuDNN legacy convolutions (hooks_cudnn.cc). Every function is thread-safe and
+// Covered: the cuDNN legacy convolutions (hooks_cudnn.cc), cuDNN backend executes
+// (hooks_cudnn_backend.cc). Every function is thread-safe and
 // never throws.
 #pragma once
 
