@@ -14,7 +14,8 @@ namespace {
 
 #if NDT_OP_REPLAY_HAS_CUDA
 // Every family standalone replay re-executes.
-const internal::Replayer* const kReplayers[] = {&internal::kCudnnLegacyReplayer};
+const internal::Replayer* const kReplayers[] = {&internal::kCudnnLegacyReplayer,
+                                                 &internal::kCudnnBackendReplayer};
 
 const internal::Replayer* ReplayerFor(const format::OpRecord& op) {
   for (const internal::Replayer* replayer : kReplayers) {
@@ -59,7 +60,8 @@ Status CheckReplayable(const format::OpRecord& op) {
   if (ReplayerFor(op) != nullptr) return Status::Ok();
 #endif
   return Status::Error(fmt::format(
-      "op {} is a {} ({}); standalone replay re-executes cuDNN legacy convolutions only",
+      "op {} is a {} ({}); standalone replay re-executes cuDNN legacy convolutions and cuDNN "
+      "backend plans (cudnnBackendExecute) only",
       op.sequence, format::OpKindName(op.kind), op.name));
 }
 

@@ -10,7 +10,7 @@
 // on this machine's GPU: replay only traces you trust.
 //
 // Covered: cuDNN legacy convolutions (forward, backward data, backward filter) in f32, f64,
-// f16 and bf16. Single-threaded: one replay at a time per process.
+// f16 and bf16; cuDNN backend plans (cudnnBackendExecute) of convolution graphs. Single-threaded: one replay at a time per process.
 #pragma once
 
 #include <cstdint>

@@ -133,4 +133,7 @@ struct Replayer {
 // op_replay_cudnn_legacy.cc: cudnnConvolution{Forward,BackwardData,BackwardFilter}.
 extern const Replayer kCudnnLegacyReplayer;
 
+// op_replay_cudnn_backend.cc: cudnnBackendExecute of a graph of convolutions.
+extern const Replayer kCudnnBackendReplayer;
+
 }  // namespace ndt::replay::internal
