@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "formats/records.h"
@@ -198,6 +199,38 @@ TEST_CASE(
     CHECK(replayed.status == 0);
     CHECK(Contains(replayed.out, std::string("is stable: 5 runs of engine ") + engine));
     CHECK(Contains(replayed.out, " 5/5 "));  // every run equals the recorded output bitwise
+  }
+}
+
+TEST_CASE("replay --op rebuilds backward-data and backward-filter graphs: the racing engine "
+          "varies, the deterministic ones reproduce the recorded output",
+          "[tracer][op_replay]") {
+  ndt::testing::TempDir dir;
+  for (const auto& [direction, kind, output] :
+       {std::tuple{"bwd_data", "op conv_bwd_data w=w dy=dy dx=dx", "dx"},
+        std::tuple{"bwd_filter", "op conv_bwd_filter x=x dy=dy dw=dw", "dw"}}) {
+    INFO(direction);
+    const std::string racing = (dir / (std::string(direction) + ".ndt")).string();
+    const OpRecord op = RecordOneExecute(racing, std::string("--direction ") + direction);
+    REQUIRE(Text(op, "graph"));
+    CHECK(Contains(*Text(op, "graph"), kind));
+    CHECK(Text(op, std::string("blob:out:") + output));
+    const RunResult tried = Replay(racing, op.sequence, "--repeat 10 --try-deterministic");
+    INFO(tried.out << tried.err);
+    CHECK(tried.status == 1);
+    CHECK(Contains(tried.out, std::string("output compared: ") + output + " ("));
+    CHECK(Contains(tried.out, "VARIES on its own: 10 runs of engine 1 knobs 17=4"));
+    CHECK(Contains(tried.out, "deterministic alternatives with stable output: engine 0 default "
+                              "knobs ("));
+
+    const std::string stable = (dir / (std::string(direction) + "_engine3.ndt")).string();
+    const OpRecord deterministic =
+        RecordOneExecute(stable, std::string("--engine 3 --direction ") + direction);
+    const RunResult replayed = Replay(stable, deterministic.sequence, "--repeat 5");
+    INFO(replayed.out << replayed.err);
+    CHECK(replayed.status == 0);
+    CHECK(Contains(replayed.out, "is stable: 5 runs of engine 3"));
+    CHECK(Contains(replayed.out, " 5/5 "));
   }
 }
 
