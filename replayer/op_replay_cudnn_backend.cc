@@ -26,11 +26,10 @@
 namespace ndt::replay::internal {
 namespace {
 
-#define NDT_CUDNN_BACKEND_FUNCTIONS(X)                                                            \
-  X(cudnnGetErrorString)                                                                          \
-  X(cudnnCreate) X(cudnnDestroy) X(cudnnBackendCreateDescriptor) X(cudnnBackendDestroyDescriptor) \
-      X(cudnnBackendSetAttribute) X(cudnnBackendGetAttribute) X(cudnnBackendFinalize)             \
-          X(cudnnBackendExecute)
+#define NDT_CUDNN_BACKEND_FUNCTIONS(X)                                                     \
+  X(cudnnGetErrorString) X(cudnnCreate) X(cudnnDestroy) X(cudnnBackendCreateDescriptor)    \
+  X(cudnnBackendDestroyDescriptor) X(cudnnBackendSetAttribute) X(cudnnBackendGetAttribute) \
+  X(cudnnBackendFinalize) X(cudnnBackendExecute)
 
 struct CudnnBackend {
 #define NDT_CUDNN_SLOT(name) decltype(&::name) name = nullptr;
@@ -72,11 +71,13 @@ StatusOr<const CudnnBackend*> LoadCudnnBackend() {
 
 // ---- the recorded graph ---------------------------------------------------------------------
 
-// Limits of what a graph argument may describe: cuDNN's own (CUDNN_DIM_MAX dims) and the
-// capture's (an extent above 4 GiB is never captured).
+// Limits of what a graph argument may describe: cuDNN's own (CUDNN_DIM_MAX dims), the
+// capture's (it stores no extent above 1 GiB; ReadCaptured reads up to 4 GiB), and the host
+// memory the harness holds (a copy of every tensor in memory).
 constexpr size_t kMaxDims = CUDNN_DIM_MAX;
 constexpr size_t kMaxTensors = 64;
 constexpr uint64_t kMaxExtentBytes = uint64_t{1} << 32;
+constexpr uint64_t kMaxTotalBytes = uint64_t{1} << 34;
 
 struct GraphTensor {
   std::string role;  // the name of its blobs
@@ -344,8 +345,15 @@ StatusOr<Graph> ParseGraph(const format::OpRecord& op) {
     }
   }
   std::vector<size_t> outputs;
+  uint64_t total = 0;
   for (size_t i = 0; i < graph.tensors.size(); ++i) {
-    if (graph.tensors[i].output && !graph.tensors[i].is_virtual) outputs.push_back(i);
+    if (graph.tensors[i].is_virtual) continue;
+    if (graph.tensors[i].output) outputs.push_back(i);
+    total += graph.tensors[i].bytes;
+  }
+  if (total > kMaxTotalBytes) {
+    return refuse(fmt::format("its tensors in memory take {} bytes, more than replay holds ({})",
+                              total, kMaxTotalBytes));
   }
   if (outputs.size() != 1) {
     return refuse(

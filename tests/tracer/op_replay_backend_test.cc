@@ -285,6 +285,13 @@ TEST_CASE("replay --op refuses an uncaptured execute and a graph it cannot rebui
   CHECK(dims.status == 2);
   CHECK(Contains(dims.err, "cannot rebuild its cuDNN graph: bad line: tensor x"));
 
+  // A tensor larger than any capture: refused before anything is allocated for it.
+  const RunResult huge = edited("huge.ndt", [&](std::string* graph) {
+    replace(graph, "dims=2,16,12,12", "dims=2000000,16,12,12");
+  });
+  CHECK(huge.status == 2);
+  CHECK(Contains(huge.err, "cannot rebuild its cuDNN graph: tensor x is too large"));
+
   // Paddings that do not give y's dims: the rebuilt operation does not finalize.
   const RunResult shape = edited("shape.ndt", [&](std::string* graph) {
     replace(graph, "pre_pad=1,1 post_pad=1,1", "pre_pad=0,0 post_pad=0,0");
