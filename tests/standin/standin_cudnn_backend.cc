@@ -19,6 +19,8 @@
 //   2  split-K over the terms, partial sums in the    deterministic   knob SPLIT_K_SLC 2..8
 //      workspace, reduced in slice order                              step 2; workspace
 //   3  direct, terms descending                       deterministic   knob EDGE 0..1
+//      (forward and backward data only: NOT_SUPPORTED at engine finalize, and left out of
+//      the heuristics, for a backward-filter graph)
 // Knobs other than the split count do not change the result. Heuristics (modes INSTANT, A, B)
 // list engine 1 first, as a framework taking the first config would get it; FALLBACK lists
 // engine 0 only. Every execution also waits a random 0-2 ms (std::random_device): the timing
@@ -140,6 +142,13 @@ std::vector<KnobRange> EngineKnobs(int64_t engine) {
 }
 
 bool EngineNondeterministic(int64_t engine) { return engine == 1; }
+
+// Whether engine `engine` runs `graph`: every engine but 3, which has no backward-filter
+// kernel, runs every graph (as real engines each cover some operations).
+bool EngineSupports(int64_t engine, const Descriptor& graph) {
+  return engine != 3 ||
+         graph.ops.front()->type != CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR;
+}
 
 struct HeuristicConfig {
   int64_t engine;
@@ -662,7 +671,10 @@ cudnnStatus_t Finalize(Descriptor& d) {
       break;
     case CUDNN_BACKEND_ENGINE_DESCRIPTOR:
       if (d.graph == nullptr) return CUDNN_STATUS_BAD_PARAM;
-      if (d.engine_index < 0 || d.engine_index >= kEngineCount) return CUDNN_STATUS_NOT_SUPPORTED;
+      if (d.engine_index < 0 || d.engine_index >= kEngineCount ||
+          !EngineSupports(d.engine_index, *d.graph)) {
+        return CUDNN_STATUS_NOT_SUPPORTED;
+      }
       break;
     case CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR:
       if (!d.has_knob_type) return CUDNN_STATUS_BAD_PARAM;
@@ -753,6 +765,7 @@ cudnnStatus_t GiveDescriptors(const std::vector<Descriptor>& values,
 std::vector<Descriptor> HeuristicResults(const Descriptor& heur) {
   std::vector<Descriptor> configs;
   for (const HeuristicConfig& entry : HeuristicOrder(heur.heur_mode)) {
+    if (!EngineSupports(entry.engine, *heur.graph)) continue;
     auto engine = std::make_shared<Descriptor>();
     engine->type = CUDNN_BACKEND_ENGINE_DESCRIPTOR;
     engine->finalized = true;
