@@ -15,11 +15,9 @@ namespace {
 #if NDT_OP_REPLAY_HAS_CUDA
 // Every family standalone replay re-executes.
 const internal::Replayer* const kReplayers[] = {
-    &internal::kCudnnLegacyReplayer,
-    &internal::kCublasReplayer,
-    &internal::kCublasLtReplayer,
-    &internal::kCurandReplayer,
-    &internal::kKernelReplayer,
+    &internal::kCudnnLegacyReplayer, &internal::kCudnnBackendReplayer,
+    &internal::kCublasReplayer,      &internal::kCublasLtReplayer,
+    &internal::kCurandReplayer,      &internal::kKernelReplayer,
 };
 
 const internal::Replayer* ReplayerFor(const format::OpRecord& op) {
@@ -69,8 +67,8 @@ Status CheckReplayable(const format::OpRecord& op) {
 #endif
   return Status::Error(fmt::format(
       "op {} ({}, kind {}) cannot be replayed alone: standalone replay re-executes cuDNN "
-      "legacy convolutions, cuBLAS GEMMs, cuBLASLt matmuls, cuRAND generation and kernel "
-      "launches only",
+      "legacy convolutions and backend plans, cuBLAS GEMMs, cuBLASLt matmuls, cuRAND "
+      "generation and kernel launches only",
       op.sequence, op.name, format::OpKindName(op.kind)));
 }
 

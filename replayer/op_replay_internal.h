@@ -145,4 +145,7 @@ extern const Replayer kCurandReplayer;
 // op_replay_kernel.cc: raw kernel launches, at the recorded device addresses.
 extern const Replayer kKernelReplayer;
 
+// op_replay_cudnn_backend.cc: cudnnBackendExecute of a graph of convolutions.
+extern const Replayer kCudnnBackendReplayer;
+
 }  // namespace ndt::replay::internal

@@ -15,6 +15,18 @@
 // and that AlgorithmChoice; each cudnnBackendExecute is recorded with the same choice, the
 // variant pack's pointers (canonical) and digests of the tensors' exact extents.
 //
+// Capture (NDTRACE_CAPTURE, tracer/capture.h): a chosen cudnnBackendExecute also stores every
+// tensor of its variant pack that the graph reads before the call ("blob:in:<role>") and its
+// outputs after it ("blob:out:<role>"), and the text argument "graph": the operation graph as
+// it must be rebuilt (the fingerprint leaves out uids and scalar types), one line each:
+//   cudnn_graph v1
+//   tensor <role> uid=U dtype=f32 dims=2,16,12,12 strides=2304,144,12,1 align=16 virtual=0
+//   op <kind> <attribute role>=<tensor role>... [mode=cross_correlation|convolution comp=f32
+//      spatial=2 pre_pad=1,1 post_pad=1,1 stride=1,1 dilation=1,1] alpha=A beta=B scalar=f32|f64
+// tensors in order of first appearance (their roles are those of the blobs), operations in the
+// program's order, alpha and beta with 17 significant digits. The engine and its knobs are the
+// op's AlgorithmChoice; the plan's workspace size is on the finalize op only.
+//
 // Policy. Enforce: engine configs whose engine is noted CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
 // are moved out of the heuristics' results when the program reads CUDNN_ATTR_ENGINEHEUR_RESULTS
 // (the returned array is partitioned, kept ones first, and the count reduced), and a plan with
@@ -40,6 +52,7 @@
 #include <vector>
 
 #include "formats/records.h"
+#include "tracer/capture.h"
 #include "tracer/library_support.h"
 #include "tracer/policy.h"
 #include "tracer/recorder.h"
@@ -120,6 +133,7 @@ struct ProblemTensor {
 // The problem an operation graph describes; shared by everything built from the graph.
 struct Problem {
   std::string fingerprint;  // empty: the graph holds operations the tracer does not describe
+  std::string graph_text;   // the "graph" argument of a captured execute; empty with fingerprint
   std::vector<ProblemTensor> tensors;
   std::vector<bool> beta_nonzero;  // per op: the output is also read
   cudnnBackendDescriptor_t graph = nullptr;  // the program's descriptor, while it lives
@@ -181,6 +195,7 @@ struct OperationFacts {
   std::map<std::string, TensorFacts> tensors;  // by role name
   std::optional<ConvFacts> conv;
   double alpha = 1.0, beta = 0.0;
+  bool double_scalars = false;  // alpha / beta were set as CUDNN_TYPE_DOUBLE
 };
 
 // What a finalized plan runs.
@@ -312,6 +327,46 @@ std::string ScalarText(double value) {
   return text;
 }
 
+std::string ExactScalarText(double value) {
+  char text[40];
+  std::snprintf(text, sizeof(text), "%.17g", value);
+  return text;
+}
+
+// The "graph" argument of `problem`'s operations `ops` (format in the essay above).
+std::string GraphText(const Problem& problem, const std::vector<OperationFacts>& ops) {
+  std::string text = "cudnn_graph v1\n";
+  std::map<int64_t, std::string> roles;  // uid -> the role of its first appearance
+  for (const ProblemTensor& tensor : problem.tensors) {
+    const TensorFacts& facts = tensor.facts;
+    roles.emplace(facts.uid, tensor.role);
+    text += "tensor " + tensor.role + " uid=" + std::to_string(facts.uid) +
+            " dtype=" + DataTypeText(facts.data_type) + " dims=" + Join(facts.dims) +
+            " strides=" + Join(facts.strides) + " align=" + std::to_string(facts.alignment) +
+            " virtual=" + (facts.is_virtual ? "1" : "0") + "\n";
+  }
+  for (const OperationFacts& op : ops) {
+    text += std::string("op ") + op.kind->name;
+    for (const OperationKind::Role& role : op.kind->roles) {
+      auto found = op.tensors.find(role.name);
+      if (found == op.tensors.end()) continue;
+      text += std::string(" ") + role.name + "=" + roles[found->second.uid];
+    }
+    if (op.conv) {
+      const ConvFacts& conv = *op.conv;
+      text += std::string(" mode=") +
+              (conv.mode == CUDNN_CONVOLUTION ? "convolution" : "cross_correlation") +
+              " comp=" + DataTypeText(conv.comp_type) +
+              " spatial=" + std::to_string(conv.spatial_dims) +
+              " pre_pad=" + Join(conv.pre_paddings) + " post_pad=" + Join(conv.post_paddings) +
+              " stride=" + Join(conv.filter_strides) + " dilation=" + Join(conv.dilations);
+    }
+    text += " alpha=" + ExactScalarText(op.alpha) + " beta=" + ExactScalarText(op.beta) +
+            " scalar=" + (op.double_scalars ? "f64" : "f32") + "\n";
+  }
+  return text;
+}
+
 // The problem of a graph whose operations are `ops` (in the order the program gave them).
 Problem Describe(const std::vector<OperationFacts>& ops, bool ops_known) {
   Problem problem;
@@ -348,7 +403,10 @@ Problem Describe(const std::vector<OperationFacts>& ops, bool ops_known) {
     text += " alpha=" + ScalarText(op.alpha) + " beta=" + ScalarText(op.beta) + ")";
     problem.beta_nonzero.push_back(op.beta != 0.0);
   }
-  if (ops_known && !ops.empty()) problem.fingerprint = "cudnn graph: " + text;
+  if (ops_known && !ops.empty()) {
+    problem.fingerprint = "cudnn graph: " + text;
+    problem.graph_text = GraphText(problem, ops);
+  }
   return problem;
 }
 
@@ -574,6 +632,9 @@ void ShadowSet(std::unordered_map<const void*, Shadow>& shadows, const void* des
     }
     if (name == kind->alpha) d.operation.alpha = Scalar(type, count, values).value_or(1.0);
     if (name == kind->beta) d.operation.beta = Scalar(type, count, values).value_or(0.0);
+    if (name == kind->alpha || name == kind->beta) {
+      d.operation.double_scalars = type == CUDNN_TYPE_DOUBLE;
+    }
     return;
   }
   switch (name) {
@@ -1057,9 +1118,18 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
           ndt::tracer::PackExtents(session, *facts, uids, pointers, op, &inputs, &outputs);
         }
         op.inputs = ndt::tracer::DigestExtents(session, stream, inputs);
+        const bool capture = ndt::tracer::CaptureWanted(op);
+        if (capture) {
+          if (facts != nullptr && facts->problem != nullptr &&
+              !facts->problem->graph_text.empty()) {
+            op.args.push_back(ndt::tracer::TextArgument("graph", facts->problem->graph_text));
+          }
+          ndt::tracer::CaptureExtents(session, stream, inputs, "in", &op);
+        }
         const cudnnStatus_t status = call.Run([&] { return real(handle, plan, pack); });
         if (status == CUDNN_STATUS_SUCCESS) {
           op.outputs = ndt::tracer::DigestExtents(session, stream, outputs);
+          if (capture) ndt::tracer::CaptureExtents(session, stream, outputs, "out", &op);
         }
         session.EndOp(op, static_cast<int32_t>(status));
         return status;

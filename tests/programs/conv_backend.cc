@@ -1,7 +1,9 @@
-// conv_backend [--benchmark] [--engine N] [iterations]: a 2-d convolution forward through the cuDNN backend
+// conv_backend [--benchmark] [--engine N] [--direction fwd|bwd_data|bwd_filter] [iterations]: a
+// 2-d convolution (forward by default) through the cuDNN backend
 // (graph) API, built the way PyTorch's Conv_v8 and cudnn-frontend build it: tensor,
 // convolution and operation descriptors, an operation graph, engine heuristics, an execution
-// plan and a variant pack.
+// plan and a variant pack. --direction bwd_data computes dx from w and dy, bwd_filter dw from x
+// and dy (the tensors keep the uids of x, w and y).
 //
 // Default: the first heuristic config whose plan finalizes is executed (PyTorch with
 // torch.backends.cudnn.benchmark=False). --benchmark: every config whose engine is not noted
@@ -10,7 +12,7 @@
 // timing). --engine N: a config of engine N with its default knobs, built by hand
 // (CUDNN_BACKEND_ENGINE_DESCRIPTOR with a global index, as frameworks' fallback lists do), is
 // tried before the heuristics' configs. Prints the chosen engine ("engine <global index> knobs <type>=<value>...") and the
-// checksum of the output, after `iterations` (default 1) executions.
+// checksum of the output (y, dx or dw), after `iterations` (default 1) executions.
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
@@ -75,7 +77,33 @@ cudnnBackendDescriptor_t Tensor(int64_t uid, const std::vector<int64_t>& dims) {
   return tensor;
 }
 
-cudnnBackendDescriptor_t ConvolutionGraph(cudnnHandle_t handle) {
+// The operation descriptor of a direction and its attributes, in the order x, w, y (dx, dw, dy).
+struct Direction {
+  const char* name;
+  cudnnBackendDescriptorType_t type;
+  cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+};
+
+constexpr Direction kDirections[] = {
+    {"fwd", CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA},
+    {"bwd_data", CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA},
+    {"bwd_filter", CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA},
+};
+
+cudnnBackendDescriptor_t ConvolutionGraph(cudnnHandle_t handle, const Direction& direction) {
   cudnnBackendDescriptor_t x = Tensor(kXUid, {kN, kC, kH, kW});
   cudnnBackendDescriptor_t w = Tensor(kWUid, {kK, kC, kR, kS});
   cudnnBackendDescriptor_t y = Tensor(kYUid, {kN, kK, kP, kQ});
@@ -101,20 +129,15 @@ cudnnBackendDescriptor_t ConvolutionGraph(cudnnHandle_t handle) {
                                        spatial, dilations));
   CHECK_CUDNN(cudnnBackendFinalize(conv));
 
-  cudnnBackendDescriptor_t op = Create(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+  cudnnBackendDescriptor_t op = Create(direction.type);
   const float alpha = 1.0f, beta = 0.0f;
-  CHECK_CUDNN(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
-                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
-  CHECK_CUDNN(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
-                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w));
-  CHECK_CUDNN(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
-                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
-  CHECK_CUDNN(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
-                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv));
-  CHECK_CUDNN(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
-                                       CUDNN_TYPE_FLOAT, 1, &alpha));
-  CHECK_CUDNN(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
-                                       CUDNN_TYPE_FLOAT, 1, &beta));
+  CHECK_CUDNN(cudnnBackendSetAttribute(op, direction.x, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
+  CHECK_CUDNN(cudnnBackendSetAttribute(op, direction.w, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w));
+  CHECK_CUDNN(cudnnBackendSetAttribute(op, direction.y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
+  CHECK_CUDNN(
+      cudnnBackendSetAttribute(op, direction.conv, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv));
+  CHECK_CUDNN(cudnnBackendSetAttribute(op, direction.alpha, CUDNN_TYPE_FLOAT, 1, &alpha));
+  CHECK_CUDNN(cudnnBackendSetAttribute(op, direction.beta, CUDNN_TYPE_FLOAT, 1, &beta));
   CHECK_CUDNN(cudnnBackendFinalize(op));
 
   cudnnBackendDescriptor_t graph = Create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
@@ -286,9 +309,20 @@ int main(int argc, char** argv) {
   bool benchmark = false;
   long iterations = 1;
   long engine = -1;
+  const Direction* direction = &kDirections[0];
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--benchmark") == 0) {
       benchmark = true;
+    } else if (std::strcmp(argv[i], "--direction") == 0 && i + 1 < argc) {
+      ++i;
+      direction = nullptr;
+      for (const Direction& known : kDirections) {
+        if (std::strcmp(argv[i], known.name) == 0) direction = &known;
+      }
+      if (direction == nullptr) {
+        std::fprintf(stderr, "conv_backend: --direction is fwd, bwd_data or bwd_filter\n");
+        return 2;
+      }
     } else if (std::strcmp(argv[i], "--engine") == 0 && i + 1 < argc) {
       engine = std::strtol(argv[++i], nullptr, 10);
     } else {
@@ -296,7 +330,8 @@ int main(int argc, char** argv) {
       iterations = std::strtol(argv[i], &end, 10);
       if (end == argv[i] || *end != '\0' || iterations < 1) {
         std::fprintf(stderr,
-                     "usage: conv_backend [--benchmark] [--engine N] [iterations >= 1]\n");
+                     "usage: conv_backend [--benchmark] [--engine N] "
+                     "[--direction fwd|bwd_data|bwd_filter] [iterations >= 1]\n");
         return 2;
       }
     }
@@ -308,9 +343,9 @@ int main(int argc, char** argv) {
   CHECK_CUDNN(cudnnCreate(&handle));
   CHECK_CUDNN(cudnnSetStream(handle, stream));
 
-  const std::vector<float> host_x = Values(kN * kC * kH * kW, 1);
-  const std::vector<float> host_w = Values(kK * kC * kR * kS, 2);
-  std::vector<float> host_y(kN * kK * kP * kQ);
+  std::vector<float> host_x = Values(kN * kC * kH * kW, 1);
+  std::vector<float> host_w = Values(kK * kC * kR * kS, 2);
+  std::vector<float> host_y = Values(kN * kK * kP * kQ, 3);
   void *x, *w, *y;
   CHECK_CUDA(cudaMalloc(&x, host_x.size() * sizeof(float)));
   CHECK_CUDA(cudaMalloc(&w, host_w.size() * sizeof(float)));
@@ -319,8 +354,18 @@ int main(int argc, char** argv) {
                              cudaMemcpyHostToDevice, stream));
   CHECK_CUDA(cudaMemcpyAsync(w, host_w.data(), host_w.size() * sizeof(float),
                              cudaMemcpyHostToDevice, stream));
+  // What a direction writes: y forward; dx (in x) or dw (in w) backward, which read dy (in y).
+  std::vector<float>* host_out = &host_y;
+  void* out = y;
+  if (direction != &kDirections[0]) {
+    CHECK_CUDA(cudaMemcpyAsync(y, host_y.data(), host_y.size() * sizeof(float),
+                               cudaMemcpyHostToDevice, stream));
+    const bool data = direction == &kDirections[1];
+    host_out = data ? &host_x : &host_w;
+    out = data ? x : w;
+  }
 
-  cudnnBackendDescriptor_t graph = ConvolutionGraph(handle);
+  cudnnBackendDescriptor_t graph = ConvolutionGraph(handle, *direction);
   std::vector<cudnnBackendDescriptor_t> configs = HeuristicConfigs(graph);
   if (engine >= 0) configs.insert(configs.begin(), EngineConfig(graph, engine));
 
@@ -376,10 +421,10 @@ int main(int argc, char** argv) {
   for (long i = 0; i < iterations; ++i) {
     CHECK_CUDNN(cudnnBackendExecute(handle, chosen.plan, chosen.pack));
   }
-  CHECK_CUDA(cudaMemcpyAsync(host_y.data(), y, host_y.size() * sizeof(float),
+  CHECK_CUDA(cudaMemcpyAsync(host_out->data(), out, host_out->size() * sizeof(float),
                              cudaMemcpyDeviceToHost, stream));
   CHECK_CUDA(cudaStreamSynchronize(stream));
-  ndt::programs::PrintChecksum(host_y.data(), host_y.size() * sizeof(float));
+  ndt::programs::PrintChecksum(host_out->data(), host_out->size() * sizeof(float));
 
   Release(chosen);
   for (cudnnBackendDescriptor_t config : configs) CHECK_CUDNN(cudnnBackendDestroyDescriptor(config));

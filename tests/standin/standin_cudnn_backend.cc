@@ -1,5 +1,6 @@
-// The stand-in cuDNN backend (graph) API: enough of it for a 2-d convolution forward graph built
-// the way PyTorch and cudnn-frontend build one (tests/standin/README.md, "cuDNN backend API").
+// The stand-in cuDNN backend (graph) API: enough of it for a 2-d convolution graph (forward,
+// backward data or backward filter) built the way PyTorch and cudnn-frontend build one
+// (tests/standin/README.md, "cuDNN backend API").
 //
 // Descriptors are host objects behind the opaque cudnnBackendDescriptor_t. Setting a
 // descriptor-valued attribute copies the (finalized) descriptor it names, as a snapshot, so a
@@ -7,14 +8,19 @@
 // when the program destroys the descriptors it built it from. Getting a descriptor-valued
 // attribute fills descriptors the caller created, as the real library does.
 //
-// Engines (global indices 0..3) all compute y = alpha * conv(x, w) + beta * y in float on the
-// host, after synchronising the handle's stream; they differ in the order of the additions:
-//   0  direct, channels ascending                     deterministic   knob TILE_SIZE 0..3
-//   1  split-K over channels, slices added to y with  NONDETERMINISTIC knob SPLIT_K_SLC 2, 4
-//      float atomics by racing threads
-//   2  split-K over channels, partial sums in the     deterministic   knob SPLIT_K_SLC 2..8
+// Engines (global indices 0..3) all compute out = alpha * result + beta * out in float on the
+// host, after synchronising the handle's stream (out and result: y = conv(x, w) forward,
+// dx from w and dy backward data, dw from x and dy backward filter); they differ in the order of
+// the additions over the reduced terms (channels forward, output channels backward data, rows
+// of dy backward filter):
+//   0  direct, terms ascending                        deterministic   knob TILE_SIZE 0..3
+//   1  split-K over the terms, slices added to the    NONDETERMINISTIC knob SPLIT_K_SLC 2, 4
+//      output with float atomics by racing threads
+//   2  split-K over the terms, partial sums in the    deterministic   knob SPLIT_K_SLC 2..8
 //      workspace, reduced in slice order                              step 2; workspace
-//   3  direct, channels descending                    deterministic   knob EDGE 0..1
+//   3  direct, terms descending                       deterministic   knob EDGE 0..1
+//      (forward and backward data only: NOT_SUPPORTED at engine finalize, and left out of
+//      the heuristics, for a backward-filter graph)
 // Knobs other than the split count do not change the result. Heuristics (modes INSTANT, A, B)
 // list engine 1 first, as a framework taking the first config would get it; FALLBACK lists
 // engine 0 only. Every execution also waits a random 0-2 ms (std::random_device): the timing
@@ -22,6 +28,7 @@
 #include <cudnn.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -38,6 +45,11 @@ namespace ndt::standin {
 namespace {
 
 constexpr int64_t kEngineCount = 4;
+
+constexpr cudnnBackendDescriptorType_t kConvolutionOperations[] = {
+    CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+    CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+    CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR};
 
 struct Descriptor;
 using Snapshot = std::shared_ptr<const Descriptor>;
@@ -66,7 +78,8 @@ struct Descriptor {
   bool has_comp_type = false;
   cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
   std::vector<int64_t> dilations, filter_strides, pre_paddings, post_paddings;
-  // OPERATION_CONVOLUTION_FORWARD
+  // OPERATION_CONVOLUTION_FORWARD, _BACKWARD_DATA (dx in x, dy in y), _BACKWARD_FILTER (dw in
+  // w, dy in y)
   Snapshot x, w, y, conv;
   double alpha = 1.0, beta = 0.0;
   // OPERATIONGRAPH (handle also: EXECUTION_PLAN)
@@ -130,6 +143,13 @@ std::vector<KnobRange> EngineKnobs(int64_t engine) {
 
 bool EngineNondeterministic(int64_t engine) { return engine == 1; }
 
+// Whether engine `engine` runs `graph`: every engine but 3, which has no backward-filter
+// kernel, runs every graph (as real engines each cover some operations).
+bool EngineSupports(int64_t engine, const Descriptor& graph) {
+  return engine != 3 ||
+         graph.ops.front()->type != CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR;
+}
+
 struct HeuristicConfig {
   int64_t engine;
   int64_t knob_value;  // of the engine's only knob
@@ -150,9 +170,12 @@ int64_t KnobValue(const Descriptor& config, cudnnBackendKnobType_t type, int64_t
 
 // ---- the problem --------------------------------------------------------------------------
 
-// A 2-d convolution forward, from a finalized graph.
+// A 2-d convolution from a finalized graph of one operation. Every direction keeps its
+// tensors in the operation's x, w and y (dx, dw and dy for the backward ones): forward
+// writes y from x and w, backward data dx from w and dy, backward filter dw from x and dy.
 struct ConvProblem {
   const Descriptor* op = nullptr;
+  cudnnBackendDescriptorType_t direction = CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR;
   int64_t n = 0, c = 0, h = 0, wd = 0, k = 0, r = 0, s = 0, p = 0, q = 0;
 };
 
@@ -165,6 +188,7 @@ ConvProblem Problem(const Descriptor& graph) {
   ConvProblem problem;
   problem.op = graph.ops.front().get();
   const Descriptor& op = *problem.op;
+  problem.direction = op.type;
   problem.n = op.x->dims[0];
   problem.c = op.x->dims[1];
   problem.h = op.x->dims[2];
@@ -177,101 +201,183 @@ ConvProblem Problem(const Descriptor& graph) {
   return problem;
 }
 
+// The tensor the operation writes.
+const Descriptor& Output(const ConvProblem& problem) {
+  switch (problem.direction) {
+    case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR: return *problem.op->x;
+    case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR: return *problem.op->w;
+    default: return *problem.op->y;
+  }
+}
+
 int64_t ElementCount(const ConvProblem& problem) {
-  return problem.n * problem.k * problem.p * problem.q;
+  const std::vector<int64_t>& dims = Output(problem).dims;
+  return dims[0] * dims[1] * dims[2] * dims[3];
 }
 
-// The offset of y's element number `index` (n, k, p, q in row-major order).
+// How many terms the engines split: channels (forward), output channels (backward data), or
+// rows of dy over the batch (backward filter).
+int64_t ReductionLength(const ConvProblem& problem) {
+  switch (problem.direction) {
+    case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR: return problem.k;
+    case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR:
+      return problem.n * problem.p;
+    default: return problem.c;
+  }
+}
+
+// The coordinates of the output's element number `index` (row-major over its dims).
+std::array<int64_t, 4> OutputCoordinates(const ConvProblem& problem, int64_t index) {
+  const std::vector<int64_t>& dims = Output(problem).dims;
+  std::array<int64_t, 4> at{};
+  for (int i = 3; i >= 0; --i) {
+    at[static_cast<size_t>(i)] = index % dims[static_cast<size_t>(i)];
+    index /= dims[static_cast<size_t>(i)];
+  }
+  return at;
+}
+
 int64_t OutputOffset(const ConvProblem& problem, int64_t index) {
-  const std::vector<int64_t>& stride = problem.op->y->strides;
-  const int64_t q = index % problem.q;
-  const int64_t p = index / problem.q % problem.p;
-  const int64_t k = index / (problem.q * problem.p) % problem.k;
-  const int64_t n = index / (problem.q * problem.p * problem.k);
-  return n * stride[0] + k * stride[1] + p * stride[2] + q * stride[3];
+  const std::vector<int64_t>& stride = Output(problem).strides;
+  const std::array<int64_t, 4> at = OutputCoordinates(problem, index);
+  return at[0] * stride[0] + at[1] * stride[1] + at[2] * stride[2] + at[3] * stride[3];
 }
 
-// Σ x * w over channels [c_begin, c_end) (ascending, or descending when `reverse`) and the
-// filter window, for y's element `index`, accumulated in float.
-float PartialSum(const ConvProblem& problem, const float* x, const float* w, int64_t index,
-                 int64_t c_begin, int64_t c_end, bool reverse) {
+int64_t At(const std::vector<int64_t>& strides, int64_t a, int64_t b, int64_t c, int64_t d) {
+  return a * strides[0] + b * strides[1] + c * strides[2] + d * strides[3];
+}
+
+// The sum for the output's element `index` over the reduction terms [begin, end) (ascending,
+// or descending when `reverse`), accumulated in float. `x`, `w`, `y` are the operation's
+// tensors; the output among them is not read.
+float PartialSum(const ConvProblem& problem, const float* x, const float* w, const float* y,
+                 int64_t index, int64_t begin, int64_t end, bool reverse) {
   const Descriptor& op = *problem.op;
-  const std::vector<int64_t>& xs = op.x->strides;
-  const std::vector<int64_t>& ws = op.w->strides;
-  const int64_t q = index % problem.q;
-  const int64_t p = index / problem.q % problem.p;
-  const int64_t k = index / (problem.q * problem.p) % problem.k;
-  const int64_t n = index / (problem.q * problem.p * problem.k);
-  const bool flip = op.conv->mode == CUDNN_CONVOLUTION;
+  const Descriptor& conv = *op.conv;
+  const std::vector<int64_t>&xs = op.x->strides, &ws = op.w->strides, &ys = op.y->strides;
+  const bool flip = conv.mode == CUDNN_CONVOLUTION;
+  const std::array<int64_t, 4> at = OutputCoordinates(problem, index);
   float sum = 0.0f;
-  for (int64_t step = c_begin; step < c_end; ++step) {
-    const int64_t c = reverse ? c_end - 1 - (step - c_begin) : step;
-    for (int64_t fr = 0; fr < problem.r; ++fr) {
-      const int64_t row = p * op.conv->filter_strides[0] - op.conv->pre_paddings[0] +
-                          fr * op.conv->dilations[0];
-      if (row < 0 || row >= problem.h) continue;
-      for (int64_t fs = 0; fs < problem.s; ++fs) {
-        const int64_t col = q * op.conv->filter_strides[1] - op.conv->pre_paddings[1] +
-                            fs * op.conv->dilations[1];
-        if (col < 0 || col >= problem.wd) continue;
-        const int64_t wr = flip ? problem.r - 1 - fr : fr;
-        const int64_t wc = flip ? problem.s - 1 - fs : fs;
-        sum += x[n * xs[0] + c * xs[1] + row * xs[2] + col * xs[3]] *
-               w[k * ws[0] + c * ws[1] + wr * ws[2] + wc * ws[3]];
+  for (int64_t step = begin; step < end; ++step) {
+    const int64_t term = reverse ? end - 1 - (step - begin) : step;
+    switch (problem.direction) {
+      case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR: {
+        // dx[n, c, row, col] += dy[n, k, p, q] * w[k, c, fr, fs] where row = p*stride - pad +
+        // fr*dilation (and so for col).
+        const auto [n, c, row, col] = at;
+        const int64_t k = term;
+        for (int64_t fr = 0; fr < problem.r; ++fr) {
+          const int64_t rows = row + conv.pre_paddings[0] - fr * conv.dilations[0];
+          if (rows < 0 || rows % conv.filter_strides[0] != 0) continue;
+          const int64_t p = rows / conv.filter_strides[0];
+          if (p >= problem.p) continue;
+          for (int64_t fs = 0; fs < problem.s; ++fs) {
+            const int64_t cols = col + conv.pre_paddings[1] - fs * conv.dilations[1];
+            if (cols < 0 || cols % conv.filter_strides[1] != 0) continue;
+            const int64_t q = cols / conv.filter_strides[1];
+            if (q >= problem.q) continue;
+            const int64_t wr = flip ? problem.r - 1 - fr : fr;
+            const int64_t wc = flip ? problem.s - 1 - fs : fs;
+            sum += y[At(ys, n, k, p, q)] * w[At(ws, k, c, wr, wc)];
+          }
+        }
+        break;
+      }
+      case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR: {
+        // dw[k, c, wr, wc] += dy[n, k, p, q] * x[n, c, row, col] over the term's row (n, p).
+        const auto [k, c, wr, wc] = at;
+        const int64_t fr = flip ? problem.r - 1 - wr : wr;
+        const int64_t fs = flip ? problem.s - 1 - wc : wc;
+        const int64_t n = term / problem.p, p = term % problem.p;
+        const int64_t row = p * conv.filter_strides[0] - conv.pre_paddings[0] +
+                            fr * conv.dilations[0];
+        if (row < 0 || row >= problem.h) break;
+        for (int64_t q = 0; q < problem.q; ++q) {
+          const int64_t col = q * conv.filter_strides[1] - conv.pre_paddings[1] +
+                              fs * conv.dilations[1];
+          if (col < 0 || col >= problem.wd) continue;
+          sum += y[At(ys, n, k, p, q)] * x[At(xs, n, c, row, col)];
+        }
+        break;
+      }
+      default: {
+        // y[n, k, p, q] += x[n, c, row, col] * w[k, c, fr, fs] over the term's channel c.
+        const auto [n, k, p, q] = at;
+        const int64_t c = term;
+        for (int64_t fr = 0; fr < problem.r; ++fr) {
+          const int64_t row = p * conv.filter_strides[0] - conv.pre_paddings[0] +
+                              fr * conv.dilations[0];
+          if (row < 0 || row >= problem.h) continue;
+          for (int64_t fs = 0; fs < problem.s; ++fs) {
+            const int64_t col = q * conv.filter_strides[1] - conv.pre_paddings[1] +
+                                fs * conv.dilations[1];
+            if (col < 0 || col >= problem.wd) continue;
+            const int64_t wr = flip ? problem.r - 1 - fr : fr;
+            const int64_t wc = flip ? problem.s - 1 - fs : fs;
+            sum += x[At(xs, n, c, row, col)] * w[At(ws, k, c, wr, wc)];
+          }
+        }
+        break;
       }
     }
   }
   return sum;
 }
 
-float Blend(const Descriptor& op, float value, const float* y, int64_t offset) {
+// The operation's tensors in memory; `out` is the one it writes (one of x, w, y).
+struct Buffers {
+  const float *x, *w, *y;
+  float* out;
+};
+
+float Blend(const Descriptor& op, float value, const float* out, int64_t offset) {
   const float scaled = static_cast<float>(op.alpha) * value;
-  return op.beta == 0.0 ? scaled : scaled + static_cast<float>(op.beta) * y[offset];
+  return op.beta == 0.0 ? scaled : scaled + static_cast<float>(op.beta) * out[offset];
 }
 
-void RunDirect(const ConvProblem& problem, const float* x, const float* w, float* y,
-               bool reverse) {
+void RunDirect(const ConvProblem& problem, const Buffers& b, bool reverse) {
+  const int64_t terms = ReductionLength(problem);
   for (int64_t i = 0; i < ElementCount(problem); ++i) {
     const int64_t offset = OutputOffset(problem, i);
-    y[offset] = Blend(*problem.op, PartialSum(problem, x, w, i, 0, problem.c, reverse), y, offset);
+    b.out[offset] = Blend(*problem.op, PartialSum(problem, b.x, b.w, b.y, i, 0, terms, reverse),
+                          b.out, offset);
   }
 }
 
-std::pair<int64_t, int64_t> Slice(int64_t channels, int64_t slice, int64_t slices) {
-  return {channels * slice / slices, channels * (slice + 1) / slices};
+std::pair<int64_t, int64_t> Slice(int64_t terms, int64_t slice, int64_t slices) {
+  return {terms * slice / slices, terms * (slice + 1) / slices};
 }
 
-void RunSplitWorkspace(const ConvProblem& problem, const float* x, const float* w, float* y,
-                       int64_t slices, float* workspace) {
+void RunSplitWorkspace(const ConvProblem& problem, const Buffers& b, int64_t slices,
+                       float* workspace) {
   const int64_t count = ElementCount(problem);
   for (int64_t slice = 0; slice < slices; ++slice) {
-    const auto [begin, end] = Slice(problem.c, slice, slices);
+    const auto [begin, end] = Slice(ReductionLength(problem), slice, slices);
     for (int64_t i = 0; i < count; ++i) {
-      workspace[slice * count + i] = PartialSum(problem, x, w, i, begin, end, false);
+      workspace[slice * count + i] = PartialSum(problem, b.x, b.w, b.y, i, begin, end, false);
     }
   }
   for (int64_t i = 0; i < count; ++i) {
     float sum = 0.0f;
     for (int64_t slice = 0; slice < slices; ++slice) sum += workspace[slice * count + i];
     const int64_t offset = OutputOffset(problem, i);
-    y[offset] = Blend(*problem.op, sum, y, offset);
+    b.out[offset] = Blend(*problem.op, sum, b.out, offset);
   }
 }
 
-void RunAtomic(const ConvProblem& problem, const float* x, const float* w, float* y,
-               int64_t slices) {
+void RunAtomic(const ConvProblem& problem, const Buffers& b, int64_t slices) {
   const Descriptor& op = *problem.op;
   const int64_t count = ElementCount(problem);
   for (int64_t i = 0; i < count; ++i) {
     const int64_t offset = OutputOffset(problem, i);
-    y[offset] = op.beta == 0.0 ? 0.0f : static_cast<float>(op.beta) * y[offset];
+    b.out[offset] = op.beta == 0.0 ? 0.0f : static_cast<float>(op.beta) * b.out[offset];
   }
   RunRacing(static_cast<int>(slices),
             [&](int thread, int threads, const std::function<void()>& yield) {
-              const auto [begin, end] = Slice(problem.c, thread, threads);
+              const auto [begin, end] = Slice(ReductionLength(problem), thread, threads);
               for (int64_t i = 0; i < count; ++i) {
-                const float partial = PartialSum(problem, x, w, i, begin, end, false);
-                AtomicAddFloat(&y[OutputOffset(problem, i)],
+                const float partial = PartialSum(problem, b.x, b.w, b.y, i, begin, end, false);
+                AtomicAddFloat(&b.out[OutputOffset(problem, i)],
                                static_cast<float>(op.alpha) * partial);
                 yield();
               }
@@ -369,31 +475,48 @@ cudnnStatus_t SetAttribute(Descriptor& d, cudnnBackendAttributeName_t name,
     case CUDNN_ATTR_CONVOLUTION_POST_PADDINGS:
       ok = ReadInts(type, count, elements, &d.post_paddings);
       break;
+    // The three convolution operations keep dx, dw and dy in x, w and y.
     case CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X:
       ok = (d.x = ReadDescriptor(type, count, elements, CUDNN_BACKEND_TENSOR_DESCRIPTOR)) != nullptr;
       break;
     case CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW:
       ok = (d.w = ReadDescriptor(type, count, elements, CUDNN_BACKEND_TENSOR_DESCRIPTOR)) != nullptr;
       break;
     case CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY:
       ok = (d.y = ReadDescriptor(type, count, elements, CUDNN_BACKEND_TENSOR_DESCRIPTOR)) != nullptr;
       break;
     case CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC:
       ok = (d.conv = ReadDescriptor(type, count, elements,
                                     CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR)) != nullptr;
       break;
     case CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA:
       ok = ReadScalar(type, count, elements, &d.alpha);
       break;
     case CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA:
       ok = ReadScalar(type, count, elements, &d.beta);
       break;
     case CUDNN_ATTR_OPERATIONGRAPH_OPS: {
       if (type != CUDNN_TYPE_BACKEND_DESCRIPTOR || count < 1 || elements == nullptr) break;
       std::vector<Snapshot> ops;
       for (int64_t i = 0; i < count; ++i) {
-        Snapshot op = ReadDescriptor(type, 1, static_cast<void* const*>(elements) + i,
-                                     CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+        Snapshot op;
+        for (cudnnBackendDescriptorType_t kind : kConvolutionOperations) {
+          if (op == nullptr) {
+            op = ReadDescriptor(type, 1, static_cast<void* const*>(elements) + i, kind);
+          }
+        }
         if (op == nullptr) return CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN;
         ops.push_back(std::move(op));
       }
@@ -488,7 +611,7 @@ bool Is4dFloat(const Snapshot& tensor) {
   return tensor != nullptr && tensor->dims.size() == 4 && tensor->data_type == CUDNN_DATA_FLOAT;
 }
 
-cudnnStatus_t FinalizeConvolutionForward(const Descriptor& d) {
+cudnnStatus_t FinalizeConvolution(const Descriptor& d) {
   if (!d.x || !d.w || !d.y || !d.conv) return CUDNN_STATUS_BAD_PARAM;
   if (!Is4dFloat(d.x) || !Is4dFloat(d.w) || !Is4dFloat(d.y)) {
     return CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE;
@@ -533,7 +656,9 @@ cudnnStatus_t Finalize(Descriptor& d) {
       break;
     }
     case CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR:
-      if (cudnnStatus_t status = FinalizeConvolutionForward(d); status != CUDNN_STATUS_SUCCESS) {
+    case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR:
+    case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR:
+      if (cudnnStatus_t status = FinalizeConvolution(d); status != CUDNN_STATUS_SUCCESS) {
         return status;
       }
       break;
@@ -546,7 +671,10 @@ cudnnStatus_t Finalize(Descriptor& d) {
       break;
     case CUDNN_BACKEND_ENGINE_DESCRIPTOR:
       if (d.graph == nullptr) return CUDNN_STATUS_BAD_PARAM;
-      if (d.engine_index < 0 || d.engine_index >= kEngineCount) return CUDNN_STATUS_NOT_SUPPORTED;
+      if (d.engine_index < 0 || d.engine_index >= kEngineCount ||
+          !EngineSupports(d.engine_index, *d.graph)) {
+        return CUDNN_STATUS_NOT_SUPPORTED;
+      }
       break;
     case CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR:
       if (!d.has_knob_type) return CUDNN_STATUS_BAD_PARAM;
@@ -637,6 +765,7 @@ cudnnStatus_t GiveDescriptors(const std::vector<Descriptor>& values,
 std::vector<Descriptor> HeuristicResults(const Descriptor& heur) {
   std::vector<Descriptor> configs;
   for (const HeuristicConfig& entry : HeuristicOrder(heur.heur_mode)) {
+    if (!EngineSupports(entry.engine, *heur.graph)) continue;
     auto engine = std::make_shared<Descriptor>();
     engine->type = CUDNN_BACKEND_ENGINE_DESCRIPTOR;
     engine->finalized = true;
@@ -769,10 +898,14 @@ cudnnStatus_t Execute(cudnnHandle_t handle, const Descriptor& plan, const Descri
     }
     return nullptr;
   };
-  const auto* x = static_cast<const float*>(pointer(problem.op->x));
-  const auto* w = static_cast<const float*>(pointer(problem.op->w));
+  auto* x = static_cast<float*>(pointer(problem.op->x));
+  auto* w = static_cast<float*>(pointer(problem.op->w));
   auto* y = static_cast<float*>(pointer(problem.op->y));
   if (x == nullptr || w == nullptr || y == nullptr) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
+  float* out = &Output(problem) == problem.op->x.get()   ? x
+               : &Output(problem) == problem.op->w.get() ? w
+                                                         : y;
+  const Buffers buffers{x, w, y, out};
   if (plan.workspace_bytes > 0 && pack.workspace == nullptr) {
     return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
   }
@@ -780,13 +913,13 @@ cudnnStatus_t Execute(cudnnHandle_t handle, const Descriptor& plan, const Descri
     return status;
   }
   switch (engine.engine_index) {
-    case 0: RunDirect(problem, x, w, y, false); break;
-    case 1: RunAtomic(problem, x, w, y, KnobValue(config, CUDNN_KNOB_TYPE_SPLIT_K_SLC, 2)); break;
+    case 0: RunDirect(problem, buffers, false); break;
+    case 1: RunAtomic(problem, buffers, KnobValue(config, CUDNN_KNOB_TYPE_SPLIT_K_SLC, 2)); break;
     case 2:
-      RunSplitWorkspace(problem, x, w, y, KnobValue(config, CUDNN_KNOB_TYPE_SPLIT_K_SLC, 2),
+      RunSplitWorkspace(problem, buffers, KnobValue(config, CUDNN_KNOB_TYPE_SPLIT_K_SLC, 2),
                         static_cast<float*>(pack.workspace));
       break;
-    case 3: RunDirect(problem, x, w, y, true); break;
+    case 3: RunDirect(problem, buffers, true); break;
     default: return CUDNN_STATUS_INTERNAL_ERROR;
   }
   WaitTimingNoise();
@@ -798,6 +931,8 @@ bool Supported(cudnnBackendDescriptorType_t type) {
     case CUDNN_BACKEND_TENSOR_DESCRIPTOR:
     case CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR:
     case CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR:
+    case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR:
+    case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR:
     case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR:
     case CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR:
     case CUDNN_BACKEND_ENGINE_DESCRIPTOR:
