@@ -62,38 +62,6 @@ struct CublasLt {
 #undef NDT_CUBLASLT_SLOT
 };
 
-// dlopens `soname` once and fills the slots `resolve(library, &missing)` names.
-template <typename Library, typename Resolve>
-StatusOr<const Library*> LoadOnce(const char* soname, Resolve resolve) {
-  static Library library;
-  static std::string failure;
-  static bool loaded = false;
-  if (loaded) {
-    if (!failure.empty()) return Status::Error(failure);
-    return &library;
-  }
-  loaded = true;
-  void* handle = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* why = dlerror();
-    failure = fmt::format("cannot load {}: {}", soname, why != nullptr ? why : "not found");
-    return Status::Error(failure);
-  }
-  std::string missing;
-  resolve(handle, &library, &missing);
-  if (!missing.empty()) {
-    failure = fmt::format("{} lacks {}", soname, missing);
-    return Status::Error(failure);
-  }
-  return &library;
-}
-
-template <typename Slot>
-void Resolve(void* library, const char* name, Slot* slot, std::string* missing) {
-  *slot = reinterpret_cast<Slot>(dlsym(library, name));
-  if (*slot == nullptr) *missing += fmt::format("{}{}", missing->empty() ? "" : ", ", name);
-}
-
 StatusOr<const Cublas*> LoadCublas() {
   return LoadOnce<Cublas>("libcublas.so.13", [](void* library, Cublas* c, std::string* missing) {
     Resolve(library, "cublasCreate_v2", &c->create, missing);

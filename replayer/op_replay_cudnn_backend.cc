@@ -26,10 +26,11 @@
 namespace ndt::replay::internal {
 namespace {
 
-#define NDT_CUDNN_BACKEND_FUNCTIONS(X)                                                     \
-  X(cudnnGetErrorString) X(cudnnCreate) X(cudnnDestroy) X(cudnnBackendCreateDescriptor)    \
-  X(cudnnBackendDestroyDescriptor) X(cudnnBackendSetAttribute) X(cudnnBackendGetAttribute) \
-  X(cudnnBackendFinalize) X(cudnnBackendExecute)
+#define NDT_CUDNN_BACKEND_FUNCTIONS(X)                                                            \
+  X(cudnnGetErrorString)                                                                          \
+  X(cudnnCreate) X(cudnnDestroy) X(cudnnBackendCreateDescriptor) X(cudnnBackendDestroyDescriptor) \
+      X(cudnnBackendSetAttribute) X(cudnnBackendGetAttribute) X(cudnnBackendFinalize)             \
+          X(cudnnBackendExecute)
 
 struct CudnnBackend {
 #define NDT_CUDNN_SLOT(name) decltype(&::name) name = nullptr;
@@ -42,31 +43,12 @@ struct CudnnBackend {
 };
 
 StatusOr<const CudnnBackend*> LoadCudnnBackend() {
-  static CudnnBackend cudnn;
-  static std::string failure;
-  static bool loaded = false;
-  if (loaded) {
-    if (!failure.empty()) return Status::Error(failure);
-    return &cudnn;
-  }
-  loaded = true;
-  void* library = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
-  if (library == nullptr) {
-    const char* why = dlerror();
-    failure = fmt::format("cannot load cuDNN (libcudnn.so.9): {}", why != nullptr ? why : "");
-    return Status::Error(failure);
-  }
-  std::string missing;
-#define NDT_CUDNN_RESOLVE(name)                                            \
-  cudnn.name = reinterpret_cast<decltype(&::name)>(dlsym(library, #name)); \
-  if (cudnn.name == nullptr) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", #name);
-  NDT_CUDNN_BACKEND_FUNCTIONS(NDT_CUDNN_RESOLVE)
-#undef NDT_CUDNN_RESOLVE
-  if (!missing.empty()) {
-    failure = "libcudnn.so.9 lacks " + missing;
-    return Status::Error(failure);
-  }
-  return &cudnn;
+  return LoadOnce<CudnnBackend>("libcudnn.so.9",
+                                [](void* library, CudnnBackend* cudnn, std::string* missing) {
+#define NDT_RESOLVE(name) Resolve(library, #name, &cudnn->name, missing);
+                                  NDT_CUDNN_BACKEND_FUNCTIONS(NDT_RESOLVE)
+#undef NDT_RESOLVE
+                                });
 }
 
 // ---- the recorded graph ---------------------------------------------------------------------

@@ -39,31 +39,11 @@ struct Cudnn {
 };
 
 StatusOr<const Cudnn*> LoadCudnn() {
-  static Cudnn cudnn;
-  static std::string failure;
-  static bool loaded = false;
-  if (loaded) {
-    if (!failure.empty()) return Status::Error(failure);
-    return &cudnn;
-  }
-  loaded = true;
-  void* library = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
-  if (library == nullptr) {
-    const char* why = dlerror();
-    failure = fmt::format("cannot load cuDNN (libcudnn.so.9): {}", why != nullptr ? why : "");
-    return Status::Error(failure);
-  }
-  std::string missing;
-#define NDT_CUDNN_RESOLVE(name)                                                  \
-  cudnn.name = reinterpret_cast<decltype(&::name)>(dlsym(library, #name));       \
-  if (cudnn.name == nullptr) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", #name);
-  NDT_CUDNN_FUNCTIONS(NDT_CUDNN_RESOLVE)
-#undef NDT_CUDNN_RESOLVE
-  if (!missing.empty()) {
-    failure = "libcudnn.so.9 lacks " + missing;
-    return Status::Error(failure);
-  }
-  return &cudnn;
+  return LoadOnce<Cudnn>("libcudnn.so.9", [](void* library, Cudnn* cudnn, std::string* missing) {
+#define NDT_RESOLVE(name) Resolve(library, #name, &cudnn->name, missing);
+    NDT_CUDNN_FUNCTIONS(NDT_RESOLVE)
+#undef NDT_RESOLVE
+  });
 }
 
 enum class Direction { kForward = 0, kBackwardData = 1, kBackwardFilter = 2 };

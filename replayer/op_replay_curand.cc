@@ -35,31 +35,12 @@ struct Curand {
 };
 
 StatusOr<const Curand*> LoadCurand() {
-  static Curand curand;
-  static std::string failure;
-  static bool loaded = false;
-  if (loaded) {
-    if (!failure.empty()) return Status::Error(failure);
-    return &curand;
-  }
-  loaded = true;
-  void* library = dlopen("libcurand.so.10", RTLD_NOW | RTLD_LOCAL);
-  if (library == nullptr) {
-    const char* why = dlerror();
-    failure = fmt::format("cannot load cuRAND (libcurand.so.10): {}", why != nullptr ? why : "");
-    return Status::Error(failure);
-  }
-  std::string missing;
-#define NDT_CURAND_RESOLVE(name)                                            \
-  curand.name = reinterpret_cast<decltype(&::name)>(dlsym(library, #name)); \
-  if (curand.name == nullptr) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", #name);
-  NDT_CURAND_FUNCTIONS(NDT_CURAND_RESOLVE)
-#undef NDT_CURAND_RESOLVE
-  if (!missing.empty()) {
-    failure = "libcurand.so.10 lacks " + missing;
-    return Status::Error(failure);
-  }
-  return &curand;
+  return LoadOnce<Curand>("libcurand.so.10",
+                          [](void* library, Curand* curand, std::string* missing) {
+#define NDT_RESOLVE(name) Resolve(library, #name, &curand->name, missing);
+                            NDT_CURAND_FUNCTIONS(NDT_RESOLVE)
+#undef NDT_RESOLVE
+                          });
 }
 
 std::string StatusText(const char* api, curandStatus_t status) {

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cuda.h>
+#include <dlfcn.h>
+#include <fmt/format.h>
 
 #include <cstdint>
 #include <functional>
@@ -64,6 +66,41 @@ struct Driver {
 
 // Loads and initialises the driver once per process; fails saying why.
 StatusOr<const Driver*> LoadDriver();
+
+// dlopens `soname` (RTLD_LOCAL) once per `Library` type and lets `fill(handle, &library,
+// &missing)` resolve its functions (with Resolve); fails naming the library or the missing
+// functions, on this call and every later one.
+template <typename Library, typename Fill>
+StatusOr<const Library*> LoadOnce(const char* soname, Fill fill) {
+  static Library library;
+  static std::string failure;
+  static bool loaded = false;
+  if (loaded) {
+    if (!failure.empty()) return Status::Error(failure);
+    return &library;
+  }
+  loaded = true;
+  void* handle = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    failure = fmt::format("cannot load {}: {}", soname, why != nullptr ? why : "not found");
+    return Status::Error(failure);
+  }
+  std::string missing;
+  fill(handle, &library, &missing);
+  if (!missing.empty()) {
+    failure = fmt::format("{} lacks {}", soname, missing);
+    return Status::Error(failure);
+  }
+  return &library;
+}
+
+// `*slot` = the function `name` of `library`; a name not found is added to `missing`.
+template <typename Slot>
+void Resolve(void* library, const char* name, Slot* slot, std::string* missing) {
+  *slot = reinterpret_cast<Slot>(dlsym(library, name));
+  if (*slot == nullptr) *missing += fmt::format("{}{}", missing->empty() ? "" : ", ", name);
+}
 
 // Makes device `ordinal`'s primary context current on this thread.
 Status UseDevice(const Driver& driver, uint32_t ordinal);
