@@ -8,7 +8,6 @@
 #include <cxxabi.h>
 #include <cerrno>
 #include <dlfcn.h>
-#include <elf.h>
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -26,6 +25,7 @@
 #include <string_view>
 
 #include "kernels/digest_v1.h"
+#include "tracer/capture.h"
 #include "tracer/driver_table.h"
 #include "tracer/library_support.h"
 #include "tracer/real_dl.h"
@@ -58,44 +58,6 @@ std::string Demangle(const char* mangled) {
   std::string name(demangled);
   std::free(demangled);
   return name;
-}
-
-constexpr uint32_t kFatbinMagic = 0xBA55ED50;         // a fat binary
-constexpr uint32_t kFatbinWrapperMagic = 0x466243B1;  // nvcc's __fatBinC_Wrapper_t
-
-// The bytes of a loadable image: a fat binary (bare, or behind nvcc's wrapper: then `image` is
-// moved to the fat binary), an ELF cubin, or NUL-terminated PTX. 0 when unrecognised.
-uint64_t ImageBytes(const void** image) {
-  const auto* bytes = static_cast<const unsigned char*>(*image);
-  uint32_t magic;
-  std::memcpy(&magic, bytes, sizeof(magic));
-  if (magic == kFatbinWrapperMagic) {
-    const void* data;  // int magic; int version; const unsigned long long* data; ...
-    std::memcpy(&data, bytes + 8, sizeof(data));
-    if (data == nullptr) return 0;
-    *image = data;
-    bytes = static_cast<const unsigned char*>(data);
-    std::memcpy(&magic, bytes, sizeof(magic));
-  }
-  if (magic == kFatbinMagic) {  // u32 magic; u16 version; u16 header size; u64 payload size
-    uint16_t header_size;
-    uint64_t payload_size;
-    std::memcpy(&header_size, bytes + 6, sizeof(header_size));
-    std::memcpy(&payload_size, bytes + 8, sizeof(payload_size));
-    return uint64_t{header_size} + payload_size;
-  }
-  if (std::memcmp(bytes, ELFMAG, SELFMAG) == 0 && bytes[EI_CLASS] == ELFCLASS64) {
-    Elf64_Ehdr header;
-    std::memcpy(&header, bytes, sizeof(header));
-    const uint64_t sections = header.e_shoff + uint64_t{header.e_shnum} * header.e_shentsize;
-    const uint64_t segments = header.e_phoff + uint64_t{header.e_phnum} * header.e_phentsize;
-    return std::max({sections, segments, uint64_t{sizeof(header)}});
-  }
-  if (bytes[0] == '/' || bytes[0] == '.' || bytes[0] == '\n' || bytes[0] == ' ' ||
-      bytes[0] == '\t') {
-    return std::strlen(reinterpret_cast<const char*>(bytes)) + 1;
-  }
-  return 0;
 }
 
 // The digest v1 of host memory the program may have unmapped since it handed it to us: read
@@ -811,7 +773,7 @@ void Session::OnModuleLoad(const void* handle, const char* api, const void* imag
   format::ModuleLoadRecord record;
   record.api = api;
   uint64_t bytes = 0;
-  if (image != nullptr) bytes = ImageBytes(&image);
+  if (image != nullptr) bytes = ModuleImageBytes(&image);
   record.image_bytes = bytes;
   record.digest = ToFormat(kernels::DigestV1(bytes == 0 ? nullptr : image, bytes));
   {
