@@ -678,6 +678,14 @@ bool AppendRecord(const Record& record, std::string* out) {
       out);
 }
 
+bool AppendRecord(const OpRecord& op, std::string* out) {
+  static_assert(std::is_same_v<std::variant_alternative_t<0, Record>, OpRecord>);
+  return AppendFrame(
+      0,
+      [&op](capnp::MessageBuilder& message) { Write(op, message.initRoot<wire::Record>()); },
+      out);
+}
+
 bool AppendHeader(const TraceHeader& header, std::string* out) {
   return AppendFrame(
       kHeaderRecordType,

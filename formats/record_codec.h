@@ -27,6 +27,8 @@ inline constexpr int kNestingLimit = 16;
 // Appends the frame of `record` to `out` (a whole number of words). Returns false, leaving
 // `out` unchanged, if the record would exceed kMaxRecordWords.
 bool AppendRecord(const Record& record, std::string* out);
+// The same for an op record held outside a Record (the tracer's hot path: no copy into one).
+bool AppendRecord(const OpRecord& op, std::string* out);
 bool AppendHeader(const TraceHeader& header, std::string* out);
 
 // Decodes the frame at words[0..word_count). On success stores the record and the frame's

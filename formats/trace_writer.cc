@@ -27,6 +27,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include "formats/byte_order.h"
@@ -140,7 +141,9 @@ class TraceWriter::Impl {
     }
   }
 
-  bool Append(const Record& record) {
+  // RecordLike: Record or OpRecord (codec::AppendRecord takes both).
+  template <typename RecordLike>
+  bool Append(const RecordLike& record) {
     ThreadBuffer* buffer = LocalBuffer();
     std::lock_guard buffer_lock(buffer->mu);
     if (closed_.load(std::memory_order_relaxed)) {
@@ -153,7 +156,13 @@ class TraceWriter::Impl {
     }
     ++buffer->count;
     ++buffer->appended;
-    if (const auto* op = std::get_if<OpRecord>(&record)) {
+    const OpRecord* op = nullptr;
+    if constexpr (std::is_same_v<RecordLike, OpRecord>) {
+      op = &record;
+    } else {
+      op = std::get_if<OpRecord>(&record);
+    }
+    if (op != nullptr) {
       buffer->first_op = std::min(buffer->first_op, op->sequence);
       buffer->last_op = std::max(buffer->last_op, op->sequence);
     }
@@ -590,6 +599,7 @@ StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Create(const std::string& pa
 TraceWriter::TraceWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TraceWriter::~TraceWriter() { (void)impl_->Close(); }
 bool TraceWriter::Append(const Record& record) { return impl_->Append(record); }
+bool TraceWriter::Append(const OpRecord& op) { return impl_->Append(op); }
 StatusOr<BlobId> TraceWriter::PutBlob(std::span<const std::byte> bytes) {
   return impl_->PutBlob(bytes);
 }

@@ -64,6 +64,8 @@ class TraceWriter {
   // are read back in the order that thread appended them; no order between threads is
   // promised. Returns false when the record was dropped (see FullPolicy) or refused.
   bool Append(const Record& record);
+  // The same for an op record held outside a Record (no copy into one).
+  bool Append(const OpRecord& op);
 
   // Stores `bytes` in the blob stream and returns their content address. Storing the same
   // bytes again returns the same id and writes nothing. Thread-safe; compresses on the

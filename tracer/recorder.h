@@ -130,6 +130,8 @@ class Session {
   uint64_t PeekOpSequence() const { return next_op_.load(std::memory_order_relaxed); }
 
   void Append(const format::Record& record);
+  // The same for an op, without copying it into a Record when nothing is held (the hot path).
+  void Append(const format::OpRecord& op);
 
   // A new op on this thread, its sequence taken now; `EndOp` appends it with the call's status
   // and then takes the state digest the configuration asks for at this point, if any.
