@@ -9,21 +9,19 @@
 #include <cstdio>
 #include <functional>
 #include <optional>
-#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "formats/records.h"
 #include "formats/trace_reader.h"
-#include "formats/trace_writer.h"
+#include "support/captured_trace.h"
 #include "support/temp_dir.h"
 #include "support/traced_program.h"
 
 namespace {
 
 using namespace ndt::test;  // NOLINT(google-build-using-namespace): the shared test helpers
-using ndt::format::BlobId;
 using ndt::format::OpKind;
 
 const std::string kNdtrace = "'" NDTRACE_BIN "'";
@@ -35,10 +33,6 @@ RunResult RecordConv(const std::string& trace, const std::string& capture,
   std::remove(trace.c_str());
   return Run(kNdtrace + " record " + (capture.empty() ? "" : "--capture " + capture) + " -o '" +
              trace + "' -- " + kConvBackend + " " + args);
-}
-
-RunResult Replay(const std::string& trace, uint64_t op, const std::string& options = "") {
-  return Run(kNdtrace + " replay '" + trace + "' --op " + std::to_string(op) + " " + options);
 }
 
 std::vector<OpRecord> Executes(const std::vector<Record>& records) {
@@ -57,16 +51,6 @@ std::optional<std::string> Text(const OpRecord& op, const std::string& name) {
   return std::nullopt;
 }
 
-bool Contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-BlobId ParseId(const std::string& hex) {
-  REQUIRE(hex.size() == 32);
-  return BlobId{std::stoull(hex.substr(0, 16), nullptr, 16),
-                std::stoull(hex.substr(16), nullptr, 16)};
-}
-
 // The one captured execute of a `conv_backend ARGS` recording.
 OpRecord RecordOneExecute(const std::string& trace, const std::string& args) {
   const RunResult recorded = RecordConv(trace, "cudnnBackendExecute", args);
@@ -75,30 +59,6 @@ OpRecord RecordOneExecute(const std::string& trace, const std::string& args) {
   const std::vector<OpRecord> executes = Executes(ReadAll(trace));
   REQUIRE(executes.size() == 1);
   return executes[0];
-}
-
-// A copy of `from` whose op records' arguments `edit` changed; header and blobs unchanged.
-void RewriteArguments(const std::string& from, const std::string& to,
-                      const std::function<void(OpRecord*)>& edit) {
-  auto reader = ndt::format::TraceReader::Open(from);
-  REQUIRE(reader.ok());
-  auto writer = ndt::format::TraceWriter::Create(to, (*reader)->header());
-  REQUIRE(writer.ok());
-  Record record;
-  while ((*reader)->Next(&record)) {
-    if (auto* op = std::get_if<OpRecord>(&record)) {
-      for (const Argument& argument : op->args) {
-        const auto* text = std::get_if<std::string>(&argument.value);
-        if (argument.name.rfind("blob:", 0) != 0 || text == nullptr || text->size() != 32) continue;
-        auto bytes = (*reader)->ReadBlob(ParseId(*text));
-        REQUIRE(bytes.ok());
-        REQUIRE((*writer)->PutBlob(std::as_bytes(std::span(bytes->data(), bytes->size()))).ok());
-      }
-      edit(op);
-    }
-    REQUIRE((*writer)->Append(record));
-  }
-  REQUIRE((*writer)->Close().ok());
 }
 
 TEST_CASE("record --capture stores a backend execute's tensors and its operation graph",
@@ -261,7 +221,7 @@ TEST_CASE("replay --op refuses an uncaptured execute and a graph it cannot rebui
   const OpRecord op = RecordOneExecute(trace, "");
   const auto edited = [&](const std::string& name, const std::function<void(std::string*)>& edit) {
     const std::string path = (dir / name).string();
-    RewriteArguments(trace, path, [&](OpRecord* record) {
+    RewriteTrace(trace, path, nullptr, [&](OpRecord* record) {
       if (record->sequence != op.sequence) return;
       for (Argument& argument : record->args) {
         if (argument.name == "graph") edit(&std::get<std::string>(argument.value));

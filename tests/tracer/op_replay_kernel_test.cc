@@ -13,8 +13,7 @@
 #include <vector>
 
 #include "formats/records.h"
-#include "formats/trace_reader.h"
-#include "formats/trace_writer.h"
+#include "support/captured_trace.h"
 #include "support/temp_dir.h"
 #include "support/traced_program.h"
 
@@ -22,7 +21,6 @@ namespace {
 
 using namespace ndt::test;  // NOLINT(google-build-using-namespace): the shared test helpers
 using ndt::format::AllocationRecord;
-using ndt::format::BlobId;
 using ndt::format::OpKind;
 
 const std::string kNdtrace = "'" NDTRACE_BIN "'";
@@ -32,14 +30,6 @@ RunResult RecordCapture(const std::string& trace, const std::string& capture,
   std::remove(trace.c_str());
   return Run(kNdtrace + " record --capture '" + capture + "' -o '" + trace + "' -- '" + program +
              "'");
-}
-
-RunResult Replay(const std::string& trace, uint64_t op, const std::string& options = "") {
-  return Run(kNdtrace + " replay '" + trace + "' --op " + std::to_string(op) + " " + options);
-}
-
-bool Contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
 }
 
 const Argument* Find(const OpRecord& op, const std::string& name) {
@@ -53,20 +43,6 @@ std::optional<std::string> Text(const OpRecord& op, const std::string& name) {
   const Argument* argument = Find(op, name);
   const auto* text = argument == nullptr ? nullptr : std::get_if<std::string>(&argument->value);
   return text == nullptr ? std::nullopt : std::optional<std::string>(*text);
-}
-
-BlobId ParseId(const std::string& hex) {
-  REQUIRE(hex.size() == 32);
-  return BlobId{std::stoull(hex.substr(0, 16), nullptr, 16),
-                std::stoull(hex.substr(16), nullptr, 16)};
-}
-
-std::string BlobBytes(const std::string& trace, const std::string& hex) {
-  auto reader = ndt::format::TraceReader::Open(trace);
-  REQUIRE(reader.ok());
-  auto bytes = (*reader)->ReadBlob(ParseId(hex));
-  REQUIRE(bytes.ok());
-  return *bytes;
 }
 
 // The only launch of `name` in `records`.
@@ -105,31 +81,6 @@ std::map<uint64_t, std::pair<uint64_t, uint64_t>> Captured(const OpRecord& op) {
     captured[pointer->allocation_id] = {pointer->raw_address, std::get<uint64_t>(bytes->value)};
   }
   return captured;
-}
-
-// A copy of `from` in which `edit` changed op `sequence`; other records and blobs unchanged.
-void RewriteOp(const std::string& from, const std::string& to, uint64_t sequence,
-               void (*edit)(OpRecord*)) {
-  auto reader = ndt::format::TraceReader::Open(from);
-  REQUIRE(reader.ok());
-  auto writer = ndt::format::TraceWriter::Create(to, (*reader)->header());
-  REQUIRE(writer.ok());
-  Record record;
-  while ((*reader)->Next(&record)) {
-    auto* op = std::get_if<OpRecord>(&record);
-    if (op != nullptr) {
-      for (const Argument& argument : op->args) {
-        const auto* text = std::get_if<std::string>(&argument.value);
-        if (argument.name.rfind("blob:", 0) != 0 || text == nullptr || text->size() != 32) continue;
-        auto bytes = (*reader)->ReadBlob(ParseId(*text));
-        REQUIRE(bytes.ok());
-        REQUIRE((*writer)->PutBlob(std::as_bytes(std::span(bytes->data(), bytes->size()))).ok());
-      }
-      if (op->sequence == sequence) edit(op);
-    }
-    REQUIRE((*writer)->Append(record));
-  }
-  REQUIRE((*writer)->Close().ok());
 }
 
 TEST_CASE(
@@ -264,7 +215,8 @@ TEST_CASE("replay --op of a launch refuses a range it cannot reserve and an unca
 
   // An address in the kernel's half of the address space: no process can map it.
   const std::string moved = (dir / "moved.ndt").string();
-  RewriteOp(trace, moved, first, [](OpRecord* op) {
+  RewriteTrace(trace, moved, nullptr, [&](OpRecord* op) {
+    if (op->sequence != first) return;
     for (Argument& argument : op->args) {
       if (argument.name.rfind("alloc", 0) != 0) continue;
       if (auto* pointer = std::get_if<DevicePointer>(&argument.value)) {

@@ -7,21 +7,18 @@
 // Exit codes: 0 stable, 1 varies, 2 error. Stand-in results only.
 #include <catch2/catch.hpp>
 #include <cstdio>
-#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "formats/records.h"
-#include "formats/trace_reader.h"
-#include "formats/trace_writer.h"
+#include "support/captured_trace.h"
 #include "support/temp_dir.h"
 #include "support/traced_program.h"
 
 namespace {
 
 using namespace ndt::test;  // NOLINT(google-build-using-namespace): the shared test helpers
-using ndt::format::BlobId;
 
 const std::string kNdtrace = "'" NDTRACE_BIN "'";
 
@@ -30,10 +27,6 @@ RunResult RecordProgram(const std::string& trace, const std::string& capture,
   std::remove(trace.c_str());
   return Run(kNdtrace + " record --capture " + capture + " -o '" + trace + "' -- '" + program +
              "' " + args);
-}
-
-RunResult Replay(const std::string& trace, uint64_t op, const std::string& options = "") {
-  return Run(kNdtrace + " replay '" + trace + "' --op " + std::to_string(op) + " " + options);
 }
 
 std::vector<OpRecord> Named(const std::string& trace, const std::string& name) {
@@ -52,10 +45,6 @@ std::optional<std::string> Text(const OpRecord& op, const std::string& name) {
   return std::nullopt;
 }
 
-bool Contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
 // The algorithm rows of a replay report: (row, whether it says "stable").
 std::vector<std::pair<std::string, bool>> Rows(const std::string& out) {
   std::vector<std::pair<std::string, bool>> rows;
@@ -65,36 +54,6 @@ std::vector<std::pair<std::string, bool>> Rows(const std::string& out) {
     rows.emplace_back(line, line.size() >= 6 && line.substr(line.size() - 6) == "stable");
   }
   return rows;
-}
-
-BlobId ParseId(const std::string& hex) {
-  REQUIRE(hex.size() == 32);
-  return BlobId{std::stoull(hex.substr(0, 16), nullptr, 16),
-                std::stoull(hex.substr(16), nullptr, 16)};
-}
-
-// A copy of `from` in which op `sequence` is changed by `edit`; everything else unchanged.
-void RewriteOp(const std::string& from, const std::string& to, uint64_t sequence,
-               const std::function<void(OpRecord*)>& edit) {
-  auto reader = ndt::format::TraceReader::Open(from);
-  REQUIRE(reader.ok());
-  auto writer = ndt::format::TraceWriter::Create(to, (*reader)->header());
-  REQUIRE(writer.ok());
-  Record record;
-  while ((*reader)->Next(&record)) {
-    if (auto* op = std::get_if<OpRecord>(&record)) {
-      for (const Argument& argument : op->args) {
-        const auto* text = std::get_if<std::string>(&argument.value);
-        if (argument.name.rfind("blob:", 0) != 0 || text == nullptr || text->size() != 32) continue;
-        auto bytes = (*reader)->ReadBlob(ParseId(*text));
-        REQUIRE(bytes.ok());
-        REQUIRE((*writer)->PutBlob(std::as_bytes(std::span(bytes->data(), bytes->size()))).ok());
-      }
-      if (op->sequence == sequence) edit(op);
-    }
-    REQUIRE((*writer)->Append(record));
-  }
-  REQUIRE((*writer)->Close().ok());
 }
 
 TEST_CASE(
@@ -266,7 +225,8 @@ TEST_CASE(
 
   // Dimensions larger than any capture: refused before anything is allocated.
   const std::string huge = (dir / "huge.ndt").string();
-  RewriteOp(trace, huge, gemm_ex.sequence, [](OpRecord* op) {
+  RewriteTrace(trace, huge, nullptr, [&](OpRecord* op) {
+    if (op->sequence != gemm_ex.sequence) return;
     for (Argument& argument : op->args) {
       if (argument.name == "n" || argument.name == "k" || argument.name == "ldb") {
         argument.value = int64_t{2000000000};
@@ -280,7 +240,8 @@ TEST_CASE(
 
   // An argument replay needs, gone.
   const std::string lacking = (dir / "lacking.ndt").string();
-  RewriteOp(trace, lacking, gemm_ex.sequence, [](OpRecord* op) {
+  RewriteTrace(trace, lacking, nullptr, [&](OpRecord* op) {
+    if (op->sequence != gemm_ex.sequence) return;
     std::erase_if(op->args, [](const Argument& argument) { return argument.name == "lda"; });
   });
   const RunResult missing = Replay(lacking, gemm_ex.sequence);
@@ -289,7 +250,8 @@ TEST_CASE(
 
   // Shapes that disagree with the captured matrices.
   const std::string reshaped = (dir / "reshaped.ndt").string();
-  RewriteOp(trace, reshaped, gemm_ex.sequence, [](OpRecord* op) {
+  RewriteTrace(trace, reshaped, nullptr, [&](OpRecord* op) {
+    if (op->sequence != gemm_ex.sequence) return;
     for (Argument& argument : op->args) {
       if (argument.name == "k") argument.value = int64_t{512};
     }

@@ -13,14 +13,13 @@
 
 #include "formats/records.h"
 #include "formats/trace_reader.h"
-#include "formats/trace_writer.h"
+#include "support/captured_trace.h"
 #include "support/temp_dir.h"
 #include "support/traced_program.h"
 
 namespace {
 
 using namespace ndt::test;  // NOLINT(google-build-using-namespace): the shared test helpers
-using ndt::format::BlobId;
 using ndt::format::OpKind;
 
 const std::string kNdtrace = "'" NDTRACE_BIN "'";
@@ -31,10 +30,6 @@ RunResult RecordConv(const std::string& trace, const std::string& capture,
   std::remove(trace.c_str());
   return Run(kNdtrace + " record --capture " + capture + " -o '" + trace + "' -- " + kConv + " " +
              args);
-}
-
-RunResult Replay(const std::string& trace, uint64_t op, const std::string& options = "") {
-  return Run(kNdtrace + " replay '" + trace + "' --op " + std::to_string(op) + " " + options);
 }
 
 std::vector<OpRecord> Named(const std::vector<Record>& records, const std::string& name) {
@@ -58,51 +53,6 @@ bool HasBlobs(const OpRecord& op) {
     if (argument.name.rfind("blob:", 0) == 0) return true;
   }
   return false;
-}
-
-BlobId ParseId(const std::string& hex) {
-  REQUIRE(hex.size() == 32);
-  return BlobId{std::stoull(hex.substr(0, 16), nullptr, 16),
-                std::stoull(hex.substr(16), nullptr, 16)};
-}
-
-std::string BlobBytes(const std::string& trace, const std::string& hex) {
-  auto reader = ndt::format::TraceReader::Open(trace);
-  REQUIRE(reader.ok());
-  auto bytes = (*reader)->ReadBlob(ParseId(hex));
-  REQUIRE(bytes.ok());
-  return *bytes;
-}
-
-bool Contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-// A copy of `from` whose header says `edit` did it; records and blobs unchanged.
-void RewriteHeader(const std::string& from, const std::string& to,
-                   void (*edit)(ndt::format::TraceHeader*)) {
-  auto reader = ndt::format::TraceReader::Open(from);
-  REQUIRE(reader.ok());
-  ndt::format::TraceHeader header = (*reader)->header();
-  edit(&header);
-  auto writer = ndt::format::TraceWriter::Create(to, header);
-  REQUIRE(writer.ok());
-  Record record;
-  while ((*reader)->Next(&record)) {
-    REQUIRE((*writer)->Append(record));
-    if (const auto* op = std::get_if<OpRecord>(&record)) {
-      for (const Argument& argument : op->args) {
-        const auto* text = std::get_if<std::string>(&argument.value);
-        if (argument.name.rfind("blob:", 0) != 0 || text == nullptr || text->size() != 32) continue;
-        auto bytes = (*reader)->ReadBlob(ParseId(*text));
-        REQUIRE(bytes.ok());
-        auto id = (*writer)->PutBlob(std::as_bytes(std::span(bytes->data(), bytes->size())));
-        REQUIRE(id.ok());
-        REQUIRE(*id == ParseId(*text));
-      }
-    }
-  }
-  REQUIRE((*writer)->Close().ok());
 }
 
 TEST_CASE("record --capture stores the chosen convolutions' buffers and only theirs",
@@ -269,11 +219,14 @@ TEST_CASE("replay --op refuses a trace recorded on another GPU or driver unless 
   const uint64_t op = Named(ReadAll(trace), "cudnnConvolutionBackwardFilter")[0].sequence;
 
   const std::string other_gpu = (dir / "h200.ndt").string();
-  RewriteHeader(trace, other_gpu, [](ndt::format::TraceHeader* header) {
-    REQUIRE_FALSE(header->gpus.empty());
-    header->gpus[0].name = "NVIDIA H200";
-    header->gpus[0].simulated = false;
-  });
+  RewriteTrace(
+      trace, other_gpu,
+      [](ndt::format::TraceHeader* header) {
+        REQUIRE_FALSE(header->gpus.empty());
+        header->gpus[0].name = "NVIDIA H200";
+        header->gpus[0].simulated = false;
+      },
+      nullptr);
   const RunResult refused = Replay(other_gpu, op, "--repeat 4");
   CHECK(refused.status == 2);
   CHECK(Contains(refused.err, "recorded on another machine (GPU 'NVIDIA H200' in the trace"));
@@ -287,8 +240,9 @@ TEST_CASE("replay --op refuses a trace recorded on another GPU or driver unless 
   CHECK(Contains(forced.out, "VARIES"));
 
   const std::string other_driver = (dir / "driver.ndt").string();
-  RewriteHeader(trace, other_driver,
-                [](ndt::format::TraceHeader* header) { header->versions.driver = 12080; });
+  RewriteTrace(
+      trace, other_driver,
+      [](ndt::format::TraceHeader* header) { header->versions.driver = 12080; }, nullptr);
   const RunResult driver = Replay(other_driver, op);
   CHECK(driver.status == 2);
   CHECK(Contains(driver.err, "driver 12080 in the trace"));
