@@ -24,10 +24,6 @@ inline RunResult Replay(const std::string& trace, uint64_t op, const std::string
              " " + options);
 }
 
-inline bool Contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
 // The blob id a "blob:..." argument names: 32 hex digits, `lo` then `hi`.
 inline format::BlobId ParseId(const std::string& hex) {
   REQUIRE(hex.size() == 32);

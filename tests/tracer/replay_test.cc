@@ -28,10 +28,6 @@ uint64_t CountOps(const std::string& path) {
   return ops;
 }
 
-bool Contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
 }  // namespace
 
 TEST_CASE("replay of a deterministic program runs to the end identical to its reference",
