@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "replayer/op_replay_cudnn_types.h"
 #include "replayer/op_replay_internal.h"
 
 namespace ndt::replay::internal {
@@ -130,33 +131,6 @@ struct Graph {
   std::vector<GraphOperation> ops;
   size_t output = 0;  // the one tensor compared between runs
 };
-
-std::optional<cudnnDataType_t> DataType(const std::string& text) {
-  static const std::map<std::string, cudnnDataType_t> kTypes = {
-      {"f32", CUDNN_DATA_FLOAT},       {"f64", CUDNN_DATA_DOUBLE},     {"f16", CUDNN_DATA_HALF},
-      {"bf16", CUDNN_DATA_BFLOAT16},   {"i8", CUDNN_DATA_INT8},        {"i32", CUDNN_DATA_INT32},
-      {"i64", CUDNN_DATA_INT64},       {"u8", CUDNN_DATA_UINT8},       {"bool", CUDNN_DATA_BOOLEAN},
-      {"f8e4m3", CUDNN_DATA_FP8_E4M3}, {"f8e5m2", CUDNN_DATA_FP8_E5M2}};
-  const auto found = kTypes.find(text);
-  if (found == kTypes.end()) return std::nullopt;
-  return found->second;
-}
-
-uint64_t ElementBytes(cudnnDataType_t dtype) {
-  switch (dtype) {
-    case CUDNN_DATA_DOUBLE:
-    case CUDNN_DATA_INT64:
-      return 8;
-    case CUDNN_DATA_FLOAT:
-    case CUDNN_DATA_INT32:
-      return 4;
-    case CUDNN_DATA_HALF:
-    case CUDNN_DATA_BFLOAT16:
-      return 2;
-    default:
-      return 1;
-  }
-}
 
 // A decimal integer in [min, max]; nullopt otherwise.
 std::optional<int64_t> Integer(const std::string& text, int64_t min, int64_t max) {

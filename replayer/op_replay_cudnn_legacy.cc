@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "replayer/op_replay_cudnn_types.h"
 #include "replayer/op_replay_internal.h"
 
 namespace ndt::replay::internal {
@@ -94,32 +95,6 @@ std::string AlgoName(Direction direction, int64_t algo) {
       return pick(kFilter, "CUDNN_CONVOLUTION_BWD_FILTER_ALGO_");
   }
   return std::to_string(algo);
-}
-
-std::optional<cudnnDataType_t> DataType(const std::string& text) {
-  static const std::map<std::string, cudnnDataType_t> kTypes = {
-      {"f32", CUDNN_DATA_FLOAT}, {"f64", CUDNN_DATA_DOUBLE},   {"f16", CUDNN_DATA_HALF},
-      {"bf16", CUDNN_DATA_BFLOAT16}, {"i8", CUDNN_DATA_INT8}, {"i32", CUDNN_DATA_INT32},
-      {"u8", CUDNN_DATA_UINT8},  {"i64", CUDNN_DATA_INT64}};
-  const auto found = kTypes.find(text);
-  if (found == kTypes.end()) return std::nullopt;
-  return found->second;
-}
-
-size_t ElementBytes(cudnnDataType_t dtype) {
-  switch (dtype) {
-    case CUDNN_DATA_DOUBLE:
-    case CUDNN_DATA_INT64:
-      return 8;
-    case CUDNN_DATA_FLOAT:
-    case CUDNN_DATA_INT32:
-      return 4;
-    case CUDNN_DATA_HALF:
-    case CUDNN_DATA_BFLOAT16:
-      return 2;
-    default:
-      return 1;
-  }
 }
 
 // A recorded convolution, rebuilt from the op's arguments.
