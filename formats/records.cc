@@ -67,6 +67,38 @@ const char* DTypeName(DType dtype) {
   return "unknown";
 }
 
+std::optional<DType> ParseDType(std::string_view name) {
+  for (uint16_t value = 1; value <= static_cast<uint16_t>(DType::kBool); ++value) {
+    const auto dtype = static_cast<DType>(value);
+    if (name == DTypeName(dtype)) return dtype;
+  }
+  return std::nullopt;
+}
+
+uint64_t DTypeBytes(DType dtype) {
+  switch (dtype) {
+    case DType::kF64:
+    case DType::kI64:
+      return 8;
+    case DType::kF32:
+    case DType::kI32:
+      return 4;
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kI16:
+      return 2;
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+    case DType::kI8:
+    case DType::kU8:
+    case DType::kBool:
+      return 1;
+    case DType::kUnknown:
+      break;
+  }
+  return 0;
+}
+
 const char* PolicyName(Policy policy) {
   switch (policy) {
     case Policy::kObserve:

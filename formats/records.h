@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -282,6 +283,11 @@ using Record = std::variant<OpRecord, AllocationRecord, ModuleLoadRecord, NvtxRa
 // Short lower-case names used by show/stats/JSON ("kernelLaunch" -> "kernel_launch").
 const char* OpKindName(OpKind kind);
 const char* DTypeName(DType dtype);
+// The DType DTypeName gives `name` ("f32", "bf16"...); nullopt for any other text, "unknown"
+// included.
+std::optional<DType> ParseDType(std::string_view name);
+// Bytes per element of `dtype` (bool: 1); 0 for kUnknown.
+uint64_t DTypeBytes(DType dtype);
 const char* PolicyName(Policy policy);
 const char* RecordTypeName(const Record& record);
 

@@ -20,6 +20,7 @@
 #include <initializer_list>
 #include <map>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -148,34 +149,28 @@ class Arguments {
   std::string missing_;
 };
 
-// The cudaDataType a type name of the tracer's stands for ("f32", ..., "cuda_type<N>").
+// The CUDA data types replay knows, by the DType the tracer records each as.
+constexpr std::pair<format::DType, cudaDataType> kCudaTypes[] = {
+    {format::DType::kF64, CUDA_R_64F},        {format::DType::kF32, CUDA_R_32F},
+    {format::DType::kF16, CUDA_R_16F},        {format::DType::kBF16, CUDA_R_16BF},
+    {format::DType::kF8E4M3, CUDA_R_8F_E4M3}, {format::DType::kF8E5M2, CUDA_R_8F_E5M2},
+    {format::DType::kI32, CUDA_R_32I},        {format::DType::kI8, CUDA_R_8I},
+    {format::DType::kU8, CUDA_R_8U}};
+
+// The cudaDataType a type name of the tracer's stands for ("f32", ...).
 std::optional<cudaDataType> DataType(const std::string& text) {
-  static const std::map<std::string, cudaDataType> kTypes = {
-      {"f64", CUDA_R_64F},   {"f32", CUDA_R_32F},        {"f16", CUDA_R_16F},
-      {"bf16", CUDA_R_16BF}, {"f8e4m3", CUDA_R_8F_E4M3}, {"f8e5m2", CUDA_R_8F_E5M2},
-      {"i32", CUDA_R_32I},   {"i8", CUDA_R_8I},          {"u8", CUDA_R_8U}};
-  if (const auto found = kTypes.find(text); found != kTypes.end()) return found->second;
+  const std::optional<format::DType> dtype = format::ParseDType(text);
+  for (const auto& [known, type] : kCudaTypes) {
+    if (dtype == known) return type;
+  }
   return std::nullopt;
 }
 
 uint64_t ElementBytes(cudaDataType type) {
-  switch (type) {
-    case CUDA_R_64F:
-      return 8;
-    case CUDA_R_32F:
-    case CUDA_R_32I:
-      return 4;
-    case CUDA_R_16F:
-    case CUDA_R_16BF:
-      return 2;
-    case CUDA_R_8F_E4M3:
-    case CUDA_R_8F_E5M2:
-    case CUDA_R_8I:
-    case CUDA_R_8U:
-      return 1;
-    default:
-      return 0;
+  for (const auto& [known, cuda] : kCudaTypes) {
+    if (cuda == type) return format::DTypeBytes(known);
   }
+  return 0;
 }
 
 const char* DtypeText(cudaDataType type) {

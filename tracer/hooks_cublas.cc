@@ -177,25 +177,7 @@ DType DTypeOf(int type) {
 }
 
 // Bytes per element of a real cudaDataType; 0 when not known here.
-uint64_t ElementBytes(int type) {
-  switch (type) {
-    case CUDA_R_64F:
-      return 8;
-    case CUDA_R_32F:
-    case CUDA_R_32I:
-      return 4;
-    case CUDA_R_16F:
-    case CUDA_R_16BF:
-      return 2;
-    case CUDA_R_8F_E4M3:
-    case CUDA_R_8F_E5M2:
-    case CUDA_R_8I:
-    case CUDA_R_8U:
-      return 1;
-    default:
-      return 0;
-  }
-}
+uint64_t ElementBytes(int type) { return format::DTypeBytes(DTypeOf(type)); }
 
 std::string TypeName(int type) {
   const DType dtype = DTypeOf(type);

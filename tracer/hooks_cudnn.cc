@@ -284,28 +284,7 @@ format::DType ToDType(cudnnDataType_t dtype) {
   return format::DType::kUnknown;
 }
 
-uint64_t ElementBytes(cudnnDataType_t dtype) {
-  switch (dtype) {
-    case CUDNN_DATA_DOUBLE:
-    case CUDNN_DATA_INT64:
-      return 8;
-    case CUDNN_DATA_FLOAT:
-    case CUDNN_DATA_INT32:
-      return 4;
-    case CUDNN_DATA_HALF:
-    case CUDNN_DATA_BFLOAT16:
-      return 2;
-    case CUDNN_DATA_INT8:
-    case CUDNN_DATA_UINT8:
-    case CUDNN_DATA_BOOLEAN:
-    case CUDNN_DATA_FP8_E4M3:
-    case CUDNN_DATA_FP8_E5M2:
-      return 1;
-    default:
-      break;
-  }
-  return 0;
-}
+uint64_t ElementBytes(cudnnDataType_t dtype) { return format::DTypeBytes(ToDType(dtype)); }
 
 std::string DTypeText(cudnnDataType_t dtype) {
   const format::DType known = ToDType(dtype);

@@ -293,22 +293,7 @@ format::DType ToDType(int64_t type) {
   }
 }
 
-uint64_t ElementBytes(int64_t type) {
-  switch (type) {
-    case CUDNN_DATA_DOUBLE:
-    case CUDNN_DATA_INT64: return 8;
-    case CUDNN_DATA_FLOAT:
-    case CUDNN_DATA_INT32: return 4;
-    case CUDNN_DATA_HALF:
-    case CUDNN_DATA_BFLOAT16: return 2;
-    case CUDNN_DATA_INT8:
-    case CUDNN_DATA_UINT8:
-    case CUDNN_DATA_BOOLEAN:
-    case CUDNN_DATA_FP8_E4M3:
-    case CUDNN_DATA_FP8_E5M2: return 1;
-    default: return 0;
-  }
-}
+uint64_t ElementBytes(int64_t type) { return format::DTypeBytes(ToDType(type)); }
 
 // The bytes from a tensor's first element to one past its last, from dims and strides.
 uint64_t ExtentBytes(const TensorFacts& tensor) {

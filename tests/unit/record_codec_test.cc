@@ -501,6 +501,16 @@ TEST_CASE("names are the snake_case forms of the schema enumerants", "[formats]"
   CHECK(std::string(OpKindName(static_cast<OpKind>(999))) == "unknown");
   CHECK(std::string(DTypeName(DType::kBF16)) == "bf16");
   CHECK(std::string(DTypeName(DType::kF8E4M3)) == "f8e4m3");
+  for (uint16_t value = 1; value <= static_cast<uint16_t>(DType::kBool); ++value) {
+    const auto dtype = static_cast<DType>(value);
+    CHECK(ParseDType(DTypeName(dtype)) == dtype);
+    CHECK(DTypeBytes(dtype) >= 1);
+  }
+  CHECK_FALSE(ParseDType("unknown"));
+  CHECK_FALSE(ParseDType("float"));
+  CHECK(DTypeBytes(DType::kBF16) == 2);
+  CHECK(DTypeBytes(DType::kI64) == 8);
+  CHECK(DTypeBytes(DType::kUnknown) == 0);
   CHECK(std::string(PolicyName(Policy::kReplayForce)) == "replay_force");
   const char* expected[] = {"op",   "allocation", "module_load", "nvtx_range", "policy_decision",
                             "note", "dropped",    "state_digest"};
