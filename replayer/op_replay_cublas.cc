@@ -24,6 +24,7 @@
 #include <variant>
 #include <vector>
 
+#include "libfacts/cublas_scalars.h"
 #include "replayer/op_replay_internal.h"
 
 namespace ndt::replay::internal {
@@ -312,24 +313,6 @@ struct Gemm {
   uint64_t sizes[3] = {0, 0, 0};  // A, B, C
 };
 
-int ScaleTypeOfCompute(int compute, cudaDataType c_type) {
-  switch (compute) {
-    case CUBLAS_COMPUTE_64F:
-    case CUBLAS_COMPUTE_64F_PEDANTIC:
-      return CUDA_R_64F;
-    case CUBLAS_COMPUTE_32I:
-    case CUBLAS_COMPUTE_32I_PEDANTIC:
-      return CUDA_R_32I;
-    case CUBLAS_COMPUTE_16F:
-    case CUBLAS_COMPUTE_16F_PEDANTIC:
-      return CUDA_R_16F;
-    case -1:
-      return c_type;
-    default:
-      return CUDA_R_32F;
-  }
-}
-
 StatusOr<Gemm> DescribeGemm(const format::OpRecord& op) {
   Gemm g;
   g.sgemm = op.name == "cublasSgemm_v2";
@@ -363,8 +346,8 @@ StatusOr<Gemm> DescribeGemm(const format::OpRecord& op) {
   if (!op.algorithm) args.Missing("algorithm");
   if (Status status = args.Check("GEMM"); !status.ok()) return status;
   g.algo = op.algorithm->id;
-  if (Status status =
-          ReadScalars(op, ScaleTypeOfCompute(compute, g.c_type), &g.alpha, &g.beta, &g.beta_value);
+  const int scale_type = libfacts::ScaleTypeOfCompute(compute, g.c_type);
+  if (Status status = ReadScalars(op, scale_type, &g.alpha, &g.beta, &g.beta_value);
       !status.ok()) {
     return status;
   }

@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "libfacts/cudnn_conv.h"
 #include "replayer/op_replay_cudnn_types.h"
 #include "replayer/op_replay_internal.h"
 
@@ -47,17 +48,13 @@ StatusOr<const Cudnn*> LoadCudnn() {
   });
 }
 
+// The values of libfacts::ConvDirection.
 enum class Direction { kForward = 0, kBackwardData = 1, kBackwardFilter = 2 };
 
-// As cuDNN documents it (and tracer/hooks_cudnn.cc records it): BWD_DATA_ALGO_0 and
-// BWD_FILTER_ALGO_0 / _3 are nondeterministic.
 format::Determinism AlgoDeterminism(Direction direction, int64_t algo) {
-  const bool nondeterministic =
-      (direction == Direction::kBackwardData && algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0) ||
-      (direction == Direction::kBackwardFilter && (algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ||
-                                                   algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3));
-  return nondeterministic ? format::Determinism::kNondeterministic
-                          : format::Determinism::kDeterministic;
+  return libfacts::ConvAlgoNondeterministic(static_cast<libfacts::ConvDirection>(direction), algo)
+             ? format::Determinism::kNondeterministic
+             : format::Determinism::kDeterministic;
 }
 
 int AlgoCount(Direction direction) {
@@ -73,28 +70,7 @@ int AlgoCount(Direction direction) {
 }
 
 std::string AlgoName(Direction direction, int64_t algo) {
-  static constexpr const char* kForward[] = {
-      "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
-      "WINOGRAD",      "WINOGRAD_NONFUSED"};
-  static constexpr const char* kData[] = {"0",          "1",        "FFT",
-                                          "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
-  static constexpr const char* kFilter[] = {
-      "0", "1", "FFT", "3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"};
-  const auto pick = [algo](const auto& names, const char* prefix) {
-    if (algo < 0 || algo >= static_cast<int64_t>(std::size(names))) {
-      return fmt::format("{}{}", prefix, algo);
-    }
-    return std::string(prefix) + names[algo];
-  };
-  switch (direction) {
-    case Direction::kForward:
-      return pick(kForward, "CUDNN_CONVOLUTION_FWD_ALGO_");
-    case Direction::kBackwardData:
-      return pick(kData, "CUDNN_CONVOLUTION_BWD_DATA_ALGO_");
-    case Direction::kBackwardFilter:
-      return pick(kFilter, "CUDNN_CONVOLUTION_BWD_FILTER_ALGO_");
-  }
-  return std::to_string(algo);
+  return libfacts::ConvAlgoName(static_cast<libfacts::ConvDirection>(direction), algo);
 }
 
 // A recorded convolution, rebuilt from the op's arguments.

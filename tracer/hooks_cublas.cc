@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "formats/records.h"
+#include "libfacts/cublas_scalars.h"
 #include "tracer/capture.h"
 #include "tracer/driver_table.h"
 #include "tracer/library_support.h"
@@ -312,24 +313,6 @@ struct GemmCall {
   bool has_algo;     // cublasGemmEx: the algo can be replaced
 };
 
-int ScaleTypeOfCompute(int compute, int c_type) {
-  switch (compute) {
-    case CUBLAS_COMPUTE_64F:
-    case CUBLAS_COMPUTE_64F_PEDANTIC:
-      return CUDA_R_64F;
-    case CUBLAS_COMPUTE_32I:
-    case CUBLAS_COMPUTE_32I_PEDANTIC:
-      return CUDA_R_32I;
-    case CUBLAS_COMPUTE_16F:
-    case CUBLAS_COMPUTE_16F_PEDANTIC:
-      return CUDA_R_16F;
-    case -1:
-      return c_type;
-    default:
-      return CUDA_R_32F;
-  }
-}
-
 AlgorithmChoice GemmChoice(int algo, bool atomics, ChoiceSource source) {
   AlgorithmChoice choice;
   choice.library = "cublas";
@@ -413,7 +396,7 @@ cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, Gemm
   }
 
   const bool host_scalars = pointer_mode == CUBLAS_POINTER_MODE_HOST;
-  const int scale_type = ScaleTypeOfCompute(g.compute, g.c_type);
+  const int scale_type = libfacts::ScaleTypeOfCompute(g.compute, g.c_type);
   op.args.push_back(TextArgument("fingerprint", fingerprint));
   op.args.push_back(UnsignedArgument("handle", CublasState::Get().HandleId(g.handle)));
   op.args.push_back(TextArgument("transa", OperationName(g.trans_a)));
