@@ -65,8 +65,8 @@ using format::OpKind;
 using format::OpRecord;
 using format::PolicyDecisionRecord;
 
-constexpr const char* kCublas = "libcublas.so.13";
-constexpr const char* kCublasLt = "libcublasLt.so.13";
+constexpr const char* kCublas = kCublasSoname;
+constexpr const char* kCublasLt = kCublasLtSoname;
 // The workspace the deterministic policy gives each (handle, stream): one buffer of the size
 // CUBLAS_WORKSPACE_CONFIG=:4096:8 names.
 constexpr size_t kPolicyWorkspaceBytes = 4096 * 1024;

@@ -40,7 +40,7 @@
 namespace ndt::tracer {
 namespace {
 
-constexpr const char* kCudnn = "libcudnn.so.9";
+constexpr const char* kCudnn = kCudnnSoname;
 
 // ---- descriptor shadows ------------------------------------------------------------------
 

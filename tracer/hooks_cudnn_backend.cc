@@ -63,7 +63,7 @@ namespace {
 
 // ---- the real library ---------------------------------------------------------------------
 
-#define NDT_REAL_CUDNN(name) NDT_REAL_LIBRARY("libcudnn.so.9", name)
+#define NDT_REAL_CUDNN(name) NDT_REAL_LIBRARY(::ndt::tracer::kCudnnSoname, name)
 
 cudnnBackendDescriptor_t RealCreate(cudnnBackendDescriptorType_t type) {
   const auto create = NDT_REAL_CUDNN(cudnnBackendCreateDescriptor);

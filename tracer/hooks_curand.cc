@@ -40,7 +40,7 @@
 namespace ndt::tracer {
 namespace {
 
-constexpr const char* kSoname = "libcurand.so.10";
+constexpr const char* kSoname = kCurandSoname;
 constexpr curandStatus_t kUnavailable = CURAND_STATUS_INITIALIZATION_FAILED;
 
 struct ShadowGenerator {

@@ -32,7 +32,7 @@
 namespace ndt::tracer {
 namespace {
 
-constexpr const char* kSoname = "libnccl.so.2";
+constexpr const char* kSoname = kNcclSoname;
 
 // Stable communicator ids. Thread-safe; never destroyed (hooks run during exit).
 class Communicators {

@@ -45,6 +45,15 @@ format::NumericSummary SummarizeF32Values(const unsigned char* bytes, uint64_t s
   return summary;
 }
 
+const char* LibrarySonameFor(const char* name) noexcept {
+  if (std::strncmp(name, "cublasLt", 8) == 0) return kCublasLtSoname;
+  if (std::strncmp(name, "cublas", 6) == 0) return kCublasSoname;
+  if (std::strncmp(name, "cudnn", 5) == 0) return kCudnnSoname;
+  if (std::strncmp(name, "curand", 6) == 0) return kCurandSoname;
+  if (std::strncmp(name, "nccl", 4) == 0) return kNcclSoname;
+  return nullptr;
+}
+
 namespace {
 
 // The numeric summary of the f32 extent at `address` (synchronised by the caller), read through

@@ -22,6 +22,17 @@
 
 namespace ndt::tracer {
 
+// The sonames the library hooks find the real functions in (the CUDA 13 toolkit's).
+inline constexpr const char* kCudnnSoname = "libcudnn.so.9";
+inline constexpr const char* kCublasSoname = "libcublas.so.13";
+inline constexpr const char* kCublasLtSoname = "libcublasLt.so.13";
+inline constexpr const char* kCurandSoname = "libcurand.so.10";
+inline constexpr const char* kNcclSoname = "libnccl.so.2";
+
+// The soname the library hook named `name` calls into (`cublasLt*` -> libcublasLt.so.13, ...);
+// null when `name` belongs to no hooked library.
+const char* LibrarySonameFor(const char* name) noexcept;
+
 // The real `name` in the loaded library `soname` (dlopen RTLD_NOLOAD + the real dlsym), or
 // null when that library is not loaded or lacks it.
 void* RealLibraryFunction(const char* soname, const char* name) noexcept;

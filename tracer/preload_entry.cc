@@ -155,17 +155,6 @@ extern "C" void ndt_resolve_real_dl() {
 namespace ndt::tracer {
 namespace {
 
-// The soname a library hook of `name` calls the real function in (hooks_cu*.cc, hooks_nccl.cc);
-// null for names of no hooked library.
-const char* LibrarySoname(const char* name) {
-  if (std::strncmp(name, "cublasLt", 8) == 0) return "libcublasLt.so.13";
-  if (std::strncmp(name, "cublas", 6) == 0) return "libcublas.so.13";
-  if (std::strncmp(name, "cudnn", 5) == 0) return "libcudnn.so.9";
-  if (std::strncmp(name, "curand", 6) == 0) return "libcurand.so.10";
-  if (std::strncmp(name, "nccl", 4) == 0) return "libnccl.so.2";
-  return nullptr;
-}
-
 // libndtrace.so's own handle, for looking up our exported hooks by name.
 void* SelfHandle() {
   static std::atomic<void*> handle{nullptr};
@@ -187,7 +176,7 @@ void* SelfHandle() {
 // the same name, when that hook would call exactly `found`. Everything else unchanged.
 void* Interposed(void* found, const char* name, DlsymFn real) {
   if (found == nullptr) return found;
-  if (const char* soname = LibrarySoname(name); soname != nullptr) {
+  if (const char* soname = LibrarySonameFor(name); soname != nullptr) {
     void* self = SelfHandle();
     void* hook = self == nullptr ? nullptr : real(self, name);
     if (hook == nullptr || hook == found) return found;

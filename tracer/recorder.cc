@@ -196,21 +196,21 @@ void AddLibraryVersions(format::TraceHeader& header) {
   using SizeVersionFn = size_t (*)();
   using IntVersionFn = int (*)(int*);
   if (auto cudnn = reinterpret_cast<SizeVersionFn>(
-          RealLibraryFunction("libcudnn.so.9", "cudnnGetVersion"))) {
+          RealLibraryFunction(kCudnnSoname, "cudnnGetVersion"))) {
     header.versions.cudnn = static_cast<uint32_t>(cudnn());
   }
   if (auto cublas = reinterpret_cast<SizeVersionFn>(
-          RealLibraryFunction("libcublasLt.so.13", "cublasLtGetVersion"))) {
+          RealLibraryFunction(kCublasLtSoname, "cublasLtGetVersion"))) {
     header.versions.cublas = static_cast<uint32_t>(cublas());
   }
   int version = 0;
   if (auto curand = reinterpret_cast<IntVersionFn>(
-          RealLibraryFunction("libcurand.so.10", "curandGetVersion"));
+          RealLibraryFunction(kCurandSoname, "curandGetVersion"));
       curand != nullptr && curand(&version) == 0) {
     header.versions.curand = static_cast<uint32_t>(version);
   }
   if (auto nccl = reinterpret_cast<IntVersionFn>(
-          RealLibraryFunction("libnccl.so.2", "ncclGetVersion"));
+          RealLibraryFunction(kNcclSoname, "ncclGetVersion"));
       nccl != nullptr && nccl(&version) == 0) {
     header.versions.nccl = static_cast<uint32_t>(version);
   }
