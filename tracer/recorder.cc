@@ -644,14 +644,29 @@ bool Session::IsDevice(uint64_t address) {
 
 namespace {
 
-// Every list of digests in `record` (a format::Record, const or not) that a GPU digest may
-// stand in for.
+// Every list of digests in `op` (const or not) that a GPU digest may stand in for.
+template <typename AnyOp, typename Visit>
+void ForEachOpDigest(AnyOp& op, Visit&& visit) {
+  for (auto* digests : {&op.inputs, &op.outputs}) visit(*digests);
+}
+
+// The same in `record` (a format::Record, const or not): an op's, or a state digest's.
 template <typename AnyRecord, typename Visit>
 void ForEachDigest(AnyRecord& record, Visit&& visit) {
   if (auto* op = std::get_if<format::OpRecord>(&record)) {
-    for (auto* digests : {&op->inputs, &op->outputs}) visit(*digests);
+    ForEachOpDigest(*op, visit);
   } else if (auto* state = std::get_if<format::StateDigestRecord>(&record)) {
     visit(state->allocations);
+  }
+}
+
+// The tickets of the GPU digests in `digests` that have not arrived yet.
+void AddOutstanding(GpuDigests& gpu, const std::vector<format::BufferDigest>& digests,
+                    std::vector<uint64_t>* tickets) {
+  for (const format::BufferDigest& digest : digests) {
+    if (digest.digest.hi == 0 && gpu.Outstanding(digest.digest.lo)) {
+      tickets->push_back(digest.digest.lo);
+    }
   }
 }
 
@@ -660,13 +675,7 @@ void ForEachDigest(AnyRecord& record, Visit&& visit) {
 void Session::Append(const format::Record& record) {
   std::vector<uint64_t> tickets;
   if (gpu_.enabled()) {
-    ForEachDigest(record, [&](const std::vector<format::BufferDigest>& digests) {
-      for (const format::BufferDigest& digest : digests) {
-        if (digest.digest.hi == 0 && gpu_.Outstanding(digest.digest.lo)) {
-          tickets.push_back(digest.digest.lo);
-        }
-      }
-    });
+    ForEachDigest(record, [&](const auto& digests) { AddOutstanding(gpu_, digests, &tickets); });
   }
   // Nothing held (the usual case): written at once, without the lock. A record appended
   // concurrently with one being held may go either side of it, as it could without holding.
@@ -685,15 +694,11 @@ void Session::Append(const format::Record& record) {
 }
 
 void Session::Append(const format::OpRecord& op) {
-  bool outstanding = false;
+  std::vector<uint64_t> tickets;
   if (gpu_.enabled()) {
-    for (const auto* digests : {&op.inputs, &op.outputs}) {
-      for (const format::BufferDigest& digest : *digests) {
-        outstanding = outstanding || (digest.digest.hi == 0 && gpu_.Outstanding(digest.digest.lo));
-      }
-    }
+    ForEachOpDigest(op, [&](const auto& digests) { AddOutstanding(gpu_, digests, &tickets); });
   }
-  if (!outstanding && held_count_.load(std::memory_order_acquire) == 0) {
+  if (tickets.empty() && held_count_.load(std::memory_order_acquire) == 0) {
     writer_->Append(op);
     return;
   }
