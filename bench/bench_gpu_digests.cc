@@ -22,24 +22,12 @@
 #include <string>
 #include <vector>
 
+#include "bench_paths.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-template <typename T>
-T Resolve(void* cuGetProcAddress_v2, const char* name) {
-  using Lookup =
-      CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
-  void* fn = nullptr;
-  CUdriverProcAddressQueryResult status;
-  if (reinterpret_cast<Lookup>(cuGetProcAddress_v2)(name, &fn, 13000, CU_GET_PROC_ADDRESS_DEFAULT,
-                                                    &status) != CUDA_SUCCESS ||
-      fn == nullptr) {
-    std::fprintf(stderr, "error: cannot resolve %s\n", name);
-    std::exit(3);
-  }
-  return reinterpret_cast<T>(fn);
-}
+using ndt::bench::ResolveDriver;
 
 // Reaches the driver the way cudart does, times `calls` memsets of `bytes` bytes one by one
 // (each followed by nothing: the program never synchronises until the end), then one context
@@ -51,15 +39,15 @@ int Child(long calls, long bytes) {
     return 3;
   }
   void* gpa = dlsym(driver, "cuGetProcAddress_v2");
-  auto init = Resolve<CUresult (*)(unsigned)>(gpa, "cuInit");
-  auto device_get = Resolve<CUresult (*)(CUdevice*, int)>(gpa, "cuDeviceGet");
-  auto device_name = Resolve<CUresult (*)(char*, int, CUdevice)>(gpa, "cuDeviceGetName");
-  auto retain = Resolve<CUresult (*)(CUcontext*, CUdevice)>(gpa, "cuDevicePrimaryCtxRetain");
-  auto set_current = Resolve<CUresult (*)(CUcontext)>(gpa, "cuCtxSetCurrent");
-  auto alloc = Resolve<CUresult (*)(CUdeviceptr*, size_t)>(gpa, "cuMemAlloc");
-  auto memset =
-      Resolve<CUresult (*)(CUdeviceptr, unsigned char, size_t, CUstream)>(gpa, "cuMemsetD8Async");
-  auto synchronize = Resolve<CUresult (*)()>(gpa, "cuCtxSynchronize");
+  auto init = ResolveDriver<CUresult (*)(unsigned)>(gpa, "cuInit");
+  auto device_get = ResolveDriver<CUresult (*)(CUdevice*, int)>(gpa, "cuDeviceGet");
+  auto device_name = ResolveDriver<CUresult (*)(char*, int, CUdevice)>(gpa, "cuDeviceGetName");
+  auto retain = ResolveDriver<CUresult (*)(CUcontext*, CUdevice)>(gpa, "cuDevicePrimaryCtxRetain");
+  auto set_current = ResolveDriver<CUresult (*)(CUcontext)>(gpa, "cuCtxSetCurrent");
+  auto alloc = ResolveDriver<CUresult (*)(CUdeviceptr*, size_t)>(gpa, "cuMemAlloc");
+  using MemsetAsync = CUresult (*)(CUdeviceptr, unsigned char, size_t, CUstream);
+  auto memset = ResolveDriver<MemsetAsync>(gpa, "cuMemsetD8Async");
+  auto synchronize = ResolveDriver<CUresult (*)()>(gpa, "cuCtxSynchronize");
   CUdevice device;
   CUcontext context;
   CUdeviceptr buffer;

@@ -24,21 +24,7 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-template <typename T>
-T Resolve(void* cuGetProcAddress_v2, const char* name) {
-  using Lookup = CUresult (*)(const char*, void**, int, cuuint64_t,
-                              CUdriverProcAddressQueryResult*);
-  void* fn = nullptr;
-  CUdriverProcAddressQueryResult status;
-  if (reinterpret_cast<Lookup>(cuGetProcAddress_v2)(name, &fn, 13000, CU_GET_PROC_ADDRESS_DEFAULT,
-                                                    &status) != CUDA_SUCCESS ||
-      fn == nullptr) {
-    std::fprintf(stderr, "error: cannot resolve %s\n", name);
-    std::exit(3);
-  }
-  return reinterpret_cast<T>(fn);
-}
+using ndt::bench::ResolveDriver;
 
 // Reaches the driver the way cudart does (dlopen + cuGetProcAddress_v2), times `calls`
 // memsets one by one and prints "median_ns p99_ns".
@@ -49,12 +35,12 @@ int Child(long calls) {
     return 3;
   }
   void* gpa = dlsym(driver, "cuGetProcAddress_v2");
-  auto init = Resolve<CUresult (*)(unsigned)>(gpa, "cuInit");
-  auto device_get = Resolve<CUresult (*)(CUdevice*, int)>(gpa, "cuDeviceGet");
-  auto retain = Resolve<CUresult (*)(CUcontext*, CUdevice)>(gpa, "cuDevicePrimaryCtxRetain");
-  auto set_current = Resolve<CUresult (*)(CUcontext)>(gpa, "cuCtxSetCurrent");
-  auto alloc = Resolve<CUresult (*)(CUdeviceptr*, size_t)>(gpa, "cuMemAlloc");
-  auto memset = Resolve<CUresult (*)(CUdeviceptr, unsigned char, size_t)>(gpa, "cuMemsetD8");
+  auto init = ResolveDriver<CUresult (*)(unsigned)>(gpa, "cuInit");
+  auto device_get = ResolveDriver<CUresult (*)(CUdevice*, int)>(gpa, "cuDeviceGet");
+  auto retain = ResolveDriver<CUresult (*)(CUcontext*, CUdevice)>(gpa, "cuDevicePrimaryCtxRetain");
+  auto set_current = ResolveDriver<CUresult (*)(CUcontext)>(gpa, "cuCtxSetCurrent");
+  auto alloc = ResolveDriver<CUresult (*)(CUdeviceptr*, size_t)>(gpa, "cuMemAlloc");
+  auto memset = ResolveDriver<CUresult (*)(CUdeviceptr, unsigned char, size_t)>(gpa, "cuMemsetD8");
   CUdevice device;
   CUcontext context;
   CUdeviceptr buffer;

@@ -1,8 +1,10 @@
-// Where the hook benchmarks find the tracer and the driver they measure: this build's
-// libndtrace.so and stand-in directory, unless the environment names others (a bundle run on a
-// GPU machine, where the build tree does not exist: tools/gpu_suite.sh sets both).
+// What the hook benchmarks share: where they find the tracer and the driver they measure (this
+// build's libndtrace.so and stand-in directory, unless the environment names others: a bundle
+// run on a GPU machine, where the build tree does not exist; tools/gpu_suite.sh sets both), and
+// how their measured processes reach the driver.
 #pragma once
 
+#include <cuda.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -29,6 +31,23 @@ inline std::string TracerPath() {
 inline std::string LibraryPath() {
   const char* path = std::getenv("NDTRACE_BENCH_LIBRARY_PATH");
   return path != nullptr ? path : NDT_STANDIN_DIR;
+}
+
+// The driver function `name`, through the driver's cuGetProcAddress_v2 as cudart reaches it.
+// Exits (status 3) when the driver has no such function.
+template <typename T>
+T ResolveDriver(void* cuGetProcAddress_v2, const char* name) {
+  using Lookup =
+      CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+  void* fn = nullptr;
+  CUdriverProcAddressQueryResult status;
+  if (reinterpret_cast<Lookup>(cuGetProcAddress_v2)(name, &fn, 13000, CU_GET_PROC_ADDRESS_DEFAULT,
+                                                    &status) != CUDA_SUCCESS ||
+      fn == nullptr) {
+    std::fprintf(stderr, "error: cannot resolve %s\n", name);
+    std::exit(3);
+  }
+  return reinterpret_cast<T>(fn);
 }
 
 }  // namespace ndt::bench
