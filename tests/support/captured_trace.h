@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <variant>
@@ -22,6 +23,15 @@ namespace ndt::test {
 inline RunResult Replay(const std::string& trace, uint64_t op, const std::string& options = "") {
   return Run(std::string("'" NDTRACE_BIN "' replay '") + trace + "' --op " + std::to_string(op) +
              " " + options);
+}
+
+// The text argument `name` of `op` ("blob:in:x", "graph", ...); nullopt when absent or not text.
+inline std::optional<std::string> Text(const format::OpRecord& op, const std::string& name) {
+  for (const format::Argument& argument : op.args) {
+    if (argument.name != name) continue;
+    if (const auto* text = std::get_if<std::string>(&argument.value)) return *text;
+  }
+  return std::nullopt;
 }
 
 // The blob id a "blob:..." argument names: 32 hex digits, `lo` then `hi`.

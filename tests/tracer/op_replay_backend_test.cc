@@ -43,14 +43,6 @@ std::vector<OpRecord> Executes(const std::vector<Record>& records) {
   return found;
 }
 
-std::optional<std::string> Text(const OpRecord& op, const std::string& name) {
-  for (const Argument& argument : op.args) {
-    if (argument.name != name) continue;
-    if (const auto* text = std::get_if<std::string>(&argument.value)) return *text;
-  }
-  return std::nullopt;
-}
-
 // The one captured execute of a `conv_backend ARGS` recording.
 OpRecord RecordOneExecute(const std::string& trace, const std::string& args) {
   const RunResult recorded = RecordConv(trace, "cudnnBackendExecute", args);

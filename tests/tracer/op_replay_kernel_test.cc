@@ -39,12 +39,6 @@ const Argument* Find(const OpRecord& op, const std::string& name) {
   return nullptr;
 }
 
-std::optional<std::string> Text(const OpRecord& op, const std::string& name) {
-  const Argument* argument = Find(op, name);
-  const auto* text = argument == nullptr ? nullptr : std::get_if<std::string>(&argument->value);
-  return text == nullptr ? std::nullopt : std::optional<std::string>(*text);
-}
-
 // The only launch of `name` in `records`.
 OpRecord Launch(const std::vector<Record>& records, const std::string& name) {
   std::vector<OpRecord> found;

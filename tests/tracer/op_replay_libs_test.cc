@@ -37,14 +37,6 @@ std::vector<OpRecord> Named(const std::string& trace, const std::string& name) {
   return ops;
 }
 
-std::optional<std::string> Text(const OpRecord& op, const std::string& name) {
-  for (const Argument& argument : op.args) {
-    if (argument.name != name) continue;
-    if (const auto* text = std::get_if<std::string>(&argument.value)) return *text;
-  }
-  return std::nullopt;
-}
-
 // The algorithm rows of a replay report: (row, whether it says "stable").
 std::vector<std::pair<std::string, bool>> Rows(const std::string& out) {
   std::vector<std::pair<std::string, bool>> rows;

@@ -40,14 +40,6 @@ std::vector<OpRecord> Named(const std::vector<Record>& records, const std::strin
   return ops;
 }
 
-std::optional<std::string> Text(const OpRecord& op, const std::string& name) {
-  for (const Argument& argument : op.args) {
-    if (argument.name != name) continue;
-    if (const auto* text = std::get_if<std::string>(&argument.value)) return *text;
-  }
-  return std::nullopt;
-}
-
 bool HasBlobs(const OpRecord& op) {
   for (const Argument& argument : op.args) {
     if (argument.name.rfind("blob:", 0) == 0) return true;
