@@ -91,6 +91,21 @@ std::string RenderDiffText(const DiffReport& r, bool color) {
                          z.role, z.sum_a, z.sum_b, std::fabs(z.sum_a - z.sum_b), z.max_abs_a,
                          z.max_abs_b);
     }
+    if (d.exact) {
+      const ExactDifference& x = *d.exact;
+      const bool bytes = x.dtype == format::DType::kUnknown;
+      const char* unit = bytes ? "bytes" : "elements";
+      out += fmt::format("   = exact (captured `{}`, {}): {} of {} {} differ, the first at [{}]: "
+                         "{:.9g} (A) vs {:.9g} (B)",
+                         x.role, bytes ? "bytes" : format::DTypeName(x.dtype), x.differing,
+                         x.elements, unit, x.first_index, x.first_a, x.first_b);
+      if (!bytes) {
+        out += fmt::format("; largest |A-B| {:.3g} at [{}], relative {:.3g}", x.max_abs_diff,
+                           x.max_abs_index, x.max_rel_diff);
+      }
+      if (x.bytes_a != x.bytes_b) out += fmt::format("; {} B (A) vs {} B (B)", x.bytes_a, x.bytes_b);
+      out += "\n";
+    }
     if (d.root) {
       out += fmt::format("   = suspect: op {}, {}: {}\n", d.root->sequence,
                          format::OpKindName(d.root->kind), d.root->name);
@@ -153,6 +168,21 @@ std::string RenderDiffJson(const DiffReport& r) {
                                         {"max_abs_a", d.size->max_abs_a},
                                         {"max_abs_b", d.size->max_abs_b}}
                        : nlohmann::json(nullptr);
+    v["exact"] = d.exact ? nlohmann::json{{"role", d.exact->role},
+                                          {"dtype", d.exact->dtype == format::DType::kUnknown
+                                                        ? "bytes"
+                                                        : format::DTypeName(d.exact->dtype)},
+                                          {"elements", d.exact->elements},
+                                          {"differing", d.exact->differing},
+                                          {"first_index", d.exact->first_index},
+                                          {"first_a", d.exact->first_a},
+                                          {"first_b", d.exact->first_b},
+                                          {"max_abs_diff", d.exact->max_abs_diff},
+                                          {"max_abs_index", d.exact->max_abs_index},
+                                          {"max_rel_diff", d.exact->max_rel_diff},
+                                          {"bytes_a", d.exact->bytes_a},
+                                          {"bytes_b", d.exact->bytes_b}}
+                         : nlohmann::json(nullptr);
     v["hint"] = d.hint ? nlohmann::json{{"framework_op", d.hint->framework_op},
                                         {"mechanism", d.hint->mechanism},
                                         {"fix", d.hint->fix}}

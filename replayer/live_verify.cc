@@ -7,6 +7,7 @@
 #include <variant>
 
 #include "formats/trace_reader.h"
+#include "replayer/op_compare.h"
 
 namespace ndt::replay {
 namespace {
@@ -31,16 +32,6 @@ std::string Joined(const std::vector<std::string>& words, size_t from) {
   return text;
 }
 
-bool SameArgument(const format::Argument& a, const format::Argument& b) {
-  if (a.name != b.name || a.value.index() != b.value.index()) return false;
-  if (const auto* p = std::get_if<format::DevicePointer>(&a.value)) {
-    const auto& q = std::get<format::DevicePointer>(b.value);
-    if (p->allocation_id == 0 && q.allocation_id == 0) return true;  // unknown: not comparable
-    return p->allocation_id == q.allocation_id && p->offset == q.offset;
-  }
-  return a.value == b.value;
-}
-
 bool SameDigests(const std::vector<format::BufferDigest>& a,
                  const std::vector<format::BufferDigest>& b) {
   if (a.size() != b.size()) return false;
@@ -58,18 +49,9 @@ bool SameOp(const OpRecord& a, const OpRecord& b) {
     if (!SameArgument(a.args[i], b.args[i])) return false;
   }
   if (a.algorithm.has_value() != b.algorithm.has_value()) return false;
-  if (a.algorithm && (a.algorithm->library != b.algorithm->library ||
-                      a.algorithm->id != b.algorithm->id ||
-                      a.algorithm->knobs != b.algorithm->knobs ||
-                      a.algorithm->opaque != b.algorithm->opaque)) {
-    return false;
-  }
+  if (a.algorithm && !SameChoice(*a.algorithm, *b.algorithm)) return false;
   if (a.rng.has_value() != b.rng.has_value()) return false;
-  if (a.rng && (a.rng->generator != b.rng->generator || a.rng->seed != b.rng->seed ||
-                a.rng->offset != b.rng->offset || a.rng->subsequence != b.rng->subsequence ||
-                a.rng->ordering != b.rng->ordering)) {
-    return false;
-  }
+  if (a.rng && !SameRng(*a.rng, *b.rng)) return false;
   return SameDigests(a.inputs, b.inputs) && SameDigests(a.outputs, b.outputs);
 }
 

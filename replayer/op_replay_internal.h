@@ -18,17 +18,14 @@
 #include "formats/records.h"
 #include "formats/status.h"
 #include "formats/trace_reader.h"
+#include "replayer/op_compare.h"
 #include "replayer/op_replay.h"
 
 namespace ndt::replay::internal {
 
 // ---- the op's arguments -------------------------------------------------------------------
 
-const format::Argument* FindArgument(const format::OpRecord& op, const std::string& name);
-// The text argument `name`; null when absent or not text.
-const std::string* TextOf(const format::OpRecord& op, const std::string& name);
-// A blob id written by the tracer as 32 hex digits, low 64 bits first.
-std::optional<format::BlobId> ParseBlobId(const std::string& text);
+// FindArgument, TextOf and ParseBlobId: replayer/op_compare.h.
 
 // The captured bytes of `role` ("blob:<direction>:<role>", direction "in" or "out"): nullopt
 // when the op has no such argument or the tracer could not store it ("missing: ..."); an error

@@ -14,37 +14,6 @@
 
 namespace ndt::replay::internal {
 
-const format::Argument* FindArgument(const format::OpRecord& op, const std::string& name) {
-  for (const format::Argument& argument : op.args) {
-    if (argument.name == name) return &argument;
-  }
-  return nullptr;
-}
-
-const std::string* TextOf(const format::OpRecord& op, const std::string& name) {
-  const format::Argument* argument = FindArgument(op, name);
-  return argument == nullptr ? nullptr : std::get_if<std::string>(&argument->value);
-}
-
-// A blob id written by the tracer as 32 hex digits, low 64 bits first.
-std::optional<format::BlobId> ParseBlobId(const std::string& text) {
-  if (text.size() != 32) return std::nullopt;
-  uint64_t halves[2] = {0, 0};
-  for (size_t i = 0; i < 32; ++i) {
-    const char c = text[i];
-    uint64_t digit;
-    if (c >= '0' && c <= '9') {
-      digit = static_cast<uint64_t>(c - '0');
-    } else if (c >= 'a' && c <= 'f') {
-      digit = static_cast<uint64_t>(c - 'a' + 10);
-    } else {
-      return std::nullopt;
-    }
-    halves[i / 16] = halves[i / 16] << 4 | digit;
-  }
-  return format::BlobId{halves[0], halves[1]};
-}
-
 StatusOr<std::optional<std::string>> ReadCaptured(format::TraceReader& reader,
                                                   const format::OpRecord& op, const char* direction,
                                                   const std::string& role, uint64_t bytes) {

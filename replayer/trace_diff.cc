@@ -15,6 +15,7 @@
 // divergence inside the window, which explains it, wins.
 #include "replayer/trace_diff.h"
 
+#include <algorithm>
 #include <cmath>
 #include <deque>
 #include <map>
@@ -23,11 +24,15 @@
 
 #include "formats/trace_reader.h"
 #include "kernels/digest_v1.h"
+#include "replayer/op_compare.h"
 
 namespace ndt::replay {
 namespace {
 
 using format::OpRecord;
+
+// Captured buffers larger than this are not compared element by element (two are read).
+constexpr uint64_t kMaxExactCompareBytes = uint64_t{256} << 20;
 
 std::string Hex(const format::Digest& d) { return kernels::ToHex({d.lo, d.hi}); }
 
@@ -66,35 +71,6 @@ std::string RngText(const format::RngState& r) {
          std::to_string(r.offset) +
          (r.subsequence ? " subsequence " + std::to_string(r.subsequence) : "") +
          (r.ordering.empty() ? "" : " ordering " + r.ordering);
-}
-
-bool SameChoice(const format::AlgorithmChoice& a, const format::AlgorithmChoice& b) {
-  return a.library == b.library && a.id == b.id && a.knobs == b.knobs && a.opaque == b.opaque;
-}
-
-// The op's "fingerprint" argument (library ops: the problem it solves), or empty.
-std::string_view Fingerprint(const OpRecord& op) {
-  for (const auto& argument : op.args) {
-    if (argument.name != "fingerprint") continue;
-    if (const auto* text = std::get_if<std::string>(&argument.value)) return *text;
-  }
-  return {};
-}
-
-bool SameRng(const format::RngState& a, const format::RngState& b) {
-  return a.generator == b.generator && a.seed == b.seed && a.offset == b.offset &&
-         a.subsequence == b.subsequence && a.ordering == b.ordering;
-}
-
-// Arguments compared without raw addresses.
-bool SameArgument(const format::Argument& a, const format::Argument& b) {
-  if (a.name != b.name || a.value.index() != b.value.index()) return false;
-  if (const auto* p = std::get_if<format::DevicePointer>(&a.value)) {
-    const auto& q = std::get<format::DevicePointer>(b.value);
-    if (p->allocation_id == 0 && q.allocation_id == 0) return true;  // unknown: not comparable
-    return p->allocation_id == q.allocation_id && p->offset == q.offset;
-  }
-  return a.value == b.value;
 }
 
 std::string ArgumentText(const format::Argument& a) {
@@ -167,6 +143,7 @@ class Differ {
       for (const OpRecord& op : lane.b) Structural(nullptr, 0, &op, lane.next_index_b++, "only in run B");
     }
     CompareStateDigests();
+    AddExactDifference();
     Warnings(*a_, report_.path_a, "A");
     Warnings(*b_, report_.path_b, "B");
     if (report_.first_divergence) {
@@ -288,26 +265,28 @@ class Differ {
 
     // The same problem (equal fingerprints) solved with a different algorithm: arguments that
     // follow from the algorithm (a workspace sized for it) may differ too.
-    const std::string_view fingerprint = Fingerprint(a);
-    if (!fingerprint.empty() && fingerprint == Fingerprint(b) && a.algorithm && b.algorithm &&
+    const std::string* fingerprint = TextOf(a, "fingerprint");
+    const std::string* fingerprint_b = TextOf(b, "fingerprint");
+    if (fingerprint && fingerprint_b && *fingerprint == *fingerprint_b && a.algorithm && b.algorithm &&
         !SameChoice(*a.algorithm, *b.algorithm)) {
       d.klass = DivergenceClass::kAlgorithmSelection;
       d.what = "the library chose a different algorithm";
       d.evidence.push_back("run A: " + ChoiceText(*a.algorithm));
       d.evidence.push_back("run B: " + ChoiceText(*b.algorithm));
       AddOutputEvidence(a, b, &d);
-      return Found(std::move(d), a, a.sequence);
+      return Found(std::move(d), a, b);
     }
     // Arguments first: a different argument means the program asked for something else.
-    for (size_t i = 0; i < std::max(a.args.size(), b.args.size()); ++i) {
-      if (i >= a.args.size() || i >= b.args.size() || !SameArgument(a.args[i], b.args[i])) {
-        const std::string text_a = i < a.args.size() ? ArgumentText(a.args[i]) : "(none)";
-        const std::string text_b = i < b.args.size() ? ArgumentText(b.args[i]) : "(none)";
-        Structural(&a, lane_index, &b, lane_index,
-                   "the same op with different arguments: " + text_a + " in run A, " + text_b +
-                       " in run B");
-        return;
-      }
+    // (Captured buffers are data, compared below with the digests.)
+    if (const auto mismatch = FirstDifferentArgument(a, b)) {
+      const std::string text_a =
+          mismatch->a < a.args.size() ? ArgumentText(a.args[mismatch->a]) : "(none)";
+      const std::string text_b =
+          mismatch->b < b.args.size() ? ArgumentText(b.args[mismatch->b]) : "(none)";
+      Structural(&a, lane_index, &b, lane_index,
+                 "the same op with different arguments: " + text_a + " in run A, " + text_b +
+                     " in run B");
+      return;
     }
     if (a.algorithm.has_value() != b.algorithm.has_value() ||
         (a.algorithm && !SameChoice(*a.algorithm, *b.algorithm))) {
@@ -316,7 +295,7 @@ class Differ {
       d.evidence.push_back("run A: " + (a.algorithm ? ChoiceText(*a.algorithm) : "(none)"));
       d.evidence.push_back("run B: " + (b.algorithm ? ChoiceText(*b.algorithm) : "(none)"));
       AddOutputEvidence(a, b, &d);
-      return Found(std::move(d), a, a.sequence);
+      return Found(std::move(d), a, b);
     }
     if (a.rng.has_value() != b.rng.has_value() || (a.rng && !SameRng(*a.rng, *b.rng))) {
       d.klass = DivergenceClass::kRngState;
@@ -324,7 +303,7 @@ class Differ {
       d.evidence.push_back("run A: " + (a.rng ? RngText(*a.rng) : "(none)"));
       d.evidence.push_back("run B: " + (b.rng ? RngText(*b.rng) : "(none)"));
       AddOutputEvidence(a, b, &d);
-      return Found(std::move(d), a, a.sequence);
+      return Found(std::move(d), a, b);
     }
     for (size_t i = 0; i < std::min(a.inputs.size(), b.inputs.size()); ++i) {
       if (a.inputs[i].digest == b.inputs[i].digest) continue;
@@ -343,7 +322,31 @@ class Differ {
         d.what = "the op's inputs already differ, and no earlier op in the trace wrote them";
       }
       AddOutputEvidence(a, b, &d);
-      return Found(std::move(d), a, a.sequence);
+      return Found(std::move(d), a, b);
+    }
+    for (const format::Argument& argument : a.args) {
+      if (argument.name.rfind("blob:in:", 0) != 0) continue;
+      const auto id_a = CapturedBlob(a, argument.name);
+      const auto id_b = CapturedBlob(b, argument.name);
+      if (!id_a || !id_b || *id_a == *id_b) continue;
+      const std::string role = argument.name.substr(8);
+      d.klass = DivergenceClass::kPropagated;
+      d.evidence.push_back("captured input `" + role + "` differs: blob " +
+                           *TextOf(a, argument.name) + " in run A, " + *TextOf(b, argument.name) +
+                           " in run B");
+      const auto* pointer = FindArgument(a, role);
+      const auto* allocation =
+          pointer ? std::get_if<format::DevicePointer>(&pointer->value) : nullptr;
+      auto writer = allocation ? last_writer_.find(allocation->allocation_id) : last_writer_.end();
+      if (writer != last_writer_.end()) {
+        d.what = "the op's inputs already differ; they were last written by op " +
+                 std::to_string(writer->second.sequence) + ", which recorded no output digest";
+        SetRoot(writer->second, a.sequence, &d);
+      } else {
+        d.what = "the op's inputs already differ";
+      }
+      AddOutputEvidence(a, b, &d);
+      return Found(std::move(d), a, b);
     }
     if (a.status != b.status) {
       Structural(&a, lane_index, &b, lane_index,
@@ -367,14 +370,19 @@ class Differ {
           break;
         }
       }
-      return Found(std::move(d), a, a.sequence);
+      return Found(std::move(d), a, b);
     }
     d.klass = DivergenceClass::kNondeterministicOp;
     if (AddOutputEvidence(a, b, &d)) {
-      d.what = a.inputs.empty() ? "the op gave different results in the two runs"
-                                : "the op gave different results from identical inputs";
+      const bool inputs_known =
+          !a.inputs.empty() || std::any_of(a.args.begin(), a.args.end(), [&](const auto& arg) {
+            return arg.name.rfind("blob:in:", 0) == 0 && CapturedBlob(a, arg.name) &&
+                   CapturedBlob(b, arg.name);
+          });
+      d.what = inputs_known ? "the op gave different results from identical inputs"
+                            : "the op gave different results in the two runs";
       if (a.algorithm) d.evidence.push_back("algorithm (same in both runs): " + ChoiceText(*a.algorithm));
-      return Found(std::move(d), a, a.sequence);
+      return Found(std::move(d), a, b);
     }
   }
 
@@ -400,18 +408,79 @@ class Differ {
                                  MaxAbs(x.summary), MaxAbs(y.summary)};
       }
     }
+    for (const format::Argument& argument : a.args) {
+      if (argument.name.rfind("blob:out:", 0) != 0) continue;
+      const auto id_a = CapturedBlob(a, argument.name);
+      const auto id_b = CapturedBlob(b, argument.name);
+      if (!id_a || !id_b || *id_a == *id_b) continue;
+      differs = true;
+      d->evidence.push_back("captured output `" + argument.name.substr(9) + "`: blob " +
+                            *TextOf(a, argument.name) + " in run A, " +
+                            *TextOf(b, argument.name) + " in run B");
+    }
     if (!differs && (!a.outputs.empty() || !b.outputs.empty())) {
       d->evidence.push_back("outputs identical in both runs");
     }
     return differs;
   }
 
-  void Found(Divergence&& d, const OpRecord& op, uint64_t key) {
+  void Found(Divergence&& d, const OpRecord& a, const OpRecord& b) {
     ++report_.divergent_ops;
-    if (report_.first_divergence && key >= divergence_key_) return;
-    divergence_key_ = key;
-    first_op_ = std::make_unique<OpRecord>(op);
+    if (report_.first_divergence && a.sequence >= divergence_key_) return;
+    divergence_key_ = a.sequence;
+    first_op_ = std::make_unique<OpRecord>(a);
+    first_op_b_ = std::make_unique<OpRecord>(b);
     report_.first_divergence = std::move(d);
+  }
+
+  // The exact size of the first divergence, when both runs captured the op's outputs: the
+  // first captured output that differs, element by element.
+  void AddExactDifference() {
+    if (!first_op_ || !first_op_b_ || !report_.first_divergence) return;
+    const OpRecord& a = *first_op_;
+    const OpRecord& b = *first_op_b_;
+    Divergence& d = *report_.first_divergence;
+    for (const format::Argument& argument : a.args) {
+      if (argument.name.rfind("blob:out:", 0) != 0) continue;
+      const auto id_a = CapturedBlob(a, argument.name);
+      const auto id_b = CapturedBlob(b, argument.name);
+      if (!id_a || !id_b || *id_a == *id_b) continue;
+      const std::string role = argument.name.substr(9);
+      StatusOr<std::string> bytes_a = a_->ReadBlob(*id_a, kMaxExactCompareBytes);
+      StatusOr<std::string> bytes_b = b_->ReadBlob(*id_b, kMaxExactCompareBytes);
+      if (!bytes_a.ok() || !bytes_b.ok()) {
+        d.evidence.push_back("captured output `" + role + "` not compared element by element: " +
+                             (bytes_a.ok() ? bytes_b : bytes_a).status().message());
+        return;
+      }
+      d.exact = CompareBuffers(*bytes_a, *bytes_b, CapturedDType(a, role));
+      d.exact->role = role;
+      return;
+    }
+  }
+
+  // The element type of captured buffer `role`: that of the output digest of the same role, or,
+  // for a kernel's allocation `alloc<id>`, of the pointer parameter that points into it.
+  static format::DType CapturedDType(const OpRecord& op, const std::string& role) {
+    for (const auto& out : op.outputs) {
+      if (out.role == role && out.dtype != format::DType::kUnknown) return out.dtype;
+    }
+    const auto* base = FindArgument(op, role);
+    const auto* allocation = base ? std::get_if<format::DevicePointer>(&base->value) : nullptr;
+    if (op.kind != format::OpKind::kKernelLaunch || allocation == nullptr) {
+      return format::DType::kUnknown;
+    }
+    format::DType found = format::DType::kUnknown;
+    for (size_t i = 0;; ++i) {
+      const auto* parameter = FindArgument(op, "arg" + std::to_string(i));
+      if (parameter == nullptr) break;
+      const auto* pointer = std::get_if<format::DevicePointer>(&parameter->value);
+      if (pointer == nullptr || pointer->allocation_id != allocation->allocation_id) continue;
+      const format::DType dtype = PointerParameterDType(op.name, i);
+      if (found != format::DType::kUnknown && dtype != found) return format::DType::kUnknown;
+      found = dtype;
+    }
+    return found;
   }
 
   // Compares state digests present in both runs, in order.
@@ -445,6 +514,7 @@ class Differ {
         if (!report_.first_divergence || x.after_op < divergence_key_) {
           divergence_key_ = x.after_op;
           first_op_.reset();
+          first_op_b_.reset();
           report_.first_divergence = std::move(d);
         }
       } else if (!report_.first_divergence) {
@@ -517,7 +587,8 @@ class Differ {
   std::map<uint64_t, LastWriter> last_writer_;
   uint64_t divergence_key_ = 0;
   uint64_t structural_key_ = 0;
-  std::unique_ptr<OpRecord> first_op_;  // the first divergent op of run A, for its hint
+  std::unique_ptr<OpRecord> first_op_;    // the first divergent op of run A, for its hint
+  std::unique_ptr<OpRecord> first_op_b_;  // and of run B
   uint64_t dropped_a_ = 0;
   uint64_t dropped_b_ = 0;
 };

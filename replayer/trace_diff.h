@@ -26,6 +26,7 @@
 #include "formats/records.h"
 #include "formats/status.h"
 #include "replayer/fix_hints.h"
+#include "replayer/op_compare.h"
 
 namespace ndt::replay {
 
@@ -75,6 +76,7 @@ struct Divergence {
   std::optional<uint64_t> window_begin;      // kUncovered / kPropagated: ops to bisect
   std::optional<uint64_t> window_end;
   std::optional<DivergenceSize> size;
+  std::optional<ExactDifference> exact;  // both runs captured the op (record --capture)
   std::optional<FixHint> hint;  // for `op`, or for `root` when the root is a kernel
 };
 

@@ -543,6 +543,27 @@ TEST_CASE("with --digest-window 0: diff names racy_sum's kernel as the nondeterm
   std::remove(b.c_str());
 }
 
+TEST_CASE("with racy_sum's kernel captured: diff gives the exact size of its divergence",
+          "[tracer]") {
+  const std::string a = TempPath("racy_capture_a.ndt"), b = TempPath("racy_capture_b.ndt");
+  const RunResult diff = DiffTwoRacyRecordings(a, b, "--capture 'kernel:RacySum*'");
+  INFO(diff.out << diff.err);
+  CHECK(diff.status == 1);
+  // The captured allocations are data: the sums after the launch (alloc2) differ, the values
+  // and the sums before it are equal, and nothing is reported as a different argument.
+  CHECK_THAT(diff.out, Catch::Contains("error[nondeterministic_op]: op 2 is nondeterministic") &&
+                           Catch::Contains("different results from identical inputs") &&
+                           Catch::Contains("captured output `alloc2`") &&
+                           Catch::Contains("0 structural differences"));
+  // RacySum(float const*, float*, int, int): alloc2 is parameter 1, so its 16 bytes are 4 f32
+  // sums, compared one by one.
+  CHECK_THAT(diff.out, Catch::Matches("(.|\\n)*exact \\(captured `alloc2`, f32\\): [1-4] of 4 "
+                                      "elements differ(.|\\n)*largest \\|A-B\\| [0-9.e+-]+ at "
+                                      "\\[[0-3]\\](.|\\n)*"));
+  std::remove(a.c_str());
+  std::remove(b.c_str());
+}
+
 TEST_CASE("ndtrace record and check refuse a bad --digest-window", "[tracer]") {
   for (const char* window : {"5", "3:2", "a:b", ":4", "1:2:3", "-1:", "1:x"}) {
     INFO("--digest-window " << window);

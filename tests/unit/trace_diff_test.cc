@@ -7,10 +7,12 @@
 #include <functional>
 #include <set>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <sstream>
 #include <thread>
 
 #include "formats/trace_writer.h"
+#include "kernels/digest_v1.h"
 #include "replayer/diff_report.h"
 #include "replayer/trace_diff.h"
 #include "support/sample_records.h"
@@ -195,6 +197,80 @@ TEST_CASE("with the same fingerprint, a different algorithm wins over arguments 
   CHECK(other.structural_differences == 1);
 }
 
+// Program() with op 2 (the cuDNN execute) captured: its input `x` and output `y` stored as blobs
+// through the writer, as `record --capture` does.
+std::string WriteCaptured(const TempDir& dir, const std::string& name,
+                          const std::vector<float>& x, const std::vector<float>& y) {
+  const std::string path = dir / name;
+  auto writer = format::TraceWriter::Create(path, testing::SampleHeader());
+  REQUIRE(writer.ok());
+  const auto blob = [&](const std::vector<float>& values) {
+    const auto id = (*writer)->PutBlob(std::as_bytes(std::span(values)));
+    REQUIRE(id.ok());
+    return kernels::ToHex({id->lo, id->hi});
+  };
+  std::vector<Record> records = Program([&](auto& ops) {
+    ops[2].args.push_back({"blob:in:x", blob(x)});
+    ops[2].args.push_back({"blob:out:y", blob(y)});
+  });
+  for (const Record& record : records) (*writer)->Append(record);
+  REQUIRE((*writer)->Close().ok());
+  return path;
+}
+
+TEST_CASE("captured outputs that differ give the exact size of the divergence element by element",
+          "[replayer]") {
+  TempDir dir;
+  const std::vector<float> x = {1, 2, 3, 4};
+  auto report = DiffTraces(WriteCaptured(dir, "a.ndt", x, {1.0f, 2.0f, 3.0f, 4.0f}),
+                           WriteCaptured(dir, "b.ndt", x, {1.0f, 2.5f, 3.0f, -4.0f}));
+  REQUIRE(report.ok());
+  CHECK(report->structural_differences == 0);  // blob ids are data, not arguments
+  REQUIRE(report->first_divergence);
+  const Divergence& d = *report->first_divergence;
+  CHECK(d.klass == DivergenceClass::kNondeterministicOp);
+  CHECK(d.op.sequence == 2);
+  CHECK(d.what == "the op gave different results from identical inputs");
+  REQUIRE(d.exact);
+  CHECK(d.exact->role == "y");
+  CHECK(d.exact->dtype == DType::kF32);  // from the cudnn op's output digest of the same role
+  CHECK(d.exact->elements == 4);
+  CHECK(d.exact->differing == 2);
+  CHECK(d.exact->first_index == 1);
+  CHECK(d.exact->first_a == 2.0);
+  CHECK(d.exact->first_b == 2.5);
+  CHECK(d.exact->max_abs_diff == 8.0);
+  CHECK(d.exact->max_abs_index == 3);
+  CHECK(d.exact->max_rel_diff == 2.0);
+  const std::string text = RenderDiffText(*report);
+  CHECK_THAT(text, Catch::Contains("exact (captured `y`, f32): 2 of 4 elements differ, the "
+                                   "first at [1]: 2 (A) vs 2.5 (B); largest |A-B| 8 at [3]"));
+  const auto j = nlohmann::json::parse(RenderDiffJson(*report));
+  CHECK(j.at("first_divergence").at("exact").at("differing") == 2);
+  CHECK(j.at("first_divergence").at("exact").at("dtype") == "f32");
+}
+
+TEST_CASE("a captured input that differs makes the op's divergence propagated", "[replayer]") {
+  TempDir dir;
+  auto report = DiffTraces(WriteCaptured(dir, "a.ndt", {1, 2}, {3, 4}),
+                           WriteCaptured(dir, "b.ndt", {1, 2.5f}, {3, 4.5f}));
+  REQUIRE(report.ok());
+  CHECK(report->structural_differences == 0);
+  REQUIRE(report->first_divergence);
+  CHECK(report->first_divergence->klass == DivergenceClass::kPropagated);
+  CHECK(report->first_divergence->op.sequence == 2);
+  CHECK_THAT(report->first_divergence->evidence.front(),
+             Catch::StartsWith("captured input `x` differs"));
+}
+
+TEST_CASE("identical captures of the same op are identical runs", "[replayer]") {
+  TempDir dir;
+  auto report = DiffTraces(WriteCaptured(dir, "a.ndt", {1, 2}, {3, 4}),
+                           WriteCaptured(dir, "b.ndt", {1, 2}, {3, 4}));
+  REQUIRE(report.ok());
+  CHECK(report->identical());
+}
+
 TEST_CASE("inputs that already differ point back to the uncovered kernel that wrote them",
           "[replayer]") {
   TempDir dir;
@@ -374,6 +450,7 @@ TEST_CASE("the JSON report follows the ndtrace.diff/1 schema", "[replayer]") {
   CHECK(d.at("hint").at("fix").is_string());
   CHECK(d.at("root").is_null());
   CHECK(d.at("bisect_window").is_null());
+  CHECK(d.at("exact").is_null());
   CHECK(j.at("first_structural_difference").is_null());
   for (const char* key :
        {"ops_a", "ops_b", "ops_compared", "divergent_ops", "structural_differences"}) {

@@ -1,0 +1,246 @@
+#include "replayer/op_compare.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace ndt::replay {
+namespace {
+
+// ---- element values ---------------------------------------------------------------------------
+
+double HalfToDouble(uint16_t bits) {
+  const int sign = bits >> 15 ? -1 : 1;
+  const int exponent = (bits >> 10) & 0x1f;
+  const int mantissa = bits & 0x3ff;
+  if (exponent == 0x1f) return mantissa ? std::nan("") : sign * INFINITY;
+  if (exponent == 0) return sign * std::ldexp(mantissa, -24);
+  return sign * std::ldexp(mantissa | 0x400, exponent - 25);
+}
+
+// OCP FP8 E4M3 ("fn": no infinities, S.1111.111 is NaN).
+double E4M3ToDouble(uint8_t bits) {
+  const int sign = bits >> 7 ? -1 : 1;
+  const int exponent = (bits >> 3) & 0xf;
+  const int mantissa = bits & 0x7;
+  if (exponent == 0xf && mantissa == 0x7) return std::nan("");
+  if (exponent == 0) return sign * std::ldexp(mantissa, -9);
+  return sign * std::ldexp(mantissa | 0x8, exponent - 10);
+}
+
+template <typename T>
+double Load(const char* p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));
+  return static_cast<double>(value);
+}
+
+double Value(const char* p, format::DType dtype) {
+  switch (dtype) {
+    case format::DType::kF64: return Load<double>(p);
+    case format::DType::kF32: return Load<float>(p);
+    case format::DType::kF16: return HalfToDouble(static_cast<uint16_t>(Load<uint16_t>(p)));
+    case format::DType::kBF16:
+      return std::bit_cast<float>(static_cast<uint32_t>(Load<uint16_t>(p)) << 16);
+    case format::DType::kF8E4M3: return E4M3ToDouble(static_cast<uint8_t>(*p));
+    case format::DType::kF8E5M2: return HalfToDouble(static_cast<uint16_t>(uint8_t(*p) << 8));
+    case format::DType::kI64: return Load<int64_t>(p);
+    case format::DType::kI32: return Load<int32_t>(p);
+    case format::DType::kI16: return Load<int16_t>(p);
+    case format::DType::kI8: return Load<int8_t>(p);
+    case format::DType::kU8:
+    case format::DType::kBool:
+    case format::DType::kUnknown: break;
+  }
+  return Load<uint8_t>(p);
+}
+
+// ---- demangled parameter lists ----------------------------------------------------------------
+
+std::string_view Trim(std::string_view text) {
+  while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+  while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
+  return text;
+}
+
+// The top-level parameters of "name(p0, p1, ...)" (templates and nested parentheses kept
+// whole), or nothing when the name does not end in a parameter list.
+std::vector<std::string_view> Parameters(std::string_view name) {
+  if (name.empty() || name.back() != ')') return {};
+  int depth = 0;
+  size_t open = std::string_view::npos;
+  for (size_t i = name.size(); i-- > 0;) {
+    if (name[i] == ')' || name[i] == '>') ++depth;
+    if (name[i] == '(' || name[i] == '<') --depth;
+    if (depth == 0) {
+      open = i;
+      break;
+    }
+  }
+  if (open == std::string_view::npos || name[open] != '(') return {};
+  const std::string_view list = name.substr(open + 1, name.size() - open - 2);
+  std::vector<std::string_view> parameters;
+  size_t begin = 0;
+  depth = 0;
+  for (size_t i = 0; i <= list.size(); ++i) {
+    if (i == list.size() || (list[i] == ',' && depth == 0)) {
+      parameters.push_back(Trim(list.substr(begin, i - begin)));
+      begin = i + 1;
+    } else if (list[i] == '<' || list[i] == '(') {
+      ++depth;
+    } else if (list[i] == '>' || list[i] == ')') {
+      --depth;
+    }
+  }
+  return parameters;
+}
+
+}  // namespace
+
+bool SameArgument(const format::Argument& a, const format::Argument& b) {
+  if (a.name != b.name || a.value.index() != b.value.index()) return false;
+  if (const auto* p = std::get_if<format::DevicePointer>(&a.value)) {
+    const auto& q = std::get<format::DevicePointer>(b.value);
+    if (p->allocation_id == 0 && q.allocation_id == 0) return true;  // unknown: not comparable
+    return p->allocation_id == q.allocation_id && p->offset == q.offset;
+  }
+  return a.value == b.value;
+}
+
+bool IsBlobArgument(std::string_view name) { return name.rfind("blob:", 0) == 0; }
+
+std::optional<ArgumentMismatch> FirstDifferentArgument(const format::OpRecord& a,
+                                                       const format::OpRecord& b) {
+  size_t i = 0;
+  size_t j = 0;
+  for (;;) {
+    while (i < a.args.size() && IsBlobArgument(a.args[i].name)) ++i;
+    while (j < b.args.size() && IsBlobArgument(b.args[j].name)) ++j;
+    if (i == a.args.size() && j == b.args.size()) return std::nullopt;
+    if (i == a.args.size() || j == b.args.size() || !SameArgument(a.args[i], b.args[j])) {
+      return ArgumentMismatch{i, j};
+    }
+    ++i;
+    ++j;
+  }
+}
+
+bool SameChoice(const format::AlgorithmChoice& a, const format::AlgorithmChoice& b) {
+  return a.library == b.library && a.id == b.id && a.knobs == b.knobs && a.opaque == b.opaque;
+}
+
+bool SameRng(const format::RngState& a, const format::RngState& b) {
+  return a.generator == b.generator && a.seed == b.seed && a.offset == b.offset &&
+         a.subsequence == b.subsequence && a.ordering == b.ordering;
+}
+
+const format::Argument* FindArgument(const format::OpRecord& op, std::string_view name) {
+  for (const format::Argument& argument : op.args) {
+    if (argument.name == name) return &argument;
+  }
+  return nullptr;
+}
+
+const std::string* TextOf(const format::OpRecord& op, std::string_view name) {
+  const format::Argument* argument = FindArgument(op, name);
+  return argument == nullptr ? nullptr : std::get_if<std::string>(&argument->value);
+}
+
+std::optional<format::BlobId> ParseBlobId(std::string_view text) {
+  if (text.size() != 32) return std::nullopt;
+  uint64_t halves[2] = {0, 0};
+  for (size_t i = 0; i < 32; ++i) {
+    const char c = text[i];
+    uint64_t digit;
+    if (c >= '0' && c <= '9') {
+      digit = static_cast<uint64_t>(c - '0');
+    } else if (c >= 'a' && c <= 'f') {
+      digit = static_cast<uint64_t>(c - 'a' + 10);
+    } else {
+      return std::nullopt;
+    }
+    halves[i / 16] = halves[i / 16] << 4 | digit;
+  }
+  return format::BlobId{halves[0], halves[1]};
+}
+
+std::optional<format::BlobId> CapturedBlob(const format::OpRecord& op, std::string_view name) {
+  const std::string* text = TextOf(op, name);
+  return text == nullptr ? std::nullopt : ParseBlobId(*text);
+}
+
+format::DType PointerParameterDType(std::string_view demangled_name, size_t index) {
+  const std::vector<std::string_view> parameters = Parameters(demangled_name);
+  if (index >= parameters.size()) return format::DType::kUnknown;
+  // "T const* __restrict__": qualifiers of the pointer, then of the pointee.
+  const auto strip_qualifiers = [](std::string_view type) {
+    for (bool stripped = true; stripped;) {
+      stripped = false;
+      for (std::string_view qualifier : {"const", "volatile", "__restrict__", "__restrict"}) {
+        if (type.size() > qualifier.size() &&
+            type.substr(type.size() - qualifier.size()) == qualifier &&
+            (type[type.size() - qualifier.size() - 1] == ' ' ||
+             type[type.size() - qualifier.size() - 1] == '*')) {
+          type = Trim(type.substr(0, type.size() - qualifier.size()));
+          stripped = true;
+        }
+      }
+    }
+    return type;
+  };
+  std::string_view type = strip_qualifiers(parameters[index]);
+  if (type.empty() || type.back() != '*') return format::DType::kUnknown;
+  type = strip_qualifiers(Trim(type.substr(0, type.size() - 1)));
+  if (type.rfind("const ", 0) == 0) type = Trim(type.substr(6));
+  struct Known {
+    std::string_view name;
+    format::DType dtype;
+  };
+  static constexpr Known kKnown[] = {
+      {"double", format::DType::kF64},         {"float", format::DType::kF32},
+      {"__half", format::DType::kF16},         {"c10::Half", format::DType::kF16},
+      {"__nv_bfloat16", format::DType::kBF16}, {"c10::BFloat16", format::DType::kBF16},
+      {"long", format::DType::kI64},           {"long long", format::DType::kI64},
+      {"int", format::DType::kI32},            {"short", format::DType::kI16},
+      {"signed char", format::DType::kI8},     {"char", format::DType::kI8},
+      {"unsigned char", format::DType::kU8},   {"bool", format::DType::kBool},
+  };
+  for (const Known& known : kKnown) {
+    if (type == known.name) return known.dtype;
+  }
+  return format::DType::kUnknown;
+}
+
+ExactDifference CompareBuffers(std::string_view a, std::string_view b, format::DType dtype) {
+  ExactDifference d;
+  d.dtype = dtype;
+  d.bytes_a = a.size();
+  d.bytes_b = b.size();
+  const uint64_t width = dtype == format::DType::kUnknown ? 1 : format::DTypeBytes(dtype);
+  d.elements = std::min(a.size(), b.size()) / width;
+  for (uint64_t i = 0; i < d.elements; ++i) {
+    const char* x = a.data() + i * width;
+    const char* y = b.data() + i * width;
+    if (std::memcmp(x, y, width) == 0) continue;
+    const double u = Value(x, dtype);
+    const double v = Value(y, dtype);
+    if (d.differing++ == 0) {
+      d.first_index = i;
+      d.first_a = u;
+      d.first_b = v;
+    }
+    if (!std::isfinite(u) || !std::isfinite(v)) continue;
+    const double diff = std::fabs(u - v);
+    if (diff > d.max_abs_diff) {
+      d.max_abs_diff = diff;
+      d.max_abs_index = i;
+    }
+    const double scale = std::max(std::fabs(u), std::fabs(v));
+    if (scale > 0) d.max_rel_diff = std::max(d.max_rel_diff, diff / scale);
+  }
+  return d;
+}
+
+}  // namespace ndt::replay

@@ -1,0 +1,68 @@
+// What two runs' records of the same op are compared on, shared by `ndtrace diff`
+// (trace_diff.cc) and live verify (live_verify.cc), and the element-by-element comparison of
+// two captured buffers that gives a divergence its exact size.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "formats/records.h"
+
+namespace ndt::replay {
+
+// Arguments compared without raw addresses: device pointers by allocation id and offset (two
+// pointers into unknown allocations are not comparable, so they count as equal).
+bool SameArgument(const format::Argument& a, const format::Argument& b);
+
+// Whether `name` is a capture's blob reference (`blob:in:<role>`, `blob:out:<role>`,
+// `blob:module`; tracer/capture.h). Its value is the content's id, so it is compared as data
+// (an input or an output), never as an argument the program passed.
+bool IsBlobArgument(std::string_view name);
+
+// The op's arguments other than blob references, pairwise in order. Returns the index pair of
+// the first that differs (an index equal to the size: that side has no more), or nullopt.
+struct ArgumentMismatch {
+  size_t a = 0;
+  size_t b = 0;
+};
+std::optional<ArgumentMismatch> FirstDifferentArgument(const format::OpRecord& a,
+                                                       const format::OpRecord& b);
+
+bool SameChoice(const format::AlgorithmChoice& a, const format::AlgorithmChoice& b);
+bool SameRng(const format::RngState& a, const format::RngState& b);
+
+// The argument `name` of `op`, or null.
+const format::Argument* FindArgument(const format::OpRecord& op, std::string_view name);
+// The text argument `name`; null when absent or not text.
+const std::string* TextOf(const format::OpRecord& op, std::string_view name);
+// A blob id written by the tracer as 32 hex digits, low 64 bits first.
+std::optional<format::BlobId> ParseBlobId(std::string_view text);
+// The blob id an op's `blob:...` argument `name` holds, or nullopt when the argument is absent
+// or says why the tracer could not store it ("missing: ...").
+std::optional<format::BlobId> CapturedBlob(const format::OpRecord& op, std::string_view name);
+
+// The element type of the buffer a kernel's pointer parameter `index` points to, from the
+// launch's demangled name ("RacySum(float const*, float*, int, int)": parameter 1 is f32), or
+// kUnknown when the name has no parameter list or the parameter is not a pointer to a
+// built-in arithmetic type (or CUDA's/PyTorch's half types).
+format::DType PointerParameterDType(std::string_view demangled_name, size_t index);
+
+// Where and by how much two buffers of the same op differ, element by element. Elements of an
+// unknown dtype are bytes.
+struct ExactDifference {
+  std::string role;
+  format::DType dtype = format::DType::kUnknown;
+  uint64_t elements = 0;       // in the shorter buffer
+  uint64_t differing = 0;      // elements whose bits differ
+  uint64_t first_index = 0;    // the first of them
+  double first_a = 0, first_b = 0;
+  double max_abs_diff = 0;     // over elements finite in both runs
+  uint64_t max_abs_index = 0;
+  double max_rel_diff = 0;     // |a - b| / max(|a|, |b|), over the same elements
+  uint64_t bytes_a = 0, bytes_b = 0;
+};
+ExactDifference CompareBuffers(std::string_view a, std::string_view b, format::DType dtype);
+
+}  // namespace ndt::replay

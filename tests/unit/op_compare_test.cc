@@ -1,0 +1,120 @@
+// What diff and live verify compare two runs' records of an op on: arguments without blob
+// references, and captured buffers element by element in their dtype.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "replayer/op_compare.h"
+
+namespace ndt::replay {
+namespace {
+
+using format::DType;
+
+template <typename T>
+std::string Bytes(const std::vector<T>& values) {
+  std::string bytes(values.size() * sizeof(T), '\0');
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+TEST_CASE("a kernel's pointer parameter types give the dtype of the buffers it points to",
+          "[replayer]") {
+  const char* racy_sum = "RacySum(float const*, float*, int, int)";
+  CHECK(PointerParameterDType(racy_sum, 0) == DType::kF32);
+  CHECK(PointerParameterDType(racy_sum, 1) == DType::kF32);
+  CHECK(PointerParameterDType(racy_sum, 2) == DType::kUnknown);  // not a pointer
+  CHECK(PointerParameterDType(racy_sum, 4) == DType::kUnknown);  // no such parameter
+  const char* templated =
+      "void scale<__half, std::pair<int, int> >(__half const* __restrict__, "
+      "std::pair<int, int>, __nv_bfloat16*, long*, unsigned char const*, Foo*)";
+  CHECK(PointerParameterDType(templated, 0) == DType::kF16);
+  CHECK(PointerParameterDType(templated, 1) == DType::kUnknown);
+  CHECK(PointerParameterDType(templated, 2) == DType::kBF16);
+  CHECK(PointerParameterDType(templated, 3) == DType::kI64);
+  CHECK(PointerParameterDType(templated, 4) == DType::kU8);
+  CHECK(PointerParameterDType(templated, 5) == DType::kUnknown);
+  CHECK(PointerParameterDType("kernel_without_parameter_list", 0) == DType::kUnknown);
+  CHECK(PointerParameterDType("", 0) == DType::kUnknown);
+}
+
+TEST_CASE("captured buffers are compared element by element in their dtype", "[replayer]") {
+  SECTION("f64") {
+    const auto d = CompareBuffers(Bytes<double>({1, 2, 3}), Bytes<double>({1, 2, 3.5}), DType::kF64);
+    CHECK(d.elements == 3);
+    CHECK(d.differing == 1);
+    CHECK(d.first_index == 2);
+    CHECK(d.max_abs_diff == 0.5);
+  }
+  SECTION("f16: 1.0 is 0x3c00, 1.5 is 0x3e00, -2 is 0xc000, 2^-24 is the smallest subnormal") {
+    const auto d = CompareBuffers(Bytes<uint16_t>({0x3c00, 0xc000, 0x0001}),
+                                  Bytes<uint16_t>({0x3e00, 0xc000, 0x0002}), DType::kF16);
+    CHECK(d.differing == 2);
+    CHECK(d.first_a == 1.0);
+    CHECK(d.first_b == 1.5);
+    CHECK(d.max_abs_diff == 0.5);
+    CHECK(d.max_rel_diff == 0.5);  // the subnormals: 2^-24 against 2^-23
+  }
+  SECTION("bf16: the high half of an f32") {
+    const auto d = CompareBuffers(Bytes<uint16_t>({0x3f80}), Bytes<uint16_t>({0x4000}),
+                                  DType::kBF16);
+    CHECK(d.first_a == 1.0);
+    CHECK(d.first_b == 2.0);
+  }
+  SECTION("i32") {
+    const auto d = CompareBuffers(Bytes<int32_t>({-5, 7}), Bytes<int32_t>({5, 7}), DType::kI32);
+    CHECK(d.differing == 1);
+    CHECK(d.max_abs_diff == 10);
+  }
+  SECTION("an unknown dtype is compared byte by byte, and a length difference is kept") {
+    const auto d = CompareBuffers(std::string("abcd"), std::string("abXdZ"), DType::kUnknown);
+    CHECK(d.elements == 4);
+    CHECK(d.differing == 1);
+    CHECK(d.first_index == 2);
+    CHECK(d.bytes_a == 4);
+    CHECK(d.bytes_b == 5);
+  }
+  SECTION("NaNs count as differing bits but not in the largest difference") {
+    const auto d = CompareBuffers(Bytes<float>({1.0f, 1.0f}),
+                                  Bytes<float>({std::nanf(""), 1.25f}), DType::kF32);
+    CHECK(d.differing == 2);
+    CHECK(d.max_abs_diff == 0.25);
+    CHECK(d.max_abs_index == 1);
+  }
+}
+
+TEST_CASE("blob references are left out of the argument comparison", "[replayer]") {
+  format::OpRecord a;
+  a.args = {{"n", uint64_t{4}}, {"blob:in:x", std::string("00")}, {"m", uint64_t{2}}};
+  format::OpRecord b;
+  b.args = {{"n", uint64_t{4}}, {"m", uint64_t{2}}, {"blob:out:y", std::string("11")}};
+  CHECK_FALSE(FirstDifferentArgument(a, b));
+  b.args[1].value = uint64_t{3};
+  const auto mismatch = FirstDifferentArgument(a, b);
+  REQUIRE(mismatch);
+  CHECK(mismatch->a == 2);
+  CHECK(mismatch->b == 1);
+  b.args.pop_back();
+  b.args.pop_back();
+  const auto shorter = FirstDifferentArgument(a, b);
+  REQUIRE(shorter);
+  CHECK(shorter->b == b.args.size());
+}
+
+TEST_CASE("a blob reference holds an id only when it is 32 lowercase hex digits", "[replayer]") {
+  format::OpRecord op;
+  op.args = {{"blob:out:y", std::string("0123456789abcdef00000000000000ff")},
+             {"blob:out:z", std::string("missing: larger than 1 GiB")}};
+  const auto id = CapturedBlob(op, "blob:out:y");
+  REQUIRE(id);
+  CHECK(id->lo == 0x0123456789abcdefu);
+  CHECK(id->hi == 0xffu);
+  CHECK_FALSE(CapturedBlob(op, "blob:out:z"));
+  CHECK_FALSE(CapturedBlob(op, "blob:out:w"));
+  CHECK_FALSE(ParseBlobId("0123456789ABCDEF00000000000000ff"));
+}
+
+}  // namespace
+}  // namespace ndt::replay
