@@ -101,6 +101,14 @@ constexpr KernelHint kKernelHints[] = {
      "the device scan combines partial sums in a schedule-dependent order",
      "torch.use_deterministic_algorithms(True) (PyTorch then takes a deterministic path or "
      "raises); or accumulate in float64"},
+    {{"flash_bwd", "fmha_cutlassB", "attention_backward"},  // fmha_cutlassB: memory-efficient
+     "torch.nn.functional.scaled_dot_product_attention backward (flash or memory-efficient "
+     "attention)",
+     "the gradient of the keys and values (or of the queries) is accumulated across blocks with "
+     "atomics",
+     "run the backward with torch.nn.attention.sdpa_kernel(SDPBackend.MATH) (deterministic, "
+     "slower); under torch.use_deterministic_algorithms(True) PyTorch takes a deterministic path "
+     "where it has one and warns or raises where it has none"},
     {{"kthvalue", "median", ""},
      "torch.kthvalue / torch.median with indices",
      "which index is returned among ties depends on thread timing",
