@@ -30,6 +30,7 @@ struct CheckOptions {
   std::string directory;
   DigestOptions digests;
   PolicyOptions policy;
+  int progress_every = 10;  // seconds; 0: no progress while a run goes on
   std::vector<std::string> command;
 };
 
@@ -87,6 +88,11 @@ int RunCheck(const CheckOptions& options) {
     PrintError(fmt::format("check: -n must be between 2 and 100 (got {})", options.runs));
     return kExitUsage;
   }
+  if (options.progress_every < 0) {
+    PrintError(fmt::format("check: --progress-every must be 0 or more seconds (got {})",
+                           options.progress_every));
+    return kExitUsage;
+  }
   if (!ApplyDigestOptions("check", options.digests)) return kExitUsage;
   if (!ApplyPolicyOptions("check", options.policy)) return kExitUsage;
   const std::filesystem::path directory =
@@ -106,7 +112,27 @@ int RunCheck(const CheckOptions& options) {
     const std::string log = (directory / fmt::format("run-{}.log", i)).string();
     fmt::print(stderr, "ndtrace check: run {} of {}: {}\n", i, options.runs, command);
     std::filesystem::remove(trace, error);
-    StatusOr<TracedRun> run = RunTraced("check", options.command, trace, log);
+    RunProgress progress;
+    progress.every = std::chrono::seconds(options.progress_every);
+    progress.report = [&](std::chrono::seconds running) {
+      std::optional<uint64_t> ops;
+      size_t processes = 0;
+      if (auto processes_so_far = replay::FindProcessTraces(trace); processes_so_far.ok()) {
+        for (const replay::ProcessTrace& process : *processes_so_far) {
+          if (const std::optional<uint64_t> more = OpsSoFar(process.path)) {
+            ops = ops.value_or(0) + *more;
+            ++processes;
+          }
+        }
+      }
+      fmt::print(stderr, "ndtrace check: run {} of {}: running for {} s, {}\n", i, options.runs,
+                 running.count(),
+                 !ops             ? std::string("no CUDA call yet")
+                 : processes > 1 ? fmt::format("{} ops recorded so far by {} processes", *ops,
+                                                processes)
+                                  : fmt::format("{} ops recorded so far", *ops));
+    };
+    StatusOr<TracedRun> run = RunTraced("check", options.command, trace, log, progress);
     if (!run.ok()) {
       PrintError(run.status().message());
       return kExitUsage;
@@ -192,6 +218,9 @@ Command AddCheckCommand(CLI::App& parent) {
   app->add_option("-n,--runs", options->runs, "How many runs (default 2)");
   app->add_option("-o,--output", options->directory,
                   "Directory for the traces and program logs (default ndtrace-check-<time>)");
+  app->add_option("--progress-every", options->progress_every,
+                  "While a run goes on, say every S seconds how many ops it has recorded "
+                  "(default 10; 0: only when it ends)");
   AddDigestOptions(app, &options->digests);
   AddPolicyOptions(app, &options->policy);
   app->add_option("command", options->command, "The program and its arguments, after --")

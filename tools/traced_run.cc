@@ -7,12 +7,15 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <thread>
 
 #include "formats/records.h"
 #include "formats/trace_reader.h"
@@ -121,7 +124,8 @@ std::string TracerLibrary() {
 }
 
 StatusOr<TracedRun> RunTraced(const std::string& context, const std::vector<std::string>& command,
-                              const std::string& trace_path, const std::string& log_path) {
+                              const std::string& trace_path, const std::string& log_path,
+                              const RunProgress& progress) {
   const std::string library = TracerLibrary();
   if (library.empty()) {
     return Status::Error(context + ": cannot find libndtrace.so beside ndtrace or in its build");
@@ -172,8 +176,22 @@ StatusOr<TracedRun> RunTraced(const std::string& context, const std::vector<std:
                                      std::strerror(spawn_error)));
   }
   int wait_status = 0;
-  while (waitpid(child, &wait_status, 0) < 0) {
-    if (errno != EINTR) return Status::Error(fmt::format("{}: waitpid: {}", context, std::strerror(errno)));
+  const auto started = std::chrono::steady_clock::now();
+  auto next_report = started + progress.every;
+  for (;;) {
+    const pid_t waited = waitpid(child, &wait_status, progress.every.count() > 0 ? WNOHANG : 0);
+    if (waited == child) break;
+    if (waited < 0 && errno != EINTR) {
+      return Status::Error(fmt::format("{}: waitpid: {}", context, std::strerror(errno)));
+    }
+    if (waited == 0) {  // still running
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= next_report) {
+        progress.report(std::chrono::duration_cast<std::chrono::seconds>(now - started));
+        next_report += progress.every;
+      }
+    }
   }
   TracedRun run;
   run.pid = child;
@@ -181,6 +199,18 @@ StatusOr<TracedRun> RunTraced(const std::string& context, const std::vector<std:
                   : WIFSIGNALED(wait_status) ? 128 + WTERMSIG(wait_status)
                                              : 255;
   return run;
+}
+
+std::optional<uint64_t> OpsSoFar(const std::string& path) {
+  StatusOr<std::unique_ptr<format::TraceReader>> reader = format::TraceReader::Open(path);
+  if (!reader.ok()) return std::nullopt;
+  uint64_t ops = 0;
+  for (const format::ChunkInfo& chunk : (*reader)->chunks()) {
+    if (chunk.kind == format::ChunkKind::kRecords && chunk.first_op != UINT64_MAX) {
+      ops = std::max(ops, chunk.last_op + 1);  // ops are numbered densely from 0
+    }
+  }
+  return ops;
 }
 
 StatusOr<TraceSummary> SummarizeTrace(const std::string& path) {

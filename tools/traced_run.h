@@ -1,7 +1,10 @@
 // Running a program under the tracer: what `ndtrace record` and `ndtrace check` share.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,12 +60,24 @@ struct TracedRun {
   int exit_code = 0;  // the program's status, 128 + signal if a signal killed it
 };
 
+// Called every `every` while the program runs, with how long it has run so far.
+struct RunProgress {
+  std::chrono::seconds every{0};  // 0: never
+  std::function<void(std::chrono::seconds running)> report;
+};
+
 // Runs `command` with the tracer preloaded (prepended to LD_PRELOAD) writing its trace to
 // `trace_path` (made absolute; empty: the tracer's default). stdout and stderr go to
-// `log_path` when it is not empty. Waits for the program. Fails when the tracer library is
-// missing or the program cannot be started; the message starts with `context`.
+// `log_path` when it is not empty. Waits for the program, reporting `progress`. Fails when
+// the tracer library is missing or the program cannot be started; the message starts with
+// `context`.
 StatusOr<TracedRun> RunTraced(const std::string& context, const std::vector<std::string>& command,
-                              const std::string& trace_path, const std::string& log_path = "");
+                              const std::string& trace_path, const std::string& log_path = "",
+                              const RunProgress& progress = {});
+
+// How many ops the trace at `path` holds so far, from its chunk headers alone (cheap on a trace
+// still being written); nullopt while there is no readable trace there.
+std::optional<uint64_t> OpsSoFar(const std::string& path);
 
 struct TraceSummary {
   uint64_t ops = 0;

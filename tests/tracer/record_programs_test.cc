@@ -277,6 +277,26 @@ TEST_CASE("ndtrace check refuses a bad run count or a missing --", "[tracer]") {
   const RunResult no_separator = Run(std::string("'" NDTRACE_BIN "' check '" PROG_VECTOR_ADD "'"));
   CHECK(no_separator.status == 2);
   CHECK_THAT(no_separator.err, Catch::Contains("error: check: put `--`"));
+  const RunResult negative = Run(std::string("'" NDTRACE_BIN "' check --progress-every -1 -- '")
+                                 + PROG_VECTOR_ADD + "'");
+  CHECK(negative.status == 2);
+  CHECK_THAT(negative.err, Catch::Contains("error: check: --progress-every must be 0 or more"));
+}
+
+TEST_CASE("ndtrace check says while a run goes on how many ops it has recorded so far",
+          "[tracer]") {
+  // A shell that waits, runs vector_add (a child process: its trace is a companion of the
+  // run's), then waits again: the progress lines come before, between and after.
+  const std::string dir = TempPath("check_progress");
+  const RunResult check = Run(std::string("'" NDTRACE_BIN "' check --progress-every 1 -o '") +
+                              dir + "' -- sh -c \"sleep 1.5; '" PROG_VECTOR_ADD "' && sleep 1.5\"");
+  INFO(check.out << check.err);
+  CHECK(check.status == 0);
+  CHECK_THAT(check.err, Catch::Contains("run 1 of 2: running for 1 s, no CUDA call yet") &&
+                            Catch::Contains("run 2 of 2: running for 1 s, no CUDA call yet") &&
+                            Catch::Contains("s, 28 ops recorded so far\n") &&
+                            Catch::Contains("run 2 of 2: exit status 0, 28 ops recorded"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("driver_only, which reaches the driver only through cuGetProcAddress_v2, is traced",
