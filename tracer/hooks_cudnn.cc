@@ -4,7 +4,8 @@
 // list the library returned. The policy acts here (policy.h):
 //   enforce  a nondeterministic algorithm requested in a convolution call is replaced by the
 //            first deterministic one that fits the call's workspace; Find/Get_v7 results lose
-//            their nondeterministic entries (the array is compacted, the count fixed);
+//            their nondeterministic entries (the array is compacted, the count fixed), and Find
+//            results are ranked by cuDNN's heuristic instead of by measured time;
 //   pin      the algorithm recorded for the same fingerprint in the reference trace replaces
 //            the program's choice, and is moved to the front of Find/Get_v7 results;
 // each with a PolicyDecisionRecord. When a decision cannot be applied (no deterministic
@@ -26,6 +27,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -587,6 +589,41 @@ cudnnStatus_t RecordConvolution(Session& session, RealCall<cudnnStatus_t>& call,
 
 // ---- Find / Get_v7 ----------------------------------------------------------------------------
 
+// cuDNN's heuristic order of the algorithms for `d` (the real cudnnGet*Algorithm_v7, not
+// recorded), or empty when the library does not say.
+template <typename Perf>
+std::vector<int> HeuristicOrder(cudnnHandle_t handle, const ConvDescriptors& d) {
+  Perf perf[16];
+  int returned = 0;
+  cudnnStatus_t status = CUDNN_STATUS_NOT_INITIALIZED;
+  if constexpr (std::is_same_v<Perf, cudnnConvolutionFwdAlgoPerf_t>) {
+    if (const auto get = NDT_REAL_LIBRARY(kCudnn, cudnnGetConvolutionForwardAlgorithm_v7)) {
+      status = get(handle, d.x, d.w, d.conv, d.y, 16, &returned, perf);
+    }
+  } else if constexpr (std::is_same_v<Perf, cudnnConvolutionBwdDataAlgoPerf_t>) {
+    if (const auto get = NDT_REAL_LIBRARY(kCudnn, cudnnGetConvolutionBackwardDataAlgorithm_v7)) {
+      status = get(handle, d.w, d.y, d.conv, d.x, 16, &returned, perf);
+    }
+  } else {
+    if (const auto get = NDT_REAL_LIBRARY(kCudnn, cudnnGetConvolutionBackwardFilterAlgorithm_v7)) {
+      status = get(handle, d.x, d.y, d.conv, d.w, 16, &returned, perf);
+    }
+  }
+  std::vector<int> order;
+  if (status != CUDNN_STATUS_SUCCESS) return order;
+  for (int i = 0; i < std::min(returned, 16); ++i) order.push_back(static_cast<int>(perf[i].algo));
+  return order;
+}
+
+// The first algorithm of `list` that ran, or -1.
+template <typename Perf>
+int FirstUsable(const std::vector<Perf>& list) {
+  for (const Perf& perf : list) {
+    if (perf.status == CUDNN_STATUS_SUCCESS) return static_cast<int>(perf.algo);
+  }
+  return -1;
+}
+
 // Records a Find (`benchmark`) or Get_v7 query around `real()`, and applies the policy to the
 // list it returned.
 template <typename Perf, typename Real>
@@ -631,6 +668,32 @@ cudnnStatus_t RecordQuery(Session& session, RealCall<cudnnStatus_t>& call, const
       decision.action = std::string("removed nondeterministic ") + what + " " + removed +
                         " from the " + name + " results";
       session.Decide(decision);
+    }
+    // Deterministic algorithms still differ from one another in their results, and a Find
+    // ranks them by measured time, which varies from run to run: the program would pick
+    // another one now and then. Ranked by cuDNN's heuristic instead, the pick is the same in
+    // every run (what cudnn.benchmark=False would choose, among those that ran).
+    const std::vector<int> order = benchmark ? HeuristicOrder<Perf>(handle, d) : std::vector<int>();
+    if (!order.empty()) {
+      const auto rank = [&](const Perf& perf) {
+        if (perf.status != CUDNN_STATUS_SUCCESS) return order.size() + 1;
+        const auto found = std::find(order.begin(), order.end(), static_cast<int>(perf.algo));
+        return static_cast<size_t>(found - order.begin());
+      };
+      const int timed_first = FirstUsable(list);
+      std::stable_sort(list.begin(), list.end(),
+                       [&](const Perf& a, const Perf& b) { return rank(a) < rank(b); });
+      const int first = FirstUsable(list);
+      if (first >= 0) {
+        format::PolicyDecisionRecord ordered = decision;
+        ordered.to_choice = Choice(direction, first, format::ChoiceSource::kEnforced);
+        ordered.action = "ranked the " + std::string(name) + " results by cuDNN's heuristic, " +
+                         "not by measured time: first " + what + " " + std::to_string(first) +
+                         (first == timed_first
+                              ? " (also the fastest this time)"
+                              : " (the fastest this time was " + std::to_string(timed_first) + ")");
+        session.Decide(ordered);
+      }
     }
   } else if (session.policy().mode == PolicyMode::kPin && session.pins() != nullptr &&
              !fingerprint.empty()) {

@@ -31,7 +31,8 @@
 // are moved out of the heuristics' results when the program reads CUDNN_ATTR_ENGINEHEUR_RESULTS
 // (the returned array is partitioned, kept ones first, and the count reduced), and a plan with
 // such an engine is refused at finalize with CUDNN_STATUS_NOT_SUPPORTED (frameworks then try
-// their next config). Pin: at plan finalize, the engine and knobs recorded for the fingerprint
+// their next config), and every plan of a graph gets the first deterministic engine config the
+// graph was finalized with (SettlePlan), so that a benchmark's timing cannot choose. Pin: at plan finalize, the engine and knobs recorded for the fingerprint
 // in the reference trace — the choice it used most for that fingerprint (PinTable), the one
 // the program settled on after any autotuning — are rebuilt through the real library and set
 // on the plan before it is finalized; when that cannot be done the
@@ -800,6 +801,59 @@ std::optional<format::AlgorithmChoice> PinPlan(Session& session, uint64_t sequen
   return *want;
 }
 
+// Under enforce, the engine config each graph (by fingerprint) settled on: the first
+// deterministic one a plan was finalized with in this process. Thread-safe; never destroyed.
+class SettledEngines {
+ public:
+  static SettledEngines& Get() {
+    static auto* settled = new SettledEngines();
+    return *settled;
+  }
+  std::optional<format::AlgorithmChoice> Find(const std::string& fingerprint) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = choices_.find(fingerprint);
+    if (found == choices_.end()) return std::nullopt;
+    return found->second;
+  }
+  void Remember(const std::string& fingerprint, const format::AlgorithmChoice& choice) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    choices_.try_emplace(fingerprint, choice);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, format::AlgorithmChoice> choices_;
+};
+
+// The enforce policy at plan finalize, after nondeterministic engines are refused: deterministic
+// engines differ from one another in their results too, and a framework that benchmarks
+// (cudnn.benchmark=True) picks among its plans by measured time, which varies from run to run.
+// So every plan of a graph gets the engine config the graph settled on (SettledEngines): the
+// framework's candidates all compute alike, whichever it times fastest. Returns that choice
+// when it is set on `plan` (its descriptors appended to `owned`) or already is the program's;
+// says why not otherwise.
+std::optional<format::AlgorithmChoice> SettlePlan(Session& session, uint64_t sequence,
+                                                  cudnnBackendDescriptor_t plan,
+                                                  const PlanRequest& request,
+                                                  const std::optional<ConfigChoice>& asked,
+                                                  std::vector<cudnnBackendDescriptor_t>* owned) {
+  if (!asked || request.problem == nullptr || request.problem->fingerprint.empty()) {
+    return std::nullopt;
+  }
+  std::optional<format::AlgorithmChoice> settled =
+      SettledEngines::Get().Find(request.problem->fingerprint);
+  if (!settled || SameEngine(asked->choice, *settled)) return settled;
+  settled->source = format::ChoiceSource::kEnforced;
+  const std::string why_not =
+      request.graph_alive ? SetPinnedConfig(plan, request.problem->graph, *settled, owned)
+                          : "the program has destroyed the operation graph";
+  if (why_not.empty()) return settled;
+  session.Decide(Decision(sequence,
+                          "cannot keep " + ChoiceText(*settled) + " for this graph: " + why_not,
+                          asked->choice, *settled, false));
+  return std::nullopt;
+}
+
 int64_t PlanWorkspace(cudnnBackendDescriptor_t plan) {
   int64_t bytes = 0, count = 0;
   RealGet(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &count, &bytes);
@@ -836,30 +890,39 @@ cudnnStatus_t FinalizePlan(Session& session, RealCall<cudnnStatus_t>& call,
     return CUDNN_STATUS_NOT_SUPPORTED;
   }
 
+  // The engine config set in place of the program's: the pinned one, or under enforce the one
+  // the graph settled on.
   std::vector<cudnnBackendDescriptor_t> owned;
-  std::optional<format::AlgorithmChoice> pinned;
+  std::optional<format::AlgorithmChoice> substitute;
   if (mode == PolicyMode::kPin) {
-    pinned = PinPlan(session, op.sequence, descriptor, request, asked, &owned);
+    substitute = PinPlan(session, op.sequence, descriptor, request, asked, &owned);
+  } else if (mode == PolicyMode::kEnforce) {
+    substitute = SettlePlan(session, op.sequence, descriptor, request, asked, &owned);
   }
+  const bool pin = mode == PolicyMode::kPin;
   cudnnStatus_t status = call.Run([&] { return finalize(descriptor); });
   if (!owned.empty()) {
+    const std::string asked_text = asked ? ChoiceText(asked->choice) : "the program's config";
     if (status == CUDNN_STATUS_SUCCESS) {
-      session.Decide(Decision(op.sequence,
-                              "pinned " + ChoiceText(*pinned) + " in place of " +
-                                  (asked ? ChoiceText(asked->choice) : "the program's config"),
-                              facts.choice, *pinned, true));
+      session.Decide(Decision(
+          op.sequence,
+          pin ? "pinned " + ChoiceText(*substitute) + " in place of " + asked_text
+              : "kept " + ChoiceText(*substitute) + ", the first deterministic engine this "
+                "process finalized for this graph, in place of " + asked_text +
+                " (so that a benchmark's timing does not choose)",
+          facts.choice, *substitute, true));
     } else {
       session.Decide(Decision(op.sequence,
-                              "cannot pin " + ChoiceText(*pinned) +
+                              (pin ? "cannot pin " : "cannot keep ") + ChoiceText(*substitute) +
                                   ": the plan does not finalize with it (status " +
                                   std::to_string(static_cast<int>(status)) + ")",
-                              facts.choice, *pinned, false));
+                              facts.choice, *substitute, false));
       RealSet(descriptor, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR,
               1, &request.config);
       status = finalize(descriptor);
       for (cudnnBackendDescriptor_t made : owned) RealDestroy(made);
       owned.clear();
-      pinned.reset();
+      substitute.reset();
     }
   }
   if (status == CUDNN_STATUS_SUCCESS) {
@@ -870,7 +933,14 @@ cudnnStatus_t FinalizePlan(Session& session, RealCall<cudnnStatus_t>& call,
         facts.behavior_notes = ran->behavior_notes;
       }
     }
-    if (pinned && facts.choice) facts.choice->source = format::ChoiceSource::kPinned;
+    if (substitute && facts.choice) {
+      facts.choice->source = pin ? format::ChoiceSource::kPinned : format::ChoiceSource::kEnforced;
+    }
+    if (mode == PolicyMode::kEnforce && facts.choice && facts.problem != nullptr &&
+        !facts.problem->fingerprint.empty() &&
+        facts.choice->determinism != format::Determinism::kNondeterministic) {
+      SettledEngines::Get().Remember(facts.problem->fingerprint, *facts.choice);
+    }
     facts.workspace_bytes = PlanWorkspace(descriptor);
     auto shared = std::make_shared<const PlanFacts>(facts);
     WithShadow(descriptor, [&](Shadow* plan) {

@@ -321,6 +321,32 @@ TEST_CASE("benchmark mode picks engines by noisy timing, and --pin reproduces th
   for (const std::string& trace : traces) std::remove(trace.c_str());
 }
 
+TEST_CASE("the deterministic policy settles each graph on one engine, so that benchmark mode "
+          "runs the same engine in every run",
+          "[tracer][cudnn_backend]") {
+  // Without the policy the fastest of the nine deterministic configs varies (above): their
+  // results would differ on a GPU. Under it every plan gets the first one finalized.
+  std::set<std::string> settled;
+  for (int run = 0; run < 4; ++run) {
+    const std::string trace = TempPath("settled_" + std::to_string(run) + ".ndt");
+    const RunResult result = RecordConv(trace, "--deterministic", "--benchmark");
+    INFO(result.err);
+    REQUIRE(result.status == 0);
+    const std::vector<Record> records = ReadAll(trace);
+    settled.insert(Settled(records).text);
+    CHECK(Executes(records).back().algorithm->source == ChoiceSource::kEnforced);
+    size_t kept = 0;
+    for (const PolicyDecisionRecord& decision : Decisions(records)) {
+      if (decision.action.rfind("kept cudnn engine", 0) != 0) continue;
+      ++kept;
+      CHECK(decision.applied);
+    }
+    CHECK(kept == 8);  // every deterministic plan after the first
+    std::remove(trace.c_str());
+  }
+  CHECK(settled.size() == 1);
+}
+
 TEST_CASE("a choice that cannot be pinned is said once on stderr and the program keeps its own",
           "[tracer][cudnn_backend]") {
   const std::string observed = TempPath("unpinnable_ref.ndt");

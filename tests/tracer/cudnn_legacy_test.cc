@@ -382,6 +382,38 @@ TEST_CASE("benchmark-chosen cuDNN algorithms vary between runs and --pin reprodu
   }
 }
 
+TEST_CASE("the deterministic policy ranks Find results by cuDNN's heuristic so that benchmark "
+          "picks the same algorithms and outputs in every run",
+          "[tracer][cudnn]") {
+  // Without the policy the picks vary (the test above); the deterministic ones alone would
+  // still differ from one another, so the policy must also take timing out of the ranking.
+  ndt::testing::TempDir dir;
+  std::set<std::tuple<int64_t, int64_t, int64_t>> chosen;
+  std::set<std::string> outputs;
+  for (int i = 0; i < 4; ++i) {
+    const std::string trace = (dir / ("det" + std::to_string(i) + ".ndt")).string();
+    const RunResult run = RecordConv(trace, "--benchmark", "--deterministic");
+    INFO(run.err);
+    REQUIRE(run.status == 0);
+    const std::vector<Record> records = ReadAll(trace);
+    const std::vector<OpRecord> convs = Convolutions(records);
+    REQUIRE(convs.size() == 3);
+    chosen.insert(Algorithms(convs));
+    std::string digests;
+    for (const OpRecord& op : convs) {
+      for (const BufferDigest& out : op.outputs) digests += std::to_string(out.digest.lo) + " ";
+    }
+    outputs.insert(digests);
+    size_t ranked = 0;
+    for (const PolicyDecisionRecord& decision : Decisions(records)) {
+      ranked += decision.action.rfind("ranked the cudnnFind", 0) == 0;
+    }
+    CHECK(ranked == 3);  // one per direction
+  }
+  CHECK(chosen.size() == 1);
+  CHECK(outputs.size() == 1);
+}
+
 TEST_CASE("a cuDNN choice that cannot be applied is said once and the program completes",
           "[tracer][cudnn]") {
   ndt::testing::TempDir dir;
