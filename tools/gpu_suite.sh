@@ -10,7 +10,7 @@
 #   --budget S      time for the whole suite (default 480); each command runs under `timeout`
 #                   with at most what is left, and a step that finds none left says so
 #   --steps LIST    comma list of steps to run (default all, in this order): facts, samples,
-#                   digest, bench, replay, bisect, pytorch
+#                   digest, bench, replay, bisect, pytorch, policy
 #   --work DIR      where traces go (default: a temporary directory, removed at the end)
 #
 # Exit 0 when the results file was written (whatever the checks found), 2 on bad arguments.
@@ -30,7 +30,7 @@ die() {
 
 standin=
 budget=480
-steps=facts,samples,digest,bench,replay,bisect,pytorch
+steps=facts,samples,digest,bench,replay,bisect,pytorch,policy
 work=
 results_dir=
 while [ $# -gt 0 ]; do
@@ -48,7 +48,7 @@ done
 case "$budget" in '' | *[!0-9]*) die "--budget: not a number of seconds: $budget" ;; esac
 for step in ${steps//,/ }; do
   case "$step" in
-    facts | samples | digest | bench | replay | bisect | pytorch) ;;
+    facts | samples | digest | bench | replay | bisect | pytorch | policy) ;;
     *) die "--steps: unknown step $step" ;;
   esac
 done
@@ -334,26 +334,33 @@ fi
 
 # --- PyTorch ---------------------------------------------------------------------------------
 
-if wants pytorch; then
-  say ""
-  say "## PyTorch"
+# torch_ready: whether PyTorch with CUDA can run here; says why not, or its versions, in the
+# results. Sets $python.
+torch_ready() {
   python=$(command -v python3 || true)
-  torch_probe='import torch
+  local probe='import torch
 assert torch.cuda.is_available(), "torch.cuda.is_available() is False"
 print("torch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN",
       torch.backends.cudnn.version(), "device", torch.cuda.get_device_name(0))'
+  local facts
+  say ""
   if [ -n "$standin" ]; then
-    say ""
     say "not run on the stand-in device (it runs no real kernels; PyTorch needs a GPU)"
   elif [ -z "$python" ]; then
-    say ""
     say "torch not available: no python3"
-  elif ! torch_facts=$(timeout 120 "$python" -c "$torch_probe" 2>&1); then
-    say ""
-    say "torch not available: $(printf '%s\n' "$torch_facts" | tail -n 1)"
+  elif ! facts=$(timeout 120 "$python" -c "$probe" 2>&1); then
+    say "torch not available: $(printf '%s\n' "$facts" | tail -n 1)"
   else
-    say ""
-    say "$torch_facts"
+    say "$facts"
+    return 0
+  fi
+  return 1
+}
+
+if wants pytorch; then
+  say ""
+  say "## PyTorch"
+  if torch_ready; then
     cd "$bundle/pytorch" || die "no $bundle/pytorch"
     # Each script: one plain run (its checksum, its time); `ndtrace check` as it is; again with
     # digests of every op's buffers, so that the report names the op rather than a suspect;
@@ -399,6 +406,69 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN",
       comparison=DIFFER
     fi
     say "kernel launches: trace ${traced:-?}, torch.profiler ${profiled:-?}: $comparison"
+    cd "$bundle" || true
+  fi
+fi
+
+# --- policies on a convolutional network -----------------------------------------------------
+
+# The step time of the last command's log, or "-".
+step_ms_of_log() {
+  local ms
+  ms=$(sed -n 's/^step_ms \([0-9.]*\)$/\1/p' "$log" | head -n 1)
+  echo "${ms:--}"
+}
+
+if wants policy; then
+  say ""
+  say "## Policies on a convolutional network (cudnn.benchmark=True)"
+  workload=()
+  if [ -n "$standin" ]; then
+    say ""
+    say "On the stand-in device: conv_legacy --benchmark (its cuDNN picks algorithms by noisy"
+    say "timing) in place of conv_net.py, and no PyTorch row."
+    workload=("$programs/conv_legacy" --benchmark)
+    configurations="plain pin deterministic"
+  elif torch_ready; then
+    cd "$bundle/pytorch" || die "no $bundle/pytorch"
+    workload=("$python" conv_net.py)
+    configurations="plain pin deterministic torch-deterministic"
+  fi
+  if [ ${#workload[@]} -gt 0 ]; then
+    say ""
+    say "Each configuration twice; equal checksums = bitwise-identical results. The reference for"
+    say "--pin is recorded first."
+    shown='^checksum|^step_ms|^ndtrace|Error'
+    run 300 "$shown" "$ndtrace" record -o "$work/policy-ref.ndt" -- "${workload[@]}"
+    summary=""
+    for configuration in $configurations; do
+      sums=""
+      times=""
+      for attempt in 1 2; do
+        case "$configuration" in
+          plain) run 180 "$shown" "${workload[@]}" ;;
+          pin) run 180 "$shown" "$ndtrace" run --pin "$work/policy-ref.ndt" -- "${workload[@]}" ;;
+          deterministic) run 180 "$shown" "$ndtrace" run --deterministic -- "${workload[@]}" ;;
+          torch-deterministic) run 180 "$shown" "${workload[@]}" --deterministic ;;
+        esac
+        sums="$sums $(checksum_of_log)"
+        times="$times $(step_ms_of_log)"
+      done
+      set -- $sums
+      if [ "$1" = "-" ] || [ "${2:--}" = "-" ]; then
+        same="not compared (a checksum is missing)"
+      elif [ "$1" = "$2" ]; then
+        same=identical
+      else
+        same=DIFFER
+      fi
+      summary="$summary
+| $configuration | $same |$times |"
+    done
+    say ""
+    say "| configuration | two runs | step ms (median of the later half), each run |"
+    say "|---|---|---|"
+    say "${summary#?}"
     cd "$bundle" || true
   fi
 fi

@@ -61,7 +61,7 @@ results=$1
 head -n 1 "$results" | grep -q 'stand-in device, not a GPU' ||
   fail "the results do not say on top that they are not a GPU's: $(head -n 1 "$results")"
 for heading in "## GPU facts" "## Sample programs" "## Digest kernels" "## Benchmarks" \
-  "## Op replay" "## Bisect" "## PyTorch"; do
+  "## Op replay" "## Bisect" "## PyTorch" "## Policies on a convolutional network (cudnn.benchmark=True)"; do
   grep -q -x -F "$heading" "$results" || fail "no heading '$heading' in $results"
 done
 section() {
@@ -73,6 +73,11 @@ section vector_add | grep -q '^ndtrace check: deterministic' ||
   fail "vector_add is not reported deterministic: $(section vector_add)"
 grep -q '^| vector_add  *| exit 0, checksum 664dc617a67a437d (as expected) | exit 0 |' "$results" ||
   fail "the summary has no row for vector_add with its expected checksum"
+# The policies: pinned and deterministic runs of conv_legacy --benchmark are each identical.
+for configuration in pin deterministic; do
+  grep -q "^| $configuration | identical |" "$results" ||
+    fail "conv_legacy --benchmark under $configuration is not identical twice: $(grep '^| ' "$results")"
+done
 ls "$tmp"/results/logs-*/*.log >/dev/null 2>&1 || fail "no logs beside the results"
 echo "results: $results"
 cat "$results"

@@ -1,0 +1,63 @@
+"""A small convolutional network trained for a few steps with torch.backends.cudnn.benchmark =
+True (cuDNN times its algorithms, PyTorch keeps the fastest): prints the median step time and a
+checksum of the trained weights. For ndtrace's policies: `ndtrace run --pin TRACE` should make
+two runs bitwise identical at benchmark speed, `ndtrace run --deterministic` should make them
+identical, both measured against PyTorch's own --deterministic.
+
+    python3 conv_net.py [--deterministic] [--steps N] [--batch B]
+"""
+import statistics
+import time
+
+import torch
+
+from pytorch_common import checksum, make_parser, setup
+
+
+class ConvNet(torch.nn.Module):
+    """Three convolution blocks and a linear classifier over 32x32 images."""
+
+    def __init__(self, width=64, classes=10):
+        super().__init__()
+        layers = []
+        channels = 3
+        for out in (width, 2 * width, 4 * width):
+            layers += [torch.nn.Conv2d(channels, out, 3, padding=1), torch.nn.BatchNorm2d(out),
+                       torch.nn.ReLU(), torch.nn.Conv2d(out, out, 3, padding=1),
+                       torch.nn.ReLU(), torch.nn.MaxPool2d(2)]
+            channels = out
+        self.features = torch.nn.Sequential(*layers)
+        self.classifier = torch.nn.Linear(channels * 4 * 4, classes)
+
+    def forward(self, x):
+        return self.classifier(self.features(x).flatten(1))
+
+
+def main():
+    parser = make_parser(__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
+    parser.add_argument("--batch", type=int, default=128, help="batch size (default 128)")
+    args = setup(parser.parse_args())
+    torch.backends.cudnn.benchmark = True
+    model = ConvNet().cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    images = torch.randn(args.batch, 3, 32, 32, device="cuda")
+    # Mean squared error against one-hot targets: unlike cross_entropy (nll_loss), it has no op
+    # that torch.use_deterministic_algorithms(True) refuses on CUDA.
+    targets = torch.nn.functional.one_hot(torch.randint(0, 10, (args.batch,)), 10).float().cuda()
+    times = []
+    for _ in range(args.steps):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(images), targets).backward()
+        optimizer.step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    # The first steps include cuDNN's benchmarking: the median is over the later half.
+    print("step_ms %.3f" % (1000 * statistics.median(times[len(times) // 2:])))
+    print("checksum", checksum(*model.parameters()))
+
+
+if __name__ == "__main__":
+    main()
