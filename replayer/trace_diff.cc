@@ -108,6 +108,21 @@ bool SameShape(const OpRecord& a, const OpRecord& b) {
 
 double MaxAbs(const format::NumericSummary& s) { return std::max(std::fabs(s.min), std::fabs(s.max)); }
 
+// The `blob:<direction>:<role>` arguments (direction "in" or "out") whose captured bytes
+// differ between the two runs (both captured, different ids).
+std::vector<std::string> DifferingCaptures(const OpRecord& a, const OpRecord& b,
+                                           std::string_view direction) {
+  const std::string prefix = "blob:" + std::string(direction) + ":";
+  std::vector<std::string> names;
+  for (const format::Argument& argument : a.args) {
+    if (argument.name.rfind(prefix, 0) != 0) continue;
+    const auto id_a = CapturedBlob(a, argument.name);
+    const auto id_b = CapturedBlob(b, argument.name);
+    if (id_a && id_b && !(*id_a == *id_b)) names.push_back(argument.name);
+  }
+  return names;
+}
+
 struct Lane {
   std::deque<OpRecord> a;
   std::deque<OpRecord> b;
@@ -314,37 +329,22 @@ class Differ {
       if (a.kind == format::OpKind::kMemcpy && a.args.size() + a.inputs.size() > 0 &&
           (allocation == 0 || !last_writer_.count(allocation))) {
         d.what = "the host data copied to the GPU differs: the runs diverged on the CPU";
-      } else if (auto it = last_writer_.find(allocation); it != last_writer_.end()) {
-        d.what = "the op's inputs already differ; they were last written by op " +
-                 std::to_string(it->second.sequence) + ", which recorded no output digest";
-        SetRoot(it->second, a.sequence, &d);
       } else {
-        d.what = "the op's inputs already differ, and no earlier op in the trace wrote them";
+        PointBack(allocation, a.sequence, &d);
       }
       AddOutputEvidence(a, b, &d);
       return Found(std::move(d), a, b);
     }
-    for (const format::Argument& argument : a.args) {
-      if (argument.name.rfind("blob:in:", 0) != 0) continue;
-      const auto id_a = CapturedBlob(a, argument.name);
-      const auto id_b = CapturedBlob(b, argument.name);
-      if (!id_a || !id_b || *id_a == *id_b) continue;
-      const std::string role = argument.name.substr(8);
+    if (const std::vector<std::string> captured = DifferingCaptures(a, b, "in");
+        !captured.empty()) {
+      const std::string role = captured.front().substr(8);
       d.klass = DivergenceClass::kPropagated;
       d.evidence.push_back("captured input `" + role + "` differs: blob " +
-                           *TextOf(a, argument.name) + " in run A, " + *TextOf(b, argument.name) +
-                           " in run B");
-      const auto* pointer = FindArgument(a, role);
-      const auto* allocation =
-          pointer ? std::get_if<format::DevicePointer>(&pointer->value) : nullptr;
-      auto writer = allocation ? last_writer_.find(allocation->allocation_id) : last_writer_.end();
-      if (writer != last_writer_.end()) {
-        d.what = "the op's inputs already differ; they were last written by op " +
-                 std::to_string(writer->second.sequence) + ", which recorded no output digest";
-        SetRoot(writer->second, a.sequence, &d);
-      } else {
-        d.what = "the op's inputs already differ";
-      }
+                           *TextOf(a, captured.front()) + " in run A, " +
+                           *TextOf(b, captured.front()) + " in run B");
+      const auto* base = FindArgument(a, role);  // a launch's `alloc<id>`
+      const auto* allocation = base ? std::get_if<format::DevicePointer>(&base->value) : nullptr;
+      PointBack(allocation ? allocation->allocation_id : 0, a.sequence, &d);
       AddOutputEvidence(a, b, &d);
       return Found(std::move(d), a, b);
     }
@@ -392,6 +392,19 @@ class Differ {
     d->window_end = sequence;
   }
 
+  // The inputs of op `sequence` in `allocation` already differ: names the op that last wrote
+  // them as the root, when the trace has one.
+  void PointBack(uint64_t allocation, uint64_t sequence, Divergence* d) const {
+    const auto writer = last_writer_.find(allocation);
+    if (writer == last_writer_.end()) {
+      d->what = "the op's inputs already differ, and no earlier op in the trace wrote them";
+      return;
+    }
+    d->what = "the op's inputs already differ; they were last written by op " +
+              std::to_string(writer->second.sequence) + ", which recorded no output digest";
+    SetRoot(writer->second, sequence, d);
+  }
+
   // Adds one evidence line per differing output and the size of the first numeric one;
   // returns whether any output differs.
   bool AddOutputEvidence(const OpRecord& a, const OpRecord& b, Divergence* d) {
@@ -408,15 +421,10 @@ class Differ {
                                  MaxAbs(x.summary), MaxAbs(y.summary)};
       }
     }
-    for (const format::Argument& argument : a.args) {
-      if (argument.name.rfind("blob:out:", 0) != 0) continue;
-      const auto id_a = CapturedBlob(a, argument.name);
-      const auto id_b = CapturedBlob(b, argument.name);
-      if (!id_a || !id_b || *id_a == *id_b) continue;
+    for (const std::string& name : DifferingCaptures(a, b, "out")) {
       differs = true;
-      d->evidence.push_back("captured output `" + argument.name.substr(9) + "`: blob " +
-                            *TextOf(a, argument.name) + " in run A, " +
-                            *TextOf(b, argument.name) + " in run B");
+      d->evidence.push_back("captured output `" + name.substr(9) + "`: blob " + *TextOf(a, name) +
+                            " in run A, " + *TextOf(b, name) + " in run B");
     }
     if (!differs && (!a.outputs.empty() || !b.outputs.empty())) {
       d->evidence.push_back("outputs identical in both runs");
@@ -440,23 +448,19 @@ class Differ {
     const OpRecord& a = *first_op_;
     const OpRecord& b = *first_op_b_;
     Divergence& d = *report_.first_divergence;
-    for (const format::Argument& argument : a.args) {
-      if (argument.name.rfind("blob:out:", 0) != 0) continue;
-      const auto id_a = CapturedBlob(a, argument.name);
-      const auto id_b = CapturedBlob(b, argument.name);
-      if (!id_a || !id_b || *id_a == *id_b) continue;
-      const std::string role = argument.name.substr(9);
-      StatusOr<std::string> bytes_a = a_->ReadBlob(*id_a, kMaxExactCompareBytes);
-      StatusOr<std::string> bytes_b = b_->ReadBlob(*id_b, kMaxExactCompareBytes);
-      if (!bytes_a.ok() || !bytes_b.ok()) {
-        d.evidence.push_back("captured output `" + role + "` not compared element by element: " +
-                             (bytes_a.ok() ? bytes_b : bytes_a).status().message());
-        return;
-      }
-      d.exact = CompareBuffers(*bytes_a, *bytes_b, CapturedDType(a, role));
-      d.exact->role = role;
+    const std::vector<std::string> captured = DifferingCaptures(a, b, "out");
+    if (captured.empty()) return;
+    const std::string& name = captured.front();
+    const std::string role = name.substr(9);
+    StatusOr<std::string> bytes_a = a_->ReadBlob(*CapturedBlob(a, name), kMaxExactCompareBytes);
+    StatusOr<std::string> bytes_b = b_->ReadBlob(*CapturedBlob(b, name), kMaxExactCompareBytes);
+    if (!bytes_a.ok() || !bytes_b.ok()) {
+      d.evidence.push_back("captured output `" + role + "` not compared element by element: " +
+                           (bytes_a.ok() ? bytes_b : bytes_a).status().message());
       return;
     }
+    d.exact = CompareBuffers(*bytes_a, *bytes_b, CapturedDType(a, role));
+    d.exact->role = role;
   }
 
   // The element type of captured buffer `role`: that of the output digest of the same role, or,
