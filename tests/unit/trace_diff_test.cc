@@ -431,6 +431,42 @@ TEST_CASE("the text report of a structural difference matches its golden file", 
   CheckGolden(RenderDiffText(report), dir, "diff_structural.txt");
 }
 
+TEST_CASE("the text report of every other divergence class matches its golden file",
+          "[replayer]") {
+  TempDir dir;
+  SECTION("rng_state") {
+    const DiffReport report =
+        Diff(dir, Program(), Program([](auto& ops) { ops[3].rng->offset = 12; }));
+    CheckGolden(RenderDiffText(report), dir, "diff_rng_state.txt");
+  }
+  SECTION("algorithm_selection") {
+    const DiffReport report = Diff(dir, Program(), Program([](auto& ops) {
+      ops[2].algorithm->id = 5;
+      ops[2].algorithm->name = "engine 5";
+      ops[2].algorithm->source = format::ChoiceSource::kBenchmark;
+      ops[2].outputs[0].digest.hi ^= 4;
+      ops[2].outputs[0].summary.sum = 12.75;
+    }));
+    CheckGolden(RenderDiffText(report), dir, "diff_algorithm_selection.txt");
+  }
+  SECTION("propagated, from a kernel without an output digest") {
+    const DiffReport report =
+        Diff(dir, Program(), Program([](auto& ops) { ops[4].outputs[0].digest.lo = 501; }));
+    CheckGolden(RenderDiffText(report), dir, "diff_propagated.txt");
+  }
+  SECTION("uncovered") {
+    std::vector<Record> b = Program();
+    std::get<format::StateDigestRecord>(b.back()).allocations[1].digest.lo ^= 1;
+    CheckGolden(RenderDiffText(Diff(dir, Program(), b)), dir, "diff_uncovered.txt");
+  }
+  SECTION("nondeterministic_op with its exact size from captured buffers") {
+    auto report = DiffTraces(WriteCaptured(dir, "a.ndt", {1, 2}, {1.0f, 2.0f, 3.0f}),
+                             WriteCaptured(dir, "b.ndt", {1, 2}, {1.0f, 2.0f, 3.0009766f}));
+    REQUIRE(report.ok());
+    CheckGolden(RenderDiffText(*report), dir, "diff_exact.txt");
+  }
+}
+
 TEST_CASE("the JSON report follows the ndtrace.diff/1 schema", "[replayer]") {
   TempDir dir;
   const DiffReport report =
