@@ -214,6 +214,17 @@ const char* DivergenceClassName(DivergenceClass c) {
 }
 
 std::optional<FixHint> FindFixHint(const format::OpRecord& op, DivergenceClass klass) {
+  if (klass == DivergenceClass::kRngState && op.kind == format::OpKind::kGraphLaunch) {
+    return Hint(
+        "random ops replayed in a CUDA graph (torch.cuda.graphs: dropout, torch.rand*, "
+        "...)",
+        "the replay read a different Philox seed or offset: CUDAGraph.replay() writes "
+        "the generator's seed and offset at that moment into the graph's state words",
+        "seed with torch.manual_seed before the graph is captured and replayed (each "
+        "replay takes the generator's current seed and offset, not those of the "
+        "capture) and keep the random ops and replays before this one identical "
+        "across runs");
+  }
   if (klass == DivergenceClass::kRngState && op.kind != format::OpKind::kCurandGenerate) {
     return Hint("a random op (dropout, torch.rand*, ...)",
                 "it consumed a different Philox seed or offset",

@@ -10,13 +10,20 @@
 // CUgraph handle when it ends. A stream that waits on an event recorded inside a capture joins
 // that capture, as in CUDA.
 //
+// PyTorch's graph-captured Philox state: launches captured into a graph may read their seed and
+// base offset through device pointers (PhiloxWords); the graph keeps those addresses, and each
+// executable graph instantiated from it carries a copy (PyTorch destroys the graph after
+// instantiation), so that its launches can read the words the replay fills.
+//
 // Thread-safe (one internal lock, never held across a driver call); owned by the Session.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 namespace ndt::tracer {
 
@@ -30,11 +37,22 @@ class DriverObjects {
     uint64_t op_sequence = 0;
     uint32_t graph = 0;
   };
+  // Where launches captured into a graph read PyTorch's Philox state (at::PhiloxCudaState with
+  // captured_ set): the device addresses of the int64 seed and base offset, and each such
+  // launch's offset_intragraph_, in capture order. Launch k uses (*seed, *offset + intragraph k).
+  struct PhiloxWords {
+    uint64_t seed_address = 0;
+    uint64_t offset_address = 0;
+    std::vector<uint32_t> offsets_intragraph;
+  };
   // What an executable graph came from.
   struct Exec {
     uint32_t id = 0;
     uint32_t graph = 0;
     uint64_t nodes = 0;
+    // The graph's Philox state words at instantiation, one entry per distinct (seed, offset)
+    // address pair, by first capture; empty for most graphs.
+    std::vector<PhiloxWords> philox;
   };
 
   uint32_t EventId(uint64_t handle) {
@@ -102,8 +120,25 @@ class DriverObjects {
     active_.store(capturing_.size(), std::memory_order_release);
     *captured_ops = captured_ops_[graph];
     captured_ops_.erase(graph);
-    if (graph_handle != 0) graphs_[graph_handle] = graph;
+    if (graph_handle != 0) {
+      graphs_[graph_handle] = graph;
+    } else {
+      philox_.erase(graph);
+    }
     return graph;
+  }
+
+  // A launch captured into `graph` reads its Philox state from the words at `seed_address` and
+  // `offset_address`, at `offset_intragraph` past the base offset.
+  void AddPhiloxWords(uint32_t graph, uint64_t seed_address, uint64_t offset_address,
+                      uint32_t offset_intragraph) {
+    std::lock_guard lock(mutex_);
+    std::vector<PhiloxWords>& all = philox_[graph];
+    auto it = std::find_if(all.begin(), all.end(), [&](const PhiloxWords& words) {
+      return words.seed_address == seed_address && words.offset_address == offset_address;
+    });
+    if (it == all.end()) it = all.insert(all.end(), PhiloxWords{seed_address, offset_address, {}});
+    it->offsets_intragraph.push_back(offset_intragraph);
   }
 
   uint32_t GraphId(uint64_t handle) {
@@ -112,14 +147,19 @@ class DriverObjects {
   }
   void RetireGraph(uint64_t handle) {
     std::lock_guard lock(mutex_);
-    graphs_.erase(handle);
+    const auto it = graphs_.find(handle);
+    if (it == graphs_.end()) return;
+    philox_.erase(it->second);
+    graphs_.erase(it);
   }
 
   // An executable graph instantiated from `graph` with `nodes` nodes; returns its id.
   uint32_t OnInstantiate(uint64_t handle, uint32_t graph, uint64_t nodes) {
     std::lock_guard lock(mutex_);
     const uint32_t id = next_exec_++;
-    execs_[handle] = Exec{id, graph, nodes};
+    const auto philox = philox_.find(graph);
+    execs_[handle] = Exec{id, graph, nodes,
+                          philox == philox_.end() ? std::vector<PhiloxWords>{} : philox->second};
     return id;
   }
   // The executable graph at `handle`; one first seen here gets an id with graph 0, nodes 0.
@@ -151,6 +191,7 @@ class DriverObjects {
   std::unordered_map<uint32_t, uint32_t> capturing_;     // stream id -> graph id
   std::unordered_map<uint32_t, uint64_t> captured_ops_;  // graph id -> ops, while capturing
   std::atomic<size_t> active_{0};                        // capturing_.size()
+  std::unordered_map<uint32_t, std::vector<PhiloxWords>> philox_;  // graph id -> words
   std::unordered_map<uint64_t, Exec> execs_;              // handle -> executable graph
   uint32_t next_exec_ = 1;
 };

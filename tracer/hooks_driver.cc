@@ -116,6 +116,12 @@ CUresult SyncStream(CUstream stream, bool per_thread) {
   return synchronize != nullptr ? synchronize(stream) : CUDA_ERROR_NOT_INITIALIZED;
 }
 
+// The handle that names `stream` of a per-thread-default-stream function when `per_thread` to
+// the legacy-stream functions we call ourselves: the null stream is CU_STREAM_PER_THREAD there.
+uint64_t SyncHandle(CUstream stream, bool per_thread) {
+  return per_thread && stream == nullptr ? Handle(CU_STREAM_PER_THREAD) : Handle(stream);
+}
+
 // Inside the digest window: the digests of the whole allocations `buffers` (role, device
 // address) reference, in `stream`'s order (on the GPU, or synchronising it for the CPU path).
 std::vector<BufferDigest> WindowDigests(
@@ -124,10 +130,9 @@ std::vector<BufferDigest> WindowDigests(
   if (buffers.empty()) return {};
   // The GPU kernels go through the legacy-stream cuLaunchKernel: a per-thread function's null
   // stream must be named explicitly.
-  const uint64_t launch =
-      per_thread && stream == nullptr ? Handle(CU_STREAM_PER_THREAD) : Handle(stream);
   return session.DigestAllocations(
-      buffers, {launch, [&] { return SyncStream(stream, per_thread) == CUDA_SUCCESS; }});
+      buffers, {SyncHandle(stream, per_thread),
+                [&] { return SyncStream(stream, per_thread) == CUDA_SUCCESS; }});
 }
 
 Argument Unsigned(const char* name, uint64_t value) {
@@ -285,6 +290,7 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
   // PyTorch's random kernels take their RNG state as an at::PhiloxCudaState argument.
   const bool philox = kernel.name.find("PhiloxCudaState") != std::string::npos;
   std::vector<std::string> raw;
+  const size_t first_param = op.args.size();  // op.args index of parameter 0
   for (size_t i = 0; i < kernel.params.size(); ++i) {
     const auto [offset, size] = kernel.params[i];
     Argument argument;
@@ -301,16 +307,22 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
     }
     op.args.push_back(std::move(argument));
   }
-  const bool captured = Captured(session, op) != 0;
+  const uint32_t graph = Captured(session, op);
+  const bool captured = graph != 0;
+  const uint64_t sync_stream = SyncHandle(stream, per_thread);
   if (philox) {
     // A captured launch must not synchronise its stream (that would break the capture): its
-    // graph-captured state keeps the pointers, unread.
-    if (auto state = FindPhiloxArgument(kernel.name, kernel.params, raw,
-                                        captured ? DeviceWordReader()
-                                                 : RealDriverWordReader(Handle(stream)))) {
+    // graph-captured state keeps the pointers, unread; the graph remembers them, and each
+    // launch of it reads the words (GraphPhiloxState).
+    if (auto state =
+            FindPhiloxArgument(kernel.name, kernel.params, raw,
+                               captured ? DeviceWordReader() : RealDriverWordReader(sync_stream))) {
       // The state is the op's RNG state, compared as such; not its bytes as an argument.
-      op.args[op.args.size() - kernel.params.size() + state->index].value =
-          std::string("at::PhiloxCudaState (see rng)");
+      op.args[first_param + state->index].value = std::string("at::PhiloxCudaState (see rng)");
+      if (captured && state->captured) {
+        session.objects().AddPhiloxWords(graph, state->seed_address, state->offset_address,
+                                         state->offset_intragraph);
+      }
       op.rng = std::move(state->state);
     }
   }
@@ -320,15 +332,13 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
   if (window) op.inputs = WindowDigests(session, stream, per_thread, referenced);
   // NDTRACE_CAPTURE: the module, arguments and referenced allocations, for standalone replay.
   const bool capture = !captured && CaptureWanted(op);
-  const uint64_t capture_stream =
-      per_thread && stream == nullptr ? Handle(CU_STREAM_PER_THREAD) : Handle(stream);
-  if (capture) CaptureLaunchInputs(session, kernel, function, capture_stream, &op);
+  if (capture) CaptureLaunchInputs(session, kernel, function, sync_stream, &op);
   const CUresult result = call.Set(real());
   if (window && result == CUDA_SUCCESS) {
     op.outputs = WindowDigests(session, stream, per_thread, referenced);
   }
   if (capture && result == CUDA_SUCCESS) {
-    CaptureLaunchOutputs(session, capture_stream, &op);
+    CaptureLaunchOutputs(session, sync_stream, &op);
   }
   session.EndOp(op, static_cast<int32_t>(result));
   return result;
@@ -909,6 +919,31 @@ NDT_END_CAPTURE_HOOK(cuStreamEndCapture_ptsz, true)
 namespace ndt::tracer {
 namespace {
 
+// A launch of an executable graph whose launches read PyTorch's graph-captured Philox state
+// from `words`: the seed and base offset the replay has written there (PyTorch fills them on
+// this stream just before cuGraphLaunch), read through the real driver after synchronising
+// `stream`, become the op's RNG state {"philox", seed, offset}; the launches' intragraph offsets
+// are the argument "philoxIntragraph". Nothing is read while any stream captures (a
+// synchronisation would invalidate the capture) nor when the copy fails: the state is then
+// {"philox:captured", 0, 0}. Call inside the hook's scope.
+void GraphPhiloxState(Session& session, const DriverObjects::PhiloxWords& words, CUstream stream,
+                      bool per_thread, OpRecord& op) {
+  Argument intragraph;
+  intragraph.name = "philoxIntragraph";
+  intragraph.value = IntragraphOffsetsText(words.offsets_intragraph);
+  op.args.push_back(std::move(intragraph));
+  std::optional<format::RngState> state;
+  if (!session.objects().AnyCapture()) {
+    state = ReadPhiloxWords(words.seed_address, words.offset_address,
+                            RealDriverWordReader(SyncHandle(stream, per_thread)));
+  }
+  if (!state) {
+    state.emplace();
+    state->generator = "philox:captured";
+  }
+  op.rng = std::move(state);
+}
+
 // The number of nodes of `graph`, from the real driver; 0 when it cannot say.
 uint64_t GraphNodeCount(CUgraph graph) {
   using GetNodesFn = CUresult (*)(CUgraph, CUgraphNode*, size_t*);
@@ -957,6 +992,9 @@ extern "C" CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph
       op.args.push_back(ndt::tracer::Unsigned("graph", info.graph));                             \
       op.args.push_back(ndt::tracer::Unsigned("nodes", info.nodes));                             \
       ndt::tracer::Captured(s, op);                                                              \
+      if (!info.philox.empty()) {                                                                \
+        ndt::tracer::GraphPhiloxState(s, info.philox.front(), stream, PER_THREAD, op);           \
+      }                                                                                          \
       const CUresult result = c.Set(pass());                                                     \
       s.EndOp(op, static_cast<int32_t>(result));                                                 \
       return result;                                                                             \

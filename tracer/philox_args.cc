@@ -95,14 +95,9 @@ std::optional<PhiloxArgument> FindPhiloxArgument(
       }
       found.seed_address = Word64(bytes[i], 0);
       found.offset_address = Word64(bytes[i], 8);
-      std::optional<int64_t> seed, offset;
-      if (read) {
-        seed = read(found.seed_address);
-        offset = read(found.offset_address);
-      }
-      if (seed && offset) {
-        found.state.seed = static_cast<uint64_t>(*seed);
-        found.state.offset = static_cast<uint64_t>(*offset) + intragraph;
+      if (auto state = ReadPhiloxWords(found.seed_address, found.offset_address, read)) {
+        found.state = std::move(*state);
+        found.state.offset += intragraph;
       } else {
         found.resolved = false;
         found.state.generator = "philox:captured";
@@ -113,6 +108,29 @@ std::optional<PhiloxArgument> FindPhiloxArgument(
   } catch (...) {  // allocation failure: nothing found, never into the host
   }
   return std::nullopt;
+}
+
+std::optional<format::RngState> ReadPhiloxWords(uint64_t seed_address, uint64_t offset_address,
+                                                const DeviceWordReader& read) {
+  if (!read) return std::nullopt;
+  const std::optional<int64_t> seed = read(seed_address);
+  const std::optional<int64_t> offset = seed ? read(offset_address) : std::nullopt;
+  if (!offset) return std::nullopt;
+  format::RngState state;
+  state.generator = "philox";
+  state.seed = static_cast<uint64_t>(*seed);
+  state.offset = static_cast<uint64_t>(*offset);
+  return state;
+}
+
+std::string IntragraphOffsetsText(const std::vector<uint32_t>& offsets) {
+  constexpr size_t kListed = 8;
+  std::string text;
+  for (size_t i = 0; i < offsets.size() && i < kListed; ++i) {
+    text += (i == 0 ? "" : ",") + std::to_string(offsets[i]);
+  }
+  if (offsets.size() > kListed) text += ",... (" + std::to_string(offsets.size()) + " launches)";
+  return text;
 }
 
 DeviceWordReader RealDriverWordReader(uint64_t stream) {

@@ -56,6 +56,16 @@ std::optional<PhiloxArgument> FindPhiloxArgument(
     std::string_view demangled_name, const std::vector<std::pair<uint64_t, uint64_t>>& layout,
     const std::vector<std::string>& bytes, const DeviceWordReader& read);
 
+// The seed and base offset in PyTorch's graph-captured state words (device int64s at
+// `seed_address` and `offset_address`), as RngState {"philox", seed, offset}; nullopt when
+// `read` is null or fails. A launch reading them adds its offset_intragraph_ to the offset.
+std::optional<format::RngState> ReadPhiloxWords(uint64_t seed_address, uint64_t offset_address,
+                                                const DeviceWordReader& read);
+
+// The offset_intragraph_ values of a graph's launches reading one pair of state words, as text
+// for a graph launch's argument: "0,4096"; past 8 values, the first 8 and ",... (N launches)".
+std::string IntragraphOffsetsText(const std::vector<uint32_t>& offsets);
+
 // A DeviceWordReader through the real driver (never our hooks): synchronises `stream` (a
 // CUstream handle) and copies the 8 bytes with the real cuMemcpyDtoH_v2. Call inside a hook's
 // scope (the guard held), so that these calls are not recorded.

@@ -125,17 +125,30 @@ bool RunStep(const LaunchGeometry&, const KernelArgs& args) {
 }
 
 // DropoutLike(at::PhiloxCudaState state, const float* in, float* out, int n): keeps in[i] * 2
-// where a hash of (state.seed_, state.offset_ + i) has its low bit set (philox_dropout.cu).
+// where a hash of (seed, offset + i) has its low bit set (philox_dropout.cu). The state is
+// (seed_, offset_) by value, or, when captured_ (the graph-captured form), (*seed_,
+// *offset_ + offset_intragraph_) read through the two device pointers.
 constexpr ParamSlot kDropoutLikeParams[] = {{0, 24}, {24, 8}, {32, 8}, {40, 4}};
 
 bool RunDropoutLike(const LaunchGeometry&, const KernelArgs& args) {
   struct PhiloxState {
-    std::uint64_t seed;
+    std::uint64_t seed;  // or an int64_t* when captured
     std::uint64_t offset;
     std::uint32_t offset_intragraph;
     bool captured;
   };
   const auto state = args.Value<PhiloxState>(0);
+  std::uint64_t seed = state.seed;
+  std::uint64_t offset = state.offset;
+  if (state.captured) {
+    const std::int64_t* seed_word =
+        args.DevicePointer(reinterpret_cast<const std::int64_t*>(state.seed), 1);
+    const std::int64_t* offset_word =
+        args.DevicePointer(reinterpret_cast<const std::int64_t*>(state.offset), 1);
+    if (seed_word == nullptr || offset_word == nullptr) return false;
+    seed = static_cast<std::uint64_t>(*seed_word);
+    offset = static_cast<std::uint64_t>(*offset_word) + state.offset_intragraph;
+  }
   const int n = args.Value<int>(3);
   if (n <= 0) return true;
   const auto count = static_cast<std::size_t>(n);
@@ -143,12 +156,27 @@ bool RunDropoutLike(const LaunchGeometry&, const KernelArgs& args) {
   float* out = args.DeviceArray<float>(2, count);
   if (in == nullptr || out == nullptr) return false;
   for (std::size_t i = 0; i < count; ++i) {
-    std::uint64_t x = state.seed ^ ((state.offset + i) * 0x9E3779B97F4A7C15ull);
+    std::uint64_t x = seed ^ ((offset + i) * 0x9E3779B97F4A7C15ull);
     x ^= x >> 33;
     x *= 0xff51afd7ed558ccdull;
     x ^= x >> 33;
     out[i] = (static_cast<std::uint32_t>(x) & 1u) != 0 ? in[i] * 2.0f : 0.0f;
   }
+  return true;
+}
+
+// Fill(int64_t* data, int64_t value, int n): data[i] = value (philox_dropout.cu, as PyTorch's
+// fill_ writes the graph's seed and offset words before a replay).
+constexpr ParamSlot kFillParams[] = {{0, 8}, {8, 8}, {16, 4}};
+
+bool RunFill(const LaunchGeometry&, const KernelArgs& args) {
+  const auto value = args.Value<std::int64_t>(1);
+  const int n = args.Value<int>(2);
+  if (n <= 0) return true;
+  const auto count = static_cast<std::size_t>(n);
+  std::int64_t* data = args.DeviceArray<std::int64_t>(0, count);
+  if (data == nullptr) return false;
+  for (std::size_t i = 0; i < count; ++i) data[i] = value;
   return true;
 }
 
@@ -221,6 +249,7 @@ constexpr HostKernel kHostKernels[] = {
     {"ndt_digest_v1_blocks", kDigestBlocksParams, RunDigestBlocks},
     {"ndt_digest_v1_finish", kDigestFinishParams, RunDigestFinish},
     {"_Z11DropoutLikeN2at15PhiloxCudaStateEPKfPfi", kDropoutLikeParams, RunDropoutLike},
+    {"_Z4FillPlli", kFillParams, RunFill},
     {"_Z10GatherRowsPKPKfPfii", kGatherRowsParams, RunGatherRows},
 };
 

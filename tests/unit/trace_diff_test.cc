@@ -157,6 +157,48 @@ TEST_CASE("a different Philox offset is an RNG-state divergence", "[replayer]") 
   CHECK_THAT(report.first_divergence->hint->fix, Catch::Contains("torch.manual_seed"));
 }
 
+TEST_CASE(
+    "a CUDA graph replayed with a different Philox seed is an RNG-state divergence at "
+    "its launch, with the CUDA graphs hint",
+    "[replayer]") {
+  // philox_dropout --graph without a seed: the kernel writing the seed word before the replay
+  // differs in a by-value argument (a structural note), the graph launch in the state it read.
+  auto graph_program = [](uint64_t seed) {
+    return Program([seed](std::vector<OpRecord>& ops) {
+      ops[2].kind = OpKind::kKernelLaunch;
+      ops[2].name = "Fill(long*, long, int)";
+      ops[2].algorithm.reset();
+      ops[2].inputs.clear();
+      ops[2].outputs.clear();
+      ops[2].args = {Pointer("arg0", 5), {"arg1", Argument::Bytes{std::string(8, char(seed))}}};
+      ops[3].kind = OpKind::kGraphLaunch;
+      ops[3].name = "cuGraphLaunch";
+      ops[3].args = {{"graphExec", uint64_t{1}},
+                     {"graph", uint64_t{1}},
+                     {"philoxIntragraph", std::string("0,4096")}};
+      ops[3].rng = format::RngState{"philox", seed, 0, 0, "", false};
+      ops[4].outputs[0].digest.lo ^= seed;  // the copy out differs too, later
+    });
+  };
+  TempDir dir;
+  const DiffReport report = Diff(dir, graph_program(1), graph_program(2));
+  REQUIRE(report.first_divergence.has_value());
+  const Divergence& d = *report.first_divergence;
+  CHECK(d.klass == DivergenceClass::kRngState);
+  CHECK(d.op.sequence == 3);
+  CHECK(d.op.kind == OpKind::kGraphLaunch);
+  CHECK_THAT(d.evidence[0], Catch::Contains("philox seed 1 offset 0"));
+  CHECK_THAT(d.evidence[1], Catch::Contains("philox seed 2 offset 0"));
+  REQUIRE(d.hint.has_value());
+  CHECK_THAT(d.hint->framework_op, Catch::Contains("CUDA graph"));
+  CHECK_THAT(d.hint->fix, Catch::Contains("torch.manual_seed") && Catch::Contains("replay"));
+  REQUIRE(report.first_structural.has_value());
+  CHECK(report.first_structural->a->sequence == 2);
+  CHECK_THAT(report.first_structural->what, Catch::Contains("different arguments"));
+  const std::string text = RenderDiffText(report);
+  CHECK_THAT(text, Catch::StartsWith("error[rng_state]: op 3 consumed different random state"));
+}
+
 TEST_CASE("a different engine picked by benchmark is an algorithm-selection divergence",
           "[replayer]") {
   TempDir dir;
