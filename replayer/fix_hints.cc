@@ -181,7 +181,8 @@ std::optional<FixHint> LibraryHint(const format::OpRecord& op, DivergenceClass k
       return Hint("a cuRAND user (torch.randn and friends on CUDA)",
                   "the generator's seed, offset or ordering differs between runs",
                   "seed it (torch.manual_seed / curandSetPseudoRandomGeneratorSeed); "
-                  "ndtrace replay TRACE forces the recorded state");
+                  "ndtrace run --pin TRACE forces the seed, offset and ordering recorded in "
+                  "TRACE");
     case OpKind::kNcclCollective:
       return Hint("torch.distributed collectives (NCCL)",
                   "NCCL's algorithm, protocol or channel count changes the reduction order",
@@ -229,7 +230,7 @@ std::optional<FixHint> FindFixHint(const format::OpRecord& op, DivergenceClass k
     return Hint("a random op (dropout, torch.rand*, ...)",
                 "it consumed a different Philox seed or offset",
                 "seed with torch.manual_seed and keep the number of random ops before this "
-                "one identical across runs; ndtrace replay TRACE forces the recorded state");
+                "one identical across runs");
   }
   if (auto hint = LibraryHint(op, klass)) return hint;
   if (op.kind == format::OpKind::kKernelLaunch) {
