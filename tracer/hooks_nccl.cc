@@ -12,13 +12,15 @@
 //
 // The AlgorithmChoice ("nccl") is what the environment asks NCCL for: NCCL_ALGO and NCCL_PROTO
 // (id = NCCL's algorithm enum, knob 1 = protocol enum, knobs 2/3 = NCCL_MIN/MAX_NCHANNELS), its
-// text in `name`; source = enforced when the deterministic policy set NCCL_ALGO at load time
-// (policy.cc), requested when the program's environment set it, heuristic when unset. NCCL
-// itself does not report what its tuner picked per call.
+// text in `name`; source = enforced when the deterministic policy set NCCL_ALGO at load time,
+// pinned when --pin set it from the reference (policy.cc), requested when the program's
+// environment set it, heuristic when unset. NCCL itself does not report what its tuner picked
+// per call.
 #pragma GCC visibility push(default)
 #include <nccl.h>
 #pragma GCC visibility pop
 
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <mutex>
@@ -123,7 +125,7 @@ int64_t IntegerOf(const char* value) {
   return end != nullptr && *end == '\0' ? parsed : -2;
 }
 
-format::AlgorithmChoice EffectiveChoice() {
+format::AlgorithmChoice EffectiveChoice(PolicyMode mode) {
   // NCCL 2.28's ncclAlgo and ncclProto enums (research/cuda-interposition.md §6).
   static const std::vector<std::string> kAlgorithms = {
       "Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"};
@@ -144,9 +146,31 @@ format::AlgorithmChoice EffectiveChoice() {
   choice.source = algo == nullptr ? format::ChoiceSource::kHeuristic
                                   : format::ChoiceSource::kRequested;
   for (const format::EnvVar& variable : EnvironmentSetByPolicy()) {
-    if (variable.name == "NCCL_ALGO") choice.source = format::ChoiceSource::kEnforced;
+    if (variable.name != "NCCL_ALGO") continue;
+    choice.source =
+        mode == PolicyMode::kPin ? format::ChoiceSource::kPinned : format::ChoiceSource::kEnforced;
   }
   return choice;
+}
+
+// Under --pin, what could not be pinned for NCCL (NcclPinProblems), decided once per trace when
+// the program first uses NCCL (a program that never does hears nothing of it); NCCL is loaded
+// by then, so its version is known.
+void ReportPinProblems(Session& session) {
+  static std::atomic<Session*> reported{nullptr};
+  if (session.policy().mode != PolicyMode::kPin || reported.exchange(&session) == &session) {
+    return;
+  }
+  format::TraceHeader current = session.header();
+  int version = 0;
+  if (const auto get_version = NDT_REAL_LIBRARY_AS(kSoname, ncclGetVersion, "pncclGetVersion");
+      get_version != nullptr && get_version(&version) == ncclSuccess && version > 0) {
+    current.versions.nccl = static_cast<uint32_t>(version);
+  }
+  for (format::PolicyDecisionRecord decision : NcclPinProblems(session.pins(), current)) {
+    decision.op_sequence = session.PeekOpSequence();
+    session.Decide(decision);
+  }
 }
 
 // How much of its send or receive buffer one rank of a call uses, in elements.
@@ -221,6 +245,7 @@ std::optional<uint64_t> SpanBytes(Span span, const CollectiveCall& call, int ran
 template <typename Real>
 ncclResult_t RecordCollective(Session& session, RealCall<ncclResult_t>& run,
                               const CollectiveCall& call, Real real) {
+  ReportPinProblems(session);
   int rank = -1;
   int size = -1;
   if (const auto user_rank = NDT_REAL_LIBRARY_AS(kSoname, ncclCommUserRank, "pncclCommUserRank")) {
@@ -260,7 +285,7 @@ ncclResult_t RecordCollective(Session& session, RealCall<ncclResult_t>& run,
   if (call.root >= 0) fingerprint += " root=" + std::to_string(call.root);
   if (call.peer >= 0) fingerprint += " peer=" + std::to_string(call.peer);
   op.args.push_back(TextArgument("fingerprint", fingerprint));
-  op.algorithm = EffectiveChoice();
+  op.algorithm = EffectiveChoice(session.policy().mode);
   if (send_bytes.value_or(0) > 0) {
     op.inputs =
         DigestExtents(session, stream_handle, {{shape.send_role, send, *send_bytes, info.dtype}});
@@ -328,6 +353,7 @@ extern "C" ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* 
   return RunLibraryHook<ncclResult_t>(
       "ncclCommInitAll", real != nullptr, ncclSystemError, init,
       [&](Session& session, RealCall<ncclResult_t>& call) {
+        ndt::tracer::ReportPinProblems(session);
         ndt::format::OpRecord op =
             session.BeginOp(ndt::format::OpKind::kOther, "ncclCommInitAll", 0);
         op.args.push_back(ndt::tracer::SignedArgument("ndev", ndev));
@@ -353,6 +379,7 @@ extern "C" ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqu
   return RunLibraryHook<ncclResult_t>(
       "ncclCommInitRank", real != nullptr, ncclSystemError, init,
       [&](Session& session, RealCall<ncclResult_t>& call) {
+        ndt::tracer::ReportPinProblems(session);
         ndt::format::OpRecord op =
             session.BeginOp(ndt::format::OpKind::kOther, "ncclCommInitRank", 0);
         op.args.push_back(ndt::tracer::SignedArgument("nranks", nranks));

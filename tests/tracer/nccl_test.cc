@@ -1,7 +1,7 @@
-// End-to-end tests of the NCCL hooks: tests/programs/allreduce (ranks in one process, one
-// thread driving them through ncclGroupStart/End; --ops picks the calls) under `ndtrace record`
-// and `check` on the stand-in device (stand-in libnccl.so.2: racing reduction order unless
-// NCCL_ALGO=Ring, exact data movement).
+// End-to-end tests of the NCCL hooks and of --pin for NCCL: tests/programs/allreduce (ranks in
+// one process, one thread driving them through ncclGroupStart/End; --ops picks the calls) under
+// `ndtrace record`, `check` and `run` on the stand-in device (stand-in libnccl.so.2: racing
+// reduction order unless NCCL_ALGO=Ring, exact data movement).
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <string>
@@ -9,12 +9,14 @@
 #include <vector>
 
 #include "formats/records.h"
+#include "formats/trace_writer.h"
 #include "support/traced_program.h"
 
 namespace {
 
 using namespace ndt::test;  // NOLINT(google-build-using-namespace): the shared test helpers
 
+using ndt::format::Digest;
 using ndt::format::OpKind;
 using ndt::format::OpRecord;
 using ndt::format::PolicyDecisionRecord;
@@ -44,6 +46,53 @@ T ArgAs(const OpRecord& op, const std::string& name) {
   REQUIRE(argument != nullptr);
   REQUIRE(std::holds_alternative<T>(argument->value));
   return std::get<T>(argument->value);
+}
+
+std::vector<PolicyDecisionRecord> NcclDecisions(const std::vector<Record>& records) {
+  std::vector<PolicyDecisionRecord> decisions;
+  for (const Record& record : records) {
+    const auto* decision = std::get_if<PolicyDecisionRecord>(&record);
+    if (decision != nullptr && decision->library == "nccl") decisions.push_back(*decision);
+  }
+  return decisions;
+}
+
+// The value of `name` in the trace header's environment, or "(unset)".
+std::string HeaderVariable(const std::string& trace, const std::string& name) {
+  auto reader = ndt::format::TraceReader::Open(trace);
+  REQUIRE(reader.ok());
+  for (const auto& variable : (*reader)->header().environment) {
+    if (variable.name == name) return variable.value;
+  }
+  return "(unset)";
+}
+
+// The receive digests of the program's ncclReduceScatter calls, rank by rank.
+std::vector<Digest> ReduceScatterOutputs(const std::string& trace) {
+  std::vector<Digest> outputs;
+  for (const OpRecord& op : Collectives(Ops(ReadAll(trace)))) {
+    if (op.name != "ncclReduceScatter") continue;
+    REQUIRE(op.outputs.size() == 1);
+    outputs.push_back(op.outputs[0].digest);
+  }
+  REQUIRE(outputs.size() == 4);
+  return outputs;
+}
+
+int CountLines(const std::string& text, const std::string& needle) {
+  int count = 0;
+  for (const std::string& line : Lines(text)) count += Contains(line, needle);
+  return count;
+}
+
+// `ndtrace record` of the program with NCCL_ALGO unset, or set to `algo`.
+RunResult RecordWithAlgo(const std::string& trace, const std::string& algo,
+                         const std::string& options, const std::string& args) {
+  std::remove(trace.c_str());
+  const std::string environment =
+      algo.empty() ? "env -u NCCL_ALGO " : "env NCCL_ALGO=" + algo + " ";
+  return Run(environment + "'" NDTRACE_BIN "' record " + options + " -o '" + trace + "' -- '" +
+             kProgram + "' " + args);
 }
 
 const std::string kReduceScatter = "--ranks 4 --ops reducescatter";
@@ -284,6 +333,122 @@ TEST_CASE("ndtrace check names reduce-scatter's racing order, which --determinis
   INFO(deterministic.out << deterministic.err);
   CHECK(deterministic.status == 0);
   std::system(("rm -rf '" + dir + "'").c_str());
+}
+
+TEST_CASE("pinning to a reference recorded with NCCL_ALGO=Ring reproduces it without it",
+          "[tracer][nccl]") {
+  const std::string reference = TempPath("nccl_pin_reference.ndt");
+  const RunResult recorded = RecordWithAlgo(reference, "Ring", "", kReduceScatter);
+  INFO(recorded.out << recorded.err);
+  REQUIRE(recorded.status == 0);
+  const std::vector<Digest> expected = ReduceScatterOutputs(reference);
+
+  const std::string pinned = TempPath("nccl_pinned.ndt");
+  for (int run = 0; run < 2; ++run) {
+    const RunResult result =
+        RecordWithAlgo(pinned, "", "--pin '" + reference + "'", kReduceScatter);
+    INFO(result.out << result.err);
+    REQUIRE(result.status == 0);
+    CHECK(result.out == recorded.out);  // the program's own checksum
+    CHECK(ReduceScatterOutputs(pinned) == expected);
+    CHECK(HeaderVariable(pinned, "NCCL_ALGO") == "Ring");
+    const std::vector<Record> records = ReadAll(pinned);
+    const std::vector<PolicyDecisionRecord> decisions = NcclDecisions(records);
+    REQUIRE(decisions.size() == 1);
+    CHECK(decisions[0].action == "set NCCL_ALGO=Ring (pinned from the reference)");
+    CHECK(decisions[0].applied);
+    for (const OpRecord& op : Collectives(Ops(records))) {
+      CHECK(op.algorithm->name == "NCCL_ALGO=Ring NCCL_PROTO=(unset)");
+      CHECK(op.algorithm->source == ndt::format::ChoiceSource::kPinned);
+    }
+  }
+
+  const RunResult run = Run("env -u NCCL_ALGO '" NDTRACE_BIN "' run --pin '" + reference +
+                            "' -- '" + kProgram + "' " + kReduceScatter);
+  INFO(run.out << run.err);
+  CHECK(run.status == 0);
+  CHECK(run.out == recorded.out);
+  CHECK(Contains(run.err, "policy op 0: set NCCL_ALGO=Ring (pinned from the reference) [nccl]"));
+
+  // Without the pin the same program's results vary (up to 3 tries until two runs differ).
+  const std::string unpinned = TempPath("nccl_unpinned.ndt");
+  bool varied = false;
+  for (int attempt = 0; attempt < 3 && !varied; ++attempt) {
+    REQUIRE(RecordWithAlgo(unpinned, "", "", kReduceScatter).status == 0);
+    const std::vector<Digest> first = ReduceScatterOutputs(unpinned);
+    REQUIRE(RecordWithAlgo(unpinned, "", "", kReduceScatter).status == 0);
+    varied = ReduceScatterOutputs(unpinned) != first;
+  }
+  CHECK(varied);
+  std::remove(reference.c_str());
+  std::remove(pinned.c_str());
+  std::remove(unpinned.c_str());
+}
+
+TEST_CASE("pinning says once that NCCL's choice cannot be pinned and the program runs on",
+          "[tracer][nccl]") {
+  const std::string reference = TempPath("nccl_unpinnable_reference.ndt");
+  const std::string trace = TempPath("nccl_unpinnable.ndt");
+  const std::string args = "--ranks 4 --ops reducescatter,allreduce 2";
+
+  SECTION("the reference left NCCL_ALGO unset") {
+    REQUIRE(RecordWithAlgo(reference, "", "", kReduceScatter).status == 0);
+    const RunResult result = RecordWithAlgo(trace, "", "--pin '" + reference + "'", args);
+    INFO(result.out << result.err);
+    CHECK(result.status == 0);
+    CHECK(CountLines(result.out, "checksum ") == 1);
+    CHECK(CountLines(result.err,
+                     "cannot pin NCCL's algorithm: the reference left NCCL_ALGO "
+                     "unset") == 1);
+    const std::vector<Record> records = ReadAll(trace);
+    const std::vector<PolicyDecisionRecord> decisions = NcclDecisions(records);
+    REQUIRE(decisions.size() == 1);
+    CHECK_FALSE(decisions[0].applied);
+    CHECK(HeaderVariable(trace, "NCCL_ALGO") == "(unset)");
+    CHECK(Collectives(Ops(records)).size() == 4 * 2 * 2);
+
+    const RunResult run = Run("env -u NCCL_ALGO '" NDTRACE_BIN "' run --pin '" + reference +
+                              "' -- '" + kProgram + "' " + args);
+    INFO(run.out << run.err);
+    CHECK(run.status == 0);
+    CHECK(CountLines(run.out, "checksum ") == 1);
+    CHECK(Contains(run.err, "1 policy decision (1 not applied)"));
+  }
+  SECTION("the program sets NCCL_ALGO itself, to another value") {
+    REQUIRE(RecordWithAlgo(reference, "Ring", "", kReduceScatter).status == 0);
+    const RunResult result = RecordWithAlgo(trace, "Tree", "--pin '" + reference + "'", args);
+    INFO(result.out << result.err);
+    CHECK(result.status == 0);
+    CHECK(CountLines(result.err,
+                     "kept NCCL_ALGO=Tree from the program's environment; the "
+                     "reference ran with NCCL_ALGO=Ring") == 1);
+    CHECK(HeaderVariable(trace, "NCCL_ALGO") == "Tree");
+    const std::vector<PolicyDecisionRecord> decisions = NcclDecisions(ReadAll(trace));
+    REQUIRE(decisions.size() == 1);
+    CHECK_FALSE(decisions[0].applied);
+  }
+  SECTION("the reference ran another NCCL version") {
+    ndt::format::TraceHeader header;
+    header.versions.nccl = 21903;
+    header.environment.push_back({"NCCL_ALGO", "Ring"});
+    {
+      auto writer = ndt::format::TraceWriter::Create(reference, header);
+      REQUIRE(writer.ok());
+      REQUIRE((*writer)->Close().ok());
+    }
+    const RunResult result = RecordWithAlgo(trace, "", "--pin '" + reference + "'", args);
+    INFO(result.out << result.err);
+    CHECK(result.status == 0);
+    CHECK(CountLines(result.err, "may not reproduce its choices: the reference used NCCL 21903") ==
+          1);
+    const std::vector<PolicyDecisionRecord> decisions = NcclDecisions(ReadAll(trace));
+    REQUIRE(decisions.size() == 2);
+    CHECK(decisions[0].applied);  // NCCL_ALGO=Ring is still set
+    CHECK_FALSE(decisions[1].applied);
+    CHECK(HeaderVariable(trace, "NCCL_ALGO") == "Ring");
+  }
+  std::remove(reference.c_str());
+  std::remove(trace.c_str());
 }
 
 }  // namespace
