@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -56,14 +57,22 @@ void UseDevice() {
   REQUIRE(NDT_DRIVER(cuCtxSetCurrent)(context) == CUDA_SUCCESS);
 }
 
-// `values` in a new device allocation.
-void* DeviceFloats(const std::vector<float>& values) {
-  CUdeviceptr pointer = 0;
-  REQUIRE(NDT_DRIVER(cuMemAlloc_v2)(&pointer, values.size() * sizeof(float)) == CUDA_SUCCESS);
-  REQUIRE(NDT_DRIVER(cuMemcpyHtoD_v2)(pointer, values.data(), values.size() * sizeof(float)) ==
-          CUDA_SUCCESS);
-  return reinterpret_cast<void*>(pointer);
-}
+// `values` in a device allocation, freed with this.
+class DeviceFloats {
+ public:
+  explicit DeviceFloats(const std::vector<float>& values) {
+    REQUIRE(NDT_DRIVER(cuMemAlloc_v2)(&pointer_, values.size() * sizeof(float)) == CUDA_SUCCESS);
+    REQUIRE(NDT_DRIVER(cuMemcpyHtoD_v2)(pointer_, values.data(), values.size() * sizeof(float)) ==
+            CUDA_SUCCESS);
+  }
+  ~DeviceFloats() { NDT_DRIVER(cuMemFree_v2)(pointer_); }
+  DeviceFloats(const DeviceFloats&) = delete;
+  DeviceFloats& operator=(const DeviceFloats&) = delete;
+  void* get() const { return reinterpret_cast<void*>(pointer_); }
+
+ private:
+  CUdeviceptr pointer_ = 0;
+};
 
 std::vector<float> HostFloats(const void* device, size_t count) {
   std::vector<float> values(count);
@@ -72,59 +81,70 @@ std::vector<float> HostFloats(const void* device, size_t count) {
   return values;
 }
 
-std::vector<ncclComm_t> Communicators(int ranks) {
-  std::vector<ncclComm_t> comms(static_cast<size_t>(ranks));
-  REQUIRE(NDT_NCCL(ncclCommInitAll)(comms.data(), ranks, nullptr) == ncclSuccess);
-  return comms;
-}
+// The communicators of `ranks` ranks in this thread (ncclCommInitAll), destroyed with this.
+class Communicators {
+ public:
+  explicit Communicators(int ranks) : comms_(static_cast<size_t>(ranks)) {
+    REQUIRE(NDT_NCCL(ncclCommInitAll)(comms_.data(), ranks, nullptr) == ncclSuccess);
+  }
+  ~Communicators() {
+    for (ncclComm_t comm : comms_) NDT_NCCL(ncclCommDestroy)(comm);
+  }
+  Communicators(const Communicators&) = delete;
+  Communicators& operator=(const Communicators&) = delete;
+  ncclComm_t operator[](size_t rank) const { return comms_[rank]; }
+
+ private:
+  std::vector<ncclComm_t> comms_;
+};
 
 TEST_CASE("one thread drives a ring of sends and receives inside a group", "[standin][nccl]") {
   UseDevice();
-  const std::vector<ncclComm_t> comms = Communicators(3);
-  std::vector<void*> send, recv;
+  const Communicators comms(3);
+  std::vector<std::unique_ptr<DeviceFloats>> send, recv;
   for (int r = 0; r < 3; ++r) {
     const auto value = static_cast<float>(r);
-    send.push_back(DeviceFloats({value, value + 0.5f}));
-    recv.push_back(DeviceFloats({-1.0f, -1.0f}));
+    send.push_back(std::make_unique<DeviceFloats>(std::vector<float>{value, value + 0.5f}));
+    recv.push_back(std::make_unique<DeviceFloats>(std::vector<float>{-1.0f, -1.0f}));
   }
   REQUIRE(NDT_NCCL(ncclGroupStart)() == ncclSuccess);
   for (int r = 0; r < 3; ++r) {
     // Receives posted before the matching sends, which come later in the group.
-    CHECK(NDT_NCCL(ncclRecv)(recv[r], 2, ncclFloat, (r + 2) % 3, comms[r], nullptr) ==
+    CHECK(NDT_NCCL(ncclRecv)(recv[r]->get(), 2, ncclFloat, (r + 2) % 3, comms[r], nullptr) ==
           ncclSuccess);
   }
   for (int r = 0; r < 3; ++r) {
-    CHECK(NDT_NCCL(ncclSend)(send[r], 2, ncclFloat, (r + 1) % 3, comms[r], nullptr) ==
+    CHECK(NDT_NCCL(ncclSend)(send[r]->get(), 2, ncclFloat, (r + 1) % 3, comms[r], nullptr) ==
           ncclSuccess);
   }
   REQUIRE(NDT_NCCL(ncclGroupEnd)() == ncclSuccess);
   for (int r = 0; r < 3; ++r) {
     const auto from = static_cast<float>((r + 2) % 3);
-    CHECK(HostFloats(recv[r], 2) == std::vector<float>{from, from + 0.5f});
+    CHECK(HostFloats(recv[r]->get(), 2) == std::vector<float>{from, from + 0.5f});
   }
 }
 
 TEST_CASE("sends and receives between threads pair up in the order they were made",
           "[standin][nccl]") {
   UseDevice();
-  const std::vector<ncclComm_t> comms = Communicators(2);
-  void* first = DeviceFloats({1.0f});
-  void* second = DeviceFloats({2.0f});
-  void* got_first = DeviceFloats({0.0f});
-  void* got_second = DeviceFloats({0.0f});
+  const Communicators comms(2);
+  const DeviceFloats first({1.0f});
+  const DeviceFloats second({2.0f});
+  const DeviceFloats got_first({0.0f});
+  const DeviceFloats got_second({0.0f});
   ncclResult_t sent[2] = {ncclInternalError, ncclInternalError};
   std::thread sender([&] {
     UseDevice();
-    sent[0] = NDT_NCCL(ncclSend)(first, 1, ncclFloat, 1, comms[0], nullptr);
-    sent[1] = NDT_NCCL(ncclSend)(second, 1, ncclFloat, 1, comms[0], nullptr);
+    sent[0] = NDT_NCCL(ncclSend)(first.get(), 1, ncclFloat, 1, comms[0], nullptr);
+    sent[1] = NDT_NCCL(ncclSend)(second.get(), 1, ncclFloat, 1, comms[0], nullptr);
   });
-  CHECK(NDT_NCCL(ncclRecv)(got_first, 1, ncclFloat, 0, comms[1], nullptr) == ncclSuccess);
-  CHECK(NDT_NCCL(ncclRecv)(got_second, 1, ncclFloat, 0, comms[1], nullptr) == ncclSuccess);
+  CHECK(NDT_NCCL(ncclRecv)(got_first.get(), 1, ncclFloat, 0, comms[1], nullptr) == ncclSuccess);
+  CHECK(NDT_NCCL(ncclRecv)(got_second.get(), 1, ncclFloat, 0, comms[1], nullptr) == ncclSuccess);
   sender.join();
   CHECK(sent[0] == ncclSuccess);
   CHECK(sent[1] == ncclSuccess);
-  CHECK(HostFloats(got_first, 1) == std::vector<float>{1.0f});
-  CHECK(HostFloats(got_second, 1) == std::vector<float>{2.0f});
+  CHECK(HostFloats(got_first.get(), 1) == std::vector<float>{1.0f});
+  CHECK(HostFloats(got_second.get(), 1) == std::vector<float>{2.0f});
 }
 
 TEST_CASE("an unmatched send or a disagreeing pair fails with ncclInvalidUsage, never hangs",
@@ -133,9 +153,11 @@ TEST_CASE("an unmatched send or a disagreeing pair fails with ncclInvalidUsage, 
   // default (30 s) bounds the waits below instead.
   setenv("NDT_STANDIN_NCCL_TIMEOUT_MS", "300", 1);
   UseDevice();
-  const std::vector<ncclComm_t> comms = Communicators(2);
-  void* buffer = DeviceFloats({1.0f, 2.0f});
-  void* other = DeviceFloats({0.0f, 0.0f});
+  const Communicators comms(2);
+  const DeviceFloats sent({1.0f, 2.0f});
+  const DeviceFloats unwritten({0.0f, 0.0f});
+  void* buffer = sent.get();
+  void* other = unwritten.get();
   const auto start = std::chrono::steady_clock::now();
 
   SECTION("outside a group") {
