@@ -64,12 +64,17 @@ class TraceReader::Impl {
     ::close(fd_);
   }
 
-  Status Open() {
+  // The preamble and the header chunk; `header_end` is the offset of the byte after it.
+  Status OpenHeader(uint64_t* header_end) {
     std::string preamble;
     NDT_RETURN_IF_ERROR(ReadAt(0, std::min<uint64_t>(size_, container::kPreambleBytes), &preamble));
     NDT_RETURN_IF_ERROR(container::CheckPreamble(preamble));
+    return ReadHeaderChunk(header_end);
+  }
+
+  Status Open() {
     uint64_t header_end = 0;
-    NDT_RETURN_IF_ERROR(ReadHeaderChunk(&header_end));
+    NDT_RETURN_IF_ERROR(OpenHeader(&header_end));
     if (!LoadIndexFromFooter(header_end)) ScanChunks(header_end);
     Rewind();
     return Status::Ok();
@@ -479,7 +484,10 @@ class TraceReader::Impl {
   uint64_t skip_below_ = 0;       // SeekToOp: op records below this are skipped
 };
 
-StatusOr<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path) {
+namespace {
+
+// The open file at `path`, not yet read.
+StatusOr<std::unique_ptr<TraceReader::Impl>> OpenFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::Error(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
@@ -487,12 +495,32 @@ StatusOr<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path
     ::close(fd);
     return Status::Error(path + ": not a regular file");
   }
-  auto impl = std::make_unique<Impl>(path, fd, static_cast<uint64_t>(st.st_size));
-  if (Status status = impl->Open(); !status.ok()) {
-    if (status.message().rfind(path, 0) != 0) return status.Prefixed(path);
-    return status;
+  return std::make_unique<TraceReader::Impl>(path, fd, static_cast<uint64_t>(st.st_size));
+}
+
+// `status`, its message starting with `path`.
+Status NamingPath(Status status, const std::string& path) {
+  if (status.message().rfind(path, 0) != 0) return status.Prefixed(path);
+  return status;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path) {
+  StatusOr<std::unique_ptr<Impl>> impl = OpenFile(path);
+  if (!impl.ok()) return impl.status();
+  if (Status status = (*impl)->Open(); !status.ok()) return NamingPath(status, path);
+  return std::unique_ptr<TraceReader>(new TraceReader(std::move(impl).value()));
+}
+
+StatusOr<TraceHeader> TraceReader::ReadHeader(const std::string& path) {
+  StatusOr<std::unique_ptr<Impl>> impl = OpenFile(path);
+  if (!impl.ok()) return impl.status();
+  uint64_t header_end = 0;
+  if (Status status = (*impl)->OpenHeader(&header_end); !status.ok()) {
+    return NamingPath(status, path);
   }
-  return std::unique_ptr<TraceReader>(new TraceReader(std::move(impl)));
+  return (*impl)->header();
 }
 
 TraceReader::TraceReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -52,6 +52,10 @@ class TraceReader {
   // Fails with a clear message when the file cannot be read, is not a trace, has an
   // unsupported version, or ends (or is damaged) before its header is whole.
   static StatusOr<std::unique_ptr<TraceReader>> Open(const std::string& path);
+  // Only the header of the trace at `path`: reads the preamble and the header chunk, never the
+  // index or the body (cheap whatever the trace's length, complete or not). Fails as Open does
+  // when the file is no trace or its header is not whole.
+  static StatusOr<TraceHeader> ReadHeader(const std::string& path);
   ~TraceReader();
   TraceReader(const TraceReader&) = delete;
   TraceReader& operator=(const TraceReader&) = delete;

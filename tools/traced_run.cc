@@ -77,7 +77,8 @@ void AddPolicyOptions(CLI::App* app, PolicyOptions* options) {
       "when unset");
   CLI::Option* pin = app->add_option(
       "--pin", options->pin,
-      "Force the library choices (and cuRAND seeds and offsets) recorded in TRACE");
+      "Force the library choices (and cuRAND seeds and offsets, NCCL's algorithm variables) "
+      "recorded in TRACE");
   deterministic->excludes(pin);
 }
 

@@ -1,26 +1,32 @@
-// The NCCL hooks: communicators and collectives.
+// The NCCL hooks: communicators, collectives and point-to-point calls.
 //
 // Each hook is the exported ncclX and forwards to the real library's strong pncclX (ncclX is a
 // weak alias there). Communicators get a stable id by creation order (ncclCommInitAll numbers
-// its communicators in rank order). Every AllReduce and Broadcast is an
+// its communicators in rank order). Every data-moving call (AllReduce, Broadcast, Bcast,
+// Reduce, ReduceScatter, AllGather, AlltoAll, Gather, Scatter, Send, Recv) is an
 // OpKind::kNcclCollective op naming the communicator, rank, size, reduction, type, count, root
-// and the group nesting depth, with a fingerprint, the send buffer's digest before the call and
-// the receive buffer's after it. Inside ncclGroupStart/End the collective only runs at the
-// outermost ncclGroupEnd: its op is then completed (receive digest, status) by that call.
+// or peer and the group nesting depth, with a fingerprint, the digest of what the rank sends
+// before the call and of what it receives after it; which extent each call reads and writes is
+// the table of CallShapes below. Inside ncclGroupStart/End the call only runs at the outermost
+// ncclGroupEnd: its op is then completed (receive digest, status) by that call.
 //
 // The AlgorithmChoice ("nccl") is what the environment asks NCCL for: NCCL_ALGO and NCCL_PROTO
 // (id = NCCL's algorithm enum, knob 1 = protocol enum, knobs 2/3 = NCCL_MIN/MAX_NCHANNELS), its
-// text in `name`; source = enforced when the deterministic policy set NCCL_ALGO at load time
-// (policy.cc), requested when the program's environment set it, heuristic when unset. NCCL
-// itself does not report what its tuner picked per call.
+// text in `name`; source = enforced when the deterministic policy set NCCL_ALGO at load time,
+// pinned when --pin set it from the reference (policy.cc), requested when the program's
+// environment set it, heuristic when unset. NCCL itself does not report what its tuner picked
+// per call.
 #pragma GCC visibility push(default)
 #include <nccl.h>
 #pragma GCC visibility pop
 
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -119,7 +125,7 @@ int64_t IntegerOf(const char* value) {
   return end != nullptr && *end == '\0' ? parsed : -2;
 }
 
-format::AlgorithmChoice EffectiveChoice() {
+format::AlgorithmChoice EffectiveChoice(PolicyMode mode) {
   // NCCL 2.28's ncclAlgo and ncclProto enums (research/cuda-interposition.md §6).
   static const std::vector<std::string> kAlgorithms = {
       "Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"};
@@ -140,66 +146,172 @@ format::AlgorithmChoice EffectiveChoice() {
   choice.source = algo == nullptr ? format::ChoiceSource::kHeuristic
                                   : format::ChoiceSource::kRequested;
   for (const format::EnvVar& variable : EnvironmentSetByPolicy()) {
-    if (variable.name == "NCCL_ALGO") choice.source = format::ChoiceSource::kEnforced;
+    if (variable.name != "NCCL_ALGO") continue;
+    choice.source =
+        mode == PolicyMode::kPin ? format::ChoiceSource::kPinned : format::ChoiceSource::kEnforced;
   }
   return choice;
 }
 
-// Records one collective around `real`. `send` is null for a Broadcast's non-root ranks.
+// Under --pin, what could not be pinned for NCCL (NcclPinProblems), decided once per trace when
+// the program first uses NCCL (a program that never does hears nothing of it); NCCL is loaded
+// by then, so its version is known.
+void ReportPinProblems(Session& session) {
+  static std::atomic<Session*> reported{nullptr};
+  if (session.policy().mode != PolicyMode::kPin || reported.exchange(&session) == &session) {
+    return;
+  }
+  format::TraceHeader current = session.header();
+  int version = 0;
+  if (const auto get_version = NDT_REAL_LIBRARY_AS(kSoname, ncclGetVersion, "pncclGetVersion");
+      get_version != nullptr && get_version(&version) == ncclSuccess && version > 0) {
+    current.versions.nccl = static_cast<uint32_t>(version);
+  }
+  for (format::PolicyDecisionRecord decision : NcclPinProblems(session.pins(), current)) {
+    decision.op_sequence = session.PeekOpSequence();
+    session.Decide(decision);
+  }
+}
+
+// How much of its send or receive buffer one rank of a call uses, in elements.
+enum class Span : uint8_t {
+  kNone,            // the buffer is not used
+  kCount,           // count
+  kCountRanks,      // count x nranks
+  kRootCount,       // count at the root, nothing elsewhere
+  kRootCountRanks,  // count x nranks at the root, nothing elsewhere
+};
+
+// What a call does with its buffers: its name, its word in the fingerprint and the extents it
+// reads (send, digested before the call) and writes (receive, digested after it).
+struct CallShape {
+  const char* api;
+  const char* kind;
+  Span send;
+  Span recv;
+  const char* send_role = "sendbuff";
+  const char* recv_role = "recvbuff";
+};
+
+// Every data-moving call of nccl.h (research/cuda-interposition.md §6), in one table.
+constexpr CallShape kAllReduce{"ncclAllReduce", "allreduce", Span::kCount, Span::kCount};
+constexpr CallShape kBroadcast{"ncclBroadcast", "broadcast", Span::kRootCount, Span::kCount};
+constexpr CallShape kBcast{"ncclBcast", "bcast", Span::kRootCount, Span::kCount, "buff", "buff"};
+constexpr CallShape kReduce{"ncclReduce", "reduce", Span::kCount, Span::kRootCount};
+constexpr CallShape kReduceScatter{"ncclReduceScatter", "reducescatter", Span::kCountRanks,
+                                   Span::kCount};
+constexpr CallShape kAllGather{"ncclAllGather", "allgather", Span::kCount, Span::kCountRanks};
+constexpr CallShape kAlltoAll{"ncclAlltoAll", "alltoall", Span::kCountRanks, Span::kCountRanks};
+constexpr CallShape kGather{"ncclGather", "gather", Span::kCount, Span::kRootCountRanks};
+constexpr CallShape kScatter{"ncclScatter", "scatter", Span::kRootCountRanks, Span::kCount};
+constexpr CallShape kSend{"ncclSend", "send", Span::kCount, Span::kNone};
+constexpr CallShape kRecv{"ncclRecv", "recv", Span::kNone, Span::kCount};
+
+// One call's arguments. `reduction` is null for calls that do not reduce, `root` and `peer` -1
+// for calls without one.
+struct CollectiveCall {
+  const CallShape& shape;
+  const void* send;
+  void* recv;
+  size_t count;  // the call's count argument (AllGather's sendcount, ReduceScatter's recvcount)
+  ncclDataType_t type;
+  const char* reduction;
+  int root;
+  int peer;
+  ncclComm_t comm;
+  cudaStream_t stream;
+};
+
+// The bytes of a buffer this rank uses under `span`: nullopt when it does not use it, 0 when
+// the size is unknown (type, communicator size) or does not fit in 64 bits.
+std::optional<uint64_t> SpanBytes(Span span, const CollectiveCall& call, int rank, int nranks,
+                                  size_t element_bytes) {
+  if (span == Span::kNone) return std::nullopt;
+  const bool rooted = span == Span::kRootCount || span == Span::kRootCountRanks;
+  if (rooted && rank != call.root) return std::nullopt;
+  uint64_t elements = call.count;
+  if (span == Span::kCountRanks || span == Span::kRootCountRanks) {
+    if (nranks < 1 || __builtin_mul_overflow(elements, static_cast<uint64_t>(nranks), &elements)) {
+      return 0;
+    }
+  }
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(elements, static_cast<uint64_t>(element_bytes), &bytes)) return 0;
+  return bytes;
+}
+
+// Records one call around `real`: the send extent digested before, the receive extent after
+// (at the outermost ncclGroupEnd inside a group).
 template <typename Real>
-ncclResult_t RecordCollective(Session& session, RealCall<ncclResult_t>& call, const char* api,
-                              const char* kind, const void* send, void* recv, size_t count,
-                              ncclDataType_t type, const char* reduction, int root,
-                              ncclComm_t comm, cudaStream_t stream, Real real) {
+ncclResult_t RecordCollective(Session& session, RealCall<ncclResult_t>& run,
+                              const CollectiveCall& call, Real real) {
+  ReportPinProblems(session);
   int rank = -1;
   int size = -1;
   if (const auto user_rank = NDT_REAL_LIBRARY_AS(kSoname, ncclCommUserRank, "pncclCommUserRank")) {
-    user_rank(comm, &rank);
+    user_rank(call.comm, &rank);
   }
   if (const auto comm_count = NDT_REAL_LIBRARY_AS(kSoname, ncclCommCount, "pncclCommCount")) {
-    comm_count(comm, &size);
+    comm_count(call.comm, &size);
   }
-  const uint64_t comm_id = Communicators::Get().Id(comm);
-  const TypeInfo info = TypeOf(type);
-  const auto stream_handle = reinterpret_cast<uint64_t>(stream);
-  format::OpRecord op = session.BeginOp(format::OpKind::kNcclCollective, api,
+  const CallShape& shape = call.shape;
+  const uint64_t comm_id = Communicators::Get().Id(call.comm);
+  const TypeInfo info = TypeOf(call.type);
+  const auto stream_handle = reinterpret_cast<uint64_t>(call.stream);
+  format::OpRecord op = session.BeginOp(format::OpKind::kNcclCollective, shape.api,
                                         session.StreamId(stream_handle, false));
   op.args.push_back(UnsignedArgument("comm", comm_id));
   op.args.push_back(SignedArgument("rank", rank));
   op.args.push_back(SignedArgument("nranks", size));
-  if (reduction != nullptr) op.args.push_back(TextArgument("op", reduction));
+  if (call.reduction != nullptr) op.args.push_back(TextArgument("op", call.reduction));
   op.args.push_back(TextArgument("dtype", info.name));
-  op.args.push_back(UnsignedArgument("count", count));
-  if (root >= 0) op.args.push_back(SignedArgument("root", root));
+  op.args.push_back(UnsignedArgument("count", call.count));
+  if (call.root >= 0) op.args.push_back(SignedArgument("root", call.root));
+  if (call.peer >= 0) op.args.push_back(SignedArgument("peer", call.peer));
   op.args.push_back(SignedArgument("groupDepth", t_group_depth));
-  if (send != nullptr) {
-    op.args.push_back(PointerArgument(session, "sendbuff", reinterpret_cast<uint64_t>(send)));
+  const std::optional<uint64_t> send_bytes = SpanBytes(shape.send, call, rank, size, info.bytes);
+  const std::optional<uint64_t> recv_bytes = SpanBytes(shape.recv, call, rank, size, info.bytes);
+  const auto send = reinterpret_cast<uint64_t>(call.send);
+  const auto recv = reinterpret_cast<uint64_t>(call.recv);
+  if (send_bytes) op.args.push_back(PointerArgument(session, shape.send_role, send));
+  // ncclBcast's one buffer is one argument.
+  if (recv_bytes && !(send_bytes && std::string_view(shape.recv_role) == shape.send_role)) {
+    op.args.push_back(PointerArgument(session, shape.recv_role, recv));
   }
-  op.args.push_back(PointerArgument(session, "recvbuff", reinterpret_cast<uint64_t>(recv)));
-  std::string fingerprint = std::string("nccl ") + kind + " comm " + std::to_string(comm_id) +
+  std::string fingerprint = std::string("nccl ") + shape.kind + " comm " + std::to_string(comm_id) +
                             " rank " + std::to_string(rank) + "/" + std::to_string(size) + " " +
-                            (reduction != nullptr ? std::string(reduction) + " " : "") +
-                            info.name + " count=" + std::to_string(count);
-  if (root >= 0) fingerprint += " root=" + std::to_string(root);
+                            (call.reduction != nullptr ? std::string(call.reduction) + " " : "") +
+                            info.name + " count=" + std::to_string(call.count);
+  if (call.root >= 0) fingerprint += " root=" + std::to_string(call.root);
+  if (call.peer >= 0) fingerprint += " peer=" + std::to_string(call.peer);
   op.args.push_back(TextArgument("fingerprint", fingerprint));
-  op.algorithm = EffectiveChoice();
-  const uint64_t bytes = count * info.bytes;
-  if (send != nullptr && bytes > 0) {
-    op.inputs = DigestExtents(session, stream_handle,
-                              {{"sendbuff", reinterpret_cast<uint64_t>(send), bytes, info.dtype}});
+  op.algorithm = EffectiveChoice(session.policy().mode);
+  if (send_bytes.value_or(0) > 0) {
+    op.inputs =
+        DigestExtents(session, stream_handle, {{shape.send_role, send, *send_bytes, info.dtype}});
   }
-  const ncclResult_t result = call.Run(real);
-  const Extent recv_extent{"recvbuff", reinterpret_cast<uint64_t>(recv), bytes, info.dtype};
+  const ncclResult_t result = run.Run(real);
+  const Extent recv_extent{shape.recv_role, recv, recv_bytes.value_or(0), info.dtype};
   if (t_group_depth > 0 && result == ncclSuccess) {
     op.status = static_cast<int32_t>(result);
     t_pending.push_back({&session, std::move(op), stream_handle, recv_extent});
     return result;
   }
-  if (result == ncclSuccess && bytes > 0) {
+  if (result == ncclSuccess && recv_extent.bytes > 0) {
     op.outputs = DigestExtents(session, stream_handle, {recv_extent});
   }
   session.EndOp(op, static_cast<int32_t>(result));
   return result;
+}
+
+// A hooked call: forwards `args` to `real` (the library's pncclX), recording `call` around it.
+template <typename Real, typename... Args>
+ncclResult_t HookCollective(Real real, const CollectiveCall& call, Args... args) {
+  const auto forward = [&]() { return real(args...); };
+  return RunLibraryHook<ncclResult_t>(call.shape.api, real != nullptr, ncclSystemError, forward,
+                                      [&](Session& session, RealCall<ncclResult_t>& run) {
+                                        return RecordCollective(session, run, call, forward);
+                                      });
 }
 
 // At the outermost ncclGroupEnd: completes the collectives recorded inside the group.
@@ -218,6 +330,13 @@ void FinishGroup(ncclResult_t group_result) {
 }  // namespace
 }  // namespace ndt::tracer
 
+using ndt::tracer::HookCollective;
+using ndt::tracer::kAllGather, ndt::tracer::kAllReduce, ndt::tracer::kAlltoAll,
+    ndt::tracer::kBcast, ndt::tracer::kBroadcast, ndt::tracer::kGather, ndt::tracer::kRecv,
+    ndt::tracer::kReduce, ndt::tracer::kReduceScatter, ndt::tracer::kScatter,
+    ndt::tracer::kSend;
+using ndt::tracer::kSoname;
+using ndt::tracer::OpName;
 using ndt::tracer::RealCall;
 using ndt::tracer::RunLibraryHook;
 using ndt::tracer::Session;
@@ -234,6 +353,7 @@ extern "C" ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* 
   return RunLibraryHook<ncclResult_t>(
       "ncclCommInitAll", real != nullptr, ncclSystemError, init,
       [&](Session& session, RealCall<ncclResult_t>& call) {
+        ndt::tracer::ReportPinProblems(session);
         ndt::format::OpRecord op =
             session.BeginOp(ndt::format::OpKind::kOther, "ncclCommInitAll", 0);
         op.args.push_back(ndt::tracer::SignedArgument("ndev", ndev));
@@ -259,6 +379,7 @@ extern "C" ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqu
   return RunLibraryHook<ncclResult_t>(
       "ncclCommInitRank", real != nullptr, ncclSystemError, init,
       [&](Session& session, RealCall<ncclResult_t>& call) {
+        ndt::tracer::ReportPinProblems(session);
         ndt::format::OpRecord op =
             session.BeginOp(ndt::format::OpKind::kOther, "ncclCommInitRank", 0);
         op.args.push_back(ndt::tracer::SignedArgument("nranks", nranks));
@@ -302,36 +423,101 @@ extern "C" ncclResult_t ncclGroupEnd() {
       });
 }
 
+// The data-moving calls: each forwards to its pncclX through HookCollective.
+
 extern "C" ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                       ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                       cudaStream_t stream) {
-  const auto real = NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclAllReduce, "pncclAllReduce");
-  const auto reduce = [&]() { return real(sendbuff, recvbuff, count, datatype, op, comm, stream); };
-  return RunLibraryHook<ncclResult_t>(
-      "ncclAllReduce", real != nullptr, ncclSystemError, reduce,
-      [&](Session& session, RealCall<ncclResult_t>& call) {
-        return ndt::tracer::RecordCollective(session, call, "ncclAllReduce", "allreduce",
-                                             sendbuff, recvbuff, count, datatype,
-                                             ndt::tracer::OpName(op), -1, comm, stream, reduce);
-      });
+  const auto real = NDT_REAL_LIBRARY_AS(kSoname, ncclAllReduce, "pncclAllReduce");
+  return HookCollective(
+      real, {kAllReduce, sendbuff, recvbuff, count, datatype, OpName(op), -1, -1, comm, stream},
+      sendbuff, recvbuff, count, datatype, op, comm, stream);
 }
 
 extern "C" ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                                       ncclDataType_t datatype, int root, ncclComm_t comm,
                                       cudaStream_t stream) {
-  const auto real = NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclBroadcast, "pncclBroadcast");
-  const auto broadcast = [&]() { return real(sendbuff, recvbuff, count, datatype, root, comm, stream); };
-  return RunLibraryHook<ncclResult_t>(
-      "ncclBroadcast", real != nullptr, ncclSystemError, broadcast,
-      [&](Session& session, RealCall<ncclResult_t>& call) {
-        int rank = -1;
-        if (const auto user_rank =
-                NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclCommUserRank, "pncclCommUserRank")) {
-          user_rank(comm, &rank);
-        }
-        // Only the root's send buffer is read.
-        return ndt::tracer::RecordCollective(session, call, "ncclBroadcast", "broadcast",
-                                             rank == root ? sendbuff : nullptr, recvbuff, count,
-                                             datatype, nullptr, root, comm, stream, broadcast);
-      });
+  const auto real = NDT_REAL_LIBRARY_AS(kSoname, ncclBroadcast, "pncclBroadcast");
+  return HookCollective(
+      real, {kBroadcast, sendbuff, recvbuff, count, datatype, nullptr, root, -1, comm, stream},
+      sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
+
+extern "C" ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
+                                  ncclComm_t comm, cudaStream_t stream) {
+  const auto real = NDT_REAL_LIBRARY_AS(kSoname, ncclBcast, "pncclBcast");
+  return HookCollective(real,
+                        {kBcast, buff, buff, count, datatype, nullptr, root, -1, comm, stream},
+                        buff, count, datatype, root, comm, stream);
+}
+
+extern "C" ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                   ncclDataType_t datatype, ncclRedOp_t op, int root,
+                                   ncclComm_t comm, cudaStream_t stream) {
+  const auto real = NDT_REAL_LIBRARY_AS(kSoname, ncclReduce, "pncclReduce");
+  return HookCollective(
+      real, {kReduce, sendbuff, recvbuff, count, datatype, OpName(op), root, -1, comm, stream},
+      sendbuff, recvbuff, count, datatype, op, root, comm, stream);
+}
+
+extern "C" ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                          cudaStream_t stream) {
+  const auto real = NDT_REAL_LIBRARY_AS(kSoname, ncclReduceScatter, "pncclReduceScatter");
+  return HookCollective(
+      real,
+      {kReduceScatter, sendbuff, recvbuff, recvcount, datatype, OpName(op), -1, -1, comm, stream},
+      sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
+}
+
+extern "C" ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                      ncclDataType_t datatype, ncclComm_t comm,
+                                      cudaStream_t stream) {
+  const auto real = NDT_REAL_LIBRARY_AS(kSoname, ncclAllGather, "pncclAllGather");
+  return HookCollective(
+      real, {kAllGather, sendbuff, recvbuff, sendcount, datatype, nullptr, -1, -1, comm, stream},
+      sendbuff, recvbuff, sendcount, datatype, comm, stream);
+}
+
+extern "C" ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                     ncclDataType_t datatype, ncclComm_t comm,
+                                     cudaStream_t stream) {
+  const auto real = NDT_REAL_LIBRARY_AS(kSoname, ncclAlltoAll, "pncclAlltoAll");
+  return HookCollective(
+      real, {kAlltoAll, sendbuff, recvbuff, count, datatype, nullptr, -1, -1, comm, stream},
+      sendbuff, recvbuff, count, datatype, comm, stream);
+}
+
+extern "C" ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count,
+                                   ncclDataType_t datatype, int root, ncclComm_t comm,
+                                   cudaStream_t stream) {
+  const auto real = NDT_REAL_LIBRARY_AS(kSoname, ncclGather, "pncclGather");
+  return HookCollective(
+      real, {kGather, sendbuff, recvbuff, count, datatype, nullptr, root, -1, comm, stream},
+      sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
+
+extern "C" ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
+                                    ncclDataType_t datatype, int root, ncclComm_t comm,
+                                    cudaStream_t stream) {
+  const auto real = NDT_REAL_LIBRARY_AS(kSoname, ncclScatter, "pncclScatter");
+  return HookCollective(
+      real, {kScatter, sendbuff, recvbuff, count, datatype, nullptr, root, -1, comm, stream},
+      sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
+
+extern "C" ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype,
+                                 int peer, ncclComm_t comm, cudaStream_t stream) {
+  const auto real = NDT_REAL_LIBRARY_AS(kSoname, ncclSend, "pncclSend");
+  return HookCollective(
+      real, {kSend, sendbuff, nullptr, count, datatype, nullptr, -1, peer, comm, stream}, sendbuff,
+      count, datatype, peer, comm, stream);
+}
+
+extern "C" ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                                 ncclComm_t comm, cudaStream_t stream) {
+  const auto real = NDT_REAL_LIBRARY_AS(kSoname, ncclRecv, "pncclRecv");
+  return HookCollective(
+      real, {kRecv, nullptr, recvbuff, count, datatype, nullptr, -1, peer, comm, stream}, recvbuff,
+      count, datatype, peer, comm, stream);
 }

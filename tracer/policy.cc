@@ -1,6 +1,9 @@
 #include "tracer/policy.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -10,22 +13,97 @@
 namespace ndt::tracer {
 namespace {
 
-std::vector<format::EnvVar>& SetByPolicy() {
-  static auto* set = new std::vector<format::EnvVar>();  // never destroyed: read during exit
-  return *set;
+// What the constructor below did, read when recording starts. Never destroyed: read during
+// exit.
+struct LoadTimePolicy {
+  std::vector<format::EnvVar> set;                          // EnvironmentSetByPolicy()
+  std::vector<format::PolicyDecisionRecord> decisions;      // DecisionsAtLoad()
+  std::vector<format::PolicyDecisionRecord> nccl_problems;  // what --pin could not do
+  bool nccl_pinned = false;  // some NCCL variable was set from the reference
+};
+
+LoadTimePolicy& AtLoad() {
+  static auto* policy = new LoadTimePolicy();
+  return *policy;
+}
+
+bool IsNcclVariable(const std::string& name) {
+  return name.rfind("NCCL_", 0) == 0;
+}
+
+// Sets `variable` (absent) and records the decision; false when setenv fails.
+bool SetAtLoad(const format::EnvVar& variable, const char* why) {
+  if (setenv(variable.name.c_str(), variable.value.c_str(), 0) != 0) return false;
+  AtLoad().set.push_back(variable);
+  format::PolicyDecisionRecord decision;
+  decision.library = IsNcclVariable(variable.name) ? "nccl" : "cublas";
+  decision.action = "set " + variable.name + "=" + variable.value + why;
+  AtLoad().decisions.push_back(std::move(decision));
+  return true;
+}
+
+void NotPinned(std::string action) {
+  format::PolicyDecisionRecord decision;
+  decision.library = "nccl";
+  decision.action = std::move(action);
+  decision.applied = false;
+  AtLoad().nccl_problems.push_back(std::move(decision));
+}
+
+// --pin: NCCL reads its algorithm, protocol and channel variables when a communicator is
+// created, with no per-call API to force them, so the reference's values are put in the
+// environment now. Only the reference's header is read (its recorded environment). An
+// unreadable reference is said when recording starts (no pins at all), not here.
+void PinNcclEnvironment(const std::string& pin_path) {
+  const StatusOr<format::TraceHeader> reference =
+      format::TraceReader::ReadHeader(ReferenceTracePath(pin_path));
+  if (!reference.ok()) return;
+  const auto recorded = [&](const std::string& name) -> const std::string* {
+    for (const format::EnvVar& variable : reference->environment) {
+      if (variable.name == name) return &variable.value;
+    }
+    return nullptr;
+  };
+  if (recorded("NCCL_ALGO") == nullptr) {
+    NotPinned(
+        "cannot pin NCCL's algorithm: the reference left NCCL_ALGO unset, so NCCL's own tuner "
+        "chose it per call");
+  }
+  for (const format::EnvVar& variable : DeterministicEnvironment()) {
+    if (!IsNcclVariable(variable.name)) continue;
+    const std::string* value = recorded(variable.name);
+    if (const char* own = std::getenv(variable.name.c_str()); own != nullptr) {
+      if (value == nullptr || *value != own) {
+        NotPinned("kept " + variable.name + "=" + own + " from the program's environment; the " +
+                  (value == nullptr ? "reference left it unset"
+                                    : "reference ran with " + variable.name + "=" + *value));
+      }
+      continue;
+    }
+    if (value == nullptr) continue;
+    if (SetAtLoad({variable.name, *value}, " (pinned from the reference)")) {
+      AtLoad().nccl_pinned = true;
+    }
+  }
 }
 
 // Runs before main when the library is preloaded: the variables cuBLAS and NCCL read when a
 // handle or communicator is created must be in place before the program can create one.
-// Single-threaded at this point, so setenv is safe.
-__attribute__((constructor)) void ApplyDeterministicEnvironmentAtLoad() {
-  const char* policy = std::getenv("NDTRACE_POLICY");
-  if (policy == nullptr || std::strcmp(policy, "deterministic") != 0) return;
-  for (const format::EnvVar& variable : DeterministicEnvironment()) {
-    if (std::getenv(variable.name.c_str()) != nullptr) continue;
-    if (setenv(variable.name.c_str(), variable.value.c_str(), 0) == 0) {
-      SetByPolicy().push_back(variable);
+// Single-threaded at this point, so setenv is safe. NDTRACE_PIN wins over NDTRACE_POLICY, as in
+// PolicyFromEnvironment. Nothing may escape into the host: a failure leaves the environment as
+// far as it got.
+__attribute__((constructor)) void ApplyPolicyEnvironmentAtLoad() {
+  try {
+    if (const char* pin = std::getenv("NDTRACE_PIN"); pin != nullptr && *pin != '\0') {
+      PinNcclEnvironment(pin);
+      return;
     }
+    const char* policy = std::getenv("NDTRACE_POLICY");
+    if (policy == nullptr || std::strcmp(policy, "deterministic") != 0) return;
+    for (const format::EnvVar& variable : DeterministicEnvironment()) {
+      if (std::getenv(variable.name.c_str()) == nullptr) SetAtLoad(variable, "");
+    }
+  } catch (...) {
   }
 }
 
@@ -78,7 +156,47 @@ const std::vector<format::EnvVar>& DeterministicEnvironment() {
 }
 
 const std::vector<format::EnvVar>& EnvironmentSetByPolicy() {
-  return SetByPolicy();
+  return AtLoad().set;
+}
+
+const std::vector<format::PolicyDecisionRecord>& DecisionsAtLoad() {
+  return AtLoad().decisions;
+}
+
+std::vector<format::PolicyDecisionRecord> NcclPinProblems(const PinTable* pins,
+                                                          const format::TraceHeader& current) {
+  std::vector<format::PolicyDecisionRecord> problems = AtLoad().nccl_problems;
+  if (pins == nullptr || !AtLoad().nccl_pinned) return problems;
+  if (std::string why = pins->Mismatch(current, "nccl"); !why.empty()) {
+    format::PolicyDecisionRecord decision;
+    decision.library = "nccl";
+    decision.action =
+        "NCCL variables pinned from the reference may not reproduce its choices: " + why;
+    decision.applied = false;
+    problems.push_back(std::move(decision));
+  }
+  return problems;
+}
+
+int32_t RankFromEnvironment() {
+  for (const char* name : {"RANK", "LOCAL_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr || *value == '\0') continue;
+    char* end = nullptr;
+    const long rank = std::strtol(value, &end, 10);
+    if (end != nullptr && *end == '\0' && rank >= 0 && rank <= INT32_MAX) {
+      return static_cast<int32_t>(rank);
+    }
+  }
+  return -1;
+}
+
+std::string ReferenceTracePath(const std::string& pin_path) {
+  if (const int32_t rank = RankFromEnvironment(); rank >= 0) {
+    std::string ranked = pin_path + ".rank" + std::to_string(rank);
+    if (access(ranked.c_str(), R_OK) == 0) return ranked;
+  }
+  return pin_path;
 }
 
 StatusOr<PinTable> PinTable::Load(const std::string& path) {

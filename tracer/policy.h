@@ -42,10 +42,21 @@ format::Policy ToFormat(PolicyMode mode);
 // (cuBLAS workspace, NCCL algorithm, protocol, channels, NVLS and CollNet), name and value.
 const std::vector<format::EnvVar>& DeterministicEnvironment();
 
-// What the deterministic policy set at load time: the subset of DeterministicEnvironment()
-// that was absent. Filled by the library constructor (before main, before any library reads
-// its environment) when NDTRACE_POLICY=deterministic.
+// What the policy set at load time, filled by the library constructor (before main, before any
+// library reads its environment): with NDTRACE_POLICY=deterministic, the variables of
+// DeterministicEnvironment() the program left unset; with NDTRACE_PIN, the NCCL variables of
+// DeterministicEnvironment() (algorithm, protocol, channels, NVLS, CollNet) that the reference
+// trace's header recorded and the program left unset, with the reference's values.
 const std::vector<format::EnvVar>& EnvironmentSetByPolicy();
+
+// This process's rank in a run of several processes (RANK, LOCAL_RANK, SLURM_PROCID or
+// OMPI_COMM_WORLD_RANK, the first set to a number >= 0), or -1.
+int32_t RankFromEnvironment();
+
+// The reference trace a process pinned to `pin_path` reads: `pin_path`.rank<R> when this
+// process has rank R and that file is readable (the same rank of a multi-process reference
+// run), else `pin_path`.
+std::string ReferenceTracePath(const std::string& pin_path);
 
 // The choices recorded in a reference trace, by fingerprint.
 class PinTable {
@@ -71,6 +82,19 @@ class PinTable {
   std::map<std::string, format::AlgorithmChoice, std::less<>> choices_;
   std::map<std::string, format::RngState, std::less<>> rng_;
 };
+
+// The variables set at load time as decisions, to record when the trace starts: "set
+// NAME=VALUE" for each of EnvironmentSetByPolicy() ("... (pinned from the reference)" under
+// --pin).
+const std::vector<format::PolicyDecisionRecord>& DecisionsAtLoad();
+
+// What --pin could not do for NCCL, as decisions not applied, to record (and say) when the
+// program first uses NCCL: the reference left NCCL_ALGO unset (NCCL's own tuner chose, so there
+// is no choice to pin), or the program set a variable to a value other than the reference's (the
+// program's stands); and when NCCL variables were pinned, `pins` (the reference, if read) having
+// another NCCL version or GPU than `current` (PinTable::Mismatch). Empty without --pin.
+std::vector<format::PolicyDecisionRecord> NcclPinProblems(const PinTable* pins,
+                                                          const format::TraceHeader& current);
 
 // The text of the argument named "fingerprint" of `op`, or empty.
 std::string_view FingerprintOf(const format::OpRecord& op);

@@ -108,19 +108,6 @@ std::vector<std::string> CommandLine() {
   return args;
 }
 
-int32_t Rank() {
-  for (const char* name : {"RANK", "LOCAL_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"}) {
-    const char* value = std::getenv(name);
-    if (value == nullptr || *value == '\0') continue;
-    char* end = nullptr;
-    const long rank = std::strtol(value, &end, 10);
-    if (end != nullptr && *end == '\0' && rank >= 0 && rank <= INT32_MAX) {
-      return static_cast<int32_t>(rank);
-    }
-  }
-  return -1;
-}
-
 bool IsDeterminismRelevant(std::string_view name) {
   for (std::string_view exact :
        {"CUBLAS_WORKSPACE_CONFIG", "CUDA_LAUNCH_BLOCKING", "PYTHONHASHSEED"}) {
@@ -223,7 +210,7 @@ format::TraceHeader BuildHeader() {
   char host[256] = {};
   if (gethostname(host, sizeof(host) - 1) == 0) header.host = host;
   header.pid = static_cast<uint32_t>(getpid());
-  header.rank = Rank();
+  header.rank = RankFromEnvironment();
   header.start_unix_ns =
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                 std::chrono::system_clock::now().time_since_epoch())
@@ -328,7 +315,7 @@ class Recorder {
     // `<path>.<pid>`.
     if (const char* launcher = std::getenv("NDTRACE_LAUNCHER_PID");
         launcher != nullptr && std::strtol(launcher, nullptr, 10) != getppid()) {
-      const int32_t rank = Rank();
+      const int32_t rank = RankFromEnvironment();
       base_output_ += rank >= 0 ? ".rank" + std::to_string(rank) : "." + std::to_string(getpid());
     }
     output_ = base_output_;
@@ -382,13 +369,7 @@ class Recorder {
     header.policy = ToFormat(policy_.mode);
     std::unique_ptr<PinTable> pins;
     if (policy_.mode == PolicyMode::kPin) {
-      // A ranked process pins from the same rank's trace of the reference run when there is
-      // one (PATH.rank<R>, as `record` names them), else from PATH.
-      std::string pin_path = policy_.pin_path;
-      if (const int32_t rank = Rank(); rank >= 0) {
-        const std::string ranked = pin_path + ".rank" + std::to_string(rank);
-        if (access(ranked.c_str(), R_OK) == 0) pin_path = ranked;
-      }
+      const std::string pin_path = ReferenceTracePath(policy_.pin_path);
       header.pinned_from = pin_path;
       StatusOr<PinTable> loaded = PinTable::Load(pin_path);
       if (loaded.ok()) {
@@ -414,11 +395,8 @@ class Recorder {
     auto* session = new Session(std::move(writer).value(), std::move(header), start, digests_,
                                 policy_, std::move(pins), gpu_digests_,
                                 [](const std::string& line) { Get().Log(line); });
-    for (const format::EnvVar& variable : EnvironmentSetByPolicy()) {
-      format::PolicyDecisionRecord decision;
-      decision.library = variable.name.rfind("NCCL_", 0) == 0 ? "nccl" : "cublas";
-      decision.action = "set " + variable.name + "=" + variable.value;
-      session->Append(decision);
+    for (const format::PolicyDecisionRecord& decision : DecisionsAtLoad()) {
+      session->Decide(decision);
     }
     if (!atexit_registered_) {
       atexit_registered_ = true;

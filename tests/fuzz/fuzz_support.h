@@ -23,7 +23,9 @@ inline void ReadEverything(const uint8_t* data, size_t size) {
     if (n <= 0) break;
     done += static_cast<size_t>(n);
   }
-  auto reader = format::TraceReader::Open("/proc/self/fd/" + std::to_string(fd));
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  (void)format::TraceReader::ReadHeader(path);
+  auto reader = format::TraceReader::Open(path);
   if (reader.ok()) {
     format::TraceReader& r = **reader;
     format::Record record;

@@ -1,20 +1,26 @@
 // The stand-in libnccl.so.2: communicators whose ranks are threads of one process (or one thread
-// driving every rank through ncclGroupStart/End), AllReduce and Broadcast computed on the host
-// (README.md, "The stand-in NCCL").
+// driving every rank through ncclGroupStart/End), every collective and point-to-point call of
+// nccl.h computed on the host (README.md, "The stand-in NCCL").
 //
 // Like the real library it exports every function twice: the strong pncclX and a weak ncclX
 // alias of it, without symbol versions. It reaches the driver only through
 // dlopen("libcuda.so.1") + cuGetProcAddress_v2, and synchronises a rank's stream when that rank
-// posts a collective (stand-in streams run their work when it is enqueued, so the send buffer is
-// final then).
+// posts a call (stand-in streams run their work when it is enqueued, so the send buffer is final
+// then).
 //
 // A collective completes when every rank of the communicator has posted its k-th collective;
-// the last rank to post computes it for all. Reduction order:
+// the last rank to post computes it for all. A Send and a Recv pair up by (communicator, sender,
+// receiver, k-th message between them); the second to be posted copies the data. Data movement
+// (Broadcast, Bcast, AllGather, AlltoAll, Gather, Scatter, Send/Recv) is exact. Reduction
+// order (AllReduce, Reduce, ReduceScatter):
 //  - NCCL_ALGO=Ring (read at communicator creation, as NCCL does; --deterministic sets it):
 //    rank 0, 1, ..., n-1 for every element -> bit-reproducible;
 //  - otherwise: one thread per rank adds its buffer into the result with compare-and-swap loops
 //    in racing order (yielding after a random number of elements), like NCCL's algorithms
 //    choosing different reduction trees -> float sums vary from run to run.
+// A rank never waits forever: a call whose peers do not make the matching call within
+// NDT_STANDIN_NCCL_TIMEOUT_MS (default 30000) fails with ncclInvalidUsage and a line on stderr,
+// and its buffers are never touched afterwards.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <nccl.h>
@@ -23,6 +29,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -38,6 +45,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -63,10 +71,63 @@ size_t TypeSize(ncclDataType_t type) {
   }
 }
 
-enum class Kind { kAllReduce, kBroadcast };
+enum class Kind {
+  kAllReduce,
+  kBroadcast,  // also ncclBcast, with the same buffer to send and receive
+  kReduce,
+  kReduceScatter,
+  kAllGather,
+  kAlltoAll,
+  kGather,
+  kScatter,
+};
+
+// How much of a buffer a rank uses, in elements of the call's count (nccl.h's descriptions).
+enum class Span { kNone, kCount, kCountRanks, kRootCount, kRootCountRanks };
+
+struct Shape {
+  Span send;
+  Span recv;
+  bool reduces;
+};
+
+Shape ShapeOf(Kind kind) {
+  switch (kind) {
+    case Kind::kAllReduce: return {Span::kCount, Span::kCount, true};
+    case Kind::kBroadcast: return {Span::kRootCount, Span::kCount, false};
+    case Kind::kReduce: return {Span::kCount, Span::kRootCount, true};
+    case Kind::kReduceScatter: return {Span::kCountRanks, Span::kCount, true};
+    case Kind::kAllGather: return {Span::kCount, Span::kCountRanks, false};
+    case Kind::kAlltoAll: return {Span::kCountRanks, Span::kCountRanks, false};
+    case Kind::kGather: return {Span::kCount, Span::kRootCountRanks, false};
+    case Kind::kScatter: return {Span::kRootCountRanks, Span::kCount, false};
+  }
+  return {Span::kNone, Span::kNone, false};
+}
+
+// Bytes of a buffer `rank` uses under `span` (0: unused); false when they overflow.
+bool SpanBytes(Span span, size_t count, size_t element, int rank, int root, int nranks,
+               size_t* bytes) {
+  *bytes = 0;
+  if (span == Span::kNone) return true;
+  if ((span == Span::kRootCount || span == Span::kRootCountRanks) && rank != root) return true;
+  size_t elements = count;
+  if ((span == Span::kCountRanks || span == Span::kRootCountRanks) &&
+      __builtin_mul_overflow(elements, static_cast<size_t>(nranks), &elements)) {
+    return false;
+  }
+  return !__builtin_mul_overflow(elements, element, bytes);
+}
+
+// What a posting rank waits for; guarded by its clique's mutex.
+struct Completion {
+  bool done = false;
+  bool abandoned = false;  // a rank stopped waiting: its buffers may be gone, never touch them
+  ncclResult_t result = ncclSuccess;
+};
 
 // One collective of a communicator: the k-th call of every rank.
-struct Collective {
+struct Collective : Completion {
   Kind kind = Kind::kAllReduce;
   size_t count = 0;
   ncclDataType_t type = ncclFloat32;
@@ -75,9 +136,18 @@ struct Collective {
   std::vector<const void*> send;
   std::vector<void*> recv;
   int arrived = 0;
-  int released = 0;
-  bool done = false;
-  ncclResult_t result = ncclSuccess;
+};
+
+// The k-th message from one rank to another: a Send and the matching Recv.
+struct Message : Completion {
+  bool sent = false;
+  bool received = false;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t send_count = 0;
+  size_t recv_count = 0;
+  ncclDataType_t send_type = ncclFloat32;
+  ncclDataType_t recv_type = ncclFloat32;
 };
 
 // Everything the ranks of one unique id share.
@@ -87,7 +157,9 @@ struct Clique {
   std::mutex mutex;
   std::condition_variable changed;
   int joined = 0;
-  std::map<uint64_t, Collective> collectives;  // by collective index
+  std::map<uint64_t, std::shared_ptr<Collective>> collectives;  // by index, until complete
+  // By (sender, receiver, index of the message between them), until complete.
+  std::map<std::tuple<int, int, uint64_t>, std::shared_ptr<Message>> messages;
 };
 
 bool RingRequested() {
@@ -96,6 +168,16 @@ bool RingRequested() {
   std::string text(algo);
   for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return text == "ring";
+}
+
+// How long a rank waits for its peers' matching calls.
+std::chrono::milliseconds Timeout() {
+  static const std::chrono::milliseconds timeout = [] {
+    const char* text = std::getenv("NDT_STANDIN_NCCL_TIMEOUT_MS");
+    const long long parsed = text != nullptr ? std::atoll(text) : 0;
+    return std::chrono::milliseconds(parsed > 0 ? parsed : 30000);
+  }();
+  return timeout;
 }
 
 std::mutex& RegistryMutex() {
@@ -143,16 +225,21 @@ T Identity(ncclRedOp_t op) {
 
 constexpr unsigned kMaxRun = 1024;  // elements between yields in the racing order: 1 to this
 
+// Reduces every rank's send buffer (count elements; count x nranks for ReduceScatter) and
+// writes the result where the kind says: every rank (AllReduce), the root (Reduce), rank r's
+// block r (ReduceScatter).
 template <typename T>
 void Reduce(Collective& c, bool ring) {
   const int nranks = static_cast<int>(c.send.size());
-  std::vector<T> result(c.count);
+  const size_t elements =
+      c.kind == Kind::kReduceScatter ? c.count * static_cast<size_t>(nranks) : c.count;
+  std::vector<T> result(elements);
   if (ring) {
     const T* first = static_cast<const T*>(c.send[0]);
-    std::copy(first, first + c.count, result.begin());
+    std::copy(first, first + elements, result.begin());
     for (int r = 1; r < nranks; ++r) {
       const T* values = static_cast<const T*>(c.send[static_cast<size_t>(r)]);
-      for (size_t i = 0; i < c.count; ++i) result[i] = Combine(c.op, result[i], values[i]);
+      for (size_t i = 0; i < elements; ++i) result[i] = Combine(c.op, result[i], values[i]);
     }
   } else {
     std::fill(result.begin(), result.end(), Identity<T>(c.op));
@@ -160,7 +247,7 @@ void Reduce(Collective& c, bool ring) {
       const T* values = static_cast<const T*>(c.send[static_cast<size_t>(r)]);
       std::minstd_rand random(std::random_device{}());
       unsigned until_yield = random() % kMaxRun + 1;
-      for (size_t i = 0; i < c.count; ++i) {
+      for (size_t i = 0; i < elements; ++i) {
         AtomicCombine(&result[i], values[i], [&](T a, T b) { return Combine(c.op, a, b); });
         if (--until_yield == 0) {
           std::this_thread::yield();
@@ -186,27 +273,84 @@ void Reduce(Collective& c, bool ring) {
     }
     for (int r : not_started) add(r);
   }
-  for (void* recv : c.recv) std::memcpy(recv, result.data(), c.count * sizeof(T));
+  switch (c.kind) {
+    case Kind::kReduce:
+      std::memcpy(c.recv[static_cast<size_t>(c.root)], result.data(), elements * sizeof(T));
+      break;
+    case Kind::kReduceScatter:
+      for (size_t r = 0; r < c.recv.size(); ++r) {
+        std::memcpy(c.recv[r], result.data() + r * c.count, c.count * sizeof(T));
+      }
+      break;
+    default:
+      for (void* recv : c.recv) std::memcpy(recv, result.data(), elements * sizeof(T));
+  }
+}
+
+// Moves the data of a collective that does not reduce, exactly. Every byte sent is staged
+// first, so that in-place calls (a receive buffer overlapping a send buffer) read what was sent.
+void Move(Collective& c) {
+  const size_t n = c.send.size();
+  const size_t block = c.count * TypeSize(c.type);
+  const auto bytes_of = [](const void* pointer) {
+    return static_cast<const unsigned char*>(pointer);
+  };
+  const auto bytes_at = [](void* pointer) { return static_cast<unsigned char*>(pointer); };
+  std::vector<unsigned char> staged;
+  switch (c.kind) {
+    case Kind::kBroadcast:
+      staged.assign(bytes_of(c.send[static_cast<size_t>(c.root)]),
+                    bytes_of(c.send[static_cast<size_t>(c.root)]) + block);
+      for (void* recv : c.recv) std::memcpy(recv, staged.data(), block);
+      break;
+    case Kind::kAllGather:  // recv[r] block i = send[i]
+    case Kind::kGather:     // recv[root] block i = send[i]
+      staged.resize(n * block);
+      for (size_t i = 0; i < n; ++i) std::memcpy(staged.data() + i * block, c.send[i], block);
+      for (size_t r = 0; r < n; ++r) {
+        if (c.kind == Kind::kAllGather || static_cast<int>(r) == c.root) {
+          std::memcpy(c.recv[r], staged.data(), n * block);
+        }
+      }
+      break;
+    case Kind::kAlltoAll:  // recv[j] block i = send[i] block j
+      staged.resize(n * n * block);
+      for (size_t i = 0; i < n; ++i)
+        std::memcpy(staged.data() + i * n * block, c.send[i], n * block);
+      for (size_t j = 0; j < n; ++j) {
+        for (size_t i = 0; i < n; ++i) {
+          std::memcpy(bytes_at(c.recv[j]) + i * block, staged.data() + (i * n + j) * block, block);
+        }
+      }
+      break;
+    case Kind::kScatter:  // recv[i] = send[root] block i
+      staged.assign(bytes_of(c.send[static_cast<size_t>(c.root)]),
+                    bytes_of(c.send[static_cast<size_t>(c.root)]) + n * block);
+      for (size_t i = 0; i < n; ++i) std::memcpy(c.recv[i], staged.data() + i * block, block);
+      break;
+    default:
+      break;
+  }
 }
 
 // Computes a collective every rank has posted.
 ncclResult_t Execute(Collective& c, bool ring) {
-  if (c.kind == Kind::kBroadcast) {
-    const void* source = c.send[static_cast<size_t>(c.root)];
-    const size_t bytes = c.count * TypeSize(c.type);
-    for (void* recv : c.recv) {
-      if (recv != source) std::memmove(recv, source, bytes);
+  try {
+    if (!ShapeOf(c.kind).reduces) {
+      Move(c);
+      return ncclSuccess;
     }
-    return ncclSuccess;
-  }
-  switch (c.type) {
-    case ncclInt32: Reduce<int32_t>(c, ring); break;
-    case ncclUint32: Reduce<uint32_t>(c, ring); break;
-    case ncclInt64: Reduce<int64_t>(c, ring); break;
-    case ncclUint64: Reduce<uint64_t>(c, ring); break;
-    case ncclFloat32: Reduce<float>(c, ring); break;
-    case ncclFloat64: Reduce<double>(c, ring); break;
-    default: return ncclInvalidArgument;
+    switch (c.type) {
+      case ncclInt32: Reduce<int32_t>(c, ring); break;
+      case ncclUint32: Reduce<uint32_t>(c, ring); break;
+      case ncclInt64: Reduce<int64_t>(c, ring); break;
+      case ncclUint64: Reduce<uint64_t>(c, ring); break;
+      case ncclFloat32: Reduce<float>(c, ring); break;
+      case ncclFloat64: Reduce<double>(c, ring); break;
+      default: return ncclInvalidArgument;
+    }
+  } catch (const std::bad_alloc&) {
+    return ncclSystemError;
   }
   return ncclSuccess;
 }
@@ -217,75 +361,151 @@ struct ncclComm {
   std::shared_ptr<Clique> clique;
   int rank = 0;
   int device = 0;
-  uint64_t next_collective = 0;  // guarded by clique->mutex
+  // Guarded by clique->mutex:
+  uint64_t next_collective = 0;
+  std::map<int, uint64_t> sent;      // messages sent to each peer so far
+  std::map<int, uint64_t> received;  // messages received from each peer so far
 };
 
 namespace {
 
-// The collectives this thread posted inside ncclGroupStart/End, waited for at the outermost
+// A call this thread posted: waited for at once, or inside ncclGroupStart/End at the outermost
 // ncclGroupEnd.
 struct Posted {
-  ncclComm* comm;
-  uint64_t index;
+  std::shared_ptr<Clique> clique;
+  std::shared_ptr<Completion> completion;
+  int rank;
+  const char* what;
 };
 thread_local int t_group_depth = 0;
 thread_local std::vector<Posted> t_posted;
 
-ncclResult_t Wait(const Posted& posted) {
-  Clique& clique = *posted.comm->clique;
+// Waits for `posted` to complete until `deadline`; gives up with ncclInvalidUsage then.
+ncclResult_t Wait(const Posted& posted, std::chrono::steady_clock::time_point deadline) {
+  Clique& clique = *posted.clique;
+  Completion& completion = *posted.completion;
   std::unique_lock lock(clique.mutex);
-  clique.changed.wait(lock, [&] { return clique.collectives[posted.index].done; });
-  Collective& c = clique.collectives[posted.index];
-  const ncclResult_t result = c.result;
-  if (++c.released == clique.nranks) clique.collectives.erase(posted.index);
-  return result;
+  if (!clique.changed.wait_until(lock, deadline, [&] { return completion.done; })) {
+    completion.abandoned = true;
+    std::fprintf(stderr,
+                 "NCCL stand-in: rank %d: %s: no matching call from the other ranks "
+                 "within %lld ms\n",
+                 posted.rank, posted.what, static_cast<long long>(Timeout().count()));
+    return ncclInvalidUsage;
+  }
+  return completion.result;
 }
 
-// Posts this rank's part of its next collective; waits for it unless inside a group.
-ncclResult_t Post(ncclComm* comm, Kind kind, const void* send, void* recv, size_t count,
-                  ncclDataType_t type, ncclRedOp_t op, int root, cudaStream_t stream) {
+// Waits for `posted` unless inside a group.
+ncclResult_t Complete(Posted posted) {
+  if (t_group_depth > 0) {
+    t_posted.push_back(std::move(posted));
+    return ncclSuccess;
+  }
+  return Wait(posted, std::chrono::steady_clock::now() + Timeout());
+}
+
+// Posts this rank's part of its next collective.
+ncclResult_t Post(ncclComm* comm, Kind kind, const char* what, const void* send, void* recv,
+                  size_t count, ncclDataType_t type, ncclRedOp_t op, int root,
+                  cudaStream_t stream) {
   if (comm == nullptr) return ncclInvalidArgument;
   const size_t element = TypeSize(type);
   if (element == 0) return ncclInvalidArgument;
   Clique& clique = *comm->clique;
   if (root < 0 || root >= clique.nranks) return ncclInvalidArgument;
-  if (kind == Kind::kAllReduce && (op < ncclSum || op > ncclMin)) return ncclInvalidArgument;
-  const bool sends = kind == Kind::kAllReduce || comm->rank == root;
-  if (count > 0 && ((sends && !IsDeviceRange(send, count * element)) ||
-                    !IsDeviceRange(recv, count * element))) {
+  const Shape shape = ShapeOf(kind);
+  if (shape.reduces && (op < ncclSum || op > ncclMin)) return ncclInvalidArgument;
+  size_t send_bytes = 0;
+  size_t recv_bytes = 0;
+  if (!SpanBytes(shape.send, count, element, comm->rank, root, clique.nranks, &send_bytes) ||
+      !SpanBytes(shape.recv, count, element, comm->rank, root, clique.nranks, &recv_bytes)) {
+    return ncclInvalidArgument;
+  }
+  if ((send_bytes > 0 && !IsDeviceRange(send, send_bytes)) ||
+      (recv_bytes > 0 && !IsDeviceRange(recv, recv_bytes))) {
     return ncclInvalidArgument;
   }
   if (!Synchronize(stream)) return ncclUnhandledCudaError;
-  Posted posted{comm, 0};
+  Posted posted{comm->clique, nullptr, comm->rank, what};
   {
     std::lock_guard lock(clique.mutex);
-    posted.index = comm->next_collective++;
-    Collective& c = clique.collectives[posted.index];
-    if (c.arrived == 0) {
-      c.kind = kind;
-      c.count = count;
-      c.type = type;
-      c.op = op;
-      c.root = root;
-      c.send.assign(static_cast<size_t>(clique.nranks), nullptr);
-      c.recv.assign(static_cast<size_t>(clique.nranks), nullptr);
-    } else if (c.kind != kind || c.count != count || c.type != type || c.op != op ||
-               c.root != root) {
-      c.result = ncclInvalidUsage;  // the ranks disagree on the collective
+    const uint64_t index = comm->next_collective++;
+    std::shared_ptr<Collective>& slot = clique.collectives[index];
+    if (slot == nullptr) {
+      slot = std::make_shared<Collective>();
+      slot->kind = kind;
+      slot->count = count;
+      slot->type = type;
+      slot->op = op;
+      slot->root = root;
+      slot->send.assign(static_cast<size_t>(clique.nranks), nullptr);
+      slot->recv.assign(static_cast<size_t>(clique.nranks), nullptr);
+    } else if (slot->kind != kind || slot->count != count || slot->type != type || slot->op != op ||
+               slot->root != root) {
+      slot->result = ncclInvalidUsage;  // the ranks disagree on the collective
     }
+    Collective& c = *slot;
+    posted.completion = slot;
     c.send[static_cast<size_t>(comm->rank)] = send;
     c.recv[static_cast<size_t>(comm->rank)] = recv;
     if (++c.arrived == clique.nranks) {
+      if (c.abandoned) c.result = ncclInvalidUsage;
       if (c.result == ncclSuccess && count > 0) c.result = Execute(c, clique.ring);
       c.done = true;
+      clique.collectives.erase(index);
       clique.changed.notify_all();
     }
   }
-  if (t_group_depth > 0) {
-    t_posted.push_back(posted);
-    return ncclSuccess;
+  return Complete(std::move(posted));
+}
+
+// Posts this rank's half of its next message to (Send) or from (Recv) `peer`.
+ncclResult_t PostMessage(ncclComm* comm, bool sending, const void* buffer, size_t count,
+                         ncclDataType_t type, int peer, cudaStream_t stream) {
+  if (comm == nullptr) return ncclInvalidArgument;
+  const size_t element = TypeSize(type);
+  if (element == 0) return ncclInvalidArgument;
+  Clique& clique = *comm->clique;
+  if (peer < 0 || peer >= clique.nranks) return ncclInvalidArgument;
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(count, element, &bytes)) return ncclInvalidArgument;
+  if (bytes > 0 && !IsDeviceRange(buffer, bytes)) return ncclInvalidArgument;
+  if (!Synchronize(stream)) return ncclUnhandledCudaError;
+  Posted posted{comm->clique, nullptr, comm->rank, sending ? "ncclSend" : "ncclRecv"};
+  {
+    std::lock_guard lock(clique.mutex);
+    const int from = sending ? comm->rank : peer;
+    const int to = sending ? peer : comm->rank;
+    const uint64_t index = sending ? comm->sent[peer]++ : comm->received[peer]++;
+    const auto key = std::make_tuple(from, to, index);
+    std::shared_ptr<Message>& slot = clique.messages[key];
+    if (slot == nullptr) slot = std::make_shared<Message>();
+    Message& m = *slot;
+    posted.completion = slot;
+    if (sending) {
+      m.sent = true;
+      m.send = buffer;
+      m.send_count = count;
+      m.send_type = type;
+    } else {
+      m.received = true;
+      m.recv = const_cast<void*>(buffer);
+      m.recv_count = count;
+      m.recv_type = type;
+    }
+    if (m.sent && m.received) {
+      if (m.abandoned || m.send_count != m.recv_count || m.send_type != m.recv_type) {
+        m.result = ncclInvalidUsage;  // given up on, or the two sides disagree
+      } else if (bytes > 0) {
+        std::memmove(m.recv, m.send, bytes);
+      }
+      m.done = true;
+      clique.messages.erase(key);
+      clique.changed.notify_all();
+    }
   }
-  return Wait(posted);
+  return Complete(std::move(posted));
 }
 
 std::atomic<uint64_t> g_next_id{0};
@@ -357,13 +577,19 @@ ncclResult_t pncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId comm_i
   if (created == nullptr) return ncclSystemError;
   created->clique = clique;
   created->rank = rank;
-  *comm = created;
   std::unique_lock lock(clique->mutex);
   ++clique->joined;
   clique->changed.notify_all();
-  if (t_group_depth == 0) {  // outside a group, initialisation waits for every rank
-    clique->changed.wait(lock, [&] { return clique->joined >= clique->nranks; });
+  if (t_group_depth == 0 &&  // outside a group, initialisation waits for every rank
+      !clique->changed.wait_for(lock, Timeout(),
+                                [&] { return clique->joined >= clique->nranks; })) {
+    --clique->joined;
+    delete created;
+    std::fprintf(stderr, "NCCL stand-in: rank %d: ncclCommInitRank: %d of %d ranks joined\n", rank,
+                 clique->joined, nranks);
+    return ncclInvalidUsage;
   }
+  *comm = created;
   return ncclSuccess;
 }
 
@@ -411,13 +637,69 @@ ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int* device) {
 ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                             ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                             cudaStream_t stream) {
-  return Post(comm, Kind::kAllReduce, sendbuff, recvbuff, count, datatype, op, 0, stream);
+  return Post(comm, Kind::kAllReduce, "ncclAllReduce", sendbuff, recvbuff, count, datatype, op, 0,
+              stream);
 }
 
 ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                             ncclDataType_t datatype, int root, ncclComm_t comm,
                             cudaStream_t stream) {
-  return Post(comm, Kind::kBroadcast, sendbuff, recvbuff, count, datatype, ncclSum, root, stream);
+  return Post(comm, Kind::kBroadcast, "ncclBroadcast", sendbuff, recvbuff, count, datatype, ncclSum,
+              root, stream);
+}
+
+ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
+                        ncclComm_t comm, cudaStream_t stream) {
+  return Post(comm, Kind::kBroadcast, "ncclBcast", buff, buff, count, datatype, ncclSum, root,
+              stream);
+}
+
+ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                         ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+                         cudaStream_t stream) {
+  return Post(comm, Kind::kReduce, "ncclReduce", sendbuff, recvbuff, count, datatype, op, root,
+              stream);
+}
+
+ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                cudaStream_t stream) {
+  return Post(comm, Kind::kReduceScatter, "ncclReduceScatter", sendbuff, recvbuff, recvcount,
+              datatype, op, 0, stream);
+}
+
+ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  return Post(comm, Kind::kAllGather, "ncclAllGather", sendbuff, recvbuff, sendcount, datatype,
+              ncclSum, 0, stream);
+}
+
+ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  return Post(comm, Kind::kAlltoAll, "ncclAlltoAll", sendbuff, recvbuff, count, datatype, ncclSum,
+              0, stream);
+}
+
+ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count,
+                         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  return Post(comm, Kind::kGather, "ncclGather", sendbuff, recvbuff, count, datatype, ncclSum, root,
+              stream);
+}
+
+ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count,
+                          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  return Post(comm, Kind::kScatter, "ncclScatter", sendbuff, recvbuff, count, datatype, ncclSum,
+              root, stream);
+}
+
+ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                       ncclComm_t comm, cudaStream_t stream) {
+  return PostMessage(comm, true, sendbuff, count, datatype, peer, stream);
+}
+
+ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                       ncclComm_t comm, cudaStream_t stream) {
+  return PostMessage(comm, false, recvbuff, count, datatype, peer, stream);
 }
 
 ncclResult_t pncclGroupStart() {
@@ -431,8 +713,9 @@ ncclResult_t pncclGroupEnd() {
   ncclResult_t result = ncclSuccess;
   std::vector<Posted> posted;
   posted.swap(t_posted);
+  const auto deadline = std::chrono::steady_clock::now() + Timeout();
   for (const Posted& one : posted) {
-    const ncclResult_t waited = Wait(one);
+    const ncclResult_t waited = Wait(one, deadline);
     if (result == ncclSuccess) result = waited;
   }
   return result;
@@ -452,5 +735,14 @@ NDT_NCCL_ALIAS(ncclCommUserRank)
 NDT_NCCL_ALIAS(ncclCommCuDevice)
 NDT_NCCL_ALIAS(ncclAllReduce)
 NDT_NCCL_ALIAS(ncclBroadcast)
+NDT_NCCL_ALIAS(ncclBcast)
+NDT_NCCL_ALIAS(ncclReduce)
+NDT_NCCL_ALIAS(ncclReduceScatter)
+NDT_NCCL_ALIAS(ncclAllGather)
+NDT_NCCL_ALIAS(ncclAlltoAll)
+NDT_NCCL_ALIAS(ncclGather)
+NDT_NCCL_ALIAS(ncclScatter)
+NDT_NCCL_ALIAS(ncclSend)
+NDT_NCCL_ALIAS(ncclRecv)
 NDT_NCCL_ALIAS(ncclGroupStart)
 NDT_NCCL_ALIAS(ncclGroupEnd)

@@ -66,6 +66,40 @@ TEST_CASE("a trace cut at any byte opens and yields exactly the records of its w
   }
 }
 
+TEST_CASE("ReadHeader reads the header alone, whatever follows it", "[formats]") {
+  TempPath path("header-source.ndt");
+  TempPath changed("header-changed.ndt");
+  const std::string bytes = WriteSmallTrace(path.str(), 60, 1024);
+  auto reader = TraceReader::Open(path.str());
+  REQUIRE(reader.ok());
+  const TraceHeader header = (*reader)->header();
+  const uint64_t header_end = (*reader)->chunks().front().offset;
+  REQUIRE(header.command_line == SampleHeader().command_line);
+
+  StatusOr<TraceHeader> read = TraceReader::ReadHeader(path.str());
+  REQUIRE(read.ok());
+  CHECK(*read == header);
+
+  // The body is never looked at: garbage after the header, or nothing at all.
+  WriteFile(changed.str(), bytes.substr(0, header_end) + std::string(4096, '\x5a'));
+  read = TraceReader::ReadHeader(changed.str());
+  REQUIRE(read.ok());
+  CHECK(*read == header);
+  WriteFile(changed.str(), bytes.substr(0, header_end));
+  read = TraceReader::ReadHeader(changed.str());
+  REQUIRE(read.ok());
+  CHECK(*read == header);
+
+  // A header that is not whole, or no trace, is refused as Open refuses it.
+  WriteFile(changed.str(), bytes.substr(0, header_end - 1));
+  read = TraceReader::ReadHeader(changed.str());
+  REQUIRE_FALSE(read.ok());
+  CHECK_THAT(read.status().message(), Catch::Contains(changed.str()));
+  WriteFile(changed.str(), "not a trace");
+  CHECK_FALSE(TraceReader::ReadHeader(changed.str()).ok());
+  CHECK_FALSE(TraceReader::ReadHeader(changed.str() + ".missing").ok());
+}
+
 TEST_CASE("a flipped byte anywhere in a trace is detected and located", "[formats]") {
   TempPath path("flip-source.ndt");
   TempPath flipped("flip.ndt");
