@@ -250,6 +250,17 @@ const format::AlgorithmChoice* PinTable::Choice(std::string_view fingerprint) co
   return found == choices_.end() ? nullptr : &found->second;
 }
 
+std::vector<std::string> PinTable::NondeterministicChoices() const {
+  std::vector<std::string> texts;
+  for (const auto& [fingerprint, choice] : choices_) {
+    if (choice.determinism != format::Determinism::kNondeterministic) continue;
+    std::string text = choice.library + " " + (choice.name.empty() ? std::to_string(choice.id)
+                                                                   : choice.name);
+    if (std::find(texts.begin(), texts.end(), text) == texts.end()) texts.push_back(text);
+  }
+  return texts;
+}
+
 const format::RngState* PinTable::Rng(std::string_view fingerprint) const {
   auto found = rng_.find(fingerprint);
   return found == rng_.end() ? nullptr : &found->second;

@@ -74,6 +74,10 @@ class PinTable {
   // count, or version of that library. Empty when they apply.
   std::string Mismatch(const format::TraceHeader& current, std::string_view library) const;
 
+  // The pinned choices noted nondeterministic ("cudnn CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0"):
+  // pinning them reproduces the selection, not the op's result.
+  std::vector<std::string> NondeterministicChoices() const;
+
   const format::TraceHeader& header() const { return header_; }
   size_t size() const { return choices_.size() + rng_.size(); }
 

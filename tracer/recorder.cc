@@ -374,6 +374,18 @@ class Recorder {
       StatusOr<PinTable> loaded = PinTable::Load(pin_path);
       if (loaded.ok()) {
         pins = std::make_unique<PinTable>(std::move(loaded).value());
+        if (const std::vector<std::string> risky = pins->NondeterministicChoices();
+            !risky.empty()) {
+          std::string listed;
+          for (const std::string& text : risky) listed += (listed.empty() ? "" : ", ") + text;
+          const std::string why =
+              "the reference " + pin_path + " ran nondeterministic algorithms (" + listed +
+              "): pinned, they are chosen again but their results can still differ between "
+              "runs; record the reference with deterministic algorithms "
+              "(torch.backends.cudnn.deterministic=True, or ndtrace record --deterministic)";
+          header.notes.push_back(why);
+          Log(why);
+        }
       } else {
         const std::string why = "cannot pin choices from " + pin_path + ": " +
                                 loaded.status().message() + "; the program's own choices stand";

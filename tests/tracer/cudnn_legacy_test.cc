@@ -414,6 +414,27 @@ TEST_CASE("the deterministic policy ranks Find results by cuDNN's heuristic so t
   CHECK(outputs.size() == 1);
 }
 
+TEST_CASE("pinning a reference that ran a nondeterministic algorithm says its results can still "
+          "differ",
+          "[tracer][cudnn]") {
+  ndt::testing::TempDir dir;
+  const std::string reference = (dir / "ref.ndt").string();
+  REQUIRE(RecordConv(reference, "").status == 0);  // backward filter: ALGO_0, nondeterministic
+  const RunResult pinned =
+      RecordConv((dir / "pinned.ndt").string(), "", "--pin '" + reference + "'");
+  INFO(pinned.err);
+  CHECK(pinned.status == 0);
+  CHECK(Count(pinned.err, "ran nondeterministic algorithms (cudnn "
+                          "CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0)") == 1);
+  // A reference recorded under --deterministic pins deterministic algorithms: nothing to say.
+  const std::string deterministic = (dir / "det.ndt").string();
+  REQUIRE(RecordConv(deterministic, "", "--deterministic").status == 0);
+  const RunResult quiet =
+      RecordConv((dir / "quiet.ndt").string(), "", "--pin '" + deterministic + "'");
+  CHECK(quiet.status == 0);
+  CHECK(quiet.err.find("nondeterministic algorithms") == std::string::npos);
+}
+
 TEST_CASE("a cuDNN choice that cannot be applied is said once and the program completes",
           "[tracer][cudnn]") {
   ndt::testing::TempDir dir;
