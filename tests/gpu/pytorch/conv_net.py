@@ -4,7 +4,12 @@ checksum of the trained weights. For ndtrace's policies: `ndtrace run --pin TRAC
 two runs bitwise identical at benchmark speed, `ndtrace run --deterministic` should make them
 identical, both measured against PyTorch's own --deterministic.
 
-    python3 conv_net.py [--deterministic] [--steps N] [--batch B]
+    python3 conv_net.py [--deterministic | --cudnn-deterministic] [--steps N] [--batch B]
+
+--cudnn-deterministic sets torch.backends.cudnn.deterministic = True and keeps benchmark on:
+cuDNN then times deterministic algorithms only, and a reference recorded so is one that
+`ndtrace run --pin` can reproduce bitwise (a pinned nondeterministic algorithm is chosen
+again, but its result still varies).
 """
 import statistics
 import time
@@ -37,8 +42,11 @@ def main():
     parser = make_parser(__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
     parser.add_argument("--batch", type=int, default=128, help="batch size (default 128)")
+    parser.add_argument("--cudnn-deterministic", action="store_true",
+                        help="torch.backends.cudnn.deterministic = True, benchmark still on")
     args = setup(parser.parse_args())
     torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.deterministic = args.cudnn_deterministic
     model = ConvNet().cuda()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     images = torch.randn(args.batch, 3, 32, 32, device="cuda")
