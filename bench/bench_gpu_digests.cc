@@ -12,7 +12,6 @@
 // Usage: bench_gpu_digests [CALLS [BYTES]]   (default 4000 calls, 4 KiB)
 //        bench_gpu_digests --child CALLS BYTES (internal: the measured process)
 #include <cuda.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -33,12 +32,7 @@ using ndt::bench::ResolveDriver;
 // (each followed by nothing: the program never synchronises until the end), then one context
 // synchronisation; prints "device name", then "median_ns p99_ns total_ns".
 int Child(long calls, long bytes) {
-  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (driver == nullptr) {
-    std::fprintf(stderr, "error: %s\n", dlerror());
-    return 3;
-  }
-  void* gpa = dlsym(driver, "cuGetProcAddress_v2");
+  void* gpa = ndt::bench::DriverProcAddress();
   auto init = ResolveDriver<CUresult (*)(unsigned)>(gpa, "cuInit");
   auto device_get = ResolveDriver<CUresult (*)(CUdevice*, int)>(gpa, "cuDeviceGet");
   auto device_name = ResolveDriver<CUresult (*)(char*, int, CUdevice)>(gpa, "cuDeviceGetName");

@@ -9,7 +9,6 @@
 // Usage: bench_hooks [CALLS]        (default 200000)
 //        bench_hooks --child CALLS  (internal: the measured process)
 #include <cuda.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -29,12 +28,7 @@ using ndt::bench::ResolveDriver;
 // Reaches the driver the way cudart does (dlopen + cuGetProcAddress_v2), times `calls`
 // memsets one by one and prints "median_ns p99_ns".
 int Child(long calls) {
-  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (driver == nullptr) {
-    std::fprintf(stderr, "error: %s\n", dlerror());
-    return 3;
-  }
-  void* gpa = dlsym(driver, "cuGetProcAddress_v2");
+  void* gpa = ndt::bench::DriverProcAddress();
   auto init = ResolveDriver<CUresult (*)(unsigned)>(gpa, "cuInit");
   auto device_get = ResolveDriver<CUresult (*)(CUdevice*, int)>(gpa, "cuDeviceGet");
   auto retain = ResolveDriver<CUresult (*)(CUcontext*, CUdevice)>(gpa, "cuDevicePrimaryCtxRetain");

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cuda.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -31,6 +32,17 @@ inline std::string TracerPath() {
 inline std::string LibraryPath() {
   const char* path = std::getenv("NDTRACE_BENCH_LIBRARY_PATH");
   return path != nullptr ? path : NDT_STANDIN_DIR;
+}
+
+// The driver's cuGetProcAddress_v2, from libcuda.so.1 opened as cudart opens it. Exits
+// (status 3) when there is no driver to open.
+inline void* DriverProcAddress() {
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (driver == nullptr) {
+    std::fprintf(stderr, "error: %s\n", dlerror());
+    std::exit(3);
+  }
+  return dlsym(driver, "cuGetProcAddress_v2");
 }
 
 // The driver function `name`, through the driver's cuGetProcAddress_v2 as cudart reaches it.
