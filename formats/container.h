@@ -13,7 +13,7 @@
 
 namespace ndt::format {
 
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;
 
 enum class ChunkKind : uint8_t { kHeader = 1, kRecords = 2, kBlob = 3, kIndex = 4 };
 const char* ChunkKindName(ChunkKind kind);

@@ -109,6 +109,7 @@ void WriteBufferDigest(const BufferDigest& d, wire::BufferDigest::Builder b) {
   b.setDigestHi(d.digest.hi);
   b.setDtype(ToWire<wire::DType>(d.dtype));
   if (d.summary != NumericSummary{}) WriteSummary(d.summary, b.initSummary());
+  b.setSuballocated(d.suballocated);
 }
 
 template <typename ListBuilder>
@@ -421,6 +422,7 @@ void ReadBufferDigestInto(wire::BufferDigest::Reader r, BufferDigest* d) {
   auto s = r.getSummary();
   d->summary = NumericSummary{s.getCount(), s.getMin(),      s.getMax(),
                               s.getSum(),   s.getNanCount(), s.getInfCount()};
+  d->suballocated = r.getSuballocated();
 }
 
 template <typename ListReader>

@@ -1,9 +1,39 @@
 #include "formats/records.h"
 
+#include <cstdio>
 #include <iterator>
 #include <variant>
 
 namespace ndt::format {
+
+std::string ThreadLabel(uint32_t thread_id) {
+  char buffer[24];
+  if ((thread_id & 0x80000000u) != 0) {
+    std::snprintf(buffer, sizeof(buffer), "#%08x", thread_id & 0x7fffffffu);
+    return buffer;
+  }
+  if ((thread_id & 0x40000000u) != 0) return "?" + std::to_string(thread_id & 0x3fffffffu);
+  if (thread_id == 0) return "0";
+  std::string label;
+  for (uint32_t rest = thread_id; rest != 0; rest >>= 8) {
+    if (!label.empty()) label += '.';
+    label += std::to_string(rest & 0xffu);
+  }
+  return label;
+}
+
+std::string StreamLabel(uint32_t stream_id) {
+  if ((stream_id & 0x80000000u) != 0) {
+    char buffer[24];
+    std::snprintf(buffer, sizeof(buffer), "#%08x", stream_id & 0x7fffffffu);
+    return buffer;
+  }
+  if ((stream_id & 0x40000000u) != 0) return ThreadLabel(stream_id & 0x3fffffffu) + ":default";
+  if (stream_id >= 0x01000000u && stream_id < 0x02000000u) {
+    return ThreadLabel((stream_id >> 8) & 0xffffu) + ":" + std::to_string(stream_id & 0xffu);
+  }
+  return std::to_string(stream_id);
+}
 
 const char* OpKindName(OpKind kind) {
   switch (kind) {

@@ -186,6 +186,7 @@ struct BufferDigest {
   Digest digest;
   DType dtype = DType::kUnknown;
   NumericSummary summary;
+  bool suballocated = false;
   bool operator==(const BufferDigest&) const = default;
 };
 
@@ -282,6 +283,14 @@ using Record = std::variant<OpRecord, AllocationRecord, ModuleLoadRecord, NvtxRa
 
 // Short lower-case names used by show/stats/JSON ("kernelLaunch" -> "kernel_launch").
 const char* OpKindName(OpKind kind);
+
+// Readable forms of the lineage-based ids (formats/README.md, "Identities"): a thread as its
+// lineage path ("0" the main thread, "2" its second thread, "2.1" that one's first, "#1a2b3c4d"
+// a hashed path, "?3" a thread first seen without its creation); a stream as "0" (the legacy
+// default stream), "3" (the main thread's third), "2.1:1" (thread 2.1's first), "2.1:default"
+// (its per-thread default stream) or "#..." (hashed).
+std::string ThreadLabel(uint32_t thread_id);
+std::string StreamLabel(uint32_t stream_id);
 const char* DTypeName(DType dtype);
 // The DType DTypeName gives `name` ("f32", "bf16"...); nullopt for any other text, "unknown"
 // included.

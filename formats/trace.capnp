@@ -193,7 +193,7 @@ enum DType {
 
 # Digest of a buffer an op read or wrote, over exactly the bytes named.
 struct BufferDigest {
-  # Next ordinal: @7
+  # Next ordinal: @8
   role @0 :Text;                   # which operand: "x", "w", "dy", "C", "sendbuff", ...
   pointer @1 :DevicePointer;       # start of the extent
   bytes @2 :UInt64;                # extent length in bytes
@@ -201,6 +201,10 @@ struct BufferDigest {
   digestHi @4 :UInt64;             # digest v1 lane 1
   dtype @5 :DType;                 # element type when known
   summary @6 :NumericSummary;      # optional; count = 0 when absent
+  suballocated @7 :Bool;           # the extent is a whole allocation into which pointers at
+                                   # other offsets were seen (a caching allocator's segment):
+                                   # it may hold stale bytes no op reads, placed differently
+                                   # in another run, so a difference alone is no divergence
 }
 
 # Numeric summary of a floating-point extent (for the size of a divergence).

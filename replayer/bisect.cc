@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -10,6 +11,7 @@
 #include <variant>
 
 #include "formats/trace_reader.h"
+#include "replayer/op_compare.h"
 #include "replayer/op_replay.h"
 
 namespace ndt::replay {
@@ -27,6 +29,9 @@ StatusOr<uint64_t> CountOps(const std::string& path) {
 }
 
 std::string Settings(const BisectRun& run) {
+  if (run.capture.rfind("kernel:", 0) == 0) {
+    return "the suspect kernel's launches captured for standalone replay";
+  }
   if (!run.capture.empty()) return "op " + run.capture + " captured for standalone replay";
   if (!run.digest_window.empty()) return "per-op digests of ops " + run.digest_window;
   if (run.digest_every != 0) return fmt::format("a state digest every {} ops", run.digest_every);
@@ -81,6 +86,209 @@ std::string Confirm(const BisectOptions& options, const Divergence& d, const std
       sequence, runs.runs);
 }
 
+// `name` as an fnmatch pattern matching exactly it, in the tracer's NDTRACE_CAPTURE list (whose
+// tokens are separated by commas: a comma matches as `?`).
+std::string ExactGlob(const std::string& name) {
+  std::string glob;
+  for (const char c : name) {
+    if (c == '*' || c == '?' || c == '[' || c == '\\') {
+      glob += std::string("[") + c + "]";
+    } else {
+      glob += c == ',' ? '?' : c;
+    }
+  }
+  return glob;
+}
+
+// The op at `where`'s place in its lane (thread, stream, position among the lane's ops other
+// than lifecycle ops, as diff aligns them) in the trace `reader` reads.
+std::optional<format::OpRecord> FindInLane(format::TraceReader& reader, const OpLocation& where) {
+  uint64_t index = 0;
+  format::Record record;
+  while (reader.Next(&record)) {
+    auto* op = std::get_if<format::OpRecord>(&record);
+    if (op == nullptr || IsLifecycleOp(*op) || op->thread_id != where.thread_id ||
+        op->stream_id != where.stream_id) {
+      continue;
+    }
+    if (index++ == where.lane_index) return std::move(*op);
+  }
+  return std::nullopt;
+}
+
+// Step 1 of Narrow (bisect.h): records the program with the suspect kernel's launches captured
+// and replays the one at the suspect's place alone. Returns the divergence that names it when
+// its outputs vary; nullopt (with a step line) otherwise.
+std::optional<Divergence> ConfirmSuspect(const BisectOptions& options, const Divergence& found,
+                                         const RunWith& run, std::vector<std::string>* steps) {
+  const OpLocation& suspect = *found.root;
+  BisectRun settings;
+  settings.capture = "kernel:" + ExactGlob(suspect.name);
+  StatusOr<std::string> trace = run(settings);
+  if (!trace.ok()) {
+    steps->push_back("suspect op " + std::to_string(suspect.sequence) +
+                     " not replayed: the capture run failed: " + trace.status().message());
+    return std::nullopt;
+  }
+  StatusOr<std::unique_ptr<format::TraceReader>> reader = format::TraceReader::Open(*trace);
+  if (!reader.ok()) {
+    steps->push_back("suspect not replayed: " + reader.status().message());
+    return std::nullopt;
+  }
+  const std::optional<format::OpRecord> captured = FindInLane(**reader, suspect);
+  if (!captured || captured->name != suspect.name) {
+    steps->push_back(fmt::format(
+        "suspect op {} not replayed: the capture run has {} at its place (thread {}, stream {}, "
+        "op #{} there)",
+        suspect.sequence, captured ? captured->name : std::string("no op"), suspect.thread_id,
+        suspect.stream_id, suspect.lane_index));
+    return std::nullopt;
+  }
+  if (Status status = CheckCaptured(*captured); !status.ok()) {
+    steps->push_back(
+        fmt::format("suspect op {} not replayed: {}", suspect.sequence, status.message()));
+    return std::nullopt;
+  }
+  OpReplayOptions replay;
+  replay.repeat = std::max(options.confirm_runs, 2);
+  StatusOr<OpReplayReport> replayed = ReplayOp(**reader, *captured, replay);
+  if (!replayed.ok()) {
+    steps->push_back(fmt::format("suspect op {} not replayed: {}", suspect.sequence,
+                                 replayed.status().message()));
+    return std::nullopt;
+  }
+  const AlgorithmRuns& runs = replayed->algorithms.front();
+  if (runs.distinct_outputs <= 1) {
+    steps->push_back(fmt::format(
+        "suspect op {} gave identical outputs in {} runs when replayed alone from its captured "
+        "inputs (it may race with other work, e.g. on another stream)",
+        suspect.sequence, runs.runs));
+    return std::nullopt;
+  }
+  steps->push_back(
+      fmt::format("suspect op {} varies when replayed alone ({} distinct outputs in "
+                  "{} runs from the same captured inputs)",
+                  suspect.sequence, runs.distinct_outputs, runs.runs));
+  Divergence named;
+  named.klass = DivergenceClass::kNondeterministicOp;
+  named.op = suspect;
+  named.sequence_b = suspect.sequence;
+  named.what = "the op gave different results from identical inputs";
+  named.evidence.push_back(fmt::format(
+      "replayed alone {} times from the inputs it read in a capture run: {} distinct outputs",
+      runs.runs, runs.distinct_outputs));
+  named.evidence.push_back(fmt::format("its output reached op {} ({}) already different: {}",
+                                       found.op.sequence, found.op.name, found.what));
+  format::OpRecord as_op;
+  as_op.kind = suspect.kind;
+  as_op.name = suspect.name;
+  named.hint = FindFixHint(as_op, DivergenceClass::kNondeterministicOp);
+  return named;
+}
+
+// Steps 2-5 (bisect.h) on ops begin..end, recording into `result`.
+StatusOr<BisectResult> Search(const BisectOptions& options, uint64_t begin, uint64_t end,
+                              const RunWith& run,
+                              const std::function<void(const std::string&)>& progress,
+                              BisectResult* result) {
+  const uint64_t per_window = std::max<uint64_t>(options.digests_per_window, 2);
+  while (true) {
+    const uint64_t width = end - begin + 1;
+    const bool op_level = width <= options.max_window;
+    BisectRun settings;
+    if (op_level) {
+      settings.digest_window = fmt::format("{}:{}", begin, end);
+    } else {
+      settings.digest_every = (width + per_window - 1) / per_window;
+    }
+
+    // Runs with these digests until two differ.
+    std::optional<DiffReport> diverged;
+    std::string step_first;
+    int step_runs = 0;
+    while (step_runs < options.runs_per_step) {
+      if (result->runs >= options.max_runs) break;
+      StatusOr<std::string> trace = run(settings);
+      if (!trace.ok()) return trace.status();
+      ++step_runs;
+      if (step_runs == 1) {
+        step_first = *trace;
+        continue;
+      }
+      StatusOr<DiffReport> diff = DiffTraces(step_first, *trace);
+      if (!diff.ok()) return diff.status();
+      if (diff->first_divergence || diff->first_structural || !diff->comparable()) {
+        diverged = std::move(diff).value();
+        break;
+      }
+      progress(fmt::format("run {} agrees with run {} ({}): one more run", result->runs,
+                           result->runs - step_runs + 1, Settings(settings)));
+    }
+    if (!diverged) {
+      result->stopped_because =
+          result->runs >= options.max_runs && step_runs < options.runs_per_step
+              ? fmt::format("stopped after --max-runs {} program runs", options.max_runs)
+              : fmt::format("{} runs with {} all agreed", step_runs, Settings(settings));
+      return *result;
+    }
+    result->report = diverged;
+    if (!diverged->comparable()) {
+      result->stopped_because = "the runs are not comparable (their headers differ)";
+      return *result;
+    }
+    if (!diverged->first_divergence) {
+      result->stopped_because = "the runs differ in structure, not in data";
+      return *result;
+    }
+    const Divergence& d = *diverged->first_divergence;
+    if (d.klass != DivergenceClass::kUncovered) {
+      // An op-level finding. A propagated divergence found with state digests only, whose root
+      // recorded no digest, is narrowed to the ops between its root and it.
+      if (!op_level && d.klass == DivergenceClass::kPropagated && d.window_begin &&
+          d.window_end && *d.window_end >= *d.window_begin) {
+        progress(fmt::format("ops {}..{}: op {} read data that already differed; window {}..{}",
+                             begin, end, d.op.sequence, *d.window_begin, *d.window_end));
+        result->steps.push_back(
+            fmt::format("ops {}..{} with {}: propagated to op {}, window {}..{}", begin, end,
+                        Settings(settings), d.op.sequence, *d.window_begin, *d.window_end));
+        begin = *d.window_begin;
+        end = *d.window_end;
+        continue;
+      }
+      result->steps.push_back(fmt::format("ops {}..{} with {}: op {} ({})", begin, end,
+                                          Settings(settings), d.op.sequence,
+                                          DivergenceClassName(d.klass)));
+      result->found_op = true;
+      if (options.confirm_runs > 0) {
+        result->confirmation =
+            result->runs >= options.max_runs
+                ? fmt::format("not confirmed: --max-runs {} program runs reached", options.max_runs)
+                : Confirm(options, d, step_first, run);
+        progress(result->confirmation);
+      }
+      return *result;
+    }
+    const uint64_t new_begin = d.window_begin.value_or(begin);
+    const uint64_t new_end = d.window_end.value_or(end);
+    result->steps.push_back(fmt::format("ops {}..{} with {}: first difference in ops {}..{}", begin,
+                                        end, Settings(settings), new_begin, new_end));
+    progress(result->steps.back());
+    if (op_level) {
+      result->stopped_because = fmt::format(
+          "device memory differs after ops {}..{}, but no op in it carried a differing output "
+          "digest (an op the tracer does not digest)",
+          new_begin, new_end);
+      return *result;
+    }
+    if (new_end < new_begin || new_end - new_begin + 1 >= width) {
+      result->stopped_because = "the window did not narrow";
+      return *result;
+    }
+    begin = new_begin;
+    end = new_end;
+  }
+}
+
 }  // namespace
 
 int CeilLog2(uint64_t n) {
@@ -106,104 +314,73 @@ StatusOr<BisectResult> Bisect(const BisectOptions& options, const RunProgram& ru
   if (result.ops == 0) return Status::Error("the program issued no GPU op under the tracer");
   progress(fmt::format("run 1 issued {} ops", result.ops));
 
-  uint64_t begin = 0;
-  uint64_t end = result.ops - 1;
-  const uint64_t per_window = std::max<uint64_t>(options.digests_per_window, 2);
-  while (true) {
-    const uint64_t width = end - begin + 1;
-    const bool op_level = width <= options.max_window;
-    BisectRun settings;
-    if (op_level) {
-      settings.digest_window = fmt::format("{}:{}", begin, end);
-    } else {
-      settings.digest_every = (width + per_window - 1) / per_window;
-    }
+  return Search(options, 0, result.ops - 1, run, progress, &result);
+}
 
-    // Runs with these digests until two differ.
-    std::optional<DiffReport> diverged;
-    std::string step_first;
-    int step_runs = 0;
-    while (step_runs < options.runs_per_step) {
-      if (result.runs >= options.max_runs) break;
-      StatusOr<std::string> trace = run(settings);
-      if (!trace.ok()) return trace.status();
-      ++step_runs;
-      if (step_runs == 1) {
-        step_first = *trace;
-        continue;
-      }
-      StatusOr<DiffReport> diff = DiffTraces(step_first, *trace);
-      if (!diff.ok()) return diff.status();
-      if (diff->first_divergence || diff->first_structural || !diff->comparable()) {
-        diverged = std::move(diff).value();
-        break;
-      }
-      progress(fmt::format("run {} agrees with run {} ({}): one more run",
-                           result.runs, result.runs - step_runs + 1, Settings(settings)));
+bool NamesTheOp(DivergenceClass klass) {
+  return klass != DivergenceClass::kPropagated && klass != DivergenceClass::kUncovered;
+}
+
+StatusOr<NarrowResult> Narrow(const BisectOptions& options, const DiffReport& report,
+                              const RunProgram& run_program,
+                              const std::function<void(const std::string&)>& progress) {
+  NarrowResult result;
+  result.report = report;
+  if (!report.first_divergence) return result;
+  result.named = NamesTheOp(report.first_divergence->klass);
+  if (result.named) return result;
+  const RunWith run = [&](BisectRun settings) -> StatusOr<std::string> {
+    if (result.runs >= options.max_runs) {
+      return Status::Error(fmt::format("{} narrowing runs made", options.max_runs));
     }
-    if (!diverged) {
-      result.stopped_because =
-          result.runs >= options.max_runs && step_runs < options.runs_per_step
-              ? fmt::format("stopped after --max-runs {} program runs", options.max_runs)
-              : fmt::format("{} runs with {} all agreed", step_runs, Settings(settings));
-      return result;
-    }
-    result.report = diverged;
-    if (!diverged->comparable()) {
-      result.stopped_because = "the runs are not comparable (their headers differ)";
-      return result;
-    }
-    if (!diverged->first_divergence) {
-      result.stopped_because = "the runs differ in structure, not in data";
-      return result;
-    }
-    const Divergence& d = *diverged->first_divergence;
-    if (d.klass != DivergenceClass::kUncovered) {
-      // An op-level finding. A propagated divergence found with state digests only, whose root
-      // recorded no digest, is narrowed to the ops between its root and it.
-      if (!op_level && d.klass == DivergenceClass::kPropagated && d.window_begin &&
-          d.window_end && *d.window_end >= *d.window_begin) {
-        progress(fmt::format("ops {}..{}: op {} read data that already differed; window {}..{}",
-                             begin, end, d.op.sequence, *d.window_begin, *d.window_end));
-        result.steps.push_back(fmt::format("ops {}..{} with {}: propagated to op {}, window {}..{}",
-                                           begin, end, Settings(settings), d.op.sequence,
-                                           *d.window_begin, *d.window_end));
-        begin = *d.window_begin;
-        end = *d.window_end;
-        continue;
-      }
-      result.steps.push_back(fmt::format("ops {}..{} with {}: op {} ({})", begin, end,
-                                         Settings(settings), d.op.sequence,
-                                         DivergenceClassName(d.klass)));
-      result.found_op = true;
-      if (options.confirm_runs > 0) {
-        result.confirmation =
-            result.runs >= options.max_runs
-                ? fmt::format("not confirmed: --max-runs {} program runs reached", options.max_runs)
-                : Confirm(options, d, step_first, run);
-        progress(result.confirmation);
-      }
-      return result;
-    }
-    const uint64_t new_begin = d.window_begin.value_or(begin);
-    const uint64_t new_end = d.window_end.value_or(end);
-    result.steps.push_back(fmt::format("ops {}..{} with {}: first difference in ops {}..{}", begin,
-                                       end, Settings(settings), new_begin, new_end));
+    settings.index = ++result.runs;
+    progress(fmt::format("narrowing run {}: {}", settings.index, Settings(settings)));
+    return run_program(settings);
+  };
+  const auto try_suspect = [&](const Divergence& d) {
+    if (!d.root || d.root->kind != format::OpKind::kKernelLaunch) return false;
+    std::optional<Divergence> named = ConfirmSuspect(options, d, run, &result.steps);
     progress(result.steps.back());
-    if (op_level) {
-      result.stopped_because = fmt::format(
-          "device memory differs after ops {}..{}, but no op in it carried a differing output "
-          "digest (an op the tracer does not digest)",
-          new_begin, new_end);
-      return result;
-    }
-    if (new_end < new_begin || new_end - new_begin + 1 >= width) {
-      result.stopped_because = "the window did not narrow";
-      return result;
-    }
-    begin = new_begin;
-    end = new_end;
+    if (!named) return false;
+    result.report.first_divergence = std::move(named);
+    result.named = true;
+    return true;
+  };
+  const Divergence first = *report.first_divergence;
+  if (try_suspect(first)) return result;
+  if (!first.window_begin || !first.window_end || *first.window_end < *first.window_begin) {
+    result.steps.push_back("no window of ops to digest");
+    return result;
   }
+  // Step 2: per-op digests (state digests first when the window is wide).
+  BisectResult search;
+  const RunWith counted = [&](BisectRun settings) -> StatusOr<std::string> {
+    StatusOr<std::string> trace = run(settings);
+    search.runs = result.runs;
+    return trace;
+  };
+  BisectOptions quiet = options;
+  quiet.confirm_runs = 0;
+  quiet.max_runs = options.max_runs;
+  StatusOr<BisectResult> searched =
+      Search(quiet, *first.window_begin, *first.window_end, counted, progress, &search);
+  if (!searched.ok()) {
+    result.steps.push_back("per-op digests not taken: " + searched.status().message());
+    return result;
+  }
+  for (const std::string& step : search.steps) result.steps.push_back(step);
+  if (!search.stopped_because.empty()) result.steps.push_back(search.stopped_because);
+  if (!search.report || !search.report->first_divergence) return result;
+  const Divergence& narrowed = *search.report->first_divergence;
+  if (NamesTheOp(narrowed.klass)) {
+    result.report = *search.report;
+    result.named = true;
+    return result;
+  }
+  if (narrowed.root && (!first.root || narrowed.root->sequence != first.root->sequence)) {
+    try_suspect(narrowed);
+  }
+  return result;
 }
 
 }  // namespace ndt::replay

@@ -70,6 +70,31 @@ struct BisectResult {
   std::string confirmation;
 };
 
+// What `ndtrace check` does once two runs differ but the report names no op (`propagated`:
+// the data reached an op already different, with a suspect that wrote it; `uncovered`: device
+// memory differed at a state digest), so that it ends on the op itself:
+//   1. A suspect that is a kernel launch is recorded again with its launches captured
+//      (`kernel:<its name>`), the launch at the suspect's place in its lane (thread, stream,
+//      position: the same in every run) is replayed alone `confirm_runs` times; when its
+//      outputs vary, it is the nondeterministic op (placement-proof: one run's inputs).
+//   2. Otherwise runs with per-op digests in the report's window (as bisect step 4), then 1 for
+//      a suspect that step names.
+// At most `max_runs` program runs. The result's report is the narrowed one (its first
+// divergence names the op), or the one given when nothing narrowed it; `steps` say what was
+// tried, in words.
+struct NarrowResult {
+  DiffReport report;
+  bool named = false;  // the report's first divergence names one op (not propagated/uncovered)
+  int runs = 0;
+  std::vector<std::string> steps;
+};
+StatusOr<NarrowResult> Narrow(const BisectOptions& options, const DiffReport& report,
+                              const RunProgram& run_program,
+                              const std::function<void(const std::string&)>& progress);
+
+// Whether a divergence of class `klass` names the op that caused it.
+bool NamesTheOp(DivergenceClass klass);
+
 // ceil(log2 n), 0 for n <= 1.
 int CeilLog2(uint64_t n);
 

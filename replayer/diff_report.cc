@@ -23,7 +23,8 @@ struct Style {
 
 std::string Where(const OpLocation& op) {
   return fmt::format("op {}, thread {}, stream {} (its op #{} there), {}", op.sequence,
-                     op.thread_id, op.stream_id, op.lane_index, format::OpKindName(op.kind));
+                     format::ThreadLabel(op.thread_id), format::StreamLabel(op.stream_id),
+                     op.lane_index, format::OpKindName(op.kind));
 }
 
 std::string Headline(const Divergence& d) {
@@ -126,6 +127,7 @@ std::string RenderDiffText(const DiffReport& r, bool color) {
     if (st.a) out += fmt::format("  --> run A: {}: {}\n", Where(*st.a), st.a->name);
     if (st.b) out += fmt::format("  --> run B: {}: {}\n", Where(*st.b), st.b->name);
   }
+  for (const auto& n : r.notes) out += s.Yellow("note") + ": " + n + "\n";
   const char* verdict = r.identical() ? "identical" : "diverged";
   out += fmt::format("{}: {} vs {}: {}\n",
                      r.identical() ? s.Green(verdict) : s.Red(verdict), r.path_a, r.path_b,
@@ -203,6 +205,7 @@ std::string RenderDiffJson(const DiffReport& r) {
                  {"divergent_ops", r.divergent_ops},
                  {"structural_differences", r.structural_differences}};
   j["warnings"] = r.warnings;
+  j["notes"] = r.notes;
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

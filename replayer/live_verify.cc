@@ -199,6 +199,7 @@ bool LiveVerifier::PullReference() {
     return false;
   }
   if (auto* op = std::get_if<OpRecord>(&record)) {
+    if (IsLifecycleOp(*op)) return true;
     const uint64_t key = LaneKey(*op);
     lanes_[key].reference.push_back(std::move(*op));
   } else if (auto* state = std::get_if<format::StateDigestRecord>(&record)) {
@@ -208,6 +209,7 @@ bool LiveVerifier::PullReference() {
 }
 
 void LiveVerifier::TakeNewOp(OpRecord&& op) {
+  if (IsLifecycleOp(op)) return;
   Lane& lane = lanes_[LaneKey(op)];
   ++lane.new_count;
   lane.pending.push_back(std::move(op));

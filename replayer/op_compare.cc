@@ -101,12 +101,16 @@ std::vector<std::string_view> Parameters(std::string_view name) {
 
 bool SameArgument(const format::Argument& a, const format::Argument& b) {
   if (a.name != b.name || a.value.index() != b.value.index()) return false;
-  if (const auto* p = std::get_if<format::DevicePointer>(&a.value)) {
-    const auto& q = std::get<format::DevicePointer>(b.value);
-    if (p->allocation_id == 0 && q.allocation_id == 0) return true;  // unknown: not comparable
-    return p->allocation_id == q.allocation_id && p->offset == q.offset;
-  }
+  if (std::holds_alternative<format::DevicePointer>(a.value)) return true;
+  if (a.name == "event") return true;
   return a.value == b.value;
+}
+
+bool IsLifecycleOp(const format::OpRecord& op) {
+  if (op.kind != format::OpKind::kOther) return false;
+  const std::string_view name = op.name;
+  return name == "cuEventCreate" || name == "cuEventDestroy_v2" || name == "cuStreamCreate" ||
+         name == "cuStreamCreateWithPriority" || name == "cuStreamDestroy_v2";
 }
 
 bool IsBlobArgument(std::string_view name) { return name.rfind("blob:", 0) == 0; }
@@ -211,6 +215,17 @@ format::DType PointerParameterDType(std::string_view demangled_name, size_t inde
     if (type == known.name) return known.dtype;
   }
   return format::DType::kUnknown;
+}
+
+bool PointerParameterIsConst(std::string_view demangled_name, size_t index) {
+  const std::vector<std::string_view> parameters = Parameters(demangled_name);
+  if (index >= parameters.size()) return false;
+  const std::string_view type = parameters[index];
+  const size_t star = type.rfind('*');
+  if (star == std::string_view::npos) return false;
+  const std::string_view pointee = Trim(type.substr(0, star));
+  return pointee.rfind("const ", 0) == 0 ||
+         (pointee.size() > 6 && pointee.substr(pointee.size() - 6) == " const");
 }
 
 ExactDifference CompareBuffers(std::string_view a, std::string_view b, format::DType dtype) {

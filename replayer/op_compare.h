@@ -12,8 +12,12 @@
 
 namespace ndt::replay {
 
-// Arguments compared without raw addresses: device pointers by allocation id and offset (two
-// pointers into unknown allocations are not comparable, so they count as equal).
+// Arguments compared as behaviour, not placement. Where memory lies is placement: a caching
+// allocator hands a tensor another block, or another offset in a segment, whenever its free
+// list was filled in another order (a deterministic program's threads free blocks in varying
+// order), and a framework takes events from a pool the same way. So device pointers compare
+// equal to device pointers (their data is compared through digests), and the `event` an op
+// names is not compared; everything else by value.
 bool SameArgument(const format::Argument& a, const format::Argument& b);
 
 // Whether `name` is a capture's blob reference (`blob:in:<role>`, `blob:out:<role>`,
@@ -29,6 +33,11 @@ struct ArgumentMismatch {
 };
 std::optional<ArgumentMismatch> FirstDifferentArgument(const format::OpRecord& a,
                                                        const format::OpRecord& b);
+
+// Whether `op` only creates or destroys a stream or an event. Frameworks take both from pools
+// that whichever thread first finds empty refills, so which thread creates them varies in a
+// deterministic program; they compute nothing. Such ops are not aligned or compared.
+bool IsLifecycleOp(const format::OpRecord& op);
 
 bool SameChoice(const format::AlgorithmChoice& a, const format::AlgorithmChoice& b);
 bool SameRng(const format::RngState& a, const format::RngState& b);
@@ -48,6 +57,10 @@ std::optional<format::BlobId> CapturedBlob(const format::OpRecord& op, std::stri
 // kUnknown when the name has no parameter list or the parameter is not a pointer to a
 // built-in arithmetic type (or CUDA's/PyTorch's half types).
 format::DType PointerParameterDType(std::string_view demangled_name, size_t index);
+
+// Whether a kernel's parameter `index` is a pointer to const (`float const*`, `const float*`):
+// the kernel only reads through it. False when unknown.
+bool PointerParameterIsConst(std::string_view demangled_name, size_t index);
 
 // Where and by how much two buffers of the same op differ, element by element. Elements of an
 // unknown dtype are bytes.

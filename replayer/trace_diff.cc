@@ -17,9 +17,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <utility>
 
 #include "formats/trace_reader.h"
@@ -134,6 +136,9 @@ struct LastWriter {
   uint64_t sequence = 0;
   format::OpKind kind = format::OpKind::kOther;
   std::string name;
+  uint32_t thread_id = 0;
+  uint32_t stream_id = 0;
+  uint64_t lane_index = 0;
 };
 
 class Differ {
@@ -158,6 +163,7 @@ class Differ {
       for (const OpRecord& op : lane.b) Structural(nullptr, 0, &op, lane.next_index_b++, "only in run B");
     }
     CompareStateDigests();
+    DecideUncovered();
     AddExactDifference();
     Warnings(*a_, report_.path_a, "A");
     Warnings(*b_, report_.path_b, "B");
@@ -179,6 +185,8 @@ class Differ {
   void Take(format::Record&& record, bool run_a) {
     if (auto* op = std::get_if<OpRecord>(&record)) {
       (run_a ? report_.ops_a : report_.ops_b)++;
+      if (IsLifecycleOp(*op)) return;
+      threads_.insert(op->thread_id);
       Lane& lane = lanes_[(uint64_t{op->thread_id} << 32) | op->stream_id];
       (run_a ? lane.a : lane.b).push_back(std::move(*op));
       Match(lane);
@@ -234,7 +242,7 @@ class Differ {
 
   void Pop(Lane& lane, bool run_a) {
     if (run_a) {
-      NoteWrites(lane.a.front());
+      NoteWrites(lane.a.front(), lane.next_index_a);
       lane.a.pop_front();
       ++lane.next_index_a;
     } else {
@@ -243,18 +251,34 @@ class Differ {
     }
   }
 
-  // Remembers which op last wrote (or may have written) each allocation, in run A.
-  void NoteWrites(const OpRecord& op) {
-    for (const auto& out : op.outputs) {
-      if (out.pointer.allocation_id) {
-        last_writer_[out.pointer.allocation_id] = {op.sequence, op.kind, op.name};
+  // Remembers which ops last wrote (or may have written) each allocation, in run A: the
+  // last few per place, since lanes are compared in the order both runs' records arrive, not
+  // in op order. A kernel's pointers to const (`float const*` in its demangled name) are only
+  // read; a synchronization's outputs are host bytes.
+  void NoteWrites(const OpRecord& op, uint64_t lane_index) {
+    const LastWriter writer{op.sequence, op.kind, op.name, op.thread_id, op.stream_id, lane_index};
+    const auto remember = [&](std::deque<LastWriter>& writers) {
+      writers.push_back(writer);
+      if (writers.size() > kWritersKept) writers.pop_front();
+    };
+    const auto wrote = [&](const format::DevicePointer& p) {
+      remember(last_writer_[p.allocation_id]);
+      remember(last_writer_exact_[{p.allocation_id, p.offset}]);
+    };
+    if (op.kind != format::OpKind::kSynchronize) {
+      for (const auto& out : op.outputs) {
+        if (out.pointer.allocation_id) wrote(out.pointer);
       }
     }
     if (op.kind == format::OpKind::kKernelLaunch) {
       for (const auto& arg : op.args) {
-        if (const auto* p = std::get_if<format::DevicePointer>(&arg.value); p && p->allocation_id) {
-          last_writer_[p->allocation_id] = {op.sequence, op.kind, op.name};
+        const auto* p = std::get_if<format::DevicePointer>(&arg.value);
+        if (p == nullptr || p->allocation_id == 0) continue;
+        if (arg.name.rfind("arg", 0) == 0 &&
+            PointerParameterIsConst(op.name, std::strtoull(arg.name.c_str() + 3, nullptr, 10))) {
+          continue;
         }
+        wrote(*p);
       }
     }
   }
@@ -322,6 +346,7 @@ class Differ {
     }
     for (size_t i = 0; i < std::min(a.inputs.size(), b.inputs.size()); ++i) {
       if (a.inputs[i].digest == b.inputs[i].digest) continue;
+      if (Placement(a.inputs[i], b.inputs[i])) continue;
       d.klass = DivergenceClass::kPropagated;
       d.evidence.push_back("input " + BufferText(a.inputs[i]) + ": " + Hex(a.inputs[i].digest) +
                            " in run A, " + Hex(b.inputs[i].digest) + " in run B");
@@ -330,7 +355,7 @@ class Differ {
           (allocation == 0 || !last_writer_.count(allocation))) {
         d.what = "the host data copied to the GPU differs: the runs diverged on the CPU";
       } else {
-        PointBack(allocation, a.sequence, &d);
+        PointBack(a.inputs[i].pointer, a.sequence, &d);
       }
       AddOutputEvidence(a, b, &d);
       return Found(std::move(d), a, b);
@@ -344,7 +369,7 @@ class Differ {
                            *TextOf(b, captured.front()) + " in run B");
       const auto* base = FindArgument(a, role);  // a launch's `alloc<id>`
       const auto* allocation = base ? std::get_if<format::DevicePointer>(&base->value) : nullptr;
-      PointBack(allocation ? allocation->allocation_id : 0, a.sequence, &d);
+      PointBack(allocation ? *allocation : format::DevicePointer{}, a.sequence, &d);
       AddOutputEvidence(a, b, &d);
       return Found(std::move(d), a, b);
     }
@@ -363,12 +388,34 @@ class Differ {
       for (const auto& arg : a.args) {
         const auto* p = std::get_if<format::DevicePointer>(&arg.value);
         if (p == nullptr || p->allocation_id == 0) continue;
-        if (auto it = last_writer_.find(p->allocation_id); it != last_writer_.end()) {
+        if (const LastWriter* writer = LastWriterOf(*p, a.sequence)) {
           d.what += "; `" + arg.name + "` was last written by op " +
-                    std::to_string(it->second.sequence) + ", which recorded no output digest";
-          SetRoot(it->second, a.sequence, &d);
+                    std::to_string(writer->sequence) + ", which recorded no output digest";
+          SetRoot(*writer, a.sequence, &d);
           break;
         }
+      }
+      return Found(std::move(d), a, b);
+    }
+    // A synchronization computes nothing: its outputs are the host bytes of the asynchronous
+    // copies it completed ("dst of op N"), whose device source already differed.
+    if (a.kind == format::OpKind::kSynchronize && AddOutputEvidence(a, b, &d)) {
+      d.klass = DivergenceClass::kPropagated;
+      d.what = "the data an asynchronous copy brought to the host already differed on the device";
+      // The last copy that differs: host bytes are read when the synchronization returns, so
+      // a later copy into the same host memory shows in an earlier one's digest too.
+      for (size_t i = std::min(a.outputs.size(), b.outputs.size()); i-- > 0;) {
+        if (a.outputs[i].digest == b.outputs[i].digest) continue;
+        const std::string& role = a.outputs[i].role;
+        d.what = "the data copied to the host by " +
+                 (role.rfind("dst of ", 0) == 0 ? role.substr(7) : role) +
+                 " (completed here) already differed on the device";
+        if (const LastWriter* writer = LastWriterOf(a.outputs[i].pointer, a.sequence)) {
+          d.what += "; its source was last written by op " + std::to_string(writer->sequence) +
+                    ", which recorded no output digest";
+          SetRoot(*writer, a.sequence, &d);
+        }
+        break;
       }
       return Found(std::move(d), a, b);
     }
@@ -387,22 +434,53 @@ class Differ {
   }
 
   static void SetRoot(const LastWriter& writer, uint64_t sequence, Divergence* d) {
-    d->root = OpLocation{writer.sequence, 0, 0, 0, writer.kind, writer.name};
+    d->root = OpLocation{writer.sequence,   writer.thread_id, writer.stream_id,
+                         writer.lane_index, writer.kind,      writer.name};
     d->window_begin = writer.sequence;
     d->window_end = sequence;
   }
 
-  // The inputs of op `sequence` in `allocation` already differ: names the op that last wrote
+  // The op that last wrote at `pointer` before op `before` in run A: the last to write exactly
+  // there (a tensor of a caching allocator's segment starts where an op's pointer points), else
+  // the last to write anywhere in its allocation; null when none did.
+  const LastWriter* LastWriterOf(const format::DevicePointer& pointer, uint64_t before) const {
+    if (pointer.allocation_id == 0) return nullptr;
+    const auto latest = [before](const std::deque<LastWriter>& writers) {
+      const LastWriter* found = nullptr;
+      for (const LastWriter& writer : writers) {
+        if (writer.sequence < before && (!found || writer.sequence > found->sequence)) {
+          found = &writer;
+        }
+      }
+      return found;
+    };
+    if (auto it = last_writer_exact_.find({pointer.allocation_id, pointer.offset});
+        it != last_writer_exact_.end()) {
+      if (const LastWriter* writer = latest(it->second)) return writer;
+    }
+    const auto it = last_writer_.find(pointer.allocation_id);
+    return it == last_writer_.end() ? nullptr : latest(it->second);
+  }
+
+  // The inputs of op `sequence` at `pointer` already differ: names the op that last wrote
   // them as the root, when the trace has one.
-  void PointBack(uint64_t allocation, uint64_t sequence, Divergence* d) const {
-    const auto writer = last_writer_.find(allocation);
-    if (writer == last_writer_.end()) {
+  void PointBack(const format::DevicePointer& pointer, uint64_t sequence, Divergence* d) const {
+    const LastWriter* writer = LastWriterOf(pointer, sequence);
+    if (writer == nullptr) {
       d->what = "the op's inputs already differ, and no earlier op in the trace wrote them";
       return;
     }
     d->what = "the op's inputs already differ; they were last written by op " +
-              std::to_string(writer->second.sequence) + ", which recorded no output digest";
-    SetRoot(writer->second, sequence, d);
+              std::to_string(writer->sequence) + ", which recorded no output digest";
+    SetRoot(*writer, sequence, d);
+  }
+
+  // Whole-allocation digests of sub-allocated memory: a difference may be placement (another
+  // block order, stale bytes no op reads), never evidence of a divergence on its own.
+  bool Placement(const format::BufferDigest& x, const format::BufferDigest& y) {
+    if (!x.suballocated && !y.suballocated) return false;
+    ++placement_differences_;
+    return true;
   }
 
   // Adds one evidence line per differing output and the size of the first numeric one;
@@ -412,7 +490,7 @@ class Differ {
     for (size_t i = 0; i < std::min(a.outputs.size(), b.outputs.size()); ++i) {
       const auto& x = a.outputs[i];
       const auto& y = b.outputs[i];
-      if (x.digest == y.digest) continue;
+      if (x.digest == y.digest || Placement(x, y)) continue;
       differs = true;
       d->evidence.push_back("output " + BufferText(x) + ": " + Hex(x.digest) + " in run A, " +
                             Hex(y.digest) + " in run B");
@@ -487,7 +565,11 @@ class Differ {
     return found;
   }
 
-  // Compares state digests present in both runs, in order.
+  // Compares state digests present in both runs, in order. Allocations marked sub-allocated
+  // are left out (Placement). A differing digest becomes an `uncovered` divergence at the end
+  // (DecideUncovered): one taken while the program ran counts only when a single thread issued
+  // ops, since with several the op count at which it was taken does not say how far each
+  // thread had got.
   void CompareStateDigests() {
     while (!states_a_.empty() && !states_b_.empty()) {
       const auto& x = states_a_.front();
@@ -497,9 +579,15 @@ class Differ {
       std::vector<std::string> differing;
       for (const auto& d : x.allocations) {
         auto it = in_b.find(d.pointer.allocation_id);
-        if (it != in_b.end() && !(it->second->digest == d.digest)) differing.push_back(BufferText(d));
+        if (it != in_b.end() && !(it->second->digest == d.digest) && !Placement(d, *it->second)) {
+          differing.push_back(BufferText(d));
+        }
       }
-      if (!differing.empty() || x.after_op != y.after_op) {
+      // At exit every op has been issued: how many is the ops' business (structure), not
+      // the digest's.
+      const bool at_exit = x.reason == "exit" && y.reason == "exit";
+      const bool moved = x.after_op != y.after_op && !at_exit;
+      if (!differing.empty() || moved) {
         Divergence d;
         d.klass = DivergenceClass::kUncovered;
         d.op.sequence = x.after_op;
@@ -514,18 +602,42 @@ class Differ {
           d.evidence.push_back("taken after op " + std::to_string(x.after_op) + " in run A, " +
                                std::to_string(y.after_op) + " in run B");
         }
-        ++report_.divergent_ops;
-        if (!report_.first_divergence || x.after_op < divergence_key_) {
-          divergence_key_ = x.after_op;
-          first_op_.reset();
-          first_op_b_.reset();
-          report_.first_divergence = std::move(d);
-        }
-      } else if (!report_.first_divergence) {
+        uncovered_.emplace_back(std::move(d), at_exit);
+      } else if (uncovered_.empty()) {
         last_equal_state_ = x.after_op;
       }
       states_a_.pop_front();
       states_b_.pop_front();
+    }
+  }
+
+  void DecideUncovered() {
+    uint64_t mid_run = 0;
+    for (auto& [d, at_exit] : uncovered_) {
+      if (!at_exit && threads_.size() > 1) {
+        ++mid_run;
+        continue;
+      }
+      ++report_.divergent_ops;
+      if (!report_.first_divergence || d.op.sequence < divergence_key_) {
+        divergence_key_ = d.op.sequence;
+        first_op_.reset();
+        first_op_b_.reset();
+        report_.first_divergence = std::move(d);
+      }
+    }
+    if (mid_run != 0) {
+      report_.notes.push_back(std::to_string(mid_run) +
+                              " state digest(s) taken while the program ran differ; not compared: "
+                              "several threads issued ops, and how far each had got at that op "
+                              "count varies from run to run");
+    }
+    if (placement_differences_ != 0) {
+      report_.notes.push_back(
+          std::to_string(placement_differences_) +
+          " digest(s) of whole sub-allocated allocations (caching-allocator segments) differ; "
+          "not counted: where tensors lie in a segment, and the stale bytes between them, may "
+          "differ in a deterministic program");
     }
   }
 
@@ -588,7 +700,13 @@ class Differ {
   std::deque<format::StateDigestRecord> states_a_;
   std::deque<format::StateDigestRecord> states_b_;
   std::optional<uint64_t> last_equal_state_;
-  std::map<uint64_t, LastWriter> last_writer_;
+  static constexpr size_t kWritersKept = 8;
+  std::map<uint64_t, std::deque<LastWriter>> last_writer_;  // by allocation id
+  std::map<std::pair<uint64_t, uint64_t>, std::deque<LastWriter>> last_writer_exact_;
+  uint64_t placement_differences_ = 0;
+  std::set<uint32_t> threads_;  // thread ids seen in either run
+  // Differing state digests taken while the program ran, decided at the end (below).
+  std::vector<std::pair<Divergence, bool>> uncovered_;  // (divergence, taken at exit)
   uint64_t divergence_key_ = 0;
   uint64_t structural_key_ = 0;
   std::unique_ptr<OpRecord> first_op_;    // the first divergent op of run A, for its hint

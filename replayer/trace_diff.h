@@ -72,7 +72,6 @@ struct Divergence {
   std::string what;                // one sentence: what differs
   std::vector<std::string> evidence;
   std::optional<OpLocation> root;            // kPropagated: the op that last wrote the input
-                                             // (lane_index unknown: 0)
   std::optional<uint64_t> window_begin;      // kUncovered / kPropagated: ops to bisect
   std::optional<uint64_t> window_end;
   std::optional<DivergenceSize> size;
@@ -92,6 +91,7 @@ struct DiffReport {
   uint64_t ops_b = 0;
   uint64_t ops_compared = 0;       // aligned pairs
   std::vector<std::string> warnings;  // damage, incomplete traces, dropped records
+  std::vector<std::string> notes;     // differences that are not divergences, and why
 
   bool comparable() const;  // no blocking header difference
   bool identical() const;   // comparable, no divergence, no structural difference

@@ -11,7 +11,7 @@ namespace ndt::tools {
 
 const char* const kExitCodesHelp =
     "Exit status: 0 ok; 1 a finding (divergence); 2 usage error, unreadable or damaged\n"
-    "input; 3 internal error.";
+    "input; 3 internal error; 4 (check) the program failed in every run.";
 
 void PrintError(std::string_view message) {
   std::fflush(stdout);  // keep what was printed before the error in front of it

@@ -26,6 +26,7 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFinding = 1;   // a divergence was found (reserved)
 inline constexpr int kExitUsage = 2;     // usage error, unreadable input, damaged trace
 inline constexpr int kExitInternal = 3;  // a bug in ndtrace
+inline constexpr int kExitProgramFailed = 4;  // check: the program failed in every run
 
 // The --help footer that lists the exit codes.
 extern const char* const kExitCodesHelp;

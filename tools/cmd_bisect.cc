@@ -63,29 +63,7 @@ int RunBisect(const BisectCommandOptions& options) {
   }
 
   const replay::RunProgram run_program =
-      [&](const replay::BisectRun& run) -> StatusOr<std::string> {
-    for (const char* name : {"NDTRACE_DIGEST_EVERY", "NDTRACE_DIGEST_SYNC", "NDTRACE_DIGEST_WINDOW",
-                             "NDTRACE_DIGEST_EXIT", "NDTRACE_CAPTURE"}) {
-      unsetenv(name);
-    }
-    if (!run.capture.empty()) setenv("NDTRACE_CAPTURE", run.capture.c_str(), 1);
-    DigestOptions digests;
-    digests.every = run.digest_every;
-    digests.window = run.digest_window;
-    if (!ApplyDigestOptions("bisect", digests)) {
-      return Status::Error("bisect: invalid digest window " + run.digest_window);
-    }
-    const std::string trace = (directory / fmt::format("run-{}.ndt", run.index)).string();
-    const std::string log = (directory / fmt::format("run-{}.log", run.index)).string();
-    std::filesystem::remove(trace, error);
-    StatusOr<TracedRun> traced = RunTraced("bisect", options.command, trace, log);
-    if (!traced.ok()) return traced.status();
-    if (!std::filesystem::exists(trace, error)) {
-      return Status::Error(fmt::format("bisect: run {} left no trace (exit status {}; output in {})",
-                                       run.index, traced->exit_code, log));
-    }
-    return trace;
-  };
+      MakeRunProgram("bisect", options.command, directory.string(), "run");
   replay::BisectOptions bisect;
   bisect.runs_per_step = options.runs;
   bisect.max_runs = options.max_runs;

@@ -6,14 +6,19 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "formats/trace_reader.h"
+#include "replayer/bisect.h"
 #include "replayer/diff_report.h"
 #include "replayer/run_set.h"
 #include "replayer/trace_diff.h"
@@ -26,7 +31,8 @@ namespace ndt::tools {
 namespace {
 
 struct CheckOptions {
-  int runs = 2;
+  int runs = 6;
+  int narrow_runs = 8;
   std::string directory;
   DigestOptions digests;
   PolicyOptions policy;
@@ -45,24 +51,52 @@ std::string CommandText(const std::vector<std::string>& command) {
   return text;
 }
 
-// The ops of every process of the run whose main trace path is `trace`.
-StatusOr<TraceSummary> SummarizeRun(const std::string& trace) {
-  StatusOr<std::vector<replay::ProcessTrace>> processes = replay::FindProcessTraces(trace);
-  if (!processes.ok()) return processes.status();
-  TraceSummary total;
-  total.processes = 0;
-  for (const replay::ProcessTrace& process : *processes) {
-    StatusOr<TraceSummary> summary = SummarizeTrace(process.path);
-    if (!summary.ok()) return summary.status();
-    total.ops += summary->ops;
-    total.records += summary->records;
-    total.bytes += summary->bytes;
-    ++total.processes;
+// "exit status 1", "killed by signal 11 (SIGSEGV)".
+std::string ExitText(int exit_code) {
+  if (exit_code > 128 && exit_code < 128 + 65) {
+    const char* name = sigabbrev_np(exit_code - 128);
+    return fmt::format("killed by signal {}{}", exit_code - 128,
+                       name != nullptr ? fmt::format(" (SIG{})", name) : std::string());
   }
-  return total;
+  return fmt::format("exit status {}", exit_code);
 }
 
-// One line naming the first divergence, for the verdict.
+// What one run did, as the verdict needs it.
+struct RunFacts {
+  std::string trace;
+  int exit_code = 0;
+  uint64_t ops = 0;
+  uint64_t failed_calls = 0;      // ops whose call returned an error, in every process
+  std::string first_failed_call;  // "op N NAME returned S"
+};
+
+// The ops and failed calls of every process of the run whose main trace path is `trace`.
+StatusOr<RunFacts> ReadRunFacts(const std::string& trace, uint64_t* processes) {
+  StatusOr<std::vector<replay::ProcessTrace>> found = replay::FindProcessTraces(trace);
+  if (!found.ok()) return found.status();
+  RunFacts facts;
+  facts.trace = trace;
+  *processes = 0;
+  for (const replay::ProcessTrace& process : *found) {
+    StatusOr<std::unique_ptr<format::TraceReader>> reader = format::TraceReader::Open(process.path);
+    if (!reader.ok()) return reader.status();
+    ++*processes;
+    format::Record record;
+    while ((*reader)->Next(&record)) {
+      const auto* op = std::get_if<format::OpRecord>(&record);
+      if (op == nullptr) continue;
+      ++facts.ops;
+      if (op->status == 0) continue;
+      if (facts.failed_calls++ == 0) {
+        facts.first_failed_call =
+            fmt::format("op {} {} returned {}", op->sequence, op->name, op->status);
+      }
+    }
+  }
+  return facts;
+}
+
+// One line naming the first divergence, for the verdict: the same facts the report shows.
 std::string DivergenceLine(const replay::DiffReport& report) {
   if (!report.first_divergence) {
     if (report.first_structural) return "the runs differ in structure: " + report.first_structural->what;
@@ -76,7 +110,17 @@ std::string DivergenceLine(const replay::DiffReport& report) {
     line += "; " + d.op.name;
   }
   if (d.hint && d.hint->framework_op.rfind('(', 0) != 0) line += "; " + d.hint->framework_op;
+  if (std::find(d.evidence.begin(), d.evidence.end(), "outputs identical in both runs") !=
+      d.evidence.end()) {
+    line += "; its outputs were identical in both runs this time";
+  }
   return line + ")";
+}
+
+// The smallest share of runs a divergence must show in to be seen, with 95 % confidence, by
+// `runs` runs that all agreed (each later run compared with the first).
+double DetectableShare(int runs) {
+  return 1.0 - std::pow(0.05, 1.0 / std::max(runs - 1, 1));
 }
 
 int RunCheck(const CheckOptions& options) {
@@ -86,6 +130,11 @@ int RunCheck(const CheckOptions& options) {
   }
   if (options.runs < 2 || options.runs > 100) {
     PrintError(fmt::format("check: -n must be between 2 and 100 (got {})", options.runs));
+    return kExitUsage;
+  }
+  if (options.narrow_runs < 0 || options.narrow_runs > 100) {
+    PrintError(fmt::format("check: --narrow-runs must be between 0 and 100 (got {})",
+                           options.narrow_runs));
     return kExitUsage;
   }
   if (options.progress_every < 0) {
@@ -104,13 +153,15 @@ int RunCheck(const CheckOptions& options) {
     return kExitUsage;
   }
 
+  // Runs until one differs from run 1 (in exit status or in its trace), at most options.runs.
   const std::string command = CommandText(options.command);
-  std::vector<std::string> traces;
-  std::optional<int> first_exit;
-  for (int i = 1; i <= options.runs; ++i) {
+  std::vector<RunFacts> runs;
+  std::optional<replay::RunDiff> diverged;  // the first run that differs from run 1
+  std::string exit_difference;
+  for (int i = 1; i <= options.runs && !diverged && exit_difference.empty(); ++i) {
     const std::string trace = (directory / fmt::format("run-{}.ndt", i)).string();
     const std::string log = (directory / fmt::format("run-{}.log", i)).string();
-    fmt::print(stderr, "ndtrace check: run {} of {}: {}\n", i, options.runs, command);
+    fmt::print(stderr, "ndtrace check: run {} (at most {}): {}\n", i, options.runs, command);
     std::filesystem::remove(trace, error);
     RunProgress progress;
     progress.every = std::chrono::seconds(options.progress_every);
@@ -125,39 +176,47 @@ int RunCheck(const CheckOptions& options) {
           }
         }
       }
-      fmt::print(stderr, "ndtrace check: run {} of {}: running for {} s, {}\n", i, options.runs,
-                 running.count(),
-                 !ops             ? std::string("no CUDA call yet")
-                 : processes > 1 ? fmt::format("{} ops recorded so far by {} processes", *ops,
-                                                processes)
-                                  : fmt::format("{} ops recorded so far", *ops));
+      fmt::print(stderr, "ndtrace check: run {}: running for {} s, {}\n", i, running.count(),
+                 !ops ? std::string("no CUDA call yet")
+                 : processes > 1
+                     ? fmt::format("{} ops recorded so far by {} processes", *ops, processes)
+                     : fmt::format("{} ops recorded so far", *ops));
     };
     StatusOr<TracedRun> run = RunTraced("check", options.command, trace, log, progress);
     if (!run.ok()) {
       PrintError(run.status().message());
       return kExitUsage;
     }
-    StatusOr<TraceSummary> summary = SummarizeRun(trace);
-    if (!summary.ok()) {
-      PrintError(fmt::format("check: run {} left no readable trace (exit status {}; output in "
-                             "{}): {}",
-                             i, run->exit_code, log, summary.status().message()));
+    uint64_t processes = 0;
+    StatusOr<RunFacts> facts = ReadRunFacts(trace, &processes);
+    if (!facts.ok()) {
+      PrintError(fmt::format("check: run {} left no readable trace ({}; output in {}): {}", i,
+                             ExitText(run->exit_code), log, facts.status().message()));
       return kExitUsage;
     }
-    fmt::print(stderr, "ndtrace check: run {} of {}: exit status {}, {} ops recorded{}\n", i,
-               options.runs, run->exit_code, summary->ops,
-               summary->processes > 1 ? fmt::format(" by {} processes", summary->processes)
-                                      : std::string());
-    if (first_exit && *first_exit != run->exit_code) {
-      PrintWarning(fmt::format("run {} exited with status {}, run 1 with {}", i, run->exit_code,
-                               *first_exit));
+    facts->exit_code = run->exit_code;
+    fmt::print(stderr, "ndtrace check: run {}: {}, {} ops recorded{}{}\n", i,
+               ExitText(run->exit_code), facts->ops,
+               processes > 1 ? fmt::format(" by {} processes", processes) : std::string(),
+               facts->failed_calls != 0 ? fmt::format(", {} failed CUDA calls", facts->failed_calls)
+                                        : std::string());
+    runs.push_back(*facts);
+    if (i == 1) continue;
+    if (run->exit_code != runs.front().exit_code) {
+      exit_difference = fmt::format("the program's {} in run {}, {} in run 1",
+                                    ExitText(run->exit_code), i, ExitText(runs.front().exit_code));
     }
-    if (!first_exit) first_exit = run->exit_code;
-    traces.push_back(trace);
+    StatusOr<replay::RunDiff> diff = replay::DiffRuns(runs.front().trace, trace);
+    if (!diff.ok()) {
+      PrintError(diff.status().message());
+      return kExitUsage;
+    }
+    if (!diff->identical()) diverged = std::move(diff).value();
   }
 
   // A stand-in result is never presented as a GPU result.
-  StatusOr<std::vector<replay::ProcessTrace>> first_run = replay::FindProcessTraces(traces.front());
+  StatusOr<std::vector<replay::ProcessTrace>> first_run =
+      replay::FindProcessTraces(runs.front().trace);
   if (first_run.ok()) {
     if (auto reader = format::TraceReader::Open(first_run->front().path); reader.ok()) {
       const auto& gpus = (*reader)->header().gpus;
@@ -168,42 +227,76 @@ int RunCheck(const CheckOptions& options) {
     }
   }
 
-  std::optional<replay::DiffReport> first_diverged;
-  std::string first_process;
-  int diverged_runs = 0;
-  for (size_t i = 1; i < traces.size(); ++i) {
-    StatusOr<replay::RunDiff> diff = replay::DiffRuns(traces.front(), traces[i]);
-    if (!diff.ok()) {
-      PrintError(diff.status().message());
-      return kExitUsage;
+  const RunFacts& first = runs.front();
+  const int made = static_cast<int>(runs.size());
+  if (!diverged && exit_difference.empty()) {
+    const std::string failed =
+        first.failed_calls == 0
+            ? std::string()
+            : fmt::format("; {} CUDA call(s) failed, the same in every run (first: {})",
+                          first.failed_calls, first.first_failed_call);
+    if (first.exit_code != 0) {
+      fmt::print(
+          "ndtrace check: the program failed in every run ({}): {} runs, otherwise "
+          "bitwise-identical ({} ops each){}; its output is in {}\n",
+          ExitText(first.exit_code), made, first.ops, failed, (directory / "run-1.log").string());
+      return kExitProgramFailed;
     }
-    if (diff->identical()) continue;
-    ++diverged_runs;
-    const auto* diverged = diff->first_diverged();
-    if (!first_diverged) {
-      fmt::print("{}", replay::RenderRunDiffText(*diff, ::isatty(STDOUT_FILENO)));
-      if (diverged != nullptr) {
-        first_diverged = diverged->second;
-        if (!diff->single()) first_process = diverged->first + ", ";
-      }
-    } else if (diverged != nullptr) {
-      fmt::print("run {} also diverged from run 1, at {}{}\n", i + 1,
-                 diff->single() ? "" : diverged->first + ", ", DivergenceLine(diverged->second));
-    }
-  }
-  if (diverged_runs == 0) {
-    StatusOr<TraceSummary> summary = SummarizeRun(traces.front());
-    fmt::print("ndtrace check: deterministic: {} runs gave bitwise-identical results ({} ops "
-               "each); traces in {}\n",
-               options.runs, summary.ok() ? summary->ops : 0, directory.string());
+    fmt::print(
+        "ndtrace check: deterministic: {} runs gave bitwise-identical results ({} ops "
+        "each{}); a divergence showing in at least {:.0f} % of runs would have been seen "
+        "(95 % confidence); traces in {}\n",
+        made, first.ops, failed, 100.0 * DetectableShare(made), directory.string());
     return kExitOk;
   }
-  fmt::print("ndtrace check: NOT deterministic: {} of {} runs diverged from run 1, first at {}; "
-             "traces in {}\n",
-             diverged_runs, options.runs - 1,
-             first_diverged ? first_process + DivergenceLine(*first_diverged)
-                            : std::string("a process that ran in one run only"),
-             directory.string());
+
+  std::string where;
+  if (diverged) {
+    const auto* first_process = diverged->first_diverged();
+    // Narrowing: a report that names no op yet (propagated, uncovered) is followed up with
+    // more runs until it does (replay::Narrow), for a run of one process.
+    if (diverged->single() && first_process != nullptr && first_process->second.first_divergence &&
+        !replay::NamesTheOp(first_process->second.first_divergence->klass) &&
+        options.narrow_runs > 0) {
+      fmt::print(stderr, "ndtrace check: run {} differs from run 1 at {}; narrowing it down\n",
+                 made, DivergenceLine(first_process->second));
+      replay::BisectOptions narrow;
+      narrow.max_runs = options.narrow_runs;
+      narrow.runs_per_step = 3;
+      narrow.confirm_runs = 10;
+      StatusOr<replay::NarrowResult> narrowed = replay::Narrow(
+          narrow, first_process->second,
+          MakeRunProgram("check", options.command, directory.string(), "narrow"),
+          [](const std::string& line) { fmt::print(stderr, "ndtrace check: {}\n", line); });
+      if (narrowed.ok()) {
+        diverged->processes.front().second = narrowed->report;
+        for (const std::string& step : narrowed->steps) {
+          diverged->processes.front().second.notes.push_back("narrowing: " + step);
+        }
+        if (!narrowed->named) {
+          diverged->processes.front().second.notes.push_back(fmt::format(
+              "narrowing: {} more runs did not name one op; `ndtrace bisect` searches further",
+              narrowed->runs));
+        }
+      } else {
+        PrintWarning("narrowing failed: " + narrowed.status().message());
+      }
+      first_process = diverged->first_diverged();
+    }
+    fmt::print("{}", replay::RenderRunDiffText(*diverged, ::isatty(STDOUT_FILENO)));
+    where = first_process != nullptr ? (diverged->single() ? "" : first_process->first + ", ") +
+                                           DivergenceLine(first_process->second)
+                                     : std::string("a process that ran in one run only");
+  }
+  if (!exit_difference.empty()) {
+    fmt::print("error[exit_status]: {}\n", exit_difference);
+    where = where.empty() ? exit_difference
+                          : exit_difference + "; first op-level difference at " + where;
+  }
+  fmt::print(
+      "ndtrace check: NOT deterministic: run {} differs from run 1 ({} runs made): {}; "
+      "traces in {}\n",
+      made, made, where, directory.string());
   return kExitFinding;
 }
 
@@ -212,10 +305,15 @@ int RunCheck(const CheckOptions& options) {
 Command AddCheckCommand(CLI::App& parent) {
   auto options = std::make_shared<CheckOptions>();
   CLI::App* app = parent.add_subcommand(
-      "check", "Run CMD several times under the tracer and say whether its GPU work is "
-               "bitwise reproducible; if not, name the first divergent op and why. "
-               "Exit 0 deterministic, 1 not, 2 error.");
-  app->add_option("-n,--runs", options->runs, "How many runs (default 2)");
+      "check",
+      "Run CMD several times under the tracer and say whether its GPU work is "
+      "bitwise reproducible; if not, name the first divergent op and why. "
+      "Exit 0 deterministic, 1 not, 2 error, 4 the program failed in every run.");
+  app->add_option("-n,--runs", options->runs,
+                  "At most this many runs (default 6); stops at the first that differs");
+  app->add_option("--narrow-runs", options->narrow_runs,
+                  "When the first report names no op (propagated, uncovered), at most this many "
+                  "more runs to narrow it down to one (default 8; 0: none)");
   app->add_option("-o,--output", options->directory,
                   "Directory for the traces and program logs (default ndtrace-check-<time>)");
   app->add_option("--progress-every", options->progress_every,

@@ -76,8 +76,8 @@ void AppendBuffers(const char* label, const std::vector<format::BufferDigest>& b
 
 void AppendOp(const format::OpRecord& op, const TextOptions& options, std::string* out) {
   AppendTimeColumn(op.start_ns, true, options, out);
-  Append(out, "op {:<7} t{:<2} s{:<3} {:<21}  {}", op.sequence, op.thread_id, op.stream_id,
-         format::OpKindName(op.kind), EscapeControl(op.name));
+  Append(out, "op {:<7} t{:<2} s{:<3} {:<21}  {}", op.sequence, format::ThreadLabel(op.thread_id),
+         format::StreamLabel(op.stream_id), format::OpKindName(op.kind), EscapeControl(op.name));
   if (!op.args.empty()) {
     out->append(" ");
     for (const format::Argument& argument : op.args) {
@@ -102,7 +102,7 @@ void AppendAllocation(const format::AllocationRecord& allocation, const TextOpti
          allocation.event == format::AllocationEvent::kFree ? "free" : "alloc",
          allocation.allocation_id, allocation.bytes, EscapeControl(allocation.api));
   if (!options.stable) Append(out, " at {:#x}", allocation.raw_address);
-  if (allocation.stream_id != 0) Append(out, " s{}", allocation.stream_id);
+  if (allocation.stream_id != 0) Append(out, " s{}", format::StreamLabel(allocation.stream_id));
   if (allocation.device_ordinal != 0) Append(out, " device={}", allocation.device_ordinal);
   Append(out, " (before op {})\n", allocation.before_op);
 }
@@ -118,10 +118,11 @@ void AppendNvtx(const format::NvtxRangeRecord& range, const TextOptions& options
                 std::string* out) {
   AppendTimeColumn(range.time_ns, true, options, out);
   if (range.push) {
-    Append(out, "nvtx t{} push {} (before op {})\n", range.thread_id, Quoted(range.name),
-           range.before_op);
+    Append(out, "nvtx t{} push {} (before op {})\n", format::ThreadLabel(range.thread_id),
+           Quoted(range.name), range.before_op);
   } else {
-    Append(out, "nvtx t{} pop (before op {})\n", range.thread_id, range.before_op);
+    Append(out, "nvtx t{} pop (before op {})\n", format::ThreadLabel(range.thread_id),
+           range.before_op);
   }
 }
 

@@ -229,3 +229,37 @@ StatusOr<TraceSummary> SummarizeTrace(const std::string& path) {
 }
 
 }  // namespace ndt::tools
+
+namespace ndt::tools {
+
+replay::RunProgram MakeRunProgram(const std::string& context,
+                                  const std::vector<std::string>& command,
+                                  const std::string& directory, const std::string& prefix) {
+  return [=](const replay::BisectRun& run) -> StatusOr<std::string> {
+    for (const char* name : {"NDTRACE_DIGEST_EVERY", "NDTRACE_DIGEST_SYNC", "NDTRACE_DIGEST_WINDOW",
+                             "NDTRACE_DIGEST_EXIT", "NDTRACE_CAPTURE"}) {
+      unsetenv(name);
+    }
+    if (!run.capture.empty()) setenv("NDTRACE_CAPTURE", run.capture.c_str(), 1);
+    DigestOptions digests;
+    digests.every = run.digest_every;
+    digests.window = run.digest_window;
+    if (!ApplyDigestOptions(context, digests)) {
+      return Status::Error(context + ": invalid digest window " + run.digest_window);
+    }
+    const std::filesystem::path base(directory);
+    const std::string trace = (base / fmt::format("{}-{}.ndt", prefix, run.index)).string();
+    const std::string log = (base / fmt::format("{}-{}.log", prefix, run.index)).string();
+    std::error_code error;
+    std::filesystem::remove(trace, error);
+    StatusOr<TracedRun> traced = RunTraced(context, command, trace, log);
+    if (!traced.ok()) return traced.status();
+    if (!std::filesystem::exists(trace, error)) {
+      return Status::Error(fmt::format("{}: run {} left no trace (exit status {}; output in {})",
+                                       context, run.index, traced->exit_code, log));
+    }
+    return trace;
+  };
+}
+
+}  // namespace ndt::tools

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "formats/status.h"
+#include "replayer/bisect.h"
 
 namespace CLI {
 class App;
@@ -74,6 +75,13 @@ struct RunProgress {
 StatusOr<TracedRun> RunTraced(const std::string& context, const std::vector<std::string>& command,
                               const std::string& trace_path, const std::string& log_path = "",
                               const RunProgress& progress = {});
+
+// The RunProgram of replay::Bisect and replay::Narrow: each run of `command` records
+// `directory`/`prefix`-<index>.ndt (its output in .log beside it) with the digests and capture
+// the run asks for (the policy variables already set are inherited). `context` starts messages.
+replay::RunProgram MakeRunProgram(const std::string& context,
+                                  const std::vector<std::string>& command,
+                                  const std::string& directory, const std::string& prefix);
 
 // How many ops the trace at `path` holds so far, from its chunk headers alone (cheap on a trace
 // still being written); nullopt while there is no readable trace there.

@@ -2,7 +2,7 @@
 
 namespace ndt::tracer {
 
-uint64_t AllocationMap::Add(uint64_t base, uint64_t bytes) {
+void AllocationMap::Add(uint64_t base, uint64_t bytes, uint64_t id) {
   const uint64_t end = base + (bytes == 0 ? 1 : bytes);
   // Drop stale entries overlapping [base, end): the first one that starts before base and
   // reaches into it, then every one that starts inside it.
@@ -14,9 +14,7 @@ uint64_t AllocationMap::Add(uint64_t base, uint64_t bytes) {
     if (before_end > base) by_base_.erase(before);
   }
   while (it != by_base_.end() && it->first < end) it = by_base_.erase(it);
-  const uint64_t id = next_id_++;
   by_base_[base] = Allocation{id, base, bytes};
-  return id;
 }
 
 std::optional<Allocation> AllocationMap::Remove(uint64_t base) {
@@ -35,6 +33,17 @@ std::optional<Allocation> AllocationMap::Find(uint64_t address) const {
   const uint64_t extent = allocation.bytes == 0 ? 1 : allocation.bytes;
   if (address - allocation.base < extent) return allocation;
   return std::nullopt;
+}
+
+std::optional<Allocation> AllocationMap::FindNaming(uint64_t address) {
+  auto it = by_base_.upper_bound(address);
+  if (it == by_base_.begin()) return std::nullopt;
+  --it;
+  Allocation& allocation = it->second;
+  const uint64_t extent = allocation.bytes == 0 ? 1 : allocation.bytes;
+  if (address - allocation.base >= extent) return std::nullopt;
+  if (address != allocation.base) allocation.suballocated = true;
+  return allocation;
 }
 
 std::vector<Allocation> AllocationMap::All() const {

@@ -11,18 +11,21 @@
 
 namespace ndt::tracer {
 
-// A live allocation: its canonical id (1, 2, ... in allocation order) and its extent.
+// A live allocation: its canonical id (given by the caller: lineage.h's NewObjectId) and its
+// extent. `suballocated`: a pointer into it at another offset than its base has been named
+// (a caching allocator's segment holding several tensors).
 struct Allocation {
   uint64_t id = 0;
   uint64_t base = 0;
   uint64_t bytes = 0;
+  bool suballocated = false;
 };
 
 class AllocationMap {
  public:
-  // Records a new allocation [base, base + bytes) and returns its canonical id. An allocation
-  // that overlaps a recorded one replaces it (the driver reused the range; we missed a free).
-  uint64_t Add(uint64_t base, uint64_t bytes);
+  // Records a new allocation [base, base + bytes) named `id`. An allocation that overlaps a
+  // recorded one replaces it (the driver reused the range; we missed a free).
+  void Add(uint64_t base, uint64_t bytes, uint64_t id);
 
   // Removes the allocation that starts at `base` and returns it, or nullopt if none does.
   std::optional<Allocation> Remove(uint64_t base);
@@ -30,6 +33,8 @@ class AllocationMap {
   // The allocation containing `address`, or nullopt. A zero-byte allocation contains only
   // its base address.
   std::optional<Allocation> Find(uint64_t address) const;
+  // The same, marking the allocation `suballocated` when `address` is not its base.
+  std::optional<Allocation> FindNaming(uint64_t address);
 
   // Every live allocation, by increasing base address.
   std::vector<Allocation> All() const;
@@ -38,7 +43,6 @@ class AllocationMap {
 
  private:
   std::map<uint64_t, Allocation> by_base_;  // keyed by base address
-  uint64_t next_id_ = 1;
 };
 
 }  // namespace ndt::tracer

@@ -1,8 +1,9 @@
 // DriverObjects: the canonical ids of the driver objects a trace names besides streams and
 // allocations (events, graphs, executable graphs), and the stream captures in progress.
 //
-// Ids are 1, 2, ... per kind, by order of first appearance in the process, so two runs that
-// create the same objects in the same order name them alike whatever their handles. A
+// Ids are handed out by the thread that creates (or first names) an object, as lineage.h's
+// NewObjectId: (thread lineage << 32) | the thread's ordinal for that kind, so two runs name
+// the same objects alike whatever their handles and however their threads interleave. A
 // destroyed object's handle is retired: a later object at the same address gets a new id.
 //
 // Graph ids are shared by captured graphs and graphs first seen otherwise: a capture takes its
@@ -25,6 +26,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tracer/lineage.h"
+
 namespace ndt::tracer {
 
 class DriverObjects {
@@ -35,7 +38,7 @@ class DriverObjects {
     bool recorded = false;
     uint32_t stream_id = 0;
     uint64_t op_sequence = 0;
-    uint32_t graph = 0;
+    uint64_t graph = 0;
   };
   // Where launches captured into a graph read PyTorch's Philox state (at::PhiloxCudaState with
   // captured_ set): the device addresses of the int64 seed and base offset, and each such
@@ -47,17 +50,17 @@ class DriverObjects {
   };
   // What an executable graph came from.
   struct Exec {
-    uint32_t id = 0;
-    uint32_t graph = 0;
+    uint64_t id = 0;
+    uint64_t graph = 0;
     uint64_t nodes = 0;
     // The graph's Philox state words at instantiation, one entry per distinct (seed, offset)
     // address pair, by first capture; empty for most graphs.
     std::vector<PhiloxWords> philox;
   };
 
-  uint32_t EventId(uint64_t handle) {
+  uint64_t EventId(uint64_t handle) {
     std::lock_guard lock(mutex_);
-    return IdLocked(events_, next_event_, handle);
+    return IdLocked(events_, ObjectKind::kEvent, handle);
   }
   void RetireEvent(uint64_t handle) {
     std::lock_guard lock(mutex_);
@@ -75,9 +78,9 @@ class DriverObjects {
   }
 
   // A capture begins on `stream_id`: returns the id of the graph it makes.
-  uint32_t BeginCapture(uint32_t stream_id) {
+  uint64_t BeginCapture(uint32_t stream_id) {
+    const uint64_t graph = NewObjectId(ObjectKind::kGraph);
     std::lock_guard lock(mutex_);
-    const uint32_t graph = next_graph_++;
     capturing_[stream_id] = graph;
     captured_ops_[graph] = 0;
     active_.store(capturing_.size(), std::memory_order_release);
@@ -85,7 +88,7 @@ class DriverObjects {
   }
   // `stream_id` joins the capture of `graph` (it waited on an event recorded inside it), if
   // that capture is still in progress.
-  void JoinCapture(uint32_t stream_id, uint32_t graph) {
+  void JoinCapture(uint32_t stream_id, uint64_t graph) {
     std::lock_guard lock(mutex_);
     if (!captured_ops_.contains(graph)) return;
     capturing_[stream_id] = graph;
@@ -97,7 +100,7 @@ class DriverObjects {
 
   // The graph `stream_id` is capturing into, or 0; counts the op being recorded into it when
   // `count_op`. Lock-free while no capture is in progress.
-  uint32_t CaptureOf(uint32_t stream_id, bool count_op) {
+  uint64_t CaptureOf(uint32_t stream_id, bool count_op) {
     if (active_.load(std::memory_order_acquire) == 0) return 0;
     std::lock_guard lock(mutex_);
     const auto it = capturing_.find(stream_id);
@@ -108,12 +111,12 @@ class DriverObjects {
   // The capture on `stream_id` ends with `graph_handle` (0 when the driver made no graph):
   // every stream leaves it. Returns the graph id (0 when the stream was not capturing) and
   // sets `*captured_ops` to the ops recorded into it.
-  uint32_t EndCapture(uint32_t stream_id, uint64_t graph_handle, uint64_t* captured_ops) {
+  uint64_t EndCapture(uint32_t stream_id, uint64_t graph_handle, uint64_t* captured_ops) {
     std::lock_guard lock(mutex_);
     *captured_ops = 0;
     const auto it = capturing_.find(stream_id);
     if (it == capturing_.end()) return 0;
-    const uint32_t graph = it->second;
+    const uint64_t graph = it->second;
     for (auto s = capturing_.begin(); s != capturing_.end();) {
       s = s->second == graph ? capturing_.erase(s) : std::next(s);
     }
@@ -130,7 +133,7 @@ class DriverObjects {
 
   // A launch captured into `graph` reads its Philox state from the words at `seed_address` and
   // `offset_address`, at `offset_intragraph` past the base offset.
-  void AddPhiloxWords(uint32_t graph, uint64_t seed_address, uint64_t offset_address,
+  void AddPhiloxWords(uint64_t graph, uint64_t seed_address, uint64_t offset_address,
                       uint32_t offset_intragraph) {
     std::lock_guard lock(mutex_);
     std::vector<PhiloxWords>& all = philox_[graph];
@@ -141,9 +144,9 @@ class DriverObjects {
     it->offsets_intragraph.push_back(offset_intragraph);
   }
 
-  uint32_t GraphId(uint64_t handle) {
+  uint64_t GraphId(uint64_t handle) {
     std::lock_guard lock(mutex_);
-    return IdLocked(graphs_, next_graph_, handle);
+    return IdLocked(graphs_, ObjectKind::kGraph, handle);
   }
   void RetireGraph(uint64_t handle) {
     std::lock_guard lock(mutex_);
@@ -154,9 +157,9 @@ class DriverObjects {
   }
 
   // An executable graph instantiated from `graph` with `nodes` nodes; returns its id.
-  uint32_t OnInstantiate(uint64_t handle, uint32_t graph, uint64_t nodes) {
+  uint64_t OnInstantiate(uint64_t handle, uint64_t graph, uint64_t nodes) {
+    const uint64_t id = NewObjectId(ObjectKind::kGraphExec);
     std::lock_guard lock(mutex_);
-    const uint32_t id = next_exec_++;
     const auto philox = philox_.find(graph);
     execs_[handle] = Exec{id, graph, nodes,
                           philox == philox_.end() ? std::vector<PhiloxWords>{} : philox->second};
@@ -166,7 +169,7 @@ class DriverObjects {
   Exec FindExec(uint64_t handle) {
     std::lock_guard lock(mutex_);
     auto [it, inserted] = execs_.try_emplace(handle);
-    if (inserted) it->second.id = next_exec_++;
+    if (inserted) it->second.id = NewObjectId(ObjectKind::kGraphExec);
     return it->second;
   }
   void RetireExec(uint64_t handle) {
@@ -175,25 +178,23 @@ class DriverObjects {
   }
 
  private:
-  static uint32_t IdLocked(std::unordered_map<uint64_t, uint32_t>& ids, uint32_t& next,
+  // The id of `handle`; one first seen here gets a new id of `kind` from the calling thread.
+  static uint64_t IdLocked(std::unordered_map<uint64_t, uint64_t>& ids, ObjectKind kind,
                            uint64_t handle) {
-    auto [it, inserted] = ids.try_emplace(handle, next);
-    if (inserted) ++next;
+    auto [it, inserted] = ids.try_emplace(handle, 0);
+    if (inserted) it->second = NewObjectId(kind);
     return it->second;
   }
 
   std::mutex mutex_;
-  std::unordered_map<uint64_t, uint32_t> events_;  // handle -> id
-  uint32_t next_event_ = 1;
+  std::unordered_map<uint64_t, uint64_t> events_;  // handle -> id
   std::unordered_map<uint64_t, EventRecord> event_records_;
-  std::unordered_map<uint64_t, uint32_t> graphs_;  // handle -> id
-  uint32_t next_graph_ = 1;
-  std::unordered_map<uint32_t, uint32_t> capturing_;     // stream id -> graph id
-  std::unordered_map<uint32_t, uint64_t> captured_ops_;  // graph id -> ops, while capturing
+  std::unordered_map<uint64_t, uint64_t> graphs_;        // handle -> id
+  std::unordered_map<uint32_t, uint64_t> capturing_;     // stream id -> graph id
+  std::unordered_map<uint64_t, uint64_t> captured_ops_;  // graph id -> ops, while capturing
   std::atomic<size_t> active_{0};                        // capturing_.size()
-  std::unordered_map<uint32_t, std::vector<PhiloxWords>> philox_;  // graph id -> words
-  std::unordered_map<uint64_t, Exec> execs_;              // handle -> executable graph
-  uint32_t next_exec_ = 1;
+  std::unordered_map<uint64_t, std::vector<PhiloxWords>> philox_;  // graph id -> words
+  std::unordered_map<uint64_t, Exec> execs_;                       // handle -> executable graph
 };
 
 }  // namespace ndt::tracer

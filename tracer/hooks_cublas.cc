@@ -84,10 +84,11 @@ class CublasState {
     return *state;
   }
 
+  // Named by the thread that first names it (its creator: cublasCreate_v2 is hooked).
   uint64_t HandleId(const void* handle) {
     std::lock_guard lock(mutex_);
-    auto [it, added] = handles_.try_emplace(handle, next_handle_);
-    if (added) ++next_handle_;
+    auto [it, added] = handles_.try_emplace(handle, 0);
+    if (added) it->second = NewObjectId(ObjectKind::kCublasHandle);
     return it->second;
   }
 
@@ -132,7 +133,6 @@ class CublasState {
  private:
   std::mutex mutex_;
   std::unordered_map<const void*, uint64_t> handles_;
-  uint64_t next_handle_ = 1;
   std::map<std::pair<const void*, const void*>, CUdeviceptr> workspaces_;
   std::unordered_map<const void*, uint64_t> workspace_bytes_;
 };

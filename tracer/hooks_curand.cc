@@ -64,7 +64,7 @@ class Generators {
   uint64_t Create(curandGenerator_t handle, curandRngType_t type) {
     std::lock_guard lock(mutex_);
     ShadowGenerator shadow;
-    shadow.id = next_id_++;
+    shadow.id = NewObjectId(ObjectKind::kCurandGenerator);
     // cuRAND documents PSEUDO_DEFAULT as XORWOW.
     shadow.type = type == CURAND_RNG_PSEUDO_DEFAULT ? CURAND_RNG_PSEUDO_XORWOW : type;
     live_[handle] = shadow;
@@ -93,7 +93,6 @@ class Generators {
  private:
   std::mutex mutex_;
   std::unordered_map<curandGenerator_t, ShadowGenerator> live_;
-  uint64_t next_id_ = 1;
 };
 
 const char* TypeName(curandRngType_t type) {

@@ -145,8 +145,8 @@ Argument Unsigned(const char* name, uint64_t value) {
 // The graph `stream_id` is capturing into (0: none), counting the op being recorded. An op
 // recorded while its stream captures is not executed: it gets a "capturedInto" argument naming
 // the graph, and no digests (its buffers are read and written when the graph launches).
-uint32_t Captured(Session& session, OpRecord& op) {
-  const uint32_t graph = session.objects().CaptureOf(op.stream_id, true);
+uint64_t Captured(Session& session, OpRecord& op) {
+  const uint64_t graph = session.objects().CaptureOf(op.stream_id, true);
   if (graph != 0) op.args.push_back(Unsigned("capturedInto", graph));
   return graph;
 }
@@ -307,7 +307,7 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
     }
     op.args.push_back(std::move(argument));
   }
-  const uint32_t graph = Captured(session, op);
+  const uint64_t graph = Captured(session, op);
   const bool captured = graph != 0;
   const uint64_t sync_stream = SyncHandle(stream, per_thread);
   if (philox) {
@@ -701,7 +701,7 @@ CUresult RecordStreamCreate(Session& session, RealCall& call, const char* name, 
                             unsigned flags, int priority, Call real) {
   const CUresult result = call.Set(real());
   const uint32_t stream_id =
-      result == CUDA_SUCCESS && stream != nullptr ? session.StreamId(Handle(*stream), false) : 0;
+      result == CUDA_SUCCESS && stream != nullptr ? session.OnStreamCreated(Handle(*stream)) : 0;
   OpRecord op = session.BeginOp(OpKind::kOther, name, stream_id);
   op.args.push_back(Unsigned("flags", flags));
   Argument priority_argument;
@@ -720,7 +720,7 @@ CUresult RecordEventRecord(Session& session, RealCall& call, const char* name, C
   OpRecord op = session.BeginOp(OpKind::kOther, name, stream_id);
   op.args.push_back(Unsigned("event", session.objects().EventId(Handle(event))));
   if (flags) op.args.push_back(Unsigned("flags", *flags));
-  const uint32_t graph = Captured(session, op);
+  const uint64_t graph = Captured(session, op);
   const CUresult result = call.Set(real());
   if (result == CUDA_SUCCESS) {
     session.objects().OnEventRecord(Handle(event), {true, stream_id, op.sequence, graph});
@@ -904,7 +904,7 @@ NDT_BEGIN_CAPTURE_HOOK(cuStreamBeginCapture_v2_ptsz, true)
       const uint64_t handle =                                                                    \
           result == CUDA_SUCCESS && graph != nullptr ? ndt::tracer::Handle(*graph) : 0;          \
       uint64_t captured_ops = 0;                                                                 \
-      const uint32_t id = s.objects().EndCapture(op.stream_id, handle, &captured_ops);           \
+      const uint64_t id = s.objects().EndCapture(op.stream_id, handle, &captured_ops);           \
       if (id != 0) {                                                                             \
         op.args.push_back(ndt::tracer::Unsigned("graph", id));                                   \
         op.args.push_back(ndt::tracer::Unsigned("capturedOps", captured_ops));                   \
@@ -964,7 +964,7 @@ extern "C" CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph
       "cuGraphInstantiateWithFlags", real != nullptr, pass, [&](Session& s, RealCall& c) {
         ndt::format::OpRecord op =
             s.BeginOp(ndt::format::OpKind::kOther, "cuGraphInstantiateWithFlags", 0);
-        const uint32_t graph_id = s.objects().GraphId(ndt::tracer::Handle(graph));
+        const uint64_t graph_id = s.objects().GraphId(ndt::tracer::Handle(graph));
         op.args.push_back(ndt::tracer::Unsigned("graph", graph_id));
         op.args.push_back(ndt::tracer::Unsigned("flags", flags));
         const CUresult result = c.Set(pass());

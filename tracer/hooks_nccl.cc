@@ -40,7 +40,8 @@ namespace {
 
 constexpr const char* kSoname = kNcclSoname;
 
-// Stable communicator ids. Thread-safe; never destroyed (hooks run during exit).
+// Stable communicator ids, from the thread that first names a communicator (lineage.h).
+// Thread-safe; never destroyed (hooks run during exit).
 class Communicators {
  public:
   static Communicators& Get() {
@@ -49,15 +50,14 @@ class Communicators {
   }
   uint64_t Id(ncclComm_t comm) {
     std::lock_guard lock(mutex_);
-    auto [entry, added] = ids_.try_emplace(comm, next_);
-    if (added) ++next_;
+    auto [entry, added] = ids_.try_emplace(comm, 0);
+    if (added) entry->second = NewObjectId(ObjectKind::kNcclComm);
     return entry->second;
   }
 
  private:
   std::mutex mutex_;
   std::unordered_map<ncclComm_t, uint64_t> ids_;
-  uint64_t next_ = 1;
 };
 
 // A collective whose receive buffer is final only at the outermost ncclGroupEnd.

@@ -583,16 +583,7 @@ uint64_t Session::NowNs() const {
 }
 
 uint32_t Session::ThreadId() {
-  struct Cached {
-    const Session* session = nullptr;
-    uint32_t id = 0;
-  };
-  thread_local Cached cached;
-  if (cached.session != this) {
-    cached.session = this;
-    cached.id = next_thread_.fetch_add(1, std::memory_order_relaxed);
-  }
-  return cached.id;
+  return ThreadLineageId();
 }
 
 void Session::RetireStream(uint64_t handle) {
@@ -604,19 +595,28 @@ uint32_t Session::StreamId(uint64_t handle, bool per_thread_variant) {
   const auto legacy = reinterpret_cast<uint64_t>(CU_STREAM_LEGACY);
   const auto per_thread = reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD);
   if (handle == legacy || (handle == 0 && !per_thread_variant)) return 0;
-  uint64_t key = handle;
-  if (handle == per_thread || handle == 0) key = (uint64_t{1} << 63) | ThreadId();
+  if (handle == per_thread || handle == 0) return PerThreadStreamId();
+  {
+    std::lock_guard lock(mutex_);
+    if (const auto it = streams_.find(handle); it != streams_.end()) return it->second;
+  }
+  const uint32_t id = NewStreamId();
   std::lock_guard lock(mutex_);
-  auto [it, inserted] = streams_.try_emplace(key, next_stream_);
-  if (inserted) ++next_stream_;
-  return it->second;
+  return streams_.try_emplace(handle, id).first->second;
+}
+
+uint32_t Session::OnStreamCreated(uint64_t handle) {
+  const uint32_t id = NewStreamId();
+  std::lock_guard lock(mutex_);
+  streams_[handle] = id;
+  return id;
 }
 
 format::DevicePointer Session::Canonical(uint64_t address) {
   format::DevicePointer pointer;
   pointer.raw_address = address;
   std::lock_guard lock(mutex_);
-  if (std::optional<Allocation> allocation = allocations_.Find(address)) {
+  if (std::optional<Allocation> allocation = allocations_.FindNaming(address)) {
     pointer.allocation_id = allocation->id;
     pointer.offset = address - allocation->base;
   } else {
@@ -750,9 +750,10 @@ void Session::FlushHeldRecords(bool wait) {
 
 void Session::OnAllocate(uint64_t base, uint64_t bytes, const char* api, uint32_t stream_id) {
   format::AllocationRecord record;
+  record.allocation_id = NewObjectId(ObjectKind::kAllocation);
   {
     std::lock_guard lock(mutex_);
-    record.allocation_id = allocations_.Add(base, bytes);
+    allocations_.Add(base, bytes, record.allocation_id);
   }
   record.event = format::AllocationEvent::kAllocate;
   record.bytes = bytes;
@@ -788,9 +789,13 @@ void Session::OnModuleLoad(const void* handle, const char* api, const void* imag
   if (image != nullptr) bytes = ModuleImageBytes(&image);
   record.image_bytes = bytes;
   record.digest = ToFormat(kernels::DigestV1(bytes == 0 ? nullptr : image, bytes));
+  // Named by its contents: which thread loads a module first (cudart loads it at the first
+  // launch of one of its kernels) may vary from run to run. An image of unknown size is named
+  // by its loading thread instead. Bit 63 keeps the two apart.
+  record.module_id = bytes != 0 ? (record.digest.lo | (uint64_t{1} << 63))
+                                : (NewObjectId(ObjectKind::kModule) & ~(uint64_t{1} << 63));
   {
     std::lock_guard lock(mutex_);
-    record.module_id = next_module_++;
     modules_[handle] = record.module_id;
   }
   Append(record);
@@ -973,6 +978,7 @@ bool Session::TakeStateDigest(const std::string& reason) {
     digest.pointer = {allocation.id, 0, allocation.base};
     digest.bytes = allocation.bytes;
     digest.digest = *value;
+    digest.suballocated = allocation.suballocated;
     record.allocations.push_back(std::move(digest));
   }
   record.time_ns = NowNs();
@@ -1035,6 +1041,7 @@ std::vector<format::BufferDigest> Session::DigestAllocations(
     digest.pointer = {allocation.id, 0, allocation.base};
     digest.bytes = allocation.bytes;
     digest.digest = *value;
+    digest.suballocated = allocation.suballocated;
     digests.push_back(std::move(digest));
   }
   return digests;

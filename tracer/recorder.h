@@ -34,6 +34,7 @@
 #include "tracer/allocation_map.h"
 #include "tracer/driver_objects.h"
 #include "tracer/gpu_digests.h"
+#include "tracer/lineage.h"
 #include "tracer/policy.h"
 
 namespace ndt::tracer {
@@ -112,15 +113,19 @@ class Session {
 
   // ns since the trace started.
   uint64_t NowNs() const;
-  // This thread's ordinal, by order of first op (or first query).
+  // This thread's lineage id (lineage.h): the same in every run however threads interleave.
   uint32_t ThreadId();
   // The stable id of a stream handle: 0 for the legacy default stream (null handle in a
   // legacy-stream function, or CU_STREAM_LEGACY); the calling thread's per-thread default
-  // stream (null handle in a _ptsz/_ptds function, or CU_STREAM_PER_THREAD) and every other
-  // stream get ids 1, 2, ... by order of first appearance.
+  // stream (null handle in a _ptsz/_ptds function, or CU_STREAM_PER_THREAD) is
+  // PerThreadStreamId(); a stream created through a hook got its id from its creating thread
+  // (OnStreamCreated); a handle first seen otherwise gets one from the thread that names it.
   uint32_t StreamId(uint64_t handle, bool per_thread_variant);
+  // A stream the calling thread has just created at `handle`: its id (lineage.h NewStreamId).
+  uint32_t OnStreamCreated(uint64_t handle);
   // `address` as (allocation id, offset); id 0 and offset = address when it lies in no known
-  // allocation.
+  // allocation. Naming an address inside an allocation other than its base marks the
+  // allocation suballocated.
   format::DevicePointer Canonical(uint64_t address);
   // Whether `address` lies in a known allocation.
   bool IsDevice(uint64_t address);
@@ -226,14 +231,11 @@ class Session {
   const format::TraceHeader header_;
   const uint64_t start_steady_ns_;
   std::atomic<uint64_t> next_op_{0};
-  std::atomic<uint32_t> next_thread_{0};
 
   std::mutex mutex_;  // guards everything below
   AllocationMap allocations_;
   std::unordered_map<uint64_t, uint32_t> streams_;
-  uint32_t next_stream_ = 1;
   std::unordered_map<const void*, uint64_t> modules_;  // CUmodule / CUlibrary -> module id
-  uint64_t next_module_ = 1;
   std::unordered_map<const void*, KernelInfo> kernels_;
   std::vector<PendingDigest> pending_;
   std::vector<std::string> said_;  // unapplied decisions already said on stderr

@@ -139,7 +139,7 @@ TEST_CASE("ndtrace --version prints the tool and trace format versions", "[cli]"
   TempDir dir;
   const RunResult result = Ndtrace({"--version"}, dir);
   CHECK(result.exit_code == 0);
-  CHECK(result.out == std::string("ndtrace ") + NDT_VERSION + " (trace format 1)\n");
+  CHECK(result.out == std::string("ndtrace ") + NDT_VERSION + " (trace format 2)\n");
   CHECK(result.err.empty());
 }
 

@@ -85,6 +85,18 @@ TEST_CASE("captured buffers are compared element by element in their dtype", "[r
   }
 }
 
+TEST_CASE("where memory lies is not compared: pointers and pooled events are placement",
+          "[replayer]") {
+  format::Argument a{"dst", format::DevicePointer{3, 4096, 0x7000}};
+  format::Argument b{"dst", format::DevicePointer{5, 0, 0x9000}};
+  CHECK(SameArgument(a, b));
+  CHECK(SameArgument({"event", uint64_t{16}}, {"event", uint64_t{21}}));
+  // A pointer and a value of another kind, or another argument, still differ.
+  CHECK_FALSE(SameArgument(a, {"dst", uint64_t{0x7000}}));
+  CHECK_FALSE(SameArgument(a, {"src", format::DevicePointer{3, 4096, 0x7000}}));
+  CHECK_FALSE(SameArgument({"count", uint64_t{16}}, {"count", uint64_t{21}}));
+}
+
 TEST_CASE("blob references are left out of the argument comparison", "[replayer]") {
   format::OpRecord a;
   a.args = {{"n", uint64_t{4}}, {"blob:in:x", std::string("00")}, {"m", uint64_t{2}}};
