@@ -156,9 +156,10 @@ const std::array<KernelHint, kHintCount>& KernelHints() {
        "each output gradient is added into its input window with atomics; overlapping "
        "windows are summed in an order that changes from run to run",
        std::string(kRaises) +
-           "When each input size is a multiple of the output size, F.avg_pool2d/avg_pool3d "
-           "with kernel_size = stride = input // output computes the same values; "
-           "AvgPool2d's backward is deterministic. Otherwise run it on the CPU"},
+           "When each input size is a multiple of the output size, F.avg_pool2d with "
+           "kernel_size = stride = input // output computes the same values and its backward "
+           "is deterministic (F.avg_pool3d's backward over such windows has no atomics either, "
+           "though PyTorch raises for it too). Otherwise run it on the CPU"},
       // kAdaptiveMaxPool
       {"torch.nn.AdaptiveMaxPool2d / AdaptiveMaxPool3d backward",
        "each output gradient is added with atomics into the input element that was its "
