@@ -1,133 +1,567 @@
+// The fix-hint tables. Two kinds of rows:
+//
+// - Kernel names. The rows are derived from PyTorch's CUDA sources (aten/src/ATen/native/cuda/,
+//   transformers/cuda/ for attention) for every op the docstring of
+//   torch.use_deterministic_algorithms names (torch/__init__.py, read at commit 0027c65; a
+//   later copy, dc098c4, moves ReplicationPad1d/3d to the first list and drops kthvalue), and for
+//   the deterministic kernels of the same families. A launch reports the demangled name, e.g.
+//     void at::native::indexFuncLargeIndex<float, long, unsigned int, 2, 2, -2, true,
+//         at::native::(anonymous namespace)::ReduceAdd>(...)
+//     void at::native::_scatter_gather_elementwise_kernel<128, 4,
+//         at::native::_cuda_scatter_gather_internal_kernel<true, float>::operator()<
+//         at::native::ReduceAdd>(at::TensorIterator&, long, long, long,
+//         at::native::ReduceAdd const&)::{lambda(int)#1}>(int, ...)
+//   so a row is a set of substrings that must all occur (compared without case): a kernel's
+//   own name, and where one kernel serves several ops the template argument or the enclosing
+//   function that separates them (the functor ReduceAdd / ReduceMultiply / TensorAssign, the
+//   `true`/`false` of is_scatter_like or HasWeights, `put_kernel(` in the lambda's name). The
+//   first matching row wins; a deterministic sibling whose name contains a suspect's pattern
+//   comes before it, a suspect whose name contains a sibling's pattern comes before that.
+//   Names checked against real launches are in tests/unit/fix_hints_test.cc. Where the exact
+//   demangled spelling could not be checked (template arguments of CUB's and flash-attention's
+//   kernels vary by version) a row matches the stable part only, as its comment says.
+// - Library ops by kind (cuDNN, cuBLAS, cuBLASLt, cuRAND, NCCL, host copies), with the facts
+//   from the libraries' documentation and what ndtrace's policy really does (tracer/README.md).
+//
+// A hint's fix must make the op reproducible. For ops in the docstring's first list that is
+// torch.use_deterministic_algorithms(True); for those in the second list PyTorch raises
+// instead, so the fix is what PyTorch offers (another formulation, the CPU) or says nothing.
 #include "replayer/fix_hints.h"
 
 #include <array>
+#include <cctype>
 #include <string_view>
+#include <vector>
+
+#include "replayer/op_compare.h"
 
 namespace ndt::replay {
 namespace {
 
-constexpr const char* kUseDeterministic =
-    "torch.use_deterministic_algorithms(True) makes PyTorch use its deterministic "
-    "implementation of this op";
-constexpr const char* kNoDeterministic =
-    "PyTorch has no deterministic CUDA implementation: with "
-    "torch.use_deterministic_algorithms(True) it raises instead; run this op on the CPU or "
-    "replace it";
+constexpr const char* kRaises =
+    "PyTorch has no deterministic CUDA implementation of this op: under "
+    "torch.use_deterministic_algorithms(True) it raises a RuntimeError instead. ";
 
-// A kernel-name row: any of `patterns` (substrings of the demangled name) identifies it.
+// The suspects: one hint per framework op (KernelHintCount() counts them).
+enum HintId : int {
+  kIndexAdd,
+  kIndexReduceProd,
+  kScatterAdd,
+  kScatterProd,
+  kScatterAssign,
+  kIndexPut,
+  kIndexCopy,
+  kPut,
+  kEmbeddingBagMax,
+  kCtcLoss,
+  kAdaptiveAvgPool,
+  kAdaptiveMaxPool,
+  kAvgPool3d,
+  kMaxPool3d,
+  kFractionalMaxPool,
+  kMaxUnpool,
+  kInterpolate,
+  kGridSample,
+  kReflectionPad,
+  kReplicationPad,
+  kNllLoss2d,
+  kHistc,
+  kBincountWeights,
+  kMedian,
+  kKthvalue,
+  kCumsum,
+  kFlashAttentionBackward,
+  kMemEfficientAttentionBackward,
+  kHintCount,
+  kDeterministic = -1,  // a row for a deterministic sibling
+};
+
 struct KernelHint {
-  std::array<std::string_view, 3> patterns;
   const char* framework_op;
   const char* mechanism;
-  const char* fix;
+  std::string fix;
 };
 
-// Ordered: the first row with a matching pattern wins, so specific rows come first.
-constexpr KernelHint kKernelHints[] = {
-    {{"indexFuncLargeIndex", "indexFuncSmallIndex", "index_add"},
-     "torch.Tensor.index_add_ (also index_select backward, repeat_interleave backward)",
-     "gpuAtomicAdd of floats: the order of the additions changes from run to run",
-     kUseDeterministic},
-    {{"index_put_with_sort", "index_put_kernel", "index_put"},
-     "torch.Tensor.index_put_(accumulate=True) / advanced-indexing assignment",
-     "duplicate indices are accumulated with atomics or written by racing threads",
-     kUseDeterministic},
-    {{"scatter_gather_elementwise_kernel", "scatter_add", "scatter_reduce"},
-     "torch.Tensor.scatter_add_ / scatter_reduce / gather backward",
-     "fastAtomicAdd into the output: the order of the additions changes from run to run",
-     kUseDeterministic},
-    {{"index_copy", "", ""},
-     "torch.Tensor.index_copy_",
-     "threads write duplicate indices in racing order",
-     kUseDeterministic},
-    {{"embedding_bag", "EmbeddingBag", ""},
-     "torch.nn.EmbeddingBag backward",
-     "gradient rows are accumulated with atomics",
-     kNoDeterministic},
-    {{"ctc_loss_backward", "ctc_loss_collect", ""},
-     "torch.nn.CTCLoss backward",
-     "atomicAdd into the gradient",
-     kNoDeterministic},
-    {{"adaptive_average_gradinput", "adaptive_avg_pool", "adaptiveaveragegradinput"},
-     "torch.nn.AdaptiveAvgPool2d/3d backward",
-     "overlapping windows are accumulated with atomics",
-     kNoDeterministic},
-    {{"adaptive_max_pool", "max_pool3d_backward", "fractional_max_pool"},
-     "torch.nn.AdaptiveMaxPool2d / MaxPool3d / FractionalMaxPool backward",
-     "overlapping windows are accumulated with atomics",
-     kNoDeterministic},
-    {{"avg_pool3d_backward", "", ""},
-     "torch.nn.AvgPool3d backward",
-     "overlapping windows are accumulated with atomics",
-     kNoDeterministic},
-    {{"upsample_", "_backward", ""},  // both must match: see Matches()
-     "torch.nn.functional.interpolate backward (linear, bilinear, bicubic, trilinear)",
-     "atomicAdd into grad_input",
-     kNoDeterministic},
-    {{"grid_sampler_2d_backward", "grid_sampler_3d_backward", "grid_sample"},
-     "torch.nn.functional.grid_sample backward",
-     "atomicAdd into the gradient (safe_add_2d/3d)",
-     kNoDeterministic},
-    {{"reflection_pad", "", ""},
-     "torch.nn.ReflectionPad1d/2d/3d backward",
-     "reflected positions are accumulated with atomics",
-     kNoDeterministic},
-    {{"replication_pad", "", ""},
-     "torch.nn.ReplicationPad backward",
-     "atomicAdd into grad_input",
-     kUseDeterministic},
-    {{"max_unpool", "MaxUnpool", ""},
-     "torch.nn.MaxUnpool1d/2d/3d",
-     "duplicate indices race: the last writer wins",
-     kNoDeterministic},
-    {{"nll_loss", "", ""},
-     "torch.nn.NLLLoss / cross_entropy",
-     "the loss and total weight are accumulated with atomics",
-     kNoDeterministic},
-    {{"histogram", "histc", ""},
-     "torch.histc",
-     "atomicAdd of floating-point counts",
-     kNoDeterministic},
-    {{"bincount", "", ""},
-     "torch.bincount with weights",
-     "atomicAdd of floating-point weights",
-     kNoDeterministic},
-    {{"put_kernel", "take_put", ""},
-     "torch.Tensor.put_",
-     "racing writes or atomics for duplicate indices",
-     kNoDeterministic},
-    {{"DeviceScan", "cumsum", "scan_"},
-     "torch.cumsum (floating point)",
-     "the device scan combines partial sums in a schedule-dependent order",
-     "torch.use_deterministic_algorithms(True) (PyTorch then takes a deterministic path or "
-     "raises); or accumulate in float64"},
-    {{"flash_bwd", "fmha_cutlassB", "attention_backward"},  // fmha_cutlassB: memory-efficient
-     "torch.nn.functional.scaled_dot_product_attention backward (flash or memory-efficient "
-     "attention)",
-     "the gradient of the keys and values (or of the queries) is accumulated across blocks with "
-     "atomics",
-     "run the backward with torch.nn.attention.sdpa_kernel(SDPBackend.MATH) (deterministic, "
-     "slower); under torch.use_deterministic_algorithms(True) PyTorch takes a deterministic path "
-     "where it has one and warns or raises where it has none"},
-    {{"kthvalue", "median", ""},
-     "torch.kthvalue / torch.median with indices",
-     "which index is returned among ties depends on thread timing",
-     kNoDeterministic},
-};
+const std::array<KernelHint, kHintCount>& KernelHints() {
+  static const std::array<KernelHint, kHintCount> hints = {{
+      // kIndexAdd
+      {"torch.Tensor.index_add_ / torch.index_add (also the backward of torch.index_select and "
+       "torch.repeat_interleave; index_reduce_(reduce='mean') runs the same kernel)",
+       "each source slice is added into its destination with gpuAtomicAdd/fastAtomicAdd: "
+       "slices with the same index are summed in an order that changes from run to run",
+       "torch.use_deterministic_algorithms(True): PyTorch then computes index_add as "
+       "index_put_(accumulate=True), which sorts the indices and sums in a fixed order "
+       "(index_reduce_ is not covered: it has no deterministic CUDA path)"},
+      // kIndexReduceProd
+      {"torch.Tensor.index_reduce_(reduce='prod')",
+       "products into the same destination are formed with gpuAtomicMul (a compare-and-swap "
+       "loop) in an order that changes from run to run",
+       "PyTorch has no deterministic CUDA path for it (torch.use_deterministic_algorithms does "
+       "not change it): make the indices unique, or run it on the CPU"},
+      // kScatterAdd
+      {"torch.Tensor.scatter_add_ / scatter_reduce_(reduce='sum' or 'mean') / the backward of "
+       "torch.gather (recent PyTorch also runs index_add_ along dim 0 here)",
+       "values scattered to the same element are added with fastAtomicAdd, in an order that "
+       "changes from run to run",
+       "torch.use_deterministic_algorithms(True): PyTorch then scatters through "
+       "index_put_(accumulate=True), which sorts the indices and sums in a fixed order"},
+      // kScatterProd
+      {"torch.Tensor.scatter_reduce_(reduce='prod') (also scatter_(..., reduce='multiply') "
+       "with a tensor src)",
+       "values scattered to the same element are multiplied with gpuAtomicMul (a "
+       "compare-and-swap loop) in an order that changes from run to run",
+       std::string(kRaises) +
+           "Make the indices unique, or run this op on the CPU"},
+      // kScatterAssign
+      {"torch.Tensor.scatter_ / torch.scatter with a tensor src",
+       "when the index has duplicates, racing threads write the same element: which value "
+       "lands changes from run to run",
+       "torch.use_deterministic_algorithms(True): PyTorch then scatters through index_put_, "
+       "which sorts the indices and writes in a fixed order; or make the indices unique"},
+      // kIndexPut
+      {"torch.Tensor.index_put_ / advanced-indexing assignment x[idx] = v (accumulate=False)",
+       "when the indices have duplicates, racing threads write the same element: which value "
+       "lands changes from run to run",
+       "torch.use_deterministic_algorithms(True): PyTorch then runs its sort-based kernel "
+       "(index_put_with_sort), which writes duplicates in a fixed order; or make the indices "
+       "unique"},
+      // kIndexCopy
+      {"torch.Tensor.index_copy_",
+       "when the index has duplicates, racing threads write the same slice: which one lands "
+       "changes from run to run",
+       "torch.use_deterministic_algorithms(True): PyTorch then copies through index_put_ with "
+       "sorted indices; or make the indices unique"},
+      // kPut
+      {"torch.Tensor.put_",
+       "duplicate indices race: plain writes (accumulate=False: the last writer wins) or "
+       "gpuAtomicAdd (accumulate=True: the summation order changes)",
+       std::string(kRaises) +
+           "For accumulate=True use x.view(-1).index_put_((index.view(-1),), "
+           "source.view(-1), accumulate=True), whose CUDA kernel sorts the indices and is "
+           "deterministic; for accumulate=False make the indices unique"},
+      // kEmbeddingBagMax
+      {"torch.nn.EmbeddingBag / F.embedding_bag backward with mode='max'",
+       "the gradient of each bag's maximum is added into the weight gradient with "
+       "gpuAtomicAdd: rows chosen by several bags are summed in an order that changes",
+       std::string(kRaises) +
+           "mode='sum' and mode='mean' have a deterministic backward (a sorted segment sum); "
+           "otherwise run it on the CPU"},
+      // kCtcLoss
+      {"torch.nn.CTCLoss / F.ctc_loss backward (PyTorch's native CUDA kernels)",
+       "ctc_loss_backward_collect_nonblank_gpu_kernel adds the gradient terms of target "
+       "labels with gpuAtomicAdd; repeated labels are summed in an order that changes",
+       std::string(kRaises) + "Compute the loss on the CPU"},
+      // kAdaptiveAvgPool
+      {"torch.nn.AdaptiveAvgPool2d / AdaptiveAvgPool3d backward",
+       "each output gradient is added into its input window with atomics; overlapping "
+       "windows are summed in an order that changes from run to run",
+       std::string(kRaises) +
+           "When each input size is a multiple of the output size, F.avg_pool2d with "
+           "kernel_size = stride = input // output computes the same values and its backward "
+           "is deterministic (F.avg_pool3d's backward over such windows has no atomics either, "
+           "though PyTorch raises for it too). Otherwise run it on the CPU"},
+      // kAdaptiveMaxPool
+      {"torch.nn.AdaptiveMaxPool2d / AdaptiveMaxPool3d backward",
+       "each output gradient is added with atomics into the input element that was its "
+       "maximum; an element that is the maximum of several windows gets its sum in a "
+       "changing order",
+       std::string(kRaises) +
+           "When each input size is a multiple of the output size, F.max_pool2d with "
+           "kernel_size = stride = input // output computes the same values and MaxPool2d's "
+           "backward is deterministic; otherwise run it on the CPU"},
+      // kAvgPool3d
+      {"torch.nn.AvgPool3d backward with overlapping windows (stride < kernel_size)",
+       "avg_pool3d_cuda_update_grad_input_atomic adds each output gradient into overlapping "
+       "windows with atomics",
+       std::string(kRaises) +
+           "Windows that do not overlap (stride >= kernel_size) take a kernel without "
+           "atomics (PyTorch still raises for it); otherwise run it on the CPU"},
+      // kMaxPool3d
+      {"torch.nn.MaxPool3d backward",
+       "gradients are added with atomics into the positions of the maxima; a position that "
+       "is the maximum of several windows gets its sum in a changing order",
+       std::string(kRaises) + "Run it on the CPU"},
+      // kFractionalMaxPool
+      {"torch.nn.FractionalMaxPool2d / FractionalMaxPool3d backward",
+       "gradients are added with atomics into the positions of the maxima, which overlapping "
+       "pooling regions can share",
+       std::string(kRaises) + "Run it on the CPU"},
+      // kMaxUnpool
+      {"torch.nn.MaxUnpool1d / MaxUnpool2d / MaxUnpool3d",
+       "values whose indices coincide are written by racing threads: which one lands changes "
+       "from run to run",
+       std::string(kRaises) +
+           "Give it indices without duplicates (those of a MaxPool whose windows do not "
+           "overlap), or run it on the CPU"},
+      // kInterpolate
+      {"torch.nn.functional.interpolate / nn.Upsample backward, mode='linear', 'bilinear', "
+       "'bicubic' or 'trilinear' (also antialias=True)",
+       "each output gradient is added into its source pixels with atomics, in an order that "
+       "changes from run to run",
+       std::string(kRaises) +
+           "mode='nearest' or 'nearest-exact' has a deterministic backward; otherwise run "
+           "the interpolation on the CPU"},
+      // kGridSample
+      {"torch.nn.functional.grid_sample backward",
+       "gradients are added into grad_input with atomics (safe_add_2d/3d)",
+       std::string(kRaises) + "Run it on the CPU"},
+      // kReflectionPad
+      {"torch.nn.ReflectionPad1d/2d/3d backward (F.pad mode='reflect')",
+       "positions that are reflected onto receive several gradients, added with atomics",
+       std::string(kRaises) + "Run it on the CPU"},
+      // kReplicationPad
+      {"torch.nn.ReplicationPad1d/2d/3d backward (F.pad mode='replicate')",
+       "the edge positions receive many gradients, added with atomics",
+       "torch.use_deterministic_algorithms(True): F.pad(mode='replicate') (which "
+       "nn.ReplicationPad*d calls) then pads through a decomposition whose backward uses "
+       "index_put_ with sorted indices (the docstring lists 1d, 2d and 3d in recent "
+       "PyTorch, 2d only in older releases)"},
+      // kNllLoss2d
+      {"torch.nn.NLLLoss / F.cross_entropy of inputs with spatial dimensions (N, C, d1, ...) "
+       "and reduction='mean' or 'sum'",
+       "nll_loss2d_forward_kernel adds each block's partial sum into the loss and the total "
+       "weight with atomics",
+       std::string(kRaises) +
+           "Compute it with reduction='none' and reduce the result yourself (a sum; for "
+           "'mean' divide by the sum of the targets' class weights): that kernel has no "
+           "atomics and torch.sum is deterministic"},
+      // kHistc
+      {"torch.histc (floating-point input)",
+       "the bins are floating-point counters incremented with atomics (kernelHistogram1D); "
+       "PyTorch documents it as nondeterministic (increments of 1 stay exact while a bin "
+       "holds fewer than 2^24 counts in float32)",
+       std::string(kRaises) +
+           "Run it on the CPU, or compute integer bin indices and count them with an integer "
+           "op"},
+      // kBincountWeights
+      {"torch.bincount with weights",
+       "the weights are added into the bins with atomics (kernelHistogram1D of "
+       "CUDA_tensor_histogram<..., true>), in an order that changes from run to run",
+       std::string(kRaises) +
+           "torch.zeros(n, device=...).index_put_((x,), weights, accumulate=True) computes "
+           "the same sums with sorted indices, deterministically"},
+      // kMedian
+      {"torch.median / torch.nanmedian along a dimension (values and indices)",
+       "among equal values, which index gatherMedian returns depends on thread timing (the "
+       "values themselves are deterministic)",
+       std::string(kRaises) +
+           "If only the values are needed they are reproducible; otherwise compute the "
+           "indices on the CPU"},
+      // kKthvalue
+      {"torch.kthvalue (PyTorch releases whose torch.use_deterministic_algorithms docstring "
+       "lists it)",
+       "among equal values, which index gatherKthValue returns depends on thread timing; "
+       "newer releases return the smallest such index",
+       "Older releases raise under torch.use_deterministic_algorithms(True); the values are "
+       "reproducible, and a newer PyTorch returns reproducible indices"},
+      // kCumsum (the scan op and CUB's namespace vary by version: matched on the kernel name
+      // and a floating-point value type)
+      {"torch.cumsum of a floating-point or complex CUDA tensor (CUB's device scan; other "
+       "floating-point scans through CUB, such as torch.cumprod, run the same kernel)",
+       "CUB's single-pass scan combines the partial sums of earlier tiles as they become "
+       "available (decoupled look-back), so their grouping changes from run to run",
+       std::string(kRaises) + "Run it on the CPU"},
+      // kFlashAttentionBackward (the same kernels run in both modes: the name cannot say
+      // whether the deterministic mode was on)
+      {"torch.nn.functional.scaled_dot_product_attention backward, flash-attention backend "
+       "(the flash-attn package's kernels have the same names)",
+       "the gradient of the queries is accumulated across key blocks with atomic adds",
+       "torch.use_deterministic_algorithms(True) with warn_only=False: PyTorch then runs the "
+       "flash backward in its deterministic mode (warn_only=True only warns); or choose "
+       "another backend with torch.nn.attention.sdpa_kernel(SDPBackend.MATH). With the "
+       "flash-attn package pass deterministic=True"},
+      // kMemEfficientAttentionBackward
+      {"torch.nn.functional.scaled_dot_product_attention backward, memory-efficient backend "
+       "(CUTLASS fmha kernels)",
+       "with more than one key split (num_splits_key > 1) the gradients are accumulated "
+       "across splits with atomic adds",
+       "torch.use_deterministic_algorithms(True) with warn_only=False: PyTorch then uses a "
+       "single key split, which is deterministic (warn_only=True only warns)"},
+  }};
+  return hints;
+}
 
-bool Matches(const KernelHint& row, std::string_view name) {
-  if (row.patterns[0] == "upsample_") {
-    return name.find("upsample_") != std::string_view::npos &&
-           name.find("_backward") != std::string_view::npos;
-  }
-  for (std::string_view pattern : row.patterns) {
-    if (!pattern.empty() && name.find(pattern) != std::string_view::npos) return true;
+// The value types CUB's scan runs on, for "is this a floating-point scan".
+bool HasFloatingType(std::string_view lower) {
+  for (std::string_view type : {"float", "double", "c10::half", "c10::bfloat16", "c10::complex",
+                                "__half", "__nv_bfloat16"}) {
+    if (lower.find(type) != std::string_view::npos) return true;
   }
   return false;
 }
 
-FixHint Hint(const char* framework_op, const char* mechanism, const char* fix) {
-  return FixHint{framework_op, mechanism, fix};
+// The top-level template arguments after `marker` (which ends with '<'), trimmed.
+std::vector<std::string_view> TemplateArguments(std::string_view lower, std::string_view marker) {
+  std::vector<std::string_view> args;
+  const size_t at = lower.find(marker);
+  if (at == std::string_view::npos) return args;
+  size_t begin = at + marker.size();
+  int depth = 0;
+  for (size_t i = begin; i < lower.size(); ++i) {
+    const char c = lower[i];
+    if (c == '<' || c == '(') {
+      ++depth;
+    } else if ((c == '>' || c == ')') && depth > 0) {
+      --depth;
+    } else if ((c == ',' || c == '>') && depth == 0) {
+      std::string_view arg = lower.substr(begin, i - begin);
+      while (!arg.empty() && arg.front() == ' ') arg.remove_prefix(1);
+      while (!arg.empty() && arg.back() == ' ') arg.remove_suffix(1);
+      args.push_back(arg);
+      if (c == '>') break;
+      begin = i + 1;
+    }
+  }
+  return args;
+}
+
+// CUDA_tensor_histogram<output_t, input_t, HasWeights> names the op of a kernelHistogram1D
+// launch: weights -> bincount with weights; no weights and a floating output -> histc;
+// integer counts (bincount without weights, histc of integers) are exact.
+bool IsBincountWithWeights(std::string_view lower) {
+  const auto args = TemplateArguments(lower, "cuda_tensor_histogram<");
+  return args.size() == 3 && args[2] == "true";
+}
+bool IsFloatingHistc(std::string_view lower) {
+  const auto args = TemplateArguments(lower, "cuda_tensor_histogram<");
+  return args.size() == 3 && args[2] == "false" &&
+         (args[0] == "float" || args[0] == "double");
+}
+
+struct KernelRule {
+  std::array<std::string_view, 3> all_of;  // lower case; every non-empty one must occur
+  int hint;                                // a HintId, or kDeterministic
+  const char* deterministic_op;            // kDeterministic rows: what the kernel computes
+  bool (*refine)(std::string_view lower) = nullptr;  // an extra condition on the name
+};
+
+// First match wins (see the top of this file for the ordering rule).
+constexpr KernelRule kKernelRules[] = {
+    // Indexing.cu: index_add (ReduceAdd; index_reduce 'mean' too), index_reduce. Older
+    // releases (the THC-era Indexing.cu) had index_add kernels of their own, indexAdd*Index.
+    {{"indexfunc", "reduceadd", ""}, kIndexAdd, nullptr},
+    {{"indexaddsmallindex", "", ""}, kIndexAdd, nullptr},
+    {{"indexaddlargeindex", "", ""}, kIndexAdd, nullptr},
+    {{"indexfunc", "reducemultiply", ""}, kIndexReduceProd, nullptr},
+    {{"indexfunc", "reducemaximum", ""}, kDeterministic,
+     "torch.Tensor.index_reduce_(reduce='amax') (the order does not change a maximum)"},
+    {{"indexfunc", "reduceminimum", ""}, kDeterministic,
+     "torch.Tensor.index_reduce_(reduce='amin') (the order does not change a minimum)"},
+    {{"indexselect", "", ""}, kDeterministic,
+     "torch.index_select forward (each output element is read from one input element)"},
+    // ScatterGatherKernel.cu: the functor names the op; scatter_fill writes one scalar.
+    {{"_cuda_scatter_fill_internal_kernel", "", ""}, kDeterministic,
+     "torch.Tensor.scatter_ with a scalar value (every duplicate applies the same value, "
+     "so the order does not matter)"},
+    {{"scatter_", "reduceadd", ""}, kScatterAdd, nullptr},
+    {{"scatter_", "reducemean", ""}, kScatterAdd, nullptr},
+    {{"scatter_", "reducemultiply", ""}, kScatterProd, nullptr},
+    {{"scatter_", "reducemaximum", ""}, kDeterministic,
+     "torch.Tensor.scatter_reduce_(reduce='amax') (the order does not change a maximum)"},
+    {{"scatter_", "reduceminimum", ""}, kDeterministic,
+     "torch.Tensor.scatter_reduce_(reduce='amin') (the order does not change a minimum)"},
+    {{"_cuda_scatter_gather_internal_kernel<false", "", ""}, kDeterministic,
+     "torch.gather forward (each output element is read from one input element)"},
+    {{"scatter_", "tensorassign", ""}, kScatterAssign, nullptr},
+    // Indexing.cu: the sort-based kernels of index_put_(accumulate=True) and of the
+    // deterministic paths of index_put_, index_add_, index_copy_ and scatter.
+    {{"indexing_backward_kernel", "", ""}, kDeterministic,
+     "index_put_ with sorted indices (accumulate=True on CUDA, and the deterministic paths "
+     "of index_put_, index_add_, index_copy_ and scatter)"},
+    // IndexKernel.cu: TensorIterator lambdas, named by their enclosing function.
+    {{"index_put_kernel_impl", "", ""}, kIndexPut, nullptr},
+    {{"index_copy_kernel_impl", "", ""}, kIndexCopy, nullptr},
+    {{"::put_kernel(", "", ""}, kPut, nullptr},
+    {{"::take_kernel(", "", ""}, kDeterministic, "torch.take (a gather)"},
+    {{"index_kernel_impl", "", ""}, kDeterministic,
+     "advanced-indexing read x[idx] (a gather)"},
+    {{"index_fill_kernel_impl", "", ""}, kDeterministic,
+     "torch.Tensor.index_fill_ (every duplicate writes the same value)"},
+    // EmbeddingBag.cu, EmbeddingBackwardKernel.cu.
+    {{"embeddingbag_accgradparameterskernel_max", "", ""}, kEmbeddingBagMax, nullptr},
+    {{"embeddingbag_updateoutputkernel", "", ""}, kDeterministic,
+     "torch.nn.EmbeddingBag forward (any mode, with or without per_sample_weights)"},
+    {{"_embedding_bag_per_sample_weights_backward_kernel", "", ""}, kDeterministic,
+     "torch.nn.EmbeddingBag backward of per_sample_weights"},
+    {{"compute_grad_weight", "", ""}, kDeterministic,
+     "torch.nn.Embedding / EmbeddingBag(mode='sum' or 'mean') backward (a sorted segment "
+     "sum)"},
+    {{"sum_and_scatter", "", ""}, kDeterministic,
+     "torch.nn.Embedding / EmbeddingBag(mode='sum' or 'mean') backward (a sorted segment "
+     "sum)"},
+    // LossCTC.cu.
+    {{"ctc_loss_backward_collect_nonblank_gpu_kernel", "", ""}, kCtcLoss, nullptr},
+    {{"ctc_loss_", "", ""}, kDeterministic,
+     "torch.nn.CTCLoss forward (log alpha), log beta, the blank gradient or zero padding"},
+    // AdaptiveAveragePooling.cu, AdaptiveAveragePooling3d.cu, AdaptiveMaxPooling2d/3d.cu.
+    {{"atomic_adaptive_average_gradinput", "", ""}, kAdaptiveAvgPool, nullptr},
+    {{"atomicadaptiveaveragegradinput", "", ""}, kAdaptiveAvgPool, nullptr},
+    {{"atomicadaptivemaxgradinput", "", ""}, kAdaptiveMaxPool, nullptr},
+    {{"adaptive_average_", "", ""}, kDeterministic,
+     "torch.nn.AdaptiveAvgPool2d forward, or its backward without atomics"},
+    {{"adaptiveaverage", "", ""}, kDeterministic,
+     "torch.nn.AdaptiveAvgPool3d forward, or its backward without atomics"},
+    {{"adaptivemax", "", ""}, kDeterministic,
+     "torch.nn.AdaptiveMaxPool2d/3d forward, or its backward without atomics"},
+    // AveragePool3d.cu, DilatedMaxPool3d.cu, FractionalMaxPool2d/3d.cu, MaxUnpooling.cu.
+    {{"avg_pool3d_cuda_update_grad_input_atomic", "", ""}, kAvgPool3d, nullptr},
+    {{"avg_pool3d_", "", ""}, kDeterministic,
+     "torch.nn.AvgPool3d forward, or its backward over windows that do not overlap"},
+    {{"max_pool3d_with_indices_backward", "", ""}, kMaxPool3d, nullptr},
+    {{"max_pool3d_with_indices", "", ""}, kDeterministic, "torch.nn.MaxPool3d forward"},
+    {{"fractional_max_pool", "backward", ""}, kFractionalMaxPool, nullptr},
+    {{"fractional_max_pool", "", ""}, kDeterministic, "torch.nn.FractionalMaxPool forward"},
+    {{"max_unpooling", "forward", ""}, kMaxUnpool, nullptr},
+    {{"max_unpooling", "", ""}, kDeterministic,
+     "torch.nn.MaxUnpool backward (a gather)"},
+    // UpSample*.cu: the backward of the linear modes accumulates; nearest reads.
+    {{"upsample_linear1d_out_frame_backward", "", ""}, kInterpolate, nullptr},
+    {{"upsample_bilinear2d_backward", "", ""}, kInterpolate, nullptr},
+    {{"upsample_bicubic2d_backward", "", ""}, kInterpolate, nullptr},
+    {{"upsample_trilinear3d_backward", "", ""}, kInterpolate, nullptr},
+    {{"upsample_gen2d_aa_backward", "", ""}, kInterpolate, nullptr},
+    {{"upsample_", "", ""}, kDeterministic,
+     "torch.nn.functional.interpolate forward, or its backward with mode='nearest' / "
+     "'nearest-exact'"},
+    // GridSampler.cu, ReflectionPad.cu, ReplicationPadding.cu.
+    {{"grid_sampler_", "backward", ""}, kGridSample, nullptr},
+    {{"grid_sampler_", "", ""}, kDeterministic, "torch.nn.functional.grid_sample forward"},
+    {{"reflection_pad", "backward", ""}, kReflectionPad, nullptr},
+    {{"reflection_pad", "", ""}, kDeterministic, "torch.nn.ReflectionPad forward"},
+    {{"replication_pad", "backward", ""}, kReplicationPad, nullptr},
+    {{"replication_pad", "", ""}, kDeterministic, "torch.nn.ReplicationPad forward"},
+    // NLLLoss2d.cu, Loss.cu: only the 2d forward with a reduction uses atomics.
+    {{"nll_loss2d_forward_kernel", "", ""}, kNllLoss2d, nullptr},
+    {{"nll_loss", "", ""}, kDeterministic,
+     "torch.nn.NLLLoss without spatial dimensions, with reduction='none', or its backward"},
+    // SummaryOps.cu: the op is in the template arguments of CUDA_tensor_histogram.
+    {{"kernelhistogram1d", "", ""}, kBincountWeights, nullptr, IsBincountWithWeights},
+    {{"kernelhistogram1d", "", ""}, kHistc, nullptr, IsFloatingHistc},
+    {{"kernelhistogram1d", "", ""}, kDeterministic,
+     "torch.bincount without weights or torch.histc of integers (integer counts are exact)"},
+    // Sorting.cu.
+    {{"gathermedian", "", ""}, kMedian, nullptr},
+    {{"gatherkthvalue", "", ""}, kKthvalue, nullptr},
+    // CUB's scan (PyTorch wraps CUB in at_cuda_detail::; the namespace and the policy
+    // arguments vary by CUB version). DeviceScanInitKernel only initialises tile states.
+    {{"devicescankernel", "", ""}, kCumsum, nullptr, HasFloatingType},
+    {{"devicescankernel", "", ""}, kDeterministic,
+     "a CUB scan of integers (torch.cumsum of integers, nonzero, ...: integer sums are exact)"},
+    {{"devicescaninitkernel", "", ""}, kDeterministic,
+     "the initialisation of a CUB scan's tile states"},
+    {{"tensor_kernel_scan_", "", ""}, kDeterministic,
+     "PyTorch's own block scan along a dimension of a multi-dimensional tensor (torch.cumsum, "
+     "cumprod, ...: partial results combined in a fixed order)"},
+    // transformers/cuda: flash attention (namespace pytorch_flash:: in PyTorch, flash:: in the
+    // flash-attn package) and memory-efficient attention (fmha_cutlassB_<dtype>_..._sm<N>).
+    {{"flash_bwd_dq_dk_dv_loop", "", ""}, kFlashAttentionBackward, nullptr},
+    {{"flash_bwd_", "", ""}, kDeterministic,
+     "the flash-attention backward's pre- and post-processing (dot(dO, O), conversion of "
+     "the accumulated dQ)"},
+    {{"flash_fwd", "", ""}, kDeterministic,
+     "torch.nn.functional.scaled_dot_product_attention forward (flash)"},
+    {{"fmha_cutlassb", "", ""}, kMemEfficientAttentionBackward, nullptr},
+    {{"fmha_cutlassf", "", ""}, kDeterministic,
+     "torch.nn.functional.scaled_dot_product_attention forward (memory-efficient)"},
+};
+
+std::string Lower(std::string_view text) {
+  std::string lower(text);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower;
+}
+
+const KernelRule* FindKernelRule(std::string_view name) {
+  const std::string lower = Lower(name);
+  for (const KernelRule& rule : kKernelRules) {
+    bool all = true;
+    for (std::string_view pattern : rule.all_of) {
+      if (!pattern.empty() && lower.find(pattern) == std::string::npos) {
+        all = false;
+        break;
+      }
+    }
+    if (all && (!rule.refine || rule.refine(lower))) return &rule;
+  }
+  return nullptr;
+}
+
+FixHint Hint(std::string framework_op, std::string mechanism, std::string fix) {
+  return FixHint{std::move(framework_op), std::move(mechanism), std::move(fix)};
+}
+
+FixHint DeterministicKernelHint(const char* op) {
+  return Hint(std::string(op) + " (a deterministic kernel, not a suspect)",
+              "it computes each output from its inputs in a fixed order (no atomics, no "
+              "racing writes), so the same inputs give the same outputs",
+              "look before it: an input that differs in bytes ndtrace did not digest, memory it "
+              "read before anything wrote it (torch.empty), or a kernel on another stream "
+              "writing the same memory without synchronisation; ndtrace bisect narrows the "
+              "window");
+}
+
+bool IsAutotuned(const format::OpRecord& op) {
+  return op.algorithm && (op.algorithm->name == "CUBLAS_GEMM_AUTOTUNE" ||
+                          op.algorithm->source == format::ChoiceSource::kBenchmark);
+}
+
+std::optional<FixHint> CublasHint(const format::OpRecord& op, DivergenceClass klass) {
+  if (op.kind == format::OpKind::kCublasGemm) {
+    if (IsAutotuned(op)) {
+      return Hint("torch.matmul / torch.nn.Linear or a direct cublasGemmEx (cuBLAS)",
+                  "the program passed CUBLAS_GEMM_AUTOTUNE: cuBLAS times the candidate "
+                  "algorithms once per handle and keeps the fastest, so each process can run "
+                  "a different algorithm with a different summation order",
+                  "pass a fixed algorithm (CUBLAS_GEMM_DEFAULT or a CUBLAS_GEMM_ALGO<n>) "
+                  "instead of CUBLAS_GEMM_AUTOTUNE; ndtrace run --deterministic replaces "
+                  "CUBLAS_GEMM_AUTOTUNE by CUBLAS_GEMM_DEFAULT (--pin cannot: an autotuned "
+                  "reference does not record which algorithm ran)");
+    }
+    if (klass == DivergenceClass::kAlgorithmSelection) {
+      return Hint("torch.matmul / torch.nn.Linear or a direct cublasGemmEx (cuBLAS)",
+                  "the program asked cuBLAS for a different algorithm in each run",
+                  "pass the same algorithm in every run; ndtrace run --pin TRACE passes the "
+                  "algorithm recorded in TRACE for the same problem (same GPU and cuBLAS "
+                  "version)");
+    }
+    const std::string* atomics = TextOf(op, "atomics");
+    if (atomics && *atomics == "allowed") {
+      return Hint("a cuBLAS routine run with atomics allowed",
+                  "cublasSetAtomicsMode(CUBLAS_ATOMICS_ALLOWED) lets cuBLAS pick routines that "
+                  "accumulate with atomics, whose results the cuBLAS documentation does not "
+                  "guarantee to be reproducible",
+                  "leave the handle at CUBLAS_ATOMICS_NOT_ALLOWED (the default); ndtrace run "
+                  "--deterministic forces it");
+    }
+    return Hint("torch.matmul / torch.nn.Linear or a direct cuBLAS GEMM",
+                "cuBLAS promises bit-wise equal results for one toolkit version and GPU "
+                "architecture and SM count only while one stream is active: with several "
+                "concurrent streams sharing a handle it may pick other internal workspaces "
+                "and implementations",
+                "give each stream its own workspace (cublasSetWorkspace) or its own handle, or "
+                "set CUBLAS_WORKSPACE_CONFIG=:4096:8 (or :16:8) before the first cuBLAS call; "
+                "ndtrace run --deterministic sets CUBLAS_WORKSPACE_CONFIG=:4096:8 when unset "
+                "and gives each (handle, stream) a workspace of its own");
+  }
+  // cuBLASLt
+  if (klass == DivergenceClass::kAlgorithmSelection) {
+    return Hint("torch.matmul / torch.nn.Linear (cuBLASLt)",
+                "the program passed cublasLtMatmul a different algorithm in each run (chosen by "
+                "timing candidates, e.g. PyTorch's TunableOp, or by a heuristic query with "
+                "other preferences)",
+                "choose the algorithm without timing (the first result of "
+                "cublasLtMatmulAlgoGetHeuristic with fixed preferences; in PyTorch leave "
+                "PYTORCH_TUNABLEOP_ENABLED unset); or ndtrace run --pin TRACE, which passes the "
+                "algorithm recorded in TRACE for the same problem (same GPU and cuBLAS "
+                "version; a pin reproduces the choice, so record TRACE with --deterministic)");
+  }
+  return Hint("torch.matmul / torch.nn.Linear (cuBLASLt)",
+              "the algorithm splits K and reduces the partial sums out of place "
+              "(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE / OUTPUT_TYPE), whose order can change",
+              "ask the heuristic only for algorithms without out-of-place split-K "
+              "(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = NONE | INPLACE); ndtrace run "
+              "--deterministic removes such algorithms from the heuristic's results and "
+              "replaces one passed to cublasLtMatmul by the first deterministic one");
 }
 
 std::optional<FixHint> LibraryHint(const format::OpRecord& op, DivergenceClass klass) {
@@ -137,57 +571,55 @@ std::optional<FixHint> LibraryHint(const format::OpRecord& op, DivergenceClass k
     case OpKind::kCudnnBackendExecute:
       if (klass == DivergenceClass::kAlgorithmSelection) {
         return Hint("torch.nn.Conv*d / ConvTranspose*d (cuDNN)",
-                    "cuDNN chose a different engine in each run (torch.backends.cudnn."
-                    "benchmark=True picks engines by timing, which varies)",
-                    "ndtrace run --pin TRACE keeps benchmark speed with the engines recorded "
-                    "in TRACE; or torch.backends.cudnn.benchmark=False");
+                    "cuDNN ran a different algorithm or engine in each run: with "
+                    "torch.backends.cudnn.benchmark=True the fastest by measured time is "
+                    "taken, and timings vary (deterministic algorithms differ from one another "
+                    "in their results too)",
+                    "torch.backends.cudnn.benchmark=False (cuDNN's heuristic then picks the "
+                    "same algorithm every run); or ndtrace run --pin TRACE keeps benchmark "
+                    "speed with the choices recorded in TRACE (a pin reproduces the choice: "
+                    "record TRACE with deterministic algorithms); ndtrace run --deterministic "
+                    "ranks benchmark results by cuDNN's heuristic instead of time");
       }
       if (op.kind == OpKind::kCudnnConvolution) {
         return Hint("torch.nn.Conv*d / ConvTranspose*d (cuDNN)",
-                    "the cuDNN algorithm accumulates with atomics (cuDNN documents it as "
-                    "nondeterministic: CUDNN_NON_DETERMINISTIC)",
-                    "ndtrace run --deterministic (replaces it by the best deterministic "
-                    "algorithm that fits the workspace); or torch.backends.cudnn.deterministic="
-                    "True / torch.use_deterministic_algorithms(True)");
+                    "the algorithm is one cuDNN documents as nondeterministic "
+                    "(CUDNN_NON_DETERMINISTIC: it accumulates with atomics)",
+                    "torch.backends.cudnn.deterministic=True or "
+                    "torch.use_deterministic_algorithms(True); ndtrace run --deterministic "
+                    "replaces it by the first deterministic algorithm whose workspace fits");
       }
       return Hint("torch.nn.Conv*d / ConvTranspose*d (cuDNN)",
-                  "the cuDNN engine accumulates with atomics or split reductions "
-                  "(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC)",
-                  "ndtrace run --deterministic (keeps nondeterministic engines out); or "
-                  "torch.backends.cudnn.deterministic=True / "
-                  "torch.use_deterministic_algorithms(True)");
+                  "the engine's numerical notes include CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC "
+                  "(atomics or split reductions)",
+                  "torch.backends.cudnn.deterministic=True or "
+                  "torch.use_deterministic_algorithms(True); ndtrace run --deterministic keeps "
+                  "engines with that note out");
     case OpKind::kCublasGemm:
     case OpKind::kCublasLtMatmul:
-      if (klass == DivergenceClass::kAlgorithmSelection) {
-        return Hint("torch.matmul / torch.nn.Linear (cuBLAS)",
-                    "cuBLAS(Lt) chose a different algorithm in each run",
-                    "ndtrace run --pin TRACE forces the recorded algorithms; or "
-                    "CUBLAS_WORKSPACE_CONFIG=:4096:8");
-      }
-      if (op.kind == OpKind::kCublasLtMatmul) {
-        return Hint("torch.matmul / torch.nn.Linear (cuBLASLt)",
-                    "the cuBLASLt algorithm splits K and reduces the partial sums out of place "
-                    "in a varying order",
-                    "ndtrace run --deterministic (keeps out-of-place split-K algorithms out of "
-                    "the heuristics' results); or ndtrace run --pin TRACE with a trace whose "
-                    "algorithm is deterministic");
-      }
-      return Hint("torch.matmul / torch.nn.Linear (cuBLAS)",
-                  "split-K with atomics or multi-stream workspace reductions combine partial "
-                  "sums in a varying order",
-                  "CUBLAS_WORKSPACE_CONFIG=:4096:8 (or ndtrace run --deterministic, which also "
-                  "keeps a workspace per stream and forbids atomics)");
+      return CublasHint(op, klass);
     case OpKind::kCurandGenerate:
-      return Hint("a cuRAND user (torch.randn and friends on CUDA)",
-                  "the generator's seed, offset or ordering differs between runs",
-                  "seed it (torch.manual_seed / curandSetPseudoRandomGeneratorSeed); "
-                  "ndtrace run --pin TRACE forces the seed, offset and ordering recorded in "
-                  "TRACE");
+      return Hint("cuRAND host-API generation (curandGenerate*; PyTorch's CUDA random ops do "
+                  "not use it: they draw Philox numbers in their own kernels)",
+                  "the generator's seed, offset or ordering differs between runs, or its "
+                  "ordering is CURAND_ORDERING_PSEUDO_DYNAMIC, which adapts the sequence to "
+                  "the device",
+                  "set the same seed (curandSetPseudoRandomGeneratorSeed) and offset in every "
+                  "run and a fixed ordering (curandSetGeneratorOrdering, not PSEUDO_DYNAMIC); "
+                  "ndtrace run --deterministic replaces PSEUDO_DYNAMIC, ndtrace run --pin "
+                  "TRACE forces the seed, offset and ordering recorded in TRACE");
     case OpKind::kNcclCollective:
       return Hint("torch.distributed collectives (NCCL)",
-                  "NCCL's algorithm, protocol or channel count changes the reduction order",
-                  "ndtrace run --deterministic pins NCCL_ALGO, NCCL_PROTO and channels; or set "
-                  "them yourself");
+                  "NCCL picks the algorithm (Ring, Tree, NVLS, CollNet, ...), protocol and "
+                  "channel count per call from the message size and topology; each choice "
+                  "adds in another order, and NVLS reductions are not deterministic between "
+                  "calls",
+                  "fix the choice before the communicator is created: NCCL_ALGO=Ring, "
+                  "NCCL_PROTO=Simple, NCCL_MIN_NCHANNELS=NCCL_MAX_NCHANNELS, "
+                  "NCCL_NVLS_ENABLE=0, NCCL_COLLNET_ENABLE=0 (ndtrace run --deterministic sets "
+                  "those the program left unset), and keep the NCCL version, rank-to-GPU "
+                  "mapping and message sizes (DDP bucket sizes) the same; NCCL itself "
+                  "documents no determinism guarantee");
     case OpKind::kMemcpy:
       if (klass == DivergenceClass::kPropagated) {
         return Hint("the data the program copies to the GPU (data loading, CPU RNG)",
@@ -234,8 +666,10 @@ std::optional<FixHint> FindFixHint(const format::OpRecord& op, DivergenceClass k
   }
   if (auto hint = LibraryHint(op, klass)) return hint;
   if (op.kind == format::OpKind::kKernelLaunch) {
-    for (const KernelHint& row : kKernelHints) {
-      if (Matches(row, op.name)) return Hint(row.framework_op, row.mechanism, row.fix);
+    if (const KernelRule* rule = FindKernelRule(op.name)) {
+      if (rule->hint == kDeterministic) return DeterministicKernelHint(rule->deterministic_op);
+      const KernelHint& hint = KernelHints()[rule->hint];
+      return Hint(hint.framework_op, hint.mechanism, hint.fix);
     }
     if (klass == DivergenceClass::kNondeterministicOp) {
       return Hint("(a kernel not in ndtrace's table)",
@@ -247,6 +681,6 @@ std::optional<FixHint> FindFixHint(const format::OpRecord& op, DivergenceClass k
   return std::nullopt;
 }
 
-size_t KernelHintCount() { return std::size(kKernelHints); }
+size_t KernelHintCount() { return kHintCount; }
 
 }  // namespace ndt::replay

@@ -1,7 +1,8 @@
 // The table that turns "this kernel diverged" into "this is torch.Tensor.index_add_, it
-// adds floats with atomics, and this is what fixes it". Kernel-name patterns come from the
-// PyTorch CUDA sources of the ops listed by torch.use_deterministic_algorithms; library ops
-// are matched by kind. The table is data: fix_hints.cc, one row per entry.
+// adds floats with atomics, and this is what fixes it". Kernel rows match demangled launch
+// names of the PyTorch CUDA kernels of the ops listed by torch.use_deterministic_algorithms
+// and of their deterministic siblings; library ops are matched by kind. The table is data:
+// fix_hints.cc, which says where each row comes from.
 #pragma once
 
 #include <optional>
@@ -28,11 +29,13 @@ struct FixHint {
   std::string fix;           // what makes it reproducible
 };
 
-// The hint for `op` diverging as `klass`, or nullopt when the table has none. Ops whose
-// kernel is not in the table get a generic hint for their class when one applies.
+// The hint for `op` diverging as `klass`, or nullopt when the table has none. A kernel the
+// table knows as deterministic gets a hint whose framework_op ends in "(a deterministic
+// kernel, not a suspect)" and that points before it; a kernel not in the table gets a generic
+// hint when it diverged itself (kNondeterministicOp).
 std::optional<FixHint> FindFixHint(const format::OpRecord& op, DivergenceClass klass);
 
-// Number of kernel-name rows in the table (tests check the table stays complete).
+// Number of distinct kernel hints (suspect ops) in the table; tests check each is reached.
 size_t KernelHintCount();
 
 }  // namespace ndt::replay
