@@ -105,7 +105,10 @@ class Network {
   explicit Network(const Options& options) : o_(options) {}
 
   bool Init() {
-    if (!Ok(cudnnCreate(&handle_), "cudnnCreate")) return false;
+    // The CUDA context first, as PyTorch has it before its first cuDNN handle.
+    if (!Ok(cudaFree(nullptr), "cudaFree") || !Ok(cudnnCreate(&handle_), "cudnnCreate")) {
+      return false;
+    }
     size_t states_bytes = 0;
     if (!Ok(cudnnDropoutGetStatesSize(handle_, &states_bytes), "cudnnDropoutGetStatesSize") ||
         !Allocate(&states_, states_bytes) ||
