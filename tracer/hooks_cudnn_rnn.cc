@@ -455,6 +455,7 @@ cudnnStatus_t RecordRnnCall(Session& session, RealCall<cudnnStatus_t>& call, con
       rng.seed = use ? use->seed : (shape ? shape->seed : 0);
       rng.offset = use ? use->uses : 0;
       op.rng = rng;
+      if (shape) op.args.push_back(UnsignedArgument("dropout_states_bytes", shape->states_bytes));
     }
   }
   op.inputs = DigestExtents(session, stream, buffers.inputs);
