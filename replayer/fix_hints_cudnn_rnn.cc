@@ -57,16 +57,18 @@ std::optional<FixHint> CudnnRnnFixHint(const format::OpRecord& op, DivergenceCla
                    "ndtrace run --pin TRACE forces the algorithm recorded in TRACE; ndtrace run "
                    "--deterministic runs CUDNN_RNN_ALGO_STANDARD"};
   }
-  std::string mechanism = op.name + " ran " + algorithm + ". cuDNN's release notes document RNN " +
-                          "calls as nondeterministic when the cuBLAS calls inside them may use " +
-                          "more than one workspace buffer size (cuBLAS's default, when it is used " +
-                          "from several streams)";
+  std::string mechanism =
+      op.name + " ran " + algorithm + ". cuDNN's release notes document RNN " +
+      "calls as nondeterministic when the cuBLAS calls inside them may use " +
+      "more than one workspace buffer size (cuBLAS's default, when it is used " +
+      "from several streams)";
   if (op.algorithm && StartsWith(op.algorithm->name, "CUDNN_RNN_ALGO_PERSIST")) {
     mechanism += "; cuDNN documents nothing of the determinism of its persistent RNN algorithms";
   }
   if (op.name == "cudnnRNNBackwardWeights_v8") {
-    mechanism += "; this call adds the weight gradients into the gradient buffer "
-                 "(CUDNN_WGRAD_MODE_ADD), whose accumulation order cuDNN does not document";
+    mechanism +=
+        "; this call adds the weight gradients into the gradient buffer "
+        "(CUDNN_WGRAD_MODE_ADD), whose accumulation order cuDNN does not document";
   }
   return FixHint{kFrameworkOp, mechanism,
                  "start the program with CUBLAS_WORKSPACE_CONFIG=:4096:8 (PyTorch's RNN docs: "

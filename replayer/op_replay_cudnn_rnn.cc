@@ -26,14 +26,16 @@
 namespace ndt::replay::internal {
 namespace {
 
-#define NDT_CUDNN_RNN_FUNCTIONS(X)                                                               \
-  X(cudnnGetErrorString) X(cudnnCreate) X(cudnnDestroy) X(cudnnCreateTensorDescriptor)           \
-  X(cudnnSetTensorNdDescriptor) X(cudnnDestroyTensorDescriptor) X(cudnnCreateDropoutDescriptor)  \
-  X(cudnnRestoreDropoutDescriptor) X(cudnnDestroyDropoutDescriptor) X(cudnnCreateRNNDescriptor)  \
-  X(cudnnSetRNNDescriptor_v8) X(cudnnDestroyRNNDescriptor) X(cudnnBuildRNNDynamic)               \
-  X(cudnnCreateRNNDataDescriptor) X(cudnnSetRNNDataDescriptor) X(cudnnDestroyRNNDataDescriptor)  \
-  X(cudnnGetRNNTempSpaceSizes) X(cudnnRNNForward) X(cudnnRNNBackwardData_v8)                     \
-  X(cudnnRNNBackwardWeights_v8)
+#define NDT_CUDNN_RNN_FUNCTIONS(X)                                                                 \
+  X(cudnnGetErrorString)                                                                           \
+  X(cudnnCreate) X(cudnnDestroy) X(cudnnCreateTensorDescriptor) X(cudnnSetTensorNdDescriptor)      \
+      X(cudnnDestroyTensorDescriptor) X(cudnnCreateDropoutDescriptor)                              \
+          X(cudnnRestoreDropoutDescriptor) X(cudnnDestroyDropoutDescriptor)                        \
+              X(cudnnCreateRNNDescriptor) X(cudnnSetRNNDescriptor_v8) X(cudnnDestroyRNNDescriptor) \
+                  X(cudnnBuildRNNDynamic) X(cudnnCreateRNNDataDescriptor)                          \
+                      X(cudnnSetRNNDataDescriptor) X(cudnnDestroyRNNDataDescriptor)                \
+                          X(cudnnGetRNNTempSpaceSizes) X(cudnnRNNForward)                          \
+                              X(cudnnRNNBackwardData_v8) X(cudnnRNNBackwardWeights_v8)
 
 struct CudnnRnn {
 #define NDT_CUDNN_SLOT(name) decltype(&::name) name = nullptr;
@@ -137,29 +139,41 @@ StatusOr<RnnCall> DescribeRnn(const format::OpRecord& op) {
         argument == nullptr ? nullptr : std::get_if<format::Argument::Dims>(&argument->value);
     if (value == nullptr) return;  // optional (a GRU has no c)
     if (value->empty() || value->size() > 8 ||
-        std::any_of(value->begin(), value->end(), [](int64_t v) { return v <= 0 || v > INT32_MAX; })) {
+        std::any_of(value->begin(), value->end(),
+                    [](int64_t v) { return v <= 0 || v > INT32_MAX; })) {
       note(name);
       return;
     }
     *out = *value;
   };
   const std::string call = text("call");
-  if (call == "forward-inference") c.call = Call::kForwardInference;
-  else if (call == "forward-training") c.call = Call::kForwardTraining;
-  else if (call == "bwd-data") c.call = Call::kBackwardData;
-  else if (call == "bwd-weights-add" || call == "bwd-weights-set") c.call = Call::kBackwardWeights;
-  else if (!call.empty()) note("call");
+  if (call == "forward-inference")
+    c.call = Call::kForwardInference;
+  else if (call == "forward-training")
+    c.call = Call::kForwardTraining;
+  else if (call == "bwd-data")
+    c.call = Call::kBackwardData;
+  else if (call == "bwd-weights-add" || call == "bwd-weights-set")
+    c.call = Call::kBackwardWeights;
+  else if (!call.empty())
+    note("call");
   c.add_grad = call != "bwd-weights-set";
   constexpr int64_t kMax = INT32_MAX;
-  if (auto mode = ByName<cudnnRNNMode_t>(text("mode"), libfacts::RnnModeName, 4)) c.mode = *mode;
-  else note("mode");
+  if (auto mode = ByName<cudnnRNNMode_t>(text("mode"), libfacts::RnnModeName, 4))
+    c.mode = *mode;
+  else
+    note("mode");
   c.direction = text("direction") == "bidirectional" ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL;
-  if (auto bias = ByName<cudnnRNNBiasMode_t>(text("bias"), libfacts::RnnBiasName, 4)) c.bias = *bias;
-  else note("bias");
+  if (auto bias = ByName<cudnnRNNBiasMode_t>(text("bias"), libfacts::RnnBiasName, 4))
+    c.bias = *bias;
+  else
+    note("bias");
   c.input_mode = text("input_mode") == "skip" ? CUDNN_SKIP_INPUT : CUDNN_LINEAR_INPUT;
   const auto type = [&](const char* name, cudnnDataType_t* out) {
-    if (auto known = DataType(text(name))) *out = *known;
-    else note(name);
+    if (auto known = DataType(text(name)))
+      *out = *known;
+    else
+      note(name);
   };
   type("dtype", &c.dtype);
   type("math_prec", &c.math_prec);
@@ -194,8 +208,10 @@ StatusOr<RnnCall> DescribeRnn(const format::OpRecord& op) {
   c.weight_bytes = static_cast<uint64_t>(number("weight_space_bytes", 1, int64_t{1} << 32));
   c.reserve_bytes = static_cast<uint64_t>(number("reserve_bytes", 0, int64_t{1} << 32));
   c.fingerprint = text("fingerprint");
-  if (!op.algorithm) note("algorithm");
-  else c.algo = op.algorithm->id;
+  if (!op.algorithm)
+    note("algorithm");
+  else
+    c.algo = op.algorithm->id;
   if (missing.empty()) {
     const std::string lengths = text("seq_lengths");
     if (lengths == "full") {
@@ -211,8 +227,8 @@ StatusOr<RnnCall> DescribeRnn(const format::OpRecord& op) {
     }
   }
   if (!missing.empty()) {
-    return Status::Error(
-        fmt::format("op {} lacks what is needed to rebuild its RNN call: {}", op.sequence, missing));
+    return Status::Error(fmt::format("op {} lacks what is needed to rebuild its RNN call: {}",
+                                     op.sequence, missing));
   }
   return c;
 }
@@ -243,7 +259,8 @@ class RnnDescriptors {
                            cudnnTensorDescriptor_t* desc) {
       if (d.empty()) return Status::Ok();
       std::vector<int> dims(d.begin(), d.end()), strides(s.begin(), s.end());
-      Status status = check("cudnnCreateTensorDescriptor", cudnn_.cudnnCreateTensorDescriptor(desc));
+      Status status =
+          check("cudnnCreateTensorDescriptor", cudnn_.cudnnCreateTensorDescriptor(desc));
       if (!status.ok()) return status;
       return check("cudnnSetTensorNdDescriptor",
                    cudnn_.cudnnSetTensorNdDescriptor(*desc, call.dtype, static_cast<int>(d.size()),
@@ -257,13 +274,12 @@ class RnnDescriptors {
     }
     if (status.ok()) {
       status = check("cudnnRestoreDropoutDescriptor",
-                     cudnn_.cudnnRestoreDropoutDescriptor(dropout, handle, call.dropout, states,
-                                                          states != nullptr
-                                                              ? call.dropout_states_bytes
-                                                              : 0,
-                                                          0));
+                     cudnn_.cudnnRestoreDropoutDescriptor(
+                         dropout, handle, call.dropout, states,
+                         states != nullptr ? call.dropout_states_bytes : 0, 0));
     }
-    if (status.ok()) status = check("cudnnCreateRNNDescriptor", cudnn_.cudnnCreateRNNDescriptor(&rnn));
+    if (status.ok())
+      status = check("cudnnCreateRNNDescriptor", cudnn_.cudnnCreateRNNDescriptor(&rnn));
     if (status.ok()) {
       status = check("cudnnSetRNNDescriptor_v8",
                      cudnn_.cudnnSetRNNDescriptor_v8(
@@ -318,30 +334,41 @@ StatusOr<OpReplayReport> ReplayRnn(format::TraceReader& reader, const format::Op
   if (!described.ok()) return described.status();
   const RnnCall& c = *described;
   const uint64_t x = DataBytes(c, c.x_vector), y = DataBytes(c, c.y_vector);
-  const uint64_t h = StateBytes(c, c.h_dims, c.h_strides), cs = StateBytes(c, c.c_dims, c.c_strides);
+  const uint64_t h = StateBytes(c, c.h_dims, c.h_strides),
+                 cs = StateBytes(c, c.c_dims, c.c_strides);
   const bool training = c.call == Call::kForwardTraining;
   std::vector<Role> roles;
   switch (c.call) {
     case Call::kForwardInference:
     case Call::kForwardTraining:
-      roles = {{"x", x, true, false},         {"hx", h, true, false},
-               {"cx", cs, true, false},       {"weights", c.weight_bytes, true, false},
+      roles = {{"x", x, true, false},
+               {"hx", h, true, false},
+               {"cx", cs, true, false},
+               {"weights", c.weight_bytes, true, false},
                {"dropout_states", c.dropout_states_bytes, true, false},
-               {"y", y, false, true},         {"hy", h, false, true},
-               {"cy", cs, false, true},       {"reserve", c.reserve_bytes, false, false}};
+               {"y", y, false, true},
+               {"hy", h, false, true},
+               {"cy", cs, false, true},
+               {"reserve", c.reserve_bytes, false, false}};
       break;
     case Call::kBackwardData:
-      roles = {{"y", y, true, false},      {"dy", y, true, false},
-               {"hx", h, true, false},     {"dhy", h, true, false},
-               {"cx", cs, true, false},    {"dcy", cs, true, false},
+      roles = {{"y", y, true, false},
+               {"dy", y, true, false},
+               {"hx", h, true, false},
+               {"dhy", h, true, false},
+               {"cx", cs, true, false},
+               {"dcy", cs, true, false},
                {"weights", c.weight_bytes, true, false},
                {"reserve", c.reserve_bytes, true, false},
-               {"dx", x, false, true},     {"dhx", h, false, true},
+               {"dx", x, false, true},
+               {"dhx", h, false, true},
                {"dcx", cs, false, true}};
       break;
     case Call::kBackwardWeights:
-      roles = {{"x", x, true, false},  {"hx", h, true, false},
-               {"y", y, true, false},  {"reserve", c.reserve_bytes, true, false},
+      roles = {{"x", x, true, false},
+               {"hx", h, true, false},
+               {"y", y, true, false},
+               {"reserve", c.reserve_bytes, true, false},
                {"dweights", c.weight_bytes, c.add_grad, true}};
       break;
   }
@@ -357,13 +384,15 @@ StatusOr<OpReplayReport> ReplayRnn(format::TraceReader& reader, const format::Op
     if (role.bytes == 0) continue;
     std::optional<std::string> initial;
     if (role.input) {
-      StatusOr<std::optional<std::string>> input = ReadCaptured(reader, op, "in", role.name, role.bytes);
+      StatusOr<std::optional<std::string>> input =
+          ReadCaptured(reader, op, "in", role.name, role.bytes);
       if (!input.ok()) return input.status();
       initial = std::move(*input);
     }
     std::optional<std::string> output;
     if (role.output) {
-      StatusOr<std::optional<std::string>> out = ReadCaptured(reader, op, "out", role.name, role.bytes);
+      StatusOr<std::optional<std::string>> out =
+          ReadCaptured(reader, op, "out", role.name, role.bytes);
       if (!out.ok()) return out.status();
       output = std::move(*out);
     }
@@ -374,8 +403,8 @@ StatusOr<OpReplayReport> ReplayRnn(format::TraceReader& reader, const format::Op
       if (role.input && std::string(role.name) != "hx" && std::string(role.name) != "cx" &&
           std::string(role.name) != "dhy" && std::string(role.name) != "dcy" &&
           std::string(role.name) != "dropout_states") {
-        return Status::Error(fmt::format("op {} was captured without its input {}", op.sequence,
-                                         role.name));
+        return Status::Error(
+            fmt::format("op {} was captured without its input {}", op.sequence, role.name));
       }
       continue;
     }
@@ -398,7 +427,9 @@ StatusOr<OpReplayReport> ReplayRnn(format::TraceReader& reader, const format::Op
   if (buffers.output_bytes == 0) {
     return Status::Error(fmt::format("op {} has no output to compare", op.sequence));
   }
-  buffers.output_dtype = c.dtype == CUDNN_DATA_FLOAT ? "f32" : c.dtype == CUDNN_DATA_DOUBLE ? "f64" : "";
+  buffers.output_dtype = c.dtype == CUDNN_DATA_FLOAT    ? "f32"
+                         : c.dtype == CUDNN_DATA_DOUBLE ? "f64"
+                                                        : "";
   if (all_recorded) buffers.recorded_output = std::move(recorded);
 
   StatusOr<const Driver*> loaded_driver = LoadDriver();
@@ -455,40 +486,36 @@ StatusOr<OpReplayReport> ReplayRnn(format::TraceReader& reader, const format::Op
     StatusOr<DeviceBuffer> workspace = Allocate(driver, workspace_bytes);
     if (!workspace.ok()) return workspace.status();
     void* reserve = pointer("reserve");
-    return RunCandidate(driver, buffers, std::move(runs), options.repeat,
-                        [&]() -> std::optional<std::string> {
-                          cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
-                          switch (c.call) {
-                            case Call::kForwardInference:
-                            case Call::kForwardTraining:
-                              status = cudnn.cudnnRNNForward(
-                                  d.handle, d.rnn,
-                                  training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE,
-                                  nullptr, d.x, pointer("x"), d.y, pointer("y"), d.h,
-                                  pointer("hx"), pointer("hy"), d.c, pointer("cx"), pointer("cy"),
-                                  c.weight_bytes, pointer("weights"), workspace_bytes,
-                                  workspace->pointer(), c.reserve_bytes, reserve);
-                              break;
-                            case Call::kBackwardData:
-                              status = cudnn.cudnnRNNBackwardData_v8(
-                                  d.handle, d.rnn, nullptr, d.y, pointer("y"), pointer("dy"), d.x,
-                                  pointer("dx"), d.h, pointer("hx"), pointer("dhy"),
-                                  pointer("dhx"), d.c, pointer("cx"), pointer("dcy"),
-                                  pointer("dcx"), c.weight_bytes, pointer("weights"),
-                                  workspace_bytes, workspace->pointer(), c.reserve_bytes, reserve);
-                              break;
-                            case Call::kBackwardWeights:
-                              status = cudnn.cudnnRNNBackwardWeights_v8(
-                                  d.handle, d.rnn,
-                                  c.add_grad ? CUDNN_WGRAD_MODE_ADD : CUDNN_WGRAD_MODE_SET,
-                                  nullptr, d.x, pointer("x"), d.h, pointer("hx"), d.y,
-                                  pointer("y"), c.weight_bytes, pointer("dweights"),
-                                  workspace_bytes, workspace->pointer(), c.reserve_bytes, reserve);
-                              break;
-                          }
-                          if (status == CUDNN_STATUS_SUCCESS) return std::nullopt;
-                          return cudnn.Error(op.name.c_str(), status);
-                        });
+    return RunCandidate(
+        driver, buffers, std::move(runs), options.repeat, [&]() -> std::optional<std::string> {
+          cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
+          switch (c.call) {
+            case Call::kForwardInference:
+            case Call::kForwardTraining:
+              status = cudnn.cudnnRNNForward(
+                  d.handle, d.rnn, training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE,
+                  nullptr, d.x, pointer("x"), d.y, pointer("y"), d.h, pointer("hx"), pointer("hy"),
+                  d.c, pointer("cx"), pointer("cy"), c.weight_bytes, pointer("weights"),
+                  workspace_bytes, workspace->pointer(), c.reserve_bytes, reserve);
+              break;
+            case Call::kBackwardData:
+              status = cudnn.cudnnRNNBackwardData_v8(
+                  d.handle, d.rnn, nullptr, d.y, pointer("y"), pointer("dy"), d.x, pointer("dx"),
+                  d.h, pointer("hx"), pointer("dhy"), pointer("dhx"), d.c, pointer("cx"),
+                  pointer("dcy"), pointer("dcx"), c.weight_bytes, pointer("weights"),
+                  workspace_bytes, workspace->pointer(), c.reserve_bytes, reserve);
+              break;
+            case Call::kBackwardWeights:
+              status = cudnn.cudnnRNNBackwardWeights_v8(
+                  d.handle, d.rnn, c.add_grad ? CUDNN_WGRAD_MODE_ADD : CUDNN_WGRAD_MODE_SET,
+                  nullptr, d.x, pointer("x"), d.h, pointer("hx"), d.y, pointer("y"), c.weight_bytes,
+                  pointer("dweights"), workspace_bytes, workspace->pointer(), c.reserve_bytes,
+                  reserve);
+              break;
+          }
+          if (status == CUDNN_STATUS_SUCCESS) return std::nullopt;
+          return cudnn.Error(op.name.c_str(), status);
+        });
   };
 
   StatusOr<AlgorithmRuns> recorded_runs = run_algorithm(c.algo, true);

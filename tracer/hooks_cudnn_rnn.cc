@@ -162,10 +162,9 @@ std::optional<RnnShape> RnnShadows::Rnn(cudnnRNNDescriptor_t desc) {
   }
   const auto get = NDT_REAL_LIBRARY(kCudnn, cudnnGetRNNDescriptor_v8);
   RnnShape s;
-  if (get == nullptr ||
-      get(desc, &s.algo, &s.mode, &s.bias, &s.direction, &s.input_mode, &s.dtype, &s.math_prec,
-          &s.math_type, &s.input, &s.hidden, &s.proj, &s.layers, &s.dropout,
-          &s.aux_flags) != CUDNN_STATUS_SUCCESS) {
+  if (get == nullptr || get(desc, &s.algo, &s.mode, &s.bias, &s.direction, &s.input_mode, &s.dtype,
+                            &s.math_prec, &s.math_type, &s.input, &s.hidden, &s.proj, &s.layers,
+                            &s.dropout, &s.aux_flags) != CUDNN_STATUS_SUCCESS) {
     return std::nullopt;
   }
   return s;
@@ -179,8 +178,9 @@ std::optional<DataShape> RnnShadows::Data(cudnnRNNDataDescriptor_t desc) {
   }
   const auto get = NDT_REAL_LIBRARY(kCudnn, cudnnGetRNNDataDescriptor);
   DataShape s;
-  if (get == nullptr || get(desc, &s.dtype, &s.layout, &s.max_seq, &s.batch, &s.vector, 0,
-                            nullptr, nullptr) != CUDNN_STATUS_SUCCESS ||
+  if (get == nullptr ||
+      get(desc, &s.dtype, &s.layout, &s.max_seq, &s.batch, &s.vector, 0, nullptr, nullptr) !=
+          CUDNN_STATUS_SUCCESS ||
       s.batch <= 0 || s.batch > (1 << 24)) {
     return std::nullopt;
   }
@@ -285,7 +285,9 @@ std::string DropoutFingerprint(float probability, uint64_t states_bytes) {
   return "cudnn dropout p=" + Probability(probability) + " states=" + std::to_string(states_bytes);
 }
 
-uint64_t Address(const void* pointer) { return reinterpret_cast<uint64_t>(pointer); }
+uint64_t Address(const void* pointer) {
+  return reinterpret_cast<uint64_t>(pointer);
+}
 
 uint64_t HandleStream(cudnnHandle_t handle) {
   cudaStream_t stream = nullptr;
@@ -319,8 +321,13 @@ void AddDescriptorArguments(const RnnShape& r, std::vector<format::Argument>* ar
 
 // ---- one RNN call ---------------------------------------------------------------------------
 
-enum class Call { kForwardInference, kForwardTraining, kBackwardData, kBackwardWeightsAdd,
-                  kBackwardWeightsSet };
+enum class Call {
+  kForwardInference,
+  kForwardTraining,
+  kBackwardData,
+  kBackwardWeightsAdd,
+  kBackwardWeightsSet
+};
 
 const char* CallName(Call call) {
   switch (call) {
@@ -380,7 +387,8 @@ uint64_t DataBytes(const DataShape& d) {
   if (d.layout == CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED) {
     for (int length : d.lengths) rows += static_cast<uint64_t>(std::max(length, 0));
   } else {
-    rows = static_cast<uint64_t>(std::max(d.max_seq, 0)) * static_cast<uint64_t>(std::max(d.batch, 0));
+    rows =
+        static_cast<uint64_t>(std::max(d.max_seq, 0)) * static_cast<uint64_t>(std::max(d.batch, 0));
   }
   return rows * static_cast<uint64_t>(std::max(d.vector, 0)) * format::DTypeBytes(ToDType(d.dtype));
 }
@@ -467,7 +475,8 @@ cudnnStatus_t RecordRnnCall(Session& session, RealCall<cudnnStatus_t>& call, con
     // call never writes).
     if (reserve != nullptr && reserve_bytes > 0 && kind != Call::kForwardTraining &&
         kind != Call::kForwardInference) {
-      captured.push_back(Extent{"reserve", Address(reserve), reserve_bytes, format::DType::kUnknown});
+      captured.push_back(
+          Extent{"reserve", Address(reserve), reserve_bytes, format::DType::kUnknown});
     }
     CaptureExtents(session, stream, captured, "in", &op);
   }
@@ -496,10 +505,11 @@ RnnShape Choose(Session& session, uint64_t sequence, RnnShape requested,
     if (!libfacts::CublasWorkspaceHasOneSize(config) && RnnShadows::Get().FirstWorkspaceCheck()) {
       format::PolicyDecisionRecord workspace = decision;
       workspace.from_choice.reset();
-      workspace.action = std::string("cannot make cuDNN RNN calls deterministic: cuDNN's release "
-                                     "notes ask for one cuBLAS workspace size "
-                                     "(CUBLAS_WORKSPACE_CONFIG=:4096:8 or :16:8), the program "
-                                     "runs with CUBLAS_WORKSPACE_CONFIG=") +
+      workspace.action = std::string(
+                             "cannot make cuDNN RNN calls deterministic: cuDNN's release "
+                             "notes ask for one cuBLAS workspace size "
+                             "(CUBLAS_WORKSPACE_CONFIG=:4096:8 or :16:8), the program "
+                             "runs with CUBLAS_WORKSPACE_CONFIG=") +
                          (config != nullptr ? config : "(unset)");
       workspace.applied = false;
       session.Decide(workspace);
@@ -563,8 +573,8 @@ void Safely(Update update) noexcept {
 // The op of a dropout Set/Restore: probability, states, their RNG state.
 format::OpRecord DropoutOp(Session& session, const char* name, cudnnHandle_t handle, float dropout,
                            const void* states, size_t states_bytes) {
-  format::OpRecord op = session.BeginOp(format::OpKind::kOther, name,
-                                        session.StreamId(HandleStream(handle), false));
+  format::OpRecord op =
+      session.BeginOp(format::OpKind::kOther, name, session.StreamId(HandleStream(handle), false));
   op.args.push_back(TextArgument("fingerprint", DropoutFingerprint(dropout, states_bytes)));
   op.args.push_back(DoubleArgument("dropout", dropout));
   op.args.push_back(PointerArgument(session, "states", Address(states)));
@@ -593,9 +603,9 @@ cudnnStatus_t cudnnDropoutGetStatesSize(cudnnHandle_t handle, size_t* bytes) {
       "cudnnDropoutGetStatesSize", real != nullptr, CUDNN_STATUS_NOT_INITIALIZED,
       [&] { return real(handle, bytes); },
       [&](Session& session, RealCall<cudnnStatus_t>& call) {
-        ndt::format::OpRecord op = session.BeginOp(
-            ndt::format::OpKind::kOther, "cudnnDropoutGetStatesSize",
-            session.StreamId(ndt::tracer::HandleStream(handle), false));
+        ndt::format::OpRecord op =
+            session.BeginOp(ndt::format::OpKind::kOther, "cudnnDropoutGetStatesSize",
+                            session.StreamId(ndt::tracer::HandleStream(handle), false));
         const cudnnStatus_t status = call.Run([&] { return real(handle, bytes); });
         if (status == CUDNN_STATUS_SUCCESS && bytes != nullptr) {
           op.args.push_back(ndt::tracer::UnsignedArgument("states_bytes", *bytes));
@@ -679,8 +689,8 @@ cudnnStatus_t cudnnRestoreDropoutDescriptor(cudnnDropoutDescriptor_t desc, cudnn
   return RunLibraryHook<cudnnStatus_t>(
       "cudnnRestoreDropoutDescriptor", real != nullptr, CUDNN_STATUS_NOT_INITIALIZED, restore,
       [&](Session& session, RealCall<cudnnStatus_t>& call) {
-        ndt::format::OpRecord op = ndt::tracer::DropoutOp(
-            session, "cudnnRestoreDropoutDescriptor", handle, dropout, states, states_bytes);
+        ndt::format::OpRecord op = ndt::tracer::DropoutOp(session, "cudnnRestoreDropoutDescriptor",
+                                                          handle, dropout, states, states_bytes);
         op.args.push_back(ndt::tracer::UnsignedArgument("seed", seed));
         // The state the restored descriptor draws from: that of its states buffer.
         const auto use = RnnShadows::Get().States(ndt::tracer::Address(states), false);
@@ -710,14 +720,11 @@ cudnnStatus_t cudnnDestroyDropoutDescriptor(cudnnDropoutDescriptor_t desc) {
 
 // ---- RNN descriptors ----
 
-cudnnStatus_t cudnnSetRNNDescriptor_v8(cudnnRNNDescriptor_t desc, cudnnRNNAlgo_t algo,
-                                       cudnnRNNMode_t mode, cudnnRNNBiasMode_t bias,
-                                       cudnnDirectionMode_t direction,
-                                       cudnnRNNInputMode_t input_mode, cudnnDataType_t dtype,
-                                       cudnnDataType_t math_prec, cudnnMathType_t math_type,
-                                       int32_t input_size, int32_t hidden_size, int32_t proj_size,
-                                       int32_t layers, cudnnDropoutDescriptor_t dropout,
-                                       uint32_t aux_flags) {
+cudnnStatus_t cudnnSetRNNDescriptor_v8(
+    cudnnRNNDescriptor_t desc, cudnnRNNAlgo_t algo, cudnnRNNMode_t mode, cudnnRNNBiasMode_t bias,
+    cudnnDirectionMode_t direction, cudnnRNNInputMode_t input_mode, cudnnDataType_t dtype,
+    cudnnDataType_t math_prec, cudnnMathType_t math_type, int32_t input_size, int32_t hidden_size,
+    int32_t proj_size, int32_t layers, cudnnDropoutDescriptor_t dropout, uint32_t aux_flags) {
   const auto real = NDT_REAL_LIBRARY(kCudnn, cudnnSetRNNDescriptor_v8);
   RnnShape requested;
   requested.algo = algo;
@@ -805,9 +812,9 @@ cudnnStatus_t cudnnGetRNNWeightSpaceSize(cudnnHandle_t handle, cudnnRNNDescripto
       "cudnnGetRNNWeightSpaceSize", real != nullptr, CUDNN_STATUS_NOT_INITIALIZED,
       [&] { return real(handle, desc, bytes); },
       [&](Session& session, RealCall<cudnnStatus_t>& call) {
-        ndt::format::OpRecord op = session.BeginOp(
-            ndt::format::OpKind::kOther, "cudnnGetRNNWeightSpaceSize",
-            session.StreamId(ndt::tracer::HandleStream(handle), false));
+        ndt::format::OpRecord op =
+            session.BeginOp(ndt::format::OpKind::kOther, "cudnnGetRNNWeightSpaceSize",
+                            session.StreamId(ndt::tracer::HandleStream(handle), false));
         const std::optional<RnnShape> rnn = RnnShadows::Get().Rnn(desc);
         op.args.push_back(ndt::tracer::TextArgument(
             "fingerprint", rnn ? ndt::tracer::DescriptorFingerprint(*rnn) : ""));
@@ -828,9 +835,9 @@ cudnnStatus_t cudnnGetRNNTempSpaceSizes(cudnnHandle_t handle, cudnnRNNDescriptor
   return RunLibraryHook<cudnnStatus_t>(
       "cudnnGetRNNTempSpaceSizes", real != nullptr, CUDNN_STATUS_NOT_INITIALIZED, run,
       [&](Session& session, RealCall<cudnnStatus_t>& call) {
-        ndt::format::OpRecord op = session.BeginOp(
-            ndt::format::OpKind::kOther, "cudnnGetRNNTempSpaceSizes",
-            session.StreamId(ndt::tracer::HandleStream(handle), false));
+        ndt::format::OpRecord op =
+            session.BeginOp(ndt::format::OpKind::kOther, "cudnnGetRNNTempSpaceSizes",
+                            session.StreamId(ndt::tracer::HandleStream(handle), false));
         const auto problem = ndt::tracer::Describe(desc, x_desc, x_desc, nullptr, nullptr);
         const auto kind = mode == CUDNN_FWD_MODE_TRAINING ? ndt::tracer::Call::kForwardTraining
                                                           : ndt::tracer::Call::kForwardInference;
@@ -880,9 +887,12 @@ cudnnStatus_t cudnnRNNForward(cudnnHandle_t handle, cudnnRNNDescriptor_t desc,
         const auto kind = mode == CUDNN_FWD_MODE_TRAINING ? ndt::tracer::Call::kForwardTraining
                                                           : ndt::tracer::Call::kForwardInference;
         ndt::tracer::Buffers b;
-        b.pointers = {{"x", ndt::tracer::Address(x)},   {"y", ndt::tracer::Address(y)},
-                      {"hx", ndt::tracer::Address(hx)}, {"hy", ndt::tracer::Address(hy)},
-                      {"cx", ndt::tracer::Address(cx)}, {"cy", ndt::tracer::Address(cy)},
+        b.pointers = {{"x", ndt::tracer::Address(x)},
+                      {"y", ndt::tracer::Address(y)},
+                      {"hx", ndt::tracer::Address(hx)},
+                      {"hy", ndt::tracer::Address(hy)},
+                      {"cx", ndt::tracer::Address(cx)},
+                      {"cy", ndt::tracer::Address(cy)},
                       {"weights", ndt::tracer::Address(weights)}};
         if (problem) {
           const bool lstm = problem->rnn.mode == CUDNN_LSTM;
@@ -911,16 +921,13 @@ cudnnStatus_t cudnnRNNForward(cudnnHandle_t handle, cudnnRNNDescriptor_t desc,
       });
 }
 
-cudnnStatus_t cudnnRNNBackwardData_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t desc,
-                                      const int32_t dev_seq_lengths[],
-                                      cudnnRNNDataDescriptor_t y_desc, const void* y,
-                                      const void* dy, cudnnRNNDataDescriptor_t x_desc, void* dx,
-                                      cudnnTensorDescriptor_t h_desc, const void* hx,
-                                      const void* dhy, void* dhx, cudnnTensorDescriptor_t c_desc,
-                                      const void* cx, const void* dcy, void* dcx,
-                                      size_t weight_bytes, const void* weights,
-                                      size_t workspace_bytes, void* workspace,
-                                      size_t reserve_bytes, void* reserve) {
+cudnnStatus_t cudnnRNNBackwardData_v8(
+    cudnnHandle_t handle, cudnnRNNDescriptor_t desc, const int32_t dev_seq_lengths[],
+    cudnnRNNDataDescriptor_t y_desc, const void* y, const void* dy, cudnnRNNDataDescriptor_t x_desc,
+    void* dx, cudnnTensorDescriptor_t h_desc, const void* hx, const void* dhy, void* dhx,
+    cudnnTensorDescriptor_t c_desc, const void* cx, const void* dcy, void* dcx, size_t weight_bytes,
+    const void* weights, size_t workspace_bytes, void* workspace, size_t reserve_bytes,
+    void* reserve) {
   const auto real = NDT_REAL_LIBRARY(kCudnn, cudnnRNNBackwardData_v8);
   const auto run = [&] {
     return real(handle, desc, dev_seq_lengths, y_desc, y, dy, x_desc, dx, h_desc, hx, dhy, dhx,
@@ -934,10 +941,11 @@ cudnnStatus_t cudnnRNNBackwardData_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t
         using ndt::tracer::Address;
         const auto problem = ndt::tracer::Describe(desc, x_desc, y_desc, h_desc, c_desc);
         ndt::tracer::Buffers b;
-        b.pointers = {{"y", Address(y)},     {"dy", Address(dy)},   {"dx", Address(dx)},
-                      {"hx", Address(hx)},   {"dhy", Address(dhy)}, {"dhx", Address(dhx)},
-                      {"cx", Address(cx)},   {"dcy", Address(dcy)}, {"dcx", Address(dcx)},
-                      {"weights", Address(weights)}};
+        b.pointers = {{"y", Address(y)},     {"dy", Address(dy)},
+                      {"dx", Address(dx)},   {"hx", Address(hx)},
+                      {"dhy", Address(dhy)}, {"dhx", Address(dhx)},
+                      {"cx", Address(cx)},   {"dcy", Address(dcy)},
+                      {"dcx", Address(dcx)}, {"weights", Address(weights)}};
         if (problem) {
           const bool lstm = problem->rnn.mode == CUDNN_LSTM;
           const uint64_t h = ndt::tracer::StateBytes(problem->h);
@@ -955,16 +963,14 @@ cudnnStatus_t cudnnRNNBackwardData_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t
           Add(&b.outputs, "dhx", dhx, h, dtype);
           if (lstm) Add(&b.outputs, "dcx", dcx, c, dtype);
         }
-        return ndt::tracer::RecordRnnCall(session, call, "cudnnRNNBackwardData_v8",
-                                          ndt::tracer::Call::kBackwardData, handle, problem, b,
-                                          weight_bytes, workspace_bytes, reserve_bytes, reserve,
-                                          run);
+        return ndt::tracer::RecordRnnCall(
+            session, call, "cudnnRNNBackwardData_v8", ndt::tracer::Call::kBackwardData, handle,
+            problem, b, weight_bytes, workspace_bytes, reserve_bytes, reserve, run);
       });
 }
 
 cudnnStatus_t cudnnRNNBackwardWeights_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t desc,
-                                         cudnnWgradMode_t add_grad,
-                                         const int32_t dev_seq_lengths[],
+                                         cudnnWgradMode_t add_grad, const int32_t dev_seq_lengths[],
                                          cudnnRNNDataDescriptor_t x_desc, const void* x,
                                          cudnnTensorDescriptor_t h_desc, const void* hx,
                                          cudnnRNNDataDescriptor_t y_desc, const void* y,

@@ -68,9 +68,9 @@ bool Allocate(Device* device, size_t bytes) {
 }
 
 bool Upload(const Device& device, const std::vector<float>& host) {
-  return Ok(cudaMemcpy(device.pointer, host.data(), host.size() * sizeof(float),
-                       cudaMemcpyHostToDevice),
-            "cudaMemcpy");
+  return Ok(
+      cudaMemcpy(device.pointer, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
+      "cudaMemcpy");
 }
 
 bool Download(std::vector<float>* host, const Device& device) {
@@ -91,11 +91,16 @@ struct Options {
 
 const char* AlgoName(cudnnRNNAlgo_t algo) {
   switch (algo) {
-    case CUDNN_RNN_ALGO_STANDARD: return "CUDNN_RNN_ALGO_STANDARD";
-    case CUDNN_RNN_ALGO_PERSIST_STATIC: return "CUDNN_RNN_ALGO_PERSIST_STATIC";
-    case CUDNN_RNN_ALGO_PERSIST_DYNAMIC: return "CUDNN_RNN_ALGO_PERSIST_DYNAMIC";
-    case CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H: return "CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H";
-    default: return "?";
+    case CUDNN_RNN_ALGO_STANDARD:
+      return "CUDNN_RNN_ALGO_STANDARD";
+    case CUDNN_RNN_ALGO_PERSIST_STATIC:
+      return "CUDNN_RNN_ALGO_PERSIST_STATIC";
+    case CUDNN_RNN_ALGO_PERSIST_DYNAMIC:
+      return "CUDNN_RNN_ALGO_PERSIST_DYNAMIC";
+    case CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H:
+      return "CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H";
+    default:
+      return "?";
   }
 }
 
@@ -113,8 +118,8 @@ class Network {
     if (!Ok(cudnnDropoutGetStatesSize(handle_, &states_bytes), "cudnnDropoutGetStatesSize") ||
         !Allocate(&states_, states_bytes) ||
         !Ok(cudnnCreateDropoutDescriptor(&dropout_), "cudnnCreateDropoutDescriptor") ||
-        !Ok(cudnnSetDropoutDescriptor(dropout_, handle_, o_.dropout, states_.pointer,
-                                      states_.bytes, o_.seed),
+        !Ok(cudnnSetDropoutDescriptor(dropout_, handle_, o_.dropout, states_.pointer, states_.bytes,
+                                      o_.seed),
             "cudnnSetDropoutDescriptor")) {
       return false;
     }
@@ -136,9 +141,9 @@ class Network {
            Allocate(&y_, data * kHidden * 4) && Allocate(&dy_, data * kHidden * 4) &&
            Allocate(&hx_, state * 4) && Allocate(&cx_, state * 4) && Allocate(&hy_, state * 4) &&
            Allocate(&cy_, state * 4) && Allocate(&dhy_, state * 4) && Allocate(&dcy_, state * 4) &&
-           Allocate(&dhx_, state * 4) && Allocate(&dcx_, state * 4) && Upload(weights_, weights_host_) &&
-           Upload(x_, x_host_) && Upload(hx_, hx_host_) && Upload(cx_, cx_host_) &&
-           Ok(cudaMemset(dhy_.pointer, 0, state * 4), "cudaMemset") &&
+           Allocate(&dhx_, state * 4) && Allocate(&dcx_, state * 4) &&
+           Upload(weights_, weights_host_) && Upload(x_, x_host_) && Upload(hx_, hx_host_) &&
+           Upload(cx_, cx_host_) && Ok(cudaMemset(dhy_.pointer, 0, state * 4), "cudaMemset") &&
            Ok(cudaMemset(dcy_.pointer, 0, state * 4), "cudaMemset") && Release();
   }
 
@@ -150,8 +155,8 @@ class Network {
         !Ok(cudnnCreateRNNDescriptor(&rnn_), "cudnnCreateRNNDescriptor") ||
         !Ok(cudnnSetRNNDescriptor_v8(rnn_, o_.algo, o_.mode, CUDNN_RNN_DOUBLE_BIAS,
                                      CUDNN_UNIDIRECTIONAL, CUDNN_LINEAR_INPUT, CUDNN_DATA_FLOAT,
-                                     CUDNN_DATA_FLOAT, CUDNN_DEFAULT_MATH, kInput, kHidden,
-                                     kHidden, o_.layers, dropout_, CUDNN_RNN_PADDED_IO_DISABLED),
+                                     CUDNN_DATA_FLOAT, CUDNN_DEFAULT_MATH, kInput, kHidden, kHidden,
+                                     o_.layers, dropout_, CUDNN_RNN_PADDED_IO_DISABLED),
             "cudnnSetRNNDescriptor_v8")) {
       return false;
     }
@@ -200,10 +205,9 @@ class Network {
       return false;
     }
     return Ok(cudnnRNNForward(handle_, rnn_, mode, nullptr, x_desc_, x_.pointer, y_desc_,
-                              y_.pointer, h_desc_, hx_.pointer, hy_.pointer, h_desc_,
-                              cx_.pointer, cy_.pointer, weights_.bytes, weights_.pointer,
-                              workspace->bytes, workspace->pointer, reserve->bytes,
-                              reserve->pointer),
+                              y_.pointer, h_desc_, hx_.pointer, hy_.pointer, h_desc_, cx_.pointer,
+                              cy_.pointer, weights_.bytes, weights_.pointer, workspace->bytes,
+                              workspace->pointer, reserve->bytes, reserve->pointer),
               "cudnnRNNForward");
   }
 
@@ -226,22 +230,21 @@ class Network {
     Device workspace, reserve;
     double loss = 0;
     std::vector<float> dy;
-    bool ok = Describe() && Forward(true, &workspace, &reserve) && Loss(&loss, &dy) &&
-              Upload(dy_, dy) &&
-              Ok(cudnnRNNBackwardData_v8(handle_, rnn_, nullptr, y_desc_, y_.pointer, dy_.pointer,
-                                         x_desc_, dx_.pointer, h_desc_, hx_.pointer, dhy_.pointer,
-                                         dhx_.pointer, h_desc_, cx_.pointer, dcy_.pointer,
-                                         dcx_.pointer, weights_.bytes, weights_.pointer,
-                                         workspace.bytes, workspace.pointer, reserve.bytes,
-                                         reserve.pointer),
-                 "cudnnRNNBackwardData_v8") &&
-              Ok(cudaMemset(dweights_.pointer, 0, dweights_.bytes), "cudaMemset") &&
-              Ok(cudnnRNNBackwardWeights_v8(handle_, rnn_, CUDNN_WGRAD_MODE_ADD, nullptr, x_desc_,
-                                            x_.pointer, h_desc_, hx_.pointer, y_desc_, y_.pointer,
-                                            dweights_.bytes, dweights_.pointer, workspace.bytes,
-                                            workspace.pointer, reserve.bytes, reserve.pointer),
-                 "cudnnRNNBackwardWeights_v8") &&
-              Release();
+    bool ok =
+        Describe() && Forward(true, &workspace, &reserve) && Loss(&loss, &dy) && Upload(dy_, dy) &&
+        Ok(cudnnRNNBackwardData_v8(handle_, rnn_, nullptr, y_desc_, y_.pointer, dy_.pointer,
+                                   x_desc_, dx_.pointer, h_desc_, hx_.pointer, dhy_.pointer,
+                                   dhx_.pointer, h_desc_, cx_.pointer, dcy_.pointer, dcx_.pointer,
+                                   weights_.bytes, weights_.pointer, workspace.bytes,
+                                   workspace.pointer, reserve.bytes, reserve.pointer),
+           "cudnnRNNBackwardData_v8") &&
+        Ok(cudaMemset(dweights_.pointer, 0, dweights_.bytes), "cudaMemset") &&
+        Ok(cudnnRNNBackwardWeights_v8(handle_, rnn_, CUDNN_WGRAD_MODE_ADD, nullptr, x_desc_,
+                                      x_.pointer, h_desc_, hx_.pointer, y_desc_, y_.pointer,
+                                      dweights_.bytes, dweights_.pointer, workspace.bytes,
+                                      workspace.pointer, reserve.bytes, reserve.pointer),
+           "cudnnRNNBackwardWeights_v8") &&
+        Release();
     cudaFree(workspace.pointer);
     cudaFree(reserve.pointer);
     last_loss_ = loss;
@@ -291,9 +294,8 @@ class Network {
     std::vector<float> all = y;
     all.insert(all.end(), weights_host_.begin(), weights_host_.end());
     std::printf("loss %.6f\n", last_loss_);
-    std::printf("checksum %016llx\n",
-                static_cast<unsigned long long>(
-                    ndt::programs::Fnv1a64(all.data(), all.size() * sizeof(float))));
+    std::printf("checksum %016llx\n", static_cast<unsigned long long>(ndt::programs::Fnv1a64(
+                                          all.data(), all.size() * sizeof(float))));
     return true;
   }
 
@@ -304,8 +306,7 @@ class Network {
   cudnnRNNDescriptor_t rnn_ = nullptr;
   cudnnRNNDataDescriptor_t x_desc_ = nullptr, y_desc_ = nullptr;
   cudnnTensorDescriptor_t h_desc_ = nullptr;
-  Device states_, weights_, dweights_, x_, dx_, y_, dy_, hx_, cx_, hy_, cy_, dhy_, dcy_, dhx_,
-      dcx_;
+  Device states_, weights_, dweights_, x_, dx_, y_, dy_, hx_, cx_, hy_, cy_, dhy_, dcy_, dhx_, dcx_;
   std::vector<float> weights_host_, x_host_, target_, hx_host_, cx_host_;
   double last_loss_ = 0;
 };
@@ -318,18 +319,28 @@ bool Parse(int argc, char** argv, Options* o) {
       o->gradcheck = true;
     } else if (arg == "--mode" && has_value) {
       const std::string mode = argv[++i];
-      if (mode == "lstm") o->mode = CUDNN_LSTM;
-      else if (mode == "gru") o->mode = CUDNN_GRU;
-      else if (mode == "rnn_tanh") o->mode = CUDNN_RNN_TANH;
-      else if (mode == "rnn_relu") o->mode = CUDNN_RNN_RELU;
-      else return false;
+      if (mode == "lstm")
+        o->mode = CUDNN_LSTM;
+      else if (mode == "gru")
+        o->mode = CUDNN_GRU;
+      else if (mode == "rnn_tanh")
+        o->mode = CUDNN_RNN_TANH;
+      else if (mode == "rnn_relu")
+        o->mode = CUDNN_RNN_RELU;
+      else
+        return false;
     } else if (arg == "--algo" && has_value) {
       const std::string algo = argv[++i];
-      if (algo == "standard") o->algo = CUDNN_RNN_ALGO_STANDARD;
-      else if (algo == "persist_static") o->algo = CUDNN_RNN_ALGO_PERSIST_STATIC;
-      else if (algo == "persist_dynamic") o->algo = CUDNN_RNN_ALGO_PERSIST_DYNAMIC;
-      else if (algo == "persist_static_small_h") o->algo = CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H;
-      else return false;
+      if (algo == "standard")
+        o->algo = CUDNN_RNN_ALGO_STANDARD;
+      else if (algo == "persist_static")
+        o->algo = CUDNN_RNN_ALGO_PERSIST_STATIC;
+      else if (algo == "persist_dynamic")
+        o->algo = CUDNN_RNN_ALGO_PERSIST_DYNAMIC;
+      else if (algo == "persist_static_small_h")
+        o->algo = CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H;
+      else
+        return false;
     } else if (arg == "--layers" && has_value) {
       o->layers = std::atoi(argv[++i]);
     } else if (arg == "--dropout" && has_value) {

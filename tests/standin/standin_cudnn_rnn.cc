@@ -89,7 +89,9 @@ uint64_t Mix(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-float Sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+float Sigmoid(float v) {
+  return 1.0f / (1.0f + std::exp(-v));
+}
 
 // One RNN problem: the descriptor's facts and the batch's shape.
 struct Shape {
@@ -131,9 +133,7 @@ struct Shape {
                            : static_cast<size_t>(t) * batch + n;
     return row * vector;
   }
-  size_t State(int layer, int n) const {
-    return (static_cast<size_t>(layer) * batch + n) * hidden;
-  }
+  size_t State(int layer, int n) const { return (static_cast<size_t>(layer) * batch + n) * hidden; }
 };
 
 // The offsets inside a reserve record.
@@ -255,7 +255,8 @@ cudnnStatus_t Forward(const Shape& s, bool training, const float* x, float* y, c
         for (int g = 0; g < gh; ++g) {
           float a = lw.bw[g], b = lw.br[g];
           for (int k = 0; k < in_size; ++k) a += lw.w[static_cast<size_t>(g) * in_size + k] * in[k];
-          for (int k = 0; k < s.hidden; ++k) b += lw.r[static_cast<size_t>(g) * s.hidden + k] * h_prev[k];
+          for (int k = 0; k < s.hidden; ++k)
+            b += lw.r[static_cast<size_t>(g) * s.hidden + k] * h_prev[k];
           pw[g] = a;
           pr[g] = b;
         }
@@ -301,7 +302,8 @@ cudnnStatus_t Forward(const Shape& s, bool training, const float* x, float* y, c
           float keep = 1.0f;
           if (states != nullptr && l + 1 < s.layers) {
             const uint64_t element = (static_cast<uint64_t>(l * s.seq + t) * s.batch + n) * H + k;
-            const uint64_t bits = Mix(states->key ^ Mix(states->counter * 0x100000001b3ull + element));
+            const uint64_t bits =
+                Mix(states->key ^ Mix(states->counter * 0x100000001b3ull + element));
             const float uniform = static_cast<float>(bits >> 40) / static_cast<float>(1 << 24);
             keep = uniform < s.dropout ? 0.0f : 1.0f / (1.0f - s.dropout);
           }
@@ -340,7 +342,8 @@ void BackwardData(const Shape& s, const float* dy, float* dx, const float* hx, c
   std::vector<float> dh_up(steps * H);
   for (int t = 0; t < s.seq; ++t)
     for (int n = 0; n < s.batch; ++n)
-      std::copy_n(dy + s.Data(t, n, H), H, dh_up.data() + (static_cast<size_t>(t) * s.batch + n) * H);
+      std::copy_n(dy + s.Data(t, n, H), H,
+                  dh_up.data() + (static_cast<size_t>(t) * s.batch + n) * H);
   std::vector<float> din;
   std::vector<float> dh_next(static_cast<size_t>(s.batch) * H), dc_next(dh_next.size());
   for (int l = s.layers - 1; l >= 0; --l) {
@@ -416,7 +419,8 @@ void BackwardData(const Shape& s, const float* dy, float* dx, const float* hx, c
       }
     }
     for (int n = 0; n < s.batch; ++n) {
-      if (dhx != nullptr) std::copy_n(dh_next.data() + static_cast<size_t>(n) * H, H, dhx + s.State(l, n));
+      if (dhx != nullptr)
+        std::copy_n(dh_next.data() + static_cast<size_t>(n) * H, H, dhx + s.State(l, n));
       if (dcx != nullptr && s.rnn->mode == CUDNN_LSTM) {
         std::copy_n(dc_next.data() + static_cast<size_t>(n) * H, H, dcx + s.State(l, n));
       }
@@ -608,14 +612,11 @@ cudnnStatus_t cudnnDestroyRNNDescriptor(cudnnRNNDescriptor_t desc) {
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnSetRNNDescriptor_v8(cudnnRNNDescriptor_t desc, cudnnRNNAlgo_t algo,
-                                       cudnnRNNMode_t mode, cudnnRNNBiasMode_t bias,
-                                       cudnnDirectionMode_t direction,
-                                       cudnnRNNInputMode_t input_mode, cudnnDataType_t dtype,
-                                       cudnnDataType_t math_prec, cudnnMathType_t math_type,
-                                       int32_t input_size, int32_t hidden_size, int32_t proj_size,
-                                       int32_t layers, cudnnDropoutDescriptor_t dropout,
-                                       uint32_t aux_flags) {
+cudnnStatus_t cudnnSetRNNDescriptor_v8(
+    cudnnRNNDescriptor_t desc, cudnnRNNAlgo_t algo, cudnnRNNMode_t mode, cudnnRNNBiasMode_t bias,
+    cudnnDirectionMode_t direction, cudnnRNNInputMode_t input_mode, cudnnDataType_t dtype,
+    cudnnDataType_t math_prec, cudnnMathType_t math_type, int32_t input_size, int32_t hidden_size,
+    int32_t proj_size, int32_t layers, cudnnDropoutDescriptor_t dropout, uint32_t aux_flags) {
   if (desc == nullptr || algo < CUDNN_RNN_ALGO_STANDARD || algo >= CUDNN_RNN_ALGO_COUNT ||
       mode < CUDNN_RNN_RELU || mode > CUDNN_GRU || input_size <= 0 || hidden_size <= 0 ||
       proj_size <= 0 || layers <= 0) {
@@ -807,16 +808,13 @@ cudnnStatus_t cudnnRNNForward(cudnnHandle_t handle, cudnnRNNDescriptor_t desc,
                                static_cast<const float*>(weights), static_cast<float*>(reserve));
 }
 
-cudnnStatus_t cudnnRNNBackwardData_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t desc,
-                                      const int32_t /*dev_seq_lengths*/[],
-                                      cudnnRNNDataDescriptor_t y_desc, const void* y,
-                                      const void* dy, cudnnRNNDataDescriptor_t x_desc, void* dx,
-                                      cudnnTensorDescriptor_t /*h_desc*/, const void* hx,
-                                      const void* dhy, void* dhx,
-                                      cudnnTensorDescriptor_t /*c_desc*/, const void* cx,
-                                      const void* dcy, void* dcx, size_t weight_bytes,
-                                      const void* weights, size_t workspace_bytes,
-                                      void* /*workspace*/, size_t reserve_bytes, void* reserve) {
+cudnnStatus_t cudnnRNNBackwardData_v8(
+    cudnnHandle_t handle, cudnnRNNDescriptor_t desc, const int32_t /*dev_seq_lengths*/[],
+    cudnnRNNDataDescriptor_t y_desc, const void* y, const void* dy, cudnnRNNDataDescriptor_t x_desc,
+    void* dx, cudnnTensorDescriptor_t /*h_desc*/, const void* hx, const void* dhy, void* dhx,
+    cudnnTensorDescriptor_t /*c_desc*/, const void* cx, const void* dcy, void* dcx,
+    size_t weight_bytes, const void* weights, size_t workspace_bytes, void* /*workspace*/,
+    size_t reserve_bytes, void* reserve) {
   Shape s;
   if (const cudnnStatus_t status = Prepare(handle, desc, x_desc, y_desc, weight_bytes,
                                            workspace_bytes, reserve_bytes, true, &s);
@@ -834,15 +832,12 @@ cudnnStatus_t cudnnRNNBackwardData_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnRNNBackwardWeights_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t desc,
-                                         cudnnWgradMode_t add_grad,
-                                         const int32_t /*dev_seq_lengths*/[],
-                                         cudnnRNNDataDescriptor_t x_desc, const void* x,
-                                         cudnnTensorDescriptor_t /*h_desc*/, const void* hx,
-                                         cudnnRNNDataDescriptor_t y_desc, const void* y,
-                                         size_t weight_bytes, void* dweights,
-                                         size_t workspace_bytes, void* /*workspace*/,
-                                         size_t reserve_bytes, void* reserve) {
+cudnnStatus_t cudnnRNNBackwardWeights_v8(
+    cudnnHandle_t handle, cudnnRNNDescriptor_t desc, cudnnWgradMode_t add_grad,
+    const int32_t /*dev_seq_lengths*/[], cudnnRNNDataDescriptor_t x_desc, const void* x,
+    cudnnTensorDescriptor_t /*h_desc*/, const void* hx, cudnnRNNDataDescriptor_t y_desc,
+    const void* y, size_t weight_bytes, void* dweights, size_t workspace_bytes, void* /*workspace*/,
+    size_t reserve_bytes, void* reserve) {
   Shape s;
   if (const cudnnStatus_t status = Prepare(handle, desc, x_desc, y_desc, weight_bytes,
                                            workspace_bytes, reserve_bytes, true, &s);
@@ -854,8 +849,8 @@ cudnnStatus_t cudnnRNNBackwardWeights_v8(cudnnHandle_t handle, cudnnRNNDescripto
   }
   float* dw = static_cast<float*>(dweights);
   if (add_grad == CUDNN_WGRAD_MODE_SET) std::fill_n(dw, s.WeightCount(), 0.0f);
-  ndt::standin::BackwardWeights(s, static_cast<const float*>(x), static_cast<const float*>(hx),
-                                dw, static_cast<const float*>(reserve));
+  ndt::standin::BackwardWeights(s, static_cast<const float*>(x), static_cast<const float*>(hx), dw,
+                                static_cast<const float*>(reserve));
   return CUDNN_STATUS_SUCCESS;
 }
 

@@ -91,8 +91,10 @@ TEST_CASE("the stand-in cuDNN's RNN gradients agree with finite differences of i
   }
 }
 
-TEST_CASE("an LSTM training step records its cuDNN RNN calls with algorithm, extents and "
-          "dropout state", "[tracer][cudnn_rnn]") {
+TEST_CASE(
+    "an LSTM training step records its cuDNN RNN calls with algorithm, extents and "
+    "dropout state",
+    "[tracer][cudnn_rnn]") {
   ndt::testing::TempDir dir;
   const std::string trace = (dir / "lstm.ndt").string();
   const RunResult run = RecordLstm(trace, "");
@@ -154,9 +156,10 @@ TEST_CASE("an LSTM training step records its cuDNN RNN calls with algorithm, ext
   CHECK(Contains(Text(forwards[0], "fingerprint"), "dropout=0.25"));
 }
 
-TEST_CASE("check names the racing cuDNN RNN weight-gradient call with its algorithm and hint, "
-          "and --deterministic makes the runs identical",
-          "[tracer][cudnn_rnn]") {
+TEST_CASE(
+    "check names the racing cuDNN RNN weight-gradient call with its algorithm and hint, "
+    "and --deterministic makes the runs identical",
+    "[tracer][cudnn_rnn]") {
   ndt::testing::TempDir dir;
   const RunResult check =
       Run(kNdtrace + " check -n 3 -o '" + (dir / "planted").string() + "' -- " + kLstm);
@@ -193,8 +196,10 @@ TEST_CASE("check names the racing cuDNN RNN weight-gradient call with its algori
   CHECK(Contains(decisions[0].action, "by CUDNN_RNN_ALGO_STANDARD"));
 }
 
-TEST_CASE("a program whose cuBLAS workspace has two sizes hears that --deterministic cannot fix "
-          "its RNN calls", "[tracer][cudnn_rnn]") {
+TEST_CASE(
+    "a program whose cuBLAS workspace has two sizes hears that --deterministic cannot fix "
+    "its RNN calls",
+    "[tracer][cudnn_rnn]") {
   ndt::testing::TempDir dir;
   const std::string trace = (dir / "two_sizes.ndt").string();
   std::remove(trace.c_str());
@@ -210,8 +215,7 @@ TEST_CASE("a program whose cuBLAS workspace has two sizes hears that --determini
   CHECK(unapplied == 1);  // said once
 }
 
-TEST_CASE("a cuDNN dropout seeded differently is an rng_state divergence",
-          "[tracer][cudnn_rnn]") {
+TEST_CASE("a cuDNN dropout seeded differently is an rng_state divergence", "[tracer][cudnn_rnn]") {
   ndt::testing::TempDir dir;
   const std::string a = (dir / "seed1.ndt").string(), b = (dir / "seed2.ndt").string();
   REQUIRE(RecordLstm(a, "--algo standard --seed 1").status == 0);
@@ -236,8 +240,7 @@ TEST_CASE("a pinned run (--pin) gets the RNN algorithm and dropout seed the refe
   const std::string reference = (dir / "reference.ndt").string();
   REQUIRE(RecordLstm(reference, "--algo persist_static_small_h --seed 5").status == 0);
   const std::string pinned = (dir / "pinned.ndt").string();
-  const RunResult run =
-      RecordLstm(pinned, "--algo standard --seed 9", "--pin '" + reference + "'");
+  const RunResult run = RecordLstm(pinned, "--algo standard --seed 9", "--pin '" + reference + "'");
   INFO(run.err);
   REQUIRE(run.status == 0);
   const std::vector<Record> records = ReadAll(pinned);
@@ -258,9 +261,10 @@ TEST_CASE("a pinned run (--pin) gets the RNN algorithm and dropout seed the refe
   CHECK(set[0].rng->seed == 5);
 }
 
-TEST_CASE("replay --op re-runs a captured cuDNN RNN call alone: the persistent algorithm's "
-          "weight gradients vary, the standard algorithm's do not",
-          "[tracer][cudnn_rnn][op_replay]") {
+TEST_CASE(
+    "replay --op re-runs a captured cuDNN RNN call alone: the persistent algorithm's "
+    "weight gradients vary, the standard algorithm's do not",
+    "[tracer][cudnn_rnn][op_replay]") {
   ndt::testing::TempDir dir;
   const std::string planted = (dir / "planted.ndt").string();
   REQUIRE(RecordLstm(planted, "", "--capture cudnnRNNForward,cudnnRNNBackwardWeights_v8").status ==
@@ -287,8 +291,7 @@ TEST_CASE("replay --op re-runs a captured cuDNN RNN call alone: the persistent a
   REQUIRE(RecordLstm(standard, "--algo standard --mode gru", "--capture cudnnRNNBackwardWeights_v8")
               .status == 0);
   const RunResult same = Run(kNdtrace + " replay '" + standard + "' --op " +
-                             FirstSequence(standard, "cudnnRNNBackwardWeights_v8") +
-                             " --repeat 8");
+                             FirstSequence(standard, "cudnnRNNBackwardWeights_v8") + " --repeat 8");
   INFO(same.out << same.err);
   CHECK(same.status == 0);
   CHECK(Contains(same.out, "stable"));
