@@ -35,6 +35,8 @@
 
 #include "replayer/op_compare.h"
 
+#include "replayer/fix_hints_cudnn_rnn.h"
+
 namespace ndt::replay {
 namespace {
 
@@ -647,6 +649,8 @@ const char* DivergenceClassName(DivergenceClass c) {
 }
 
 std::optional<FixHint> FindFixHint(const format::OpRecord& op, DivergenceClass klass) {
+  // cuDNN RNN and dropout ops: their own entry (fix_hints_cudnn_rnn.cc).
+  if (auto hint = CudnnRnnFixHint(op, klass)) return hint;
   if (klass == DivergenceClass::kRngState && op.kind == format::OpKind::kGraphLaunch) {
     return Hint(
         "random ops replayed in a CUDA graph (torch.cuda.graphs: dropout, torch.rand*, "

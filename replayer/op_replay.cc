@@ -18,6 +18,7 @@ const internal::Replayer* const kReplayers[] = {
     &internal::kCudnnLegacyReplayer, &internal::kCudnnBackendReplayer,
     &internal::kCublasReplayer,      &internal::kCublasLtReplayer,
     &internal::kCurandReplayer,      &internal::kKernelReplayer,
+    &internal::kCudnnRnnReplayer,
 };
 
 const internal::Replayer* ReplayerFor(const format::OpRecord& op) {
@@ -67,7 +68,7 @@ Status CheckReplayable(const format::OpRecord& op) {
 #endif
   return Status::Error(fmt::format(
       "op {} ({}, kind {}) cannot be replayed alone: standalone replay re-executes cuDNN "
-      "legacy convolutions and backend plans, cuBLAS GEMMs, cuBLASLt matmuls, cuRAND "
+      "legacy convolutions and backend plans, cuDNN RNN calls, cuBLAS GEMMs, cuBLASLt matmuls, cuRAND "
       "generation and kernel launches only",
       op.sequence, op.name, format::OpKindName(op.kind)));
 }

@@ -181,5 +181,7 @@ extern const Replayer kKernelReplayer;
 
 // op_replay_cudnn_backend.cc: cudnnBackendExecute of a graph of convolutions.
 extern const Replayer kCudnnBackendReplayer;
+// op_replay_cudnn_rnn.cc: cudnnRNNForward, cudnnRNNBackwardData_v8, cudnnRNNBackwardWeights_v8.
+extern const Replayer kCudnnRnnReplayer;
 
 }  // namespace ndt::replay::internal

@@ -38,13 +38,6 @@
 #include "standin_immortal.h"
 #include "standin_atomic.h"
 
-struct cudnnTensorStruct {
-  cudnnDataType_t dtype = CUDNN_DATA_FLOAT;
-  int dims[4] = {0, 0, 0, 0};     // n, c, h, w
-  int strides[4] = {0, 0, 0, 0};  // in elements
-  bool set = false;
-};
-
 struct cudnnFilterStruct {
   cudnnDataType_t dtype = CUDNN_DATA_FLOAT;
   cudnnTensorFormat_t format = CUDNN_TENSOR_NCHW;
@@ -835,6 +828,7 @@ cudnnStatus_t cudnnSetTensor4dDescriptorEx(cudnnTensorDescriptor_t desc, cudnnDa
   const int strides[4] = {n_stride, c_stride, h_stride, w_stride};
   std::copy(dims, dims + 4, desc->dims);
   std::copy(strides, strides + 4, desc->strides);
+  desc->nb_dims = 4;
   desc->set = true;
   return CUDNN_STATUS_SUCCESS;
 }

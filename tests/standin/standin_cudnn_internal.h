@@ -19,6 +19,17 @@ struct cudnnContext {
   CUstream stream = nullptr;  // cudnnSetStream; null = the legacy default stream
 };
 
+// The object behind a cudnnTensorDescriptor_t: 4-d (cudnnSetTensor4dDescriptor[Ex]), or 3-d
+// (cudnnSetTensorNdDescriptor, standin_cudnn_rnn.cc: the RNN's hidden and cell states), stored
+// with dims[3] = strides[3] = 1.
+struct cudnnTensorStruct {
+  cudnnDataType_t dtype = CUDNN_DATA_FLOAT;
+  int dims[4] = {0, 0, 0, 0};     // n, c, h, w
+  int strides[4] = {0, 0, 0, 0};  // in elements
+  int nb_dims = 4;
+  bool set = false;
+};
+
 namespace ndt::standin {
 
 // The driver functions the stand-in cuDNN uses, found once through cuGetProcAddress_v2 (legacy
