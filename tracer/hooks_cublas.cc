@@ -7,6 +7,14 @@
 //  - cublasSgemm_v2 and cublasGemmEx: kCublasGemm ops with the problem, a "fingerprint", the
 //    algo as an AlgorithmChoice (library "cublas"), digests of A, B and C before the call and
 //    of C after it, over exactly the extents the dimensions and leading dimensions give;
+//  - cublasSgemmStridedBatched and cublasGemmStridedBatchedEx: kCublasGemm ops like the GEMMs,
+//    with batchCount and the strides, each matrix's extent covering every batch;
+//    cublasSgemmBatched: a kCublasGemm op with the digests of the three pointer arrays (the
+//    matrices they point to are not read: that would need the arrays on the host);
+//  - cublasSgemv_v2 (kCublasGemm), cublasSaxpy_v2, cublasSscal_v2, cublasSdot_v2 (kOther): the
+//    arguments, scalars by pointer mode, digests of the vectors and matrix read before the call
+//    and of those written after it (exact BLAS extents: (n - 1) * |inc| + 1 elements); a dot
+//    product's result in host memory is recorded as the argument "result";
 //  - cublasLtMatmulAlgoGetHeuristic: a kOther op with every returned 64-byte algo;
 //  - cublasLtMatmul: a kCublasLtMatmul op with the descriptors' fingerprint, the 64-byte algo
 //    actually run (AlgorithmChoice library "cublasLt", opaque = the bytes, id and knobs from
@@ -311,7 +319,16 @@ struct GemmCall {
   int compute;       // cublasComputeType_t; -1 for cublasSgemm_v2
   int algo;          // cublasGemmAlgo_t as the program asked (DEFAULT for cublasSgemm_v2)
   bool has_algo;     // cublasGemmEx: the algo can be replaced
+  int batch;         // batchCount of the strided batched GEMMs; 0 for the others
+  long long stride_a, stride_b, stride_c;  // elements between batches
 };
+
+// The bytes a strided batch of `batch` matrices of `one` bytes each spans (one for batch 0).
+uint64_t BatchBytes(uint64_t one, int batch, long long stride, uint64_t element) {
+  if (batch <= 1 || one == 0 || stride <= 0) return one;
+  return std::max<uint64_t>(one, static_cast<uint64_t>(batch - 1) *
+                                         static_cast<uint64_t>(stride) * element + one);
+}
 
 AlgorithmChoice GemmChoice(int algo, bool atomics, ChoiceSource source) {
   AlgorithmChoice choice;
@@ -347,6 +364,11 @@ cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, Gemm
                             " B=" + TypeName(g.b_type) + " C=" + TypeName(g.c_type) +
                             " compute=" + std::to_string(g.compute) +
                             " math=" + std::to_string(static_cast<int>(math));
+  if (g.batch > 0) {
+    fingerprint += " batch=" + std::to_string(g.batch) + " strides=" +
+                   std::to_string(g.stride_a) + "," + std::to_string(g.stride_b) + "," +
+                   std::to_string(g.stride_c);
+  }
 
   const PolicyConfig& policy = session.policy();
   int algo = g.algo;
@@ -415,6 +437,12 @@ cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, Gemm
   op.args.push_back(PointerArgument(session, "C", Address(g.c)));
   op.args.push_back(TextArgument("Ctype", TypeName(g.c_type)));
   op.args.push_back(SignedArgument("ldc", g.ldc));
+  if (g.batch > 0) {
+    op.args.push_back(SignedArgument("strideA", g.stride_a));
+    op.args.push_back(SignedArgument("strideB", g.stride_b));
+    op.args.push_back(SignedArgument("strideC", g.stride_c));
+    op.args.push_back(SignedArgument("batchCount", g.batch));
+  }
   if (g.compute >= 0) op.args.push_back(SignedArgument("computeType", g.compute));
   op.args.push_back(SignedArgument("algo", g.algo));
   op.args.push_back(TextArgument(
@@ -426,17 +454,23 @@ cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, Gemm
     return transposed ? std::pair<uint64_t, uint64_t>(rows_t, cols_t)
                       : std::pair<uint64_t, uint64_t>(rows_n, cols_n);
   };
-  if (g.m > 0 && g.n > 0 && g.k >= 0) {
+  if (g.m > 0 && g.n > 0 && g.k >= 0 && g.batch >= 0) {
     const auto [a_rows, a_cols] = dims(g.trans_a != CUBLAS_OP_N, g.m, g.k, g.k, g.m);
     const auto [b_rows, b_cols] = dims(g.trans_b != CUBLAS_OP_N, g.k, g.n, g.n, g.k);
+    const uint64_t a_element = ElementBytes(g.a_type), b_element = ElementBytes(g.b_type),
+                   c_element = ElementBytes(g.c_type);
     std::vector<Extent> inputs = {
-        {"A", Address(g.a), MatrixBytes(a_rows, a_cols, g.lda, ElementBytes(g.a_type)),
+        {"A", Address(g.a),
+         BatchBytes(MatrixBytes(a_rows, a_cols, g.lda, a_element), g.batch, g.stride_a, a_element),
          DTypeOf(g.a_type)},
-        {"B", Address(g.b), MatrixBytes(b_rows, b_cols, g.ldb, ElementBytes(g.b_type)),
+        {"B", Address(g.b),
+         BatchBytes(MatrixBytes(b_rows, b_cols, g.ldb, b_element), g.batch, g.stride_b, b_element),
          DTypeOf(g.b_type)},
     };
-    const Extent c_extent{"C", Address(g.c),
-                          MatrixBytes(g.m, g.n, g.ldc, ElementBytes(g.c_type)), DTypeOf(g.c_type)};
+    const Extent c_extent{
+        "C", Address(g.c),
+        BatchBytes(MatrixBytes(g.m, g.n, g.ldc, c_element), g.batch, g.stride_c, c_element),
+        DTypeOf(g.c_type)};
     const std::optional<double> beta =
         host_scalars ? HostScalar(g.beta, scale_type) : std::nullopt;
     if (!beta || *beta != 0) inputs.push_back(c_extent);
@@ -460,6 +494,49 @@ cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, Gemm
   }
   session.EndOp(op, static_cast<int32_t>(call.result()));
   return call.result();
+}
+
+// The cuBLAS calls besides the GEMMs (level 1 and 2, pointer-array batches): `args` adds the
+// arguments after the handle, `inputs` are digested before the call and `outputs` after it.
+// `after` (may be empty) adds what the call returned in host memory.
+cublasPointerMode_t PointerMode(cublasHandle_t handle) {
+  cublasPointerMode_t mode = CUBLAS_POINTER_MODE_HOST;
+  if (auto get = NDT_REAL_LIBRARY(kCublas, cublasGetPointerMode_v2)) get(handle, &mode);
+  return mode;
+}
+
+// The bytes a BLAS vector of n f32 elements with increment inc spans from its pointer.
+uint64_t VectorBytes(int n, int inc) {
+  if (n <= 0) return 0;
+  const uint64_t step = static_cast<uint64_t>(inc < 0 ? -static_cast<int64_t>(inc) : inc);
+  return (static_cast<uint64_t>(n - 1) * step + 1) * sizeof(float);
+}
+
+template <typename Args, typename Real, typename After>
+cublasStatus_t RecordBlas(Session& session, RealCall<cublasStatus_t>& call, OpKind kind,
+                          const char* api, cublasHandle_t handle, Args args,
+                          const std::vector<Extent>& inputs, const std::vector<Extent>& outputs,
+                          Real real, After after) {
+  const cudaStream_t stream = HandleStream(handle);
+  OpRecord op = session.BeginOp(kind, api, session.StreamId(Address(stream), false));
+  op.args.push_back(UnsignedArgument("handle", CublasState::Get().HandleId(handle)));
+  args(op.args);
+  std::vector<Extent> read;
+  for (const Extent& extent : inputs) {
+    if (extent.bytes > 0) read.push_back(extent);
+  }
+  std::vector<Extent> written;
+  for (const Extent& extent : outputs) {
+    if (extent.bytes > 0) written.push_back(extent);
+  }
+  if (!read.empty()) op.inputs = DigestExtents(session, Address(stream), read);
+  const cublasStatus_t status = call.Run(real);
+  if (status == CUBLAS_STATUS_SUCCESS) {
+    if (!written.empty()) op.outputs = DigestExtents(session, Address(stream), written);
+    after(op.args);
+  }
+  session.EndOp(op, static_cast<int32_t>(status));
+  return status;
 }
 
 // ---- cuBLASLt -----------------------------------------------------------------------------
@@ -677,6 +754,7 @@ std::optional<cublasLtMatmulAlgo_t> DeterministicAlgo(
 
 using ndt::tracer::Address;
 using ndt::tracer::CublasState;
+using ndt::tracer::Extent;
 using ndt::tracer::GemmCall;
 using ndt::tracer::kCublas;
 using ndt::tracer::kCublasLt;
@@ -818,7 +896,7 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
       [&](Session& session, RealCall<cublasStatus_t>& call) {
         const GemmCall g{"cublasSgemm_v2", handle, transa, transb, m, n, k, alpha, a,
                          CUDA_R_32F, lda, b, CUDA_R_32F, ldb, beta, c, CUDA_R_32F, ldc, -1,
-                         CUBLAS_GEMM_DEFAULT, false};
+                         CUBLAS_GEMM_DEFAULT, false, 0, 0, 0, 0};
         return ndt::tracer::RecordGemm(session, call, g, [&](int) { return call_real(); });
       });
 }
@@ -851,8 +929,224 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
       [&](Session& session, RealCall<cublasStatus_t>& call) {
         const GemmCall g{"cublasGemmEx", handle, transa, transb, m, n, k, alpha, a, a_type, lda,
                          b, b_type, ldb, beta, c, c_type, ldc, static_cast<int>(compute_type),
-                         static_cast<int>(algo), true};
+                         static_cast<int>(algo), true, 0, 0, 0, 0};
         return ndt::tracer::RecordGemm(session, call, g, call_real);
+      });
+}
+
+// ---- cuBLAS batched GEMMs, level 1 and 2 ------------------------------------------------
+
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                         cublasOperation_t transb, int m, int n, int k,
+                                         const float* alpha, const float* a, int lda,
+                                         long long int strideA, const float* b, int ldb,
+                                         long long int strideB, const float* beta, float* c,
+                                         int ldc, long long int strideC, int batchCount) {
+  const auto real = NDT_REAL_LIBRARY(kCublas, cublasSgemmStridedBatched);
+  auto call_real = [&] {
+    return real(handle, transa, transb, m, n, k, alpha, a, lda, strideA, b, ldb, strideB, beta, c,
+                ldc, strideC, batchCount);
+  };
+  return RunLibraryHook(
+      "cublasSgemmStridedBatched", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        const GemmCall g{"cublasSgemmStridedBatched", handle, transa, transb, m, n, k, alpha, a,
+                         CUDA_R_32F, lda, b, CUDA_R_32F, ldb, beta, c, CUDA_R_32F, ldc, -1,
+                         CUBLAS_GEMM_DEFAULT, false, batchCount, strideA, strideB, strideC};
+        return ndt::tracer::RecordGemm(session, call, g, [&](int) { return call_real(); });
+      });
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(
+    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+    const void* alpha, const void* A, cudaDataType Atype, int lda, long long int strideA,
+    const void* B, cudaDataType Btype, int ldb, long long int strideB, const void* beta, void* C,
+    cudaDataType Ctype, int ldc, long long int strideC, int batchCount,
+    cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+  // Overloaded in C++ like cublasGemmEx: name the exported one by its type.
+  using Fn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                int, const void*, const void*, cudaDataType, int, long long int,
+                                const void*, cudaDataType, int, long long int, const void*, void*,
+                                cudaDataType, int, long long int, int, cublasComputeType_t,
+                                cublasGemmAlgo_t);
+  static std::atomic<void*> slot{nullptr};
+  if (slot.load(std::memory_order_acquire) == nullptr) {
+    slot.store(ndt::tracer::RealLibraryFunction(kCublas, "cublasGemmStridedBatchedEx"),
+               std::memory_order_release);
+  }
+  const auto real = reinterpret_cast<Fn>(slot.load(std::memory_order_acquire));
+  auto call_real = [&](int chosen) {
+    return real(handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb,
+                strideB, beta, C, Ctype, ldc, strideC, batchCount, computeType,
+                static_cast<cublasGemmAlgo_t>(chosen));
+  };
+  return RunLibraryHook(
+      "cublasGemmStridedBatchedEx", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED,
+      [&] { return call_real(algo); },
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        const GemmCall g{"cublasGemmStridedBatchedEx", handle, transa, transb, m, n, k, alpha, A,
+                         Atype, lda, B, Btype, ldb, beta, C, Ctype, ldc,
+                         static_cast<int>(computeType), static_cast<int>(algo), true, batchCount,
+                         strideA, strideB, strideC};
+        return ndt::tracer::RecordGemm(session, call, g, call_real);
+      });
+}
+
+cublasStatus_t cublasSgemmBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                  cublasOperation_t transb, int m, int n, int k,
+                                  const float* alpha, const float* const Aarray[], int lda,
+                                  const float* const Barray[], int ldb, const float* beta,
+                                  float* const Carray[], int ldc, int batchCount) {
+  const auto real = NDT_REAL_LIBRARY(kCublas, cublasSgemmBatched);
+  auto call_real = [&] {
+    return real(handle, transa, transb, m, n, k, alpha, Aarray, lda, Barray, ldb, beta, Carray,
+                ldc, batchCount);
+  };
+  return RunLibraryHook(
+      "cublasSgemmBatched", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        const bool host = ndt::tracer::PointerMode(handle) == CUBLAS_POINTER_MODE_HOST;
+        const uint64_t array_bytes = batchCount > 0 ? uint64_t(batchCount) * sizeof(void*) : 0;
+        const std::vector<Extent> arrays = {
+            {"Aarray", Address(Aarray), array_bytes, ndt::format::DType::kU8},
+            {"Barray", Address(Barray), array_bytes, ndt::format::DType::kU8},
+            {"Carray", Address(Carray), array_bytes, ndt::format::DType::kU8}};
+        return ndt::tracer::RecordBlas(
+            session, call, ndt::format::OpKind::kCublasGemm, "cublasSgemmBatched", handle,
+            [&](std::vector<ndt::format::Argument>& args) {
+              args.push_back(ndt::tracer::TextArgument("transa", ndt::tracer::OperationName(transa)));
+              args.push_back(ndt::tracer::TextArgument("transb", ndt::tracer::OperationName(transb)));
+              args.push_back(ndt::tracer::SignedArgument("m", m));
+              args.push_back(ndt::tracer::SignedArgument("n", n));
+              args.push_back(ndt::tracer::SignedArgument("k", k));
+              args.push_back(ndt::tracer::ScalarArgument("alpha", alpha, CUDA_R_32F, host));
+              args.push_back(ndt::tracer::PointerArgument(session, "Aarray", Address(Aarray)));
+              args.push_back(ndt::tracer::SignedArgument("lda", lda));
+              args.push_back(ndt::tracer::PointerArgument(session, "Barray", Address(Barray)));
+              args.push_back(ndt::tracer::SignedArgument("ldb", ldb));
+              args.push_back(ndt::tracer::ScalarArgument("beta", beta, CUDA_R_32F, host));
+              args.push_back(ndt::tracer::PointerArgument(session, "Carray", Address(Carray)));
+              args.push_back(ndt::tracer::SignedArgument("ldc", ldc));
+              args.push_back(ndt::tracer::SignedArgument("batchCount", batchCount));
+            },
+            arrays, {}, call_real, [](std::vector<ndt::format::Argument>&) {});
+      });
+}
+
+cublasStatus_t cublasSgemv_v2(cublasHandle_t handle, cublasOperation_t trans, int m, int n,
+                              const float* alpha, const float* a, int lda, const float* x,
+                              int incx, const float* beta, float* y, int incy) {
+  const auto real = NDT_REAL_LIBRARY(kCublas, cublasSgemv_v2);
+  auto call_real = [&] { return real(handle, trans, m, n, alpha, a, lda, x, incx, beta, y, incy); };
+  return RunLibraryHook(
+      "cublasSgemv_v2", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        using ndt::tracer::VectorBytes;
+        const bool host = ndt::tracer::PointerMode(handle) == CUBLAS_POINTER_MODE_HOST;
+        const bool t = trans != CUBLAS_OP_N;
+        const int x_len = t ? m : n, y_len = t ? n : m;
+        const bool ok = m > 0 && n > 0;
+        const Extent y_extent{"y", Address(y), ok ? VectorBytes(y_len, incy) : 0,
+                              ndt::format::DType::kF32};
+        std::vector<Extent> inputs = {
+            {"A", Address(a), ok ? ndt::tracer::MatrixBytes(m, n, lda, 4) : 0,
+             ndt::format::DType::kF32},
+            {"x", Address(x), ok ? VectorBytes(x_len, incx) : 0, ndt::format::DType::kF32}};
+        const std::optional<double> b = host ? ndt::tracer::HostScalar(beta, CUDA_R_32F)
+                                             : std::nullopt;
+        if (!b || *b != 0) inputs.push_back(y_extent);
+        return ndt::tracer::RecordBlas(
+            session, call, ndt::format::OpKind::kCublasGemm, "cublasSgemv_v2", handle,
+            [&](std::vector<ndt::format::Argument>& args) {
+              args.push_back(ndt::tracer::TextArgument("trans", ndt::tracer::OperationName(trans)));
+              args.push_back(ndt::tracer::SignedArgument("m", m));
+              args.push_back(ndt::tracer::SignedArgument("n", n));
+              args.push_back(ndt::tracer::ScalarArgument("alpha", alpha, CUDA_R_32F, host));
+              args.push_back(ndt::tracer::PointerArgument(session, "A", Address(a)));
+              args.push_back(ndt::tracer::SignedArgument("lda", lda));
+              args.push_back(ndt::tracer::PointerArgument(session, "x", Address(x)));
+              args.push_back(ndt::tracer::SignedArgument("incx", incx));
+              args.push_back(ndt::tracer::ScalarArgument("beta", beta, CUDA_R_32F, host));
+              args.push_back(ndt::tracer::PointerArgument(session, "y", Address(y)));
+              args.push_back(ndt::tracer::SignedArgument("incy", incy));
+            },
+            inputs, {y_extent}, call_real, [](std::vector<ndt::format::Argument>&) {});
+      });
+}
+
+cublasStatus_t cublasSaxpy_v2(cublasHandle_t handle, int n, const float* alpha, const float* x,
+                              int incx, float* y, int incy) {
+  const auto real = NDT_REAL_LIBRARY(kCublas, cublasSaxpy_v2);
+  auto call_real = [&] { return real(handle, n, alpha, x, incx, y, incy); };
+  return RunLibraryHook(
+      "cublasSaxpy_v2", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        using ndt::tracer::VectorBytes;
+        const bool host = ndt::tracer::PointerMode(handle) == CUBLAS_POINTER_MODE_HOST;
+        const Extent y_extent{"y", Address(y), VectorBytes(n, incy), ndt::format::DType::kF32};
+        return ndt::tracer::RecordBlas(
+            session, call, ndt::format::OpKind::kOther, "cublasSaxpy_v2", handle,
+            [&](std::vector<ndt::format::Argument>& args) {
+              args.push_back(ndt::tracer::SignedArgument("n", n));
+              args.push_back(ndt::tracer::ScalarArgument("alpha", alpha, CUDA_R_32F, host));
+              args.push_back(ndt::tracer::PointerArgument(session, "x", Address(x)));
+              args.push_back(ndt::tracer::SignedArgument("incx", incx));
+              args.push_back(ndt::tracer::PointerArgument(session, "y", Address(y)));
+              args.push_back(ndt::tracer::SignedArgument("incy", incy));
+            },
+            {{"x", Address(x), VectorBytes(n, incx), ndt::format::DType::kF32}, y_extent},
+            {y_extent}, call_real, [](std::vector<ndt::format::Argument>&) {});
+      });
+}
+
+cublasStatus_t cublasSscal_v2(cublasHandle_t handle, int n, const float* alpha, float* x,
+                              int incx) {
+  const auto real = NDT_REAL_LIBRARY(kCublas, cublasSscal_v2);
+  auto call_real = [&] { return real(handle, n, alpha, x, incx); };
+  return RunLibraryHook(
+      "cublasSscal_v2", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        const bool host = ndt::tracer::PointerMode(handle) == CUBLAS_POINTER_MODE_HOST;
+        const Extent x_extent{"x", Address(x), incx > 0 ? ndt::tracer::VectorBytes(n, incx) : 0,
+                              ndt::format::DType::kF32};
+        return ndt::tracer::RecordBlas(
+            session, call, ndt::format::OpKind::kOther, "cublasSscal_v2", handle,
+            [&](std::vector<ndt::format::Argument>& args) {
+              args.push_back(ndt::tracer::SignedArgument("n", n));
+              args.push_back(ndt::tracer::ScalarArgument("alpha", alpha, CUDA_R_32F, host));
+              args.push_back(ndt::tracer::PointerArgument(session, "x", Address(x)));
+              args.push_back(ndt::tracer::SignedArgument("incx", incx));
+            },
+            {x_extent}, {x_extent}, call_real, [](std::vector<ndt::format::Argument>&) {});
+      });
+}
+
+cublasStatus_t cublasSdot_v2(cublasHandle_t handle, int n, const float* x, int incx,
+                             const float* y, int incy, float* result) {
+  const auto real = NDT_REAL_LIBRARY(kCublas, cublasSdot_v2);
+  auto call_real = [&] { return real(handle, n, x, incx, y, incy, result); };
+  return RunLibraryHook(
+      "cublasSdot_v2", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        using ndt::tracer::VectorBytes;
+        const bool host = ndt::tracer::PointerMode(handle) == CUBLAS_POINTER_MODE_HOST;
+        std::vector<Extent> outputs;
+        if (!host) outputs.push_back({"result", Address(result), 4, ndt::format::DType::kF32});
+        return ndt::tracer::RecordBlas(
+            session, call, ndt::format::OpKind::kOther, "cublasSdot_v2", handle,
+            [&](std::vector<ndt::format::Argument>& args) {
+              args.push_back(ndt::tracer::SignedArgument("n", n));
+              args.push_back(ndt::tracer::PointerArgument(session, "x", Address(x)));
+              args.push_back(ndt::tracer::SignedArgument("incx", incx));
+              args.push_back(ndt::tracer::PointerArgument(session, "y", Address(y)));
+              args.push_back(ndt::tracer::SignedArgument("incy", incy));
+              args.push_back(ndt::tracer::TextArgument("pointerMode", host ? "host" : "device"));
+            },
+            {{"x", Address(x), VectorBytes(n, incx), ndt::format::DType::kF32},
+             {"y", Address(y), VectorBytes(n, incy), ndt::format::DType::kF32}},
+            outputs, call_real, [&](std::vector<ndt::format::Argument>& args) {
+              if (host) args.push_back(ndt::tracer::ScalarArgument("result", result, CUDA_R_32F, true));
+            });
       });
 }
 

@@ -222,6 +222,52 @@ cublasStatus_t RunGemm(cublasHandle_t handle, cublasOperation_t transa, cublasOp
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// A scalar argument (alpha, beta) read in the handle's pointer mode: host memory, or device
+// memory (after the stream is synchronised, so its earlier writes are there).
+bool ReadScalar(cublasHandle_t handle, const float* p, float* out) {
+  if (p == nullptr) return false;
+  if (handle->pointer_mode == CUBLAS_POINTER_MODE_DEVICE && !IsDeviceRange(p, sizeof(float))) {
+    return false;
+  }
+  std::memcpy(out, p, sizeof(float));
+  return true;
+}
+
+// The bytes a BLAS vector of n elements with increment inc spans, and its element i (negative
+// increments walk backwards from the far end, as BLAS defines).
+size_t VectorBytes(int n, int inc) {
+  if (n <= 0) return 0;
+  const size_t step = static_cast<size_t>(inc < 0 ? -static_cast<int64_t>(inc) : inc);
+  return (static_cast<size_t>(n - 1) * step + 1) * sizeof(float);
+}
+
+size_t VectorIndex(int i, int n, int inc) {
+  return inc >= 0 ? static_cast<size_t>(i) * static_cast<size_t>(inc)
+                  : static_cast<size_t>(n - 1 - i) * static_cast<size_t>(-static_cast<int64_t>(inc));
+}
+
+// The level-1 and level-2 calls: validate, synchronise the stream, check ranges, compute in a
+// fixed order (deterministic).
+cublasStatus_t Prepare(cublasHandle_t handle) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  return Synchronize(handle->stream) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
+}
+
+cublasStatus_t RunStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                 cublasOperation_t transb, int m, int n, int k, const void* alpha,
+                                 const float* a, int lda, long long stride_a, const float* b,
+                                 int ldb, long long stride_b, const void* beta, float* c, int ldc,
+                                 long long stride_c, int batch_count, int algo) {
+  if (batch_count < 0) return CUBLAS_STATUS_INVALID_VALUE;
+  for (int i = 0; i < batch_count; ++i) {
+    const cublasStatus_t status =
+        RunGemm(handle, transa, transb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b,
+                ldb, beta, c + i * stride_c, ldc, algo);
+    if (status != CUBLAS_STATUS_SUCCESS) return status;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
@@ -337,6 +383,152 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   return RunGemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, algo);
+}
+
+// y = alpha x + y, element by element.
+cublasStatus_t cublasSaxpy_v2(cublasHandle_t handle, int n, const float* alpha, const float* x,
+                              int incx, float* y, int incy) {
+  if (const cublasStatus_t status = Prepare(handle); status != CUBLAS_STATUS_SUCCESS) {
+    return status;
+  }
+  if (incx == 0 || incy == 0) return CUBLAS_STATUS_INVALID_VALUE;
+  float a = 0;
+  if (!ReadScalar(handle, alpha, &a)) return CUBLAS_STATUS_INVALID_VALUE;
+  if (n <= 0) return CUBLAS_STATUS_SUCCESS;
+  if (!IsDeviceRange(x, VectorBytes(n, incx)) || !IsDeviceRange(y, VectorBytes(n, incy))) {
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
+  for (int i = 0; i < n; ++i) y[VectorIndex(i, n, incy)] += a * x[VectorIndex(i, n, incx)];
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// x = alpha x.
+cublasStatus_t cublasSscal_v2(cublasHandle_t handle, int n, const float* alpha, float* x,
+                              int incx) {
+  if (const cublasStatus_t status = Prepare(handle); status != CUBLAS_STATUS_SUCCESS) {
+    return status;
+  }
+  float a = 0;
+  if (!ReadScalar(handle, alpha, &a)) return CUBLAS_STATUS_INVALID_VALUE;
+  if (n <= 0 || incx <= 0) return CUBLAS_STATUS_SUCCESS;  // BLAS: nothing to do
+  if (!IsDeviceRange(x, VectorBytes(n, incx))) return CUBLAS_STATUS_EXECUTION_FAILED;
+  for (int i = 0; i < n; ++i) x[static_cast<size_t>(i) * incx] *= a;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// The dot product, summed in 4 interleaved partial sums then added in order (a fixed tree, as
+// the real library's reduction is); the result goes to host or device memory by pointer mode.
+cublasStatus_t cublasSdot_v2(cublasHandle_t handle, int n, const float* x, int incx,
+                             const float* y, int incy, float* result) {
+  if (const cublasStatus_t status = Prepare(handle); status != CUBLAS_STATUS_SUCCESS) {
+    return status;
+  }
+  if (result == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  if (handle->pointer_mode == CUBLAS_POINTER_MODE_DEVICE &&
+      !IsDeviceRange(result, sizeof(float))) {
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
+  float partial[4] = {0, 0, 0, 0};
+  if (n > 0) {
+    if (incx == 0 || incy == 0) return CUBLAS_STATUS_INVALID_VALUE;
+    if (!IsDeviceRange(x, VectorBytes(n, incx)) || !IsDeviceRange(y, VectorBytes(n, incy))) {
+      return CUBLAS_STATUS_EXECUTION_FAILED;
+    }
+    for (int i = 0; i < n; ++i) {
+      partial[i % 4] += x[VectorIndex(i, n, incx)] * y[VectorIndex(i, n, incy)];
+    }
+  }
+  const float total = (partial[0] + partial[1]) + (partial[2] + partial[3]);
+  std::memcpy(result, &total, sizeof(total));
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// y = alpha op(A) x + beta y, A column-major m x n.
+cublasStatus_t cublasSgemv_v2(cublasHandle_t handle, cublasOperation_t trans, int m, int n,
+                              const float* alpha, const float* a, int lda, const float* x,
+                              int incx, const float* beta, float* y, int incy) {
+  if (const cublasStatus_t status = Prepare(handle); status != CUBLAS_STATUS_SUCCESS) {
+    return status;
+  }
+  if (!ValidOperation(trans) || m < 0 || n < 0 || lda < (m > 1 ? m : 1) || incx == 0 ||
+      incy == 0) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  float al = 0;
+  float be = 0;
+  if (!ReadScalar(handle, alpha, &al) || !ReadScalar(handle, beta, &be)) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  const bool t = trans != CUBLAS_OP_N;
+  const int x_len = t ? m : n, y_len = t ? n : m;
+  if (!IsDeviceRange(a, Extent(m, n, lda)) || !IsDeviceRange(x, VectorBytes(x_len, incx)) ||
+      !IsDeviceRange(y, VectorBytes(y_len, incy))) {
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
+  for (int r = 0; r < y_len; ++r) {
+    float sum = 0;
+    for (int l = 0; l < x_len; ++l) {
+      const float element = t ? a[l + static_cast<size_t>(r) * lda] : a[r + static_cast<size_t>(l) * lda];
+      sum += element * x[VectorIndex(l, x_len, incx)];
+    }
+    float& out = y[VectorIndex(r, y_len, incy)];
+    out = be == 0 ? al * sum : al * sum + be * out;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                         cublasOperation_t transb, int m, int n, int k,
+                                         const float* alpha, const float* a, int lda,
+                                         long long int strideA, const float* b, int ldb,
+                                         long long int strideB, const float* beta, float* c,
+                                         int ldc, long long int strideC, int batchCount) {
+  return RunStridedBatched(handle, transa, transb, m, n, k, alpha, a, lda, strideA, b, ldb,
+                           strideB, beta, c, ldc, strideC, batchCount, CUBLAS_GEMM_DEFAULT);
+}
+
+// The pointer arrays are device memory, read after the stream is synchronised.
+cublasStatus_t cublasSgemmBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                  cublasOperation_t transb, int m, int n, int k,
+                                  const float* alpha, const float* const Aarray[], int lda,
+                                  const float* const Barray[], int ldb, const float* beta,
+                                  float* const Carray[], int ldc, int batchCount) {
+  if (const cublasStatus_t status = Prepare(handle); status != CUBLAS_STATUS_SUCCESS) {
+    return status;
+  }
+  if (batchCount < 0) return CUBLAS_STATUS_INVALID_VALUE;
+  if (batchCount == 0) return CUBLAS_STATUS_SUCCESS;
+  const size_t bytes = static_cast<size_t>(batchCount) * sizeof(void*);
+  if (!IsDeviceRange(Aarray, bytes) || !IsDeviceRange(Barray, bytes) ||
+      !IsDeviceRange(Carray, bytes)) {
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
+  for (int i = 0; i < batchCount; ++i) {
+    const cublasStatus_t status = RunGemm(handle, transa, transb, m, n, k, alpha, Aarray[i], lda,
+                                          Barray[i], ldb, beta, Carray[i], ldc,
+                                          CUBLAS_GEMM_DEFAULT);
+    if (status != CUBLAS_STATUS_SUCCESS) return status;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(
+    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+    const void* alpha, const void* A, cudaDataType Atype, int lda, long long int strideA,
+    const void* B, cudaDataType Btype, int ldb, long long int strideB, const void* beta, void* C,
+    cudaDataType Ctype, int ldc, long long int strideC, int batchCount,
+    cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+  if (Atype != CUDA_R_32F || Btype != CUDA_R_32F || Ctype != CUDA_R_32F) {
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  if (computeType != CUBLAS_COMPUTE_32F && computeType != CUBLAS_COMPUTE_32F_PEDANTIC &&
+      computeType != CUBLAS_COMPUTE_32F_FAST_TF32) {
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  return RunStridedBatched(handle, transa, transb, m, n, k, alpha, static_cast<const float*>(A),
+                           lda, strideA, static_cast<const float*>(B), ldb, strideB, beta,
+                           static_cast<float*>(C), ldc, strideC, batchCount, algo);
 }
 
 }  // extern "C"

@@ -46,6 +46,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "standin_async.h"
 #include "standin_driver_internal.h"
 #include "standin_immortal.h"
 #include "standin_kernels.h"
@@ -60,6 +61,7 @@ struct CUstream_st {
   int priority = 0;
   unsigned long long id = 0;
   CUgraph_st* capture = nullptr;  // the graph this stream is capturing into, if any
+  std::shared_ptr<ndt::standin::WorkQueue> queue;  // NDT_STANDIN_ASYNC: its worker's queue
 };
 
 struct CUevent_st {
@@ -67,6 +69,8 @@ struct CUevent_st {
   bool recorded = false;
   std::chrono::steady_clock::time_point time;
   CUgraph_st* capture = nullptr;  // recorded on a capturing stream: the capture it belongs to
+  std::shared_ptr<ndt::standin::EventSync> sync =  // NDT_STANDIN_ASYNC: completion of records
+      std::make_shared<ndt::standin::EventSync>();
 };
 
 // Graph capture: each node is the captured call, re-run on the launch stream at cuGraphLaunch.
@@ -145,6 +149,8 @@ struct Allocation {
   std::size_t size = 0;
   unsigned long long buffer_id = 0;
   bool pinned_host = false;
+  bool registered = false;  // pinned by cuMemHostRegister (memory null: the program owns it)
+  unsigned host_flags = 0;  // cuMemHostAlloc / cuMemHostRegister flags, for cuMemHostGetFlags
 };
 
 // All driver state. Every member is guarded by `mu`; kernels and host functions run without it.
@@ -275,9 +281,22 @@ std::map<std::uintptr_t, Allocation>::const_iterator FindAllocationLocked(const 
   return it;
 }
 
+// A range inside one allocation, or (the virtual memory API, as expandable segments grow) across
+// cuMemMap'ed chunks that follow each other without a gap.
 bool DeviceRangeLocked(const Driver& d, std::uintptr_t address, std::size_t bytes) {
-  const auto it = FindAllocationLocked(d, address);
-  return it != d.allocations.end() && bytes <= it->second.size - (address - it->first);
+  auto it = FindAllocationLocked(d, address);
+  if (it == d.allocations.end()) return false;
+  std::size_t available = it->second.size - (address - it->first);
+  while (bytes > available && it->second.memory == nullptr && !it->second.pinned_host) {
+    const std::uintptr_t end = it->first + it->second.size;
+    it = std::next(it);
+    if (it == d.allocations.end() || it->first != end || it->second.memory != nullptr ||
+        it->second.pinned_host) {
+      return false;
+    }
+    available += it->second.size;
+  }
+  return bytes <= available;
 }
 
 // The DeviceRangeCheck handed to host kernels; takes the lock itself.
@@ -301,6 +320,20 @@ CUgraph_st* CaptureLocked(const Driver& d, CUstream stream) {
   if (IsBuiltinStream(stream)) return nullptr;
   const auto it = d.streams.find(stream);
   return it == d.streams.end() ? nullptr : it->second->capture;
+}
+
+// NDT_STANDIN_ASYNC: the queue of a valid stream. The null stream is the legacy default stream
+// here; entry points of the per-thread API pass CU_STREAM_PER_THREAD for it.
+std::shared_ptr<WorkQueue> QueueForLocked(const Driver& d, CUstream stream) {
+  if (stream == nullptr || stream == CU_STREAM_LEGACY) return LegacyWorkQueue();
+  if (stream == CU_STREAM_PER_THREAD) return PerThreadWorkQueue();
+  return d.streams.at(stream)->queue;
+}
+
+// What a device-memory API does first under NDT_STANDIN_ASYNC when it would free or unmap
+// memory that queued work may still use: wait for the whole device, as cudaFree does.
+void SynchronizeBeforeFree() {
+  if (AsyncStreams()) SynchronizeAllQueues();
 }
 
 void AddNodeLocked(CUgraph_st* graph, CUgraphNodeType type,
@@ -446,6 +479,7 @@ CUresult Launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_mem_bytes, 
   Driver& d = GetDriver();
   const HostKernel* kernel;
   CUgraph_st* capture;
+  std::shared_ptr<WorkQueue> queue;
   {
     std::lock_guard lock(d.mu);
     if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
@@ -453,6 +487,7 @@ CUresult Launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_mem_bytes, 
     if (kernel == nullptr) return CUDA_ERROR_INVALID_HANDLE;
     if (const CUresult r = CheckStreamLocked(d, stream); r != CUDA_SUCCESS) return r;
     capture = CaptureLocked(d, stream);
+    if (capture == nullptr && AsyncStreams()) queue = QueueForLocked(d, stream);
   }
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 || block.z == 0) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -502,6 +537,21 @@ CUresult Launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_mem_bytes, 
     return CUDA_SUCCESS;
   }
   const LaunchGeometry geometry{grid, block, shared_mem_bytes};
+  if (queue != nullptr) {  // its fault is reported by the next synchronisation with the stream
+    std::vector<std::vector<unsigned char>> copies;
+    for (std::size_t i = 0; i < kernel->params.size(); ++i) {
+      const auto* bytes = static_cast<const unsigned char*>(kernel_params[i]);
+      copies.emplace_back(bytes, bytes + kernel->params[i].size);
+    }
+    Enqueue(queue, [kernel, geometry, copies]() mutable {
+      std::vector<void*> pointers;
+      for (auto& copy : copies) pointers.push_back(copy.data());
+      return kernel->run(geometry, KernelArgs(pointers.data(), &CheckDeviceRange))
+                 ? CUDA_SUCCESS
+                 : CUDA_ERROR_ILLEGAL_ADDRESS;
+    });
+    return CUDA_SUCCESS;
+  }
   if (DeferLaunches()) {
     std::vector<std::vector<unsigned char>> copies;
     for (std::size_t i = 0; i < kernel->params.size(); ++i) {
@@ -547,9 +597,30 @@ CUresult CheckSideLocked(const Driver& d, std::uintptr_t address, std::size_t by
   return CUDA_ERROR_INVALID_VALUE;
 }
 
+// Whether `address` is pinned host memory (cuMemHostAlloc, cuMemHostRegister) or device memory,
+// that is in the allocation table, and which of the two.
+struct Placement {
+  bool in_table = false;
+  bool pinned_host = false;
+};
+
+Placement PlacementLocked(const Driver& d, std::uintptr_t address) {
+  const auto it = FindAllocationLocked(d, address);
+  if (it == d.allocations.end()) return {};
+  return {true, it->second.pinned_host};
+}
+
+// A copy on `stream`. `host_synchronous`: the copy comes from a synchronous API (cuMemcpy,
+// cuMemcpyHtoD_v2, ...). Under NDT_STANDIN_ASYNC the copy is queued on the stream, and the host
+// waits as CUDA's "API synchronization behavior" says: pageable source bytes are staged when
+// the call is made; a pageable destination, or pinned host memory in a synchronous copy, makes
+// the call return only once the copy has run; device-to-device copies never wait.
 CUresult Copy(std::uintptr_t dst, Side dst_side, std::uintptr_t src, Side src_side,
-              std::size_t bytes, CUstream stream) {
+              std::size_t bytes, CUstream stream, bool host_synchronous = false) {
   Driver& d = GetDriver();
+  std::shared_ptr<WorkQueue> queue;
+  Placement dst_at;
+  Placement src_at;
   {
     std::lock_guard lock(d.mu);
     if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
@@ -563,6 +634,32 @@ CUresult Copy(std::uintptr_t dst, Side dst_side, std::uintptr_t src, Side src_si
       });
       return CUDA_SUCCESS;
     }
+    if (AsyncStreams()) {
+      queue = QueueForLocked(d, stream);
+      dst_at = PlacementLocked(d, dst);
+      src_at = PlacementLocked(d, src);
+    }
+  }
+  if (queue != nullptr) {
+    WorkItem item;
+    if (!src_at.in_table) {
+      auto staged = std::make_shared<std::vector<unsigned char>>(
+          reinterpret_cast<const unsigned char*>(src),
+          reinterpret_cast<const unsigned char*>(src) + bytes);
+      item = [dst, staged] {
+        std::memcpy(reinterpret_cast<void*>(dst), staged->data(), staged->size());
+        return CUDA_SUCCESS;
+      };
+    } else {
+      item = [dst, src, bytes] {
+        std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+        return CUDA_SUCCESS;
+      };
+    }
+    const std::uint64_t ticket = Enqueue(queue, std::move(item));
+    const bool wait = !dst_at.in_table ||
+                      (host_synchronous && (dst_at.pinned_host || src_at.pinned_host));
+    return wait ? WaitForTicket(queue, ticket) : CUDA_SUCCESS;
   }
   std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
   return CUDA_SUCCESS;
@@ -570,9 +667,13 @@ CUresult Copy(std::uintptr_t dst, Side dst_side, std::uintptr_t src, Side src_si
 
 // Writes `count` copies of the `element_size`-byte `pattern` at `dst`, which must be aligned to
 // the element size.
+// Under NDT_STANDIN_ASYNC a memset is queued; a synchronous one (`host_synchronous`) on pinned
+// host memory returns once it has run, as CUDA documents.
 CUresult Fill(std::uintptr_t dst, const void* pattern, std::size_t element_size, std::size_t count,
-              CUstream stream) {
+              CUstream stream, bool host_synchronous = false) {
   Driver& d = GetDriver();
+  std::shared_ptr<WorkQueue> queue;
+  bool pinned_host = false;
   {
     std::lock_guard lock(d.mu);
     if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
@@ -589,6 +690,22 @@ CUresult Fill(std::uintptr_t dst, const void* pattern, std::size_t element_size,
       });
       return CUDA_SUCCESS;
     }
+    if (AsyncStreams()) {
+      queue = QueueForLocked(d, stream);
+      pinned_host = PlacementLocked(d, dst).pinned_host;
+    }
+  }
+  if (queue != nullptr) {
+    std::array<unsigned char, 8> value{};
+    std::memcpy(value.data(), pattern, std::min(element_size, value.size()));
+    const std::uint64_t ticket = Enqueue(queue, [=] {
+      auto* out = reinterpret_cast<unsigned char*>(dst);
+      for (std::size_t i = 0; i < count; ++i) {
+        std::memcpy(out + i * element_size, value.data(), element_size);
+      }
+      return CUDA_SUCCESS;
+    });
+    return host_synchronous && pinned_host ? WaitForTicket(queue, ticket) : CUDA_SUCCESS;
   }
   auto* out = reinterpret_cast<unsigned char*>(dst);
   for (std::size_t i = 0; i < count; ++i) {
@@ -597,22 +714,56 @@ CUresult Fill(std::uintptr_t dst, const void* pattern, std::size_t element_size,
   return CUDA_SUCCESS;
 }
 
-CUresult StreamOp(CUstream stream) {
-  Driver& d = GetDriver();
-  std::lock_guard lock(d.mu);
-  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
-  return CheckStreamLocked(d, stream);
-}
-
 // Synchronising a capturing stream is not allowed (the real driver also invalidates the
 // capture; the stand-in only refuses).
 CUresult StreamSync(CUstream stream) {
   Driver& d = GetDriver();
-  std::lock_guard lock(d.mu);
-  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
-  if (const CUresult r = CheckStreamLocked(d, stream); r != CUDA_SUCCESS) return r;
-  return CaptureLocked(d, stream) != nullptr ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
-                                             : CUDA_SUCCESS;
+  std::shared_ptr<WorkQueue> queue;
+  {
+    std::lock_guard lock(d.mu);
+    if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+    if (const CUresult r = CheckStreamLocked(d, stream); r != CUDA_SUCCESS) return r;
+    if (CaptureLocked(d, stream) != nullptr) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (!AsyncStreams()) return CUDA_SUCCESS;
+    queue = QueueForLocked(d, stream);
+  }
+  return SynchronizeQueue(queue);
+}
+
+// cuStreamQuery: NOT_READY while queued work has not run.
+CUresult StreamQuery(CUstream stream) {
+  Driver& d = GetDriver();
+  std::shared_ptr<WorkQueue> queue;
+  {
+    std::lock_guard lock(d.mu);
+    if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+    if (const CUresult r = CheckStreamLocked(d, stream); r != CUDA_SUCCESS) return r;
+    if (!AsyncStreams() || CaptureLocked(d, stream) != nullptr) return CUDA_SUCCESS;
+    queue = QueueForLocked(d, stream);
+  }
+  return QueueIdle(queue) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+// cuLaunchHostFunc: runs `fn` now, or under NDT_STANDIN_ASYNC on the stream's worker in order.
+CUresult LaunchHostFunc(CUstream stream, CUhostFn fn, void* user_data) {
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Driver& d = GetDriver();
+  std::shared_ptr<WorkQueue> queue;
+  {
+    std::lock_guard lock(d.mu);
+    if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+    if (const CUresult r = CheckStreamLocked(d, stream); r != CUDA_SUCCESS) return r;
+    if (AsyncStreams() && CaptureLocked(d, stream) == nullptr) queue = QueueForLocked(d, stream);
+  }
+  if (queue == nullptr) {
+    fn(user_data);
+    return CUDA_SUCCESS;
+  }
+  Enqueue(queue, [fn, user_data] {
+    fn(user_data);
+    return CUDA_SUCCESS;
+  });
+  return CUDA_SUCCESS;
 }
 
 CUresult CreateStream(CUstream* out, unsigned flags, int priority) {
@@ -627,17 +778,23 @@ CUresult CreateStream(CUstream* out, unsigned flags, int priority) {
     stream->flags = flags;
     stream->priority = std::clamp(priority, kGreatestStreamPriority, kLeastStreamPriority);
     stream->id = d.next_stream_id++;
+    if (AsyncStreams()) stream->queue = NewWorkQueue((flags & CU_STREAM_NON_BLOCKING) == 0);
     *out = stream.get();
     d.streams.emplace(stream.get(), std::move(stream));
     return CUDA_SUCCESS;
   });
 }
 
+// Returns at once; queued work still runs, then the stream's worker exits.
 CUresult DestroyStream(CUstream stream) {
   Driver& d = GetDriver();
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
-  return d.streams.erase(stream) == 1 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  const auto it = d.streams.find(stream);
+  if (it == d.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (it->second->queue != nullptr) CloseQueue(it->second->queue);
+  d.streams.erase(it);
+  return CUDA_SUCCESS;
 }
 
 CUresult StreamWaitEvent(CUstream stream, CUevent event, unsigned flags) {
@@ -652,6 +809,9 @@ CUresult StreamWaitEvent(CUstream stream, CUevent event, unsigned flags) {
   if (e->capture != nullptr && d.capturing.contains(e->capture) && !IsBuiltinStream(stream)) {
     d.streams.at(stream)->capture = e->capture;
   }
+  if (AsyncStreams() && CaptureLocked(d, stream) == nullptr) {
+    EnqueueEventWait(QueueForLocked(d, stream), e->sync);
+  }
   return CUDA_SUCCESS;
 }
 
@@ -663,7 +823,7 @@ CUresult WithStream(CUstream stream, bool per_thread_api, Visit&& visit) {
   if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
   if (IsBuiltinStream(stream)) {
     const bool per_thread = stream == CU_STREAM_PER_THREAD || (stream == nullptr && per_thread_api);
-    CUstream_st builtin{0, 0, per_thread ? kPerThreadStreamId : kLegacyStreamId};
+    CUstream_st builtin{0, 0, per_thread ? kPerThreadStreamId : kLegacyStreamId, nullptr, nullptr};
     visit(builtin);
     return CUDA_SUCCESS;
   }
@@ -684,14 +844,28 @@ CUresult RecordEvent(CUevent event, CUstream stream) {
   if (e->capture != nullptr) return CUDA_SUCCESS;  // an edge of the graph, not a node
   e->recorded = true;
   e->time = std::chrono::steady_clock::now();
+  if (AsyncStreams()) EnqueueEventRecord(QueueForLocked(d, stream), e->sync);
   return CUDA_SUCCESS;
 }
 
-CUresult EventOp(CUevent event) {
+// cuEventSynchronize (`wait`) and cuEventQuery: under NDT_STANDIN_ASYNC an event is complete when
+// its latest record has run; otherwise every event is complete.
+CUresult EventOp(CUevent event, bool wait) {
   Driver& d = GetDriver();
-  std::lock_guard lock(d.mu);
-  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
-  return FindEventLocked(d, event) == nullptr ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+  std::shared_ptr<EventSync> sync;
+  {
+    std::lock_guard lock(d.mu);
+    if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+    CUevent_st* e = FindEventLocked(d, event);
+    if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    if (!AsyncStreams()) return CUDA_SUCCESS;
+    sync = e->sync;
+  }
+  if (wait) {
+    WaitForEvent(sync);
+    return CUDA_SUCCESS;
+  }
+  return EventComplete(sync) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 CUresult ElapsedTime(float* milliseconds, CUevent start, CUevent end) {
@@ -704,6 +878,13 @@ CUresult ElapsedTime(float* milliseconds, CUevent start, CUevent end) {
   if (a == nullptr || b == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
   if (!a->recorded || !b->recorded) return CUDA_ERROR_INVALID_HANDLE;
+  if (AsyncStreams()) {
+    std::chrono::steady_clock::time_point ta;
+    std::chrono::steady_clock::time_point tb;
+    if (!EventTime(a->sync, &ta) || !EventTime(b->sync, &tb)) return CUDA_ERROR_NOT_READY;
+    *milliseconds = std::chrono::duration<float, std::milli>(tb - ta).count();
+    return CUDA_SUCCESS;
+  }
   *milliseconds = std::chrono::duration<float, std::milli>(b->time - a->time).count();
   return CUDA_SUCCESS;
 }
@@ -716,6 +897,7 @@ CUresult DestroyEvent(CUevent event) {
 }
 
 CUresult ReleasePrimary(CUdevice device) {
+  SynchronizeBeforeFree();
   Driver& d = GetDriver();
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
@@ -726,6 +908,7 @@ CUresult ReleasePrimary(CUdevice device) {
 }
 
 CUresult ResetPrimary(CUdevice device) {
+  SynchronizeBeforeFree();
   Driver& d = GetDriver();
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
@@ -777,9 +960,15 @@ CUresult ContextDevice(CUdevice* device, CUcontext context) {
 
 CUresult SynchronizeContext(CUcontext context) {
   Driver& d = GetDriver();
-  std::lock_guard lock(d.mu);
-  if (context == nullptr) return RequireContextLocked(d);
-  return context == &d.primary ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+  {
+    std::lock_guard lock(d.mu);
+    if (context == nullptr) {
+      if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+    } else if (context != &d.primary) {
+      return CUDA_ERROR_INVALID_CONTEXT;
+    }
+  }
+  return AsyncStreams() ? SynchronizeAllQueues() : CUDA_SUCCESS;
 }
 
 CUresult DeviceUuid(CUuuid* uuid, CUdevice device) {
@@ -1019,6 +1208,10 @@ const ProcRow kProcRows[] = {
     NDT_PROC("cuMemHostAlloc", 2020, cuMemHostAlloc),
     NDT_PROC("cuMemHostGetDevicePointer", 3020, cuMemHostGetDevicePointer_v2),
     NDT_PROC("cuMemFreeHost", 2000, cuMemFreeHost),
+    NDT_PROC("cuMemAllocHost", 3020, cuMemAllocHost_v2),
+    NDT_PROC("cuMemHostRegister", 6050, cuMemHostRegister_v2),
+    NDT_PROC("cuMemHostUnregister", 4000, cuMemHostUnregister),
+    NDT_PROC("cuMemHostGetFlags", 2030, cuMemHostGetFlags),
     NDT_PROC("cuMemAllocPitch", 3020, cuMemAllocPitch_v2),
     NDT_PROC("cuMemGetAllocationGranularity", 10020, cuMemGetAllocationGranularity),
     NDT_PROC("cuMemAddressReserve", 10020, cuMemAddressReserve),
@@ -1155,6 +1348,12 @@ using ndt::standin::Side;
     ::ndt::standin::RunDeferredLaunches();   \
     ::ndt::standin::LogDriverCall(__func__); \
   } while (false)
+
+// The stream an entry point of the per-thread API (_ptsz) means: the null stream is the calling
+// thread's default stream.
+static CUstream PerThread(CUstream stream) {
+  return stream == nullptr ? CU_STREAM_PER_THREAD : stream;
+}
 
 extern "C" {
 
@@ -1484,6 +1683,7 @@ CUresult Allocate(CUdeviceptr* dptr, size_t bytesize, const CUstream* stream, bo
 
 // cuMemFree_v2 and the like; with `pinned_host`, cuMemFreeHost. Each frees only its own kind.
 CUresult Free(CUdeviceptr dptr, const CUstream* stream, bool pinned_host) {
+  ndt::standin::SynchronizeBeforeFree();
   auto& d = GetDriver();
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
@@ -1574,12 +1774,12 @@ CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdevi
 
 CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
   NDT_SERVE();
-  return ndt::standin::Copy(dst, Side::kAny, src, Side::kAny, ByteCount, nullptr);
+  return ndt::standin::Copy(dst, Side::kAny, src, Side::kAny, ByteCount, nullptr, true);
 }
 
 CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
   NDT_SERVE();
-  return ndt::standin::Copy(dst, Side::kAny, src, Side::kAny, ByteCount, CU_STREAM_PER_THREAD);
+  return ndt::standin::Copy(dst, Side::kAny, src, Side::kAny, ByteCount, CU_STREAM_PER_THREAD, true);
 }
 
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream) {
@@ -1589,42 +1789,42 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstr
 
 CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream) {
   NDT_SERVE();
-  return ndt::standin::Copy(dst, Side::kAny, src, Side::kAny, ByteCount, hStream);
+  return ndt::standin::Copy(dst, Side::kAny, src, Side::kAny, ByteCount, PerThread(hStream));
 }
 
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount) {
   NDT_SERVE();
   return ndt::standin::Copy(dstDevice, Side::kDevice, reinterpret_cast<std::uintptr_t>(srcHost),
-                            Side::kHost, ByteCount, nullptr);
+                            Side::kHost, ByteCount, nullptr, true);
 }
 
 CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount) {
   NDT_SERVE();
   return ndt::standin::Copy(dstDevice, Side::kDevice, reinterpret_cast<std::uintptr_t>(srcHost),
-                            Side::kHost, ByteCount, CU_STREAM_PER_THREAD);
+                            Side::kHost, ByteCount, CU_STREAM_PER_THREAD, true);
 }
 
 CUresult cuMemcpyDtoH_v2(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
   NDT_SERVE();
   return ndt::standin::Copy(reinterpret_cast<std::uintptr_t>(dstHost), Side::kHost, srcDevice,
-                            Side::kDevice, ByteCount, nullptr);
+                            Side::kDevice, ByteCount, nullptr, true);
 }
 
 CUresult cuMemcpyDtoH_v2_ptds(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
   NDT_SERVE();
   return ndt::standin::Copy(reinterpret_cast<std::uintptr_t>(dstHost), Side::kHost, srcDevice,
-                            Side::kDevice, ByteCount, CU_STREAM_PER_THREAD);
+                            Side::kDevice, ByteCount, CU_STREAM_PER_THREAD, true);
 }
 
 CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
   NDT_SERVE();
-  return ndt::standin::Copy(dstDevice, Side::kDevice, srcDevice, Side::kDevice, ByteCount, nullptr);
+  return ndt::standin::Copy(dstDevice, Side::kDevice, srcDevice, Side::kDevice, ByteCount, nullptr, true);
 }
 
 CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
   NDT_SERVE();
   return ndt::standin::Copy(dstDevice, Side::kDevice, srcDevice, Side::kDevice, ByteCount,
-                            CU_STREAM_PER_THREAD);
+                            CU_STREAM_PER_THREAD, true);
 }
 
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount,
@@ -1638,7 +1838,7 @@ CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void* srcHost, s
                                    CUstream hStream) {
   NDT_SERVE();
   return ndt::standin::Copy(dstDevice, Side::kDevice, reinterpret_cast<std::uintptr_t>(srcHost),
-                            Side::kHost, ByteCount, hStream);
+                            Side::kHost, ByteCount, PerThread(hStream));
 }
 
 CUresult cuMemcpyDtoHAsync_v2(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount,
@@ -1652,7 +1852,7 @@ CUresult cuMemcpyDtoHAsync_v2_ptsz(void* dstHost, CUdeviceptr srcDevice, size_t 
                                    CUstream hStream) {
   NDT_SERVE();
   return ndt::standin::Copy(reinterpret_cast<std::uintptr_t>(dstHost), Side::kHost, srcDevice,
-                            Side::kDevice, ByteCount, hStream);
+                            Side::kDevice, ByteCount, PerThread(hStream));
 }
 
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
@@ -1664,37 +1864,37 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size
 CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
                                    CUstream hStream) {
   NDT_SERVE();
-  return ndt::standin::Copy(dstDevice, Side::kDevice, srcDevice, Side::kDevice, ByteCount, hStream);
+  return ndt::standin::Copy(dstDevice, Side::kDevice, srcDevice, Side::kDevice, ByteCount, PerThread(hStream));
 }
 
 CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
   NDT_SERVE();
-  return ndt::standin::Fill(dstDevice, &uc, sizeof(uc), N, nullptr);
+  return ndt::standin::Fill(dstDevice, &uc, sizeof(uc), N, nullptr, true);
 }
 
 CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
   NDT_SERVE();
-  return ndt::standin::Fill(dstDevice, &uc, sizeof(uc), N, CU_STREAM_PER_THREAD);
+  return ndt::standin::Fill(dstDevice, &uc, sizeof(uc), N, CU_STREAM_PER_THREAD, true);
 }
 
 CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N) {
   NDT_SERVE();
-  return ndt::standin::Fill(dstDevice, &us, sizeof(us), N, nullptr);
+  return ndt::standin::Fill(dstDevice, &us, sizeof(us), N, nullptr, true);
 }
 
 CUresult cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N) {
   NDT_SERVE();
-  return ndt::standin::Fill(dstDevice, &us, sizeof(us), N, CU_STREAM_PER_THREAD);
+  return ndt::standin::Fill(dstDevice, &us, sizeof(us), N, CU_STREAM_PER_THREAD, true);
 }
 
 CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
   NDT_SERVE();
-  return ndt::standin::Fill(dstDevice, &ui, sizeof(ui), N, nullptr);
+  return ndt::standin::Fill(dstDevice, &ui, sizeof(ui), N, nullptr, true);
 }
 
 CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
   NDT_SERVE();
-  return ndt::standin::Fill(dstDevice, &ui, sizeof(ui), N, CU_STREAM_PER_THREAD);
+  return ndt::standin::Fill(dstDevice, &ui, sizeof(ui), N, CU_STREAM_PER_THREAD, true);
 }
 
 CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
@@ -1704,7 +1904,7 @@ CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUst
 
 CUresult cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
   NDT_SERVE();
-  return ndt::standin::Fill(dstDevice, &uc, sizeof(uc), N, hStream);
+  return ndt::standin::Fill(dstDevice, &uc, sizeof(uc), N, PerThread(hStream));
 }
 
 CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream) {
@@ -1715,7 +1915,7 @@ CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CU
 CUresult cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N,
                                CUstream hStream) {
   NDT_SERVE();
-  return ndt::standin::Fill(dstDevice, &us, sizeof(us), N, hStream);
+  return ndt::standin::Fill(dstDevice, &us, sizeof(us), N, PerThread(hStream));
 }
 
 CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
@@ -1725,7 +1925,7 @@ CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUst
 
 CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
   NDT_SERVE();
-  return ndt::standin::Fill(dstDevice, &ui, sizeof(ui), N, hStream);
+  return ndt::standin::Fill(dstDevice, &ui, sizeof(ui), N, PerThread(hStream));
 }
 
 // --- Streams ----------------------------------------------------------------------------------
@@ -1758,17 +1958,17 @@ CUresult cuStreamSynchronize(CUstream hStream) {
 
 CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
   NDT_SERVE();
-  return ndt::standin::StreamSync(hStream);
+  return ndt::standin::StreamSync(PerThread(hStream));
 }
 
 CUresult cuStreamQuery(CUstream hStream) {
   NDT_SERVE();
-  return ndt::standin::StreamOp(hStream);
+  return ndt::standin::StreamQuery(hStream);
 }
 
 CUresult cuStreamQuery_ptsz(CUstream hStream) {
   NDT_SERVE();
-  return ndt::standin::StreamOp(hStream);
+  return ndt::standin::StreamQuery(PerThread(hStream));
 }
 
 CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
@@ -1778,7 +1978,7 @@ CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 
 CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags) {
   NDT_SERVE();
-  return ndt::standin::StreamWaitEvent(hStream, hEvent, Flags);
+  return ndt::standin::StreamWaitEvent(PerThread(hStream), hEvent, Flags);
 }
 
 CUresult cuStreamGetFlags(CUstream hStream, unsigned int* flags) {
@@ -1790,7 +1990,7 @@ CUresult cuStreamGetFlags(CUstream hStream, unsigned int* flags) {
 CUresult cuStreamGetFlags_ptsz(CUstream hStream, unsigned int* flags) {
   NDT_SERVE();
   if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return ndt::standin::WithStream(hStream, true, [&](const CUstream_st& s) { *flags = s.flags; });
+  return ndt::standin::WithStream(PerThread(hStream), true, [&](const CUstream_st& s) { *flags = s.flags; });
 }
 
 CUresult cuStreamGetPriority(CUstream hStream, int* priority) {
@@ -1803,7 +2003,7 @@ CUresult cuStreamGetPriority(CUstream hStream, int* priority) {
 CUresult cuStreamGetPriority_ptsz(CUstream hStream, int* priority) {
   NDT_SERVE();
   if (priority == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return ndt::standin::WithStream(hStream, true,
+  return ndt::standin::WithStream(PerThread(hStream), true,
                                   [&](const CUstream_st& s) { *priority = s.priority; });
 }
 
@@ -1816,23 +2016,17 @@ CUresult cuStreamGetId(CUstream hStream, unsigned long long* streamId) {
 CUresult cuStreamGetId_ptsz(CUstream hStream, unsigned long long* streamId) {
   NDT_SERVE();
   if (streamId == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return ndt::standin::WithStream(hStream, true, [&](const CUstream_st& s) { *streamId = s.id; });
+  return ndt::standin::WithStream(PerThread(hStream), true, [&](const CUstream_st& s) { *streamId = s.id; });
 }
 
 CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) {
   NDT_SERVE();
-  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (const CUresult r = ndt::standin::StreamOp(hStream); r != CUDA_SUCCESS) return r;
-  fn(userData);
-  return CUDA_SUCCESS;
+  return ndt::standin::LaunchHostFunc(hStream, fn, userData);
 }
 
 CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void* userData) {
   NDT_SERVE();
-  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (const CUresult r = ndt::standin::StreamOp(hStream); r != CUDA_SUCCESS) return r;
-  fn(userData);
-  return CUDA_SUCCESS;
+  return ndt::standin::LaunchHostFunc(PerThread(hStream), fn, userData);
 }
 
 // --- Events -----------------------------------------------------------------------------------
@@ -1864,7 +2058,7 @@ CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
 
 CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) {
   NDT_SERVE();
-  return ndt::standin::RecordEvent(hEvent, hStream);
+  return ndt::standin::RecordEvent(hEvent, PerThread(hStream));
 }
 
 CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) {
@@ -1876,18 +2070,18 @@ CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int f
 CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags) {
   NDT_SERVE();
   if (flags & ~unsigned{CU_EVENT_RECORD_EXTERNAL}) return CUDA_ERROR_INVALID_VALUE;
-  return ndt::standin::RecordEvent(hEvent, hStream);
+  return ndt::standin::RecordEvent(hEvent, PerThread(hStream));
 }
 
 // The work an event follows has already run, so every event is complete.
 CUresult cuEventSynchronize(CUevent hEvent) {
   NDT_SERVE();
-  return ndt::standin::EventOp(hEvent);
+  return ndt::standin::EventOp(hEvent, /*wait=*/true);
 }
 
 CUresult cuEventQuery(CUevent hEvent) {
   NDT_SERVE();
-  return ndt::standin::EventOp(hEvent);
+  return ndt::standin::EventOp(hEvent, /*wait=*/false);
 }
 
 CUresult cuEventElapsedTime(float* pMilliseconds, CUevent hStart, CUevent hEnd) {
@@ -2248,7 +2442,7 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPoo
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
                                       CUstream hStream) {
   NDT_SERVE();
-  return AllocateFromPool(dptr, bytesize, pool, hStream);
+  return AllocateFromPool(dptr, bytesize, pool, PerThread(hStream));
 }
 
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
@@ -2269,9 +2463,14 @@ CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
   constexpr unsigned kKnownFlags =
       CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
   if (pp == nullptr || (Flags & ~kKnownFlags) != 0) return CUDA_ERROR_INVALID_VALUE;
+  auto& d = GetDriver();
   CUdeviceptr base = 0;
   const CUresult r = ndt::standin::Allocate(&base, bytesize, nullptr, true);
-  if (r == CUDA_SUCCESS) *pp = reinterpret_cast<void*>(base);
+  if (r == CUDA_SUCCESS) {
+    *pp = reinterpret_cast<void*>(base);
+    std::lock_guard lock(d.mu);
+    d.allocations.at(base).host_flags = Flags;
+  }
   return r;
 }
 
@@ -2291,6 +2490,71 @@ CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int 
 CUresult cuMemFreeHost(void* p) {
   NDT_SERVE();
   return ndt::standin::Free(reinterpret_cast<CUdeviceptr>(p), nullptr, true);
+}
+
+CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) {
+  NDT_SERVE();
+  if (pp == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr base = 0;
+  const CUresult r = ndt::standin::Allocate(&base, bytesize, nullptr, true);
+  if (r == CUDA_SUCCESS) *pp = reinterpret_cast<void*>(base);
+  return r;
+}
+
+// Page-locks the program's own memory: it becomes pinned host memory in the allocation table
+// (reachable by kernels and copies at the same address) until cuMemHostUnregister.
+CUresult cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Flags) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  constexpr unsigned kKnownFlags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
+                                   CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY;
+  if (p == nullptr || bytesize == 0 || (Flags & ~kKnownFlags) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (Flags & CU_MEMHOSTREGISTER_IOMEMORY) return CUDA_ERROR_NOT_SUPPORTED;
+  const auto base = reinterpret_cast<std::uintptr_t>(p);
+  const auto next = d.allocations.lower_bound(base);
+  if (ndt::standin::FindAllocationLocked(d, base) != d.allocations.end() ||
+      (next != d.allocations.end() && next->first < base + bytesize)) {
+    return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  }
+  ndt::standin::Allocation allocation;
+  allocation.size = bytesize;
+  allocation.buffer_id = d.next_buffer_id++;
+  allocation.pinned_host = true;
+  allocation.registered = true;
+  allocation.host_flags = Flags;
+  d.allocations.emplace(base, std::move(allocation));
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostUnregister(void* p) {
+  NDT_SERVE();
+  ndt::standin::SynchronizeBeforeFree();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const auto it = d.allocations.find(reinterpret_cast<std::uintptr_t>(p));
+  if (it == d.allocations.end() || !it->second.registered) {
+    return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  }
+  d.allocations.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostGetFlags(unsigned int* pFlags, void* p) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  if (pFlags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const auto it = ndt::standin::FindAllocationLocked(d, reinterpret_cast<std::uintptr_t>(p));
+  if (it == d.allocations.end() || !it->second.pinned_host) return CUDA_ERROR_INVALID_VALUE;
+  *pFlags = it->second.host_flags;
+  return CUDA_SUCCESS;
 }
 
 CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
@@ -2372,6 +2636,7 @@ CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CU
 
 CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   NDT_SERVE();
+  ndt::standin::SynchronizeBeforeFree();
   auto& d = GetDriver();
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
@@ -2410,6 +2675,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
 // Mappings keep the memory alive after release, as in CUDA.
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   NDT_SERVE();
+  ndt::standin::SynchronizeBeforeFree();
   auto& d = GetDriver();
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
@@ -2452,11 +2718,13 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   NDT_SERVE();
+  ndt::standin::SynchronizeBeforeFree();
   auto& d = GetDriver();
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
   const auto it = d.allocations.find(ptr);
-  if (it == d.allocations.end() || it->second.memory != nullptr || it->second.size != size) {
+  if (it == d.allocations.end() || it->second.memory != nullptr || it->second.pinned_host ||
+      it->second.size != size) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   ::mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE,
@@ -2507,7 +2775,7 @@ CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
 
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
   NDT_SERVE();
-  return BeginCapture(hStream, mode);
+  return BeginCapture(PerThread(hStream), mode);
 }
 
 static CUresult EndCapture(CUstream hStream, CUgraph* phGraph) {
@@ -2534,7 +2802,7 @@ CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
 
 CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
   NDT_SERVE();
-  return EndCapture(hStream, phGraph);
+  return EndCapture(PerThread(hStream), phGraph);
 }
 
 static CUresult IsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
@@ -2556,7 +2824,7 @@ CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureSta
 
 CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
   NDT_SERVE();
-  return IsCapturing(hStream, captureStatus);
+  return IsCapturing(PerThread(hStream), captureStatus);
 }
 
 CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode* nodes, size_t* numNodes) {
@@ -2648,7 +2916,7 @@ CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
 
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
   NDT_SERVE();
-  return GraphLaunch(hGraphExec, hStream);
+  return GraphLaunch(hGraphExec, PerThread(hStream));
 }
 
 CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
@@ -2689,8 +2957,8 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int g
   NDT_SERVE();
   return Guarded([&] {
     return ndt::standin::Launch(f, Dim3{gridDimX, gridDimY, gridDimZ},
-                                Dim3{blockDimX, blockDimY, blockDimZ}, sharedMemBytes, hStream,
-                                kernelParams, extra);
+                                Dim3{blockDimX, blockDimY, blockDimZ}, sharedMemBytes,
+                                PerThread(hStream), kernelParams, extra);
   });
 }
 
@@ -2703,7 +2971,12 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** ker
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
                                void** extra) {
   NDT_SERVE();
-  return Guarded([&] { return ndt::standin::LaunchEx(config, f, kernelParams, extra); });
+  return Guarded([&] {
+    if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    CUlaunchConfig per_thread = *config;
+    per_thread.hStream = PerThread(config->hStream);
+    return ndt::standin::LaunchEx(&per_thread, f, kernelParams, extra);
+  });
 }
 
 }  // extern "C"

@@ -8,6 +8,7 @@
 // long version.
 #include "standin_kernels.h"
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstdint>
@@ -241,7 +242,204 @@ bool RunDigestFinish(const LaunchGeometry&, const KernelArgs& args) {
   return true;
 }
 
+// ---- The corpus kernels (tests/corpus/corpus_kernels.cuh) ----------------------------------
+
+// Runs `add(i)` for i in [0, count) from kRacyThreads threads over contiguous quarters, each
+// yielding after a random number of additions: the racing order of float atomicAdd.
+template <typename Add>
+void RaceAdditions(std::size_t count, Add add) {
+  auto range = [count, &add](int t) {
+    const std::size_t begin = count * static_cast<std::size_t>(t) / kRacyThreads;
+    const std::size_t end = count * static_cast<std::size_t>(t + 1) / kRacyThreads;
+    std::minstd_rand random(std::random_device{}());
+    unsigned until_yield = random() % 64 + 1;
+    for (std::size_t i = begin; i < end; ++i) {
+      add(i);
+      if (--until_yield == 0) {
+        std::this_thread::yield();
+        until_yield = random() % 64 + 1;
+      }
+    }
+  };
+  std::latch start(kRacyThreads);
+  std::vector<int> not_started;
+  {
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < kRacyThreads; ++t) {
+      try {
+        threads.emplace_back([&start, &range, t] {
+          start.arrive_and_wait();
+          range(t);
+        });
+      } catch (const std::system_error&) {
+        not_started.push_back(t);
+        start.count_down();
+      }
+    }
+  }
+  for (int t : not_started) range(t);
+}
+
+// CorpusAxpby(float a, const float* x, float b, float* y, int n): y = a x + b y.
+constexpr ParamSlot kCorpusAxpbyParams[] = {{0, 4}, {8, 8}, {16, 4}, {24, 8}, {32, 4}};
+
+bool RunCorpusAxpby(const LaunchGeometry&, const KernelArgs& args) {
+  const int n = args.Value<int>(4);
+  if (n <= 0) return true;
+  const auto count = static_cast<std::size_t>(n);
+  const float a = args.Value<float>(0);
+  const float b = args.Value<float>(2);
+  const float* x = args.DeviceArray<const float>(1, count);
+  float* y = args.DeviceArray<float>(3, count);
+  if (x == nullptr || y == nullptr) return false;
+  for (std::size_t i = 0; i < count; ++i) y[i] = a * x[i] + b * y[i];
+  return true;
+}
+
+// The (m, v, out, rows, cols) kernels: CorpusMatVec, CorpusColumnDot[Atomic].
+constexpr ParamSlot kCorpusMatrixVectorParams[] = {{0, 8}, {8, 8}, {16, 8}, {24, 4}, {28, 4}};
+
+struct MatrixVector {
+  const float* m = nullptr;
+  const float* v = nullptr;
+  float* out = nullptr;
+  std::size_t rows = 0;
+  std::size_t cols = 0;
+};
+
+// False for a bad range; rows or cols 0 leaves the pointers null (nothing to do).
+bool ReadMatrixVector(const KernelArgs& args, bool v_has_rows, bool out_has_rows,
+                      MatrixVector* mv) {
+  const int rows = args.Value<int>(3);
+  const int cols = args.Value<int>(4);
+  if (rows <= 0 || cols <= 0) return true;
+  mv->rows = static_cast<std::size_t>(rows);
+  mv->cols = static_cast<std::size_t>(cols);
+  mv->m = args.DeviceArray<const float>(0, mv->rows * mv->cols);
+  mv->v = args.DeviceArray<const float>(1, v_has_rows ? mv->rows : mv->cols);
+  mv->out = args.DeviceArray<float>(2, out_has_rows ? mv->rows : mv->cols);
+  return mv->m != nullptr && mv->v != nullptr && mv->out != nullptr;
+}
+
+bool RunCorpusMatVec(const LaunchGeometry&, const KernelArgs& args) {
+  MatrixVector mv;
+  if (!ReadMatrixVector(args, false, true, &mv)) return false;
+  for (std::size_t r = 0; r < mv.rows; ++r) {
+    float sum = 0.0f;
+    for (std::size_t c = 0; c < mv.cols; ++c) sum += mv.m[r * mv.cols + c] * mv.v[c];
+    mv.out[r] = sum;
+  }
+  return true;
+}
+
+bool RunCorpusColumnDot(const LaunchGeometry&, const KernelArgs& args) {
+  MatrixVector mv;
+  if (!ReadMatrixVector(args, true, false, &mv)) return false;
+  for (std::size_t c = 0; c < mv.cols; ++c) {
+    float sum = 0.0f;
+    for (std::size_t r = 0; r < mv.rows; ++r) sum += mv.m[r * mv.cols + c] * mv.v[r];
+    mv.out[c] = sum;
+  }
+  return true;
+}
+
+bool RunCorpusColumnDotAtomic(const LaunchGeometry&, const KernelArgs& args) {
+  MatrixVector mv;
+  if (!ReadMatrixVector(args, true, false, &mv)) return false;
+  RaceAdditions(mv.rows * mv.cols, [&mv](std::size_t i) {
+    AtomicAddFloat(&mv.out[i % mv.cols], mv.m[i] * mv.v[i / mv.cols]);
+  });
+  return true;
+}
+
+// CorpusRowSum(const float* m, float* out, int rows, int cols).
+constexpr ParamSlot kCorpusRowSumParams[] = {{0, 8}, {8, 8}, {16, 4}, {20, 4}};
+
+bool RunCorpusRowSum(const LaunchGeometry&, const KernelArgs& args) {
+  const int rows = args.Value<int>(2);
+  const int cols = args.Value<int>(3);
+  if (rows <= 0 || cols <= 0) return true;
+  const auto r_count = static_cast<std::size_t>(rows), c_count = static_cast<std::size_t>(cols);
+  const float* m = args.DeviceArray<const float>(0, r_count * c_count);
+  float* out = args.DeviceArray<float>(1, r_count);
+  if (m == nullptr || out == nullptr) return false;
+  for (std::size_t r = 0; r < r_count; ++r) {
+    float sum = 0.0f;
+    for (std::size_t c = 0; c < c_count; ++c) sum += m[r * c_count + c];
+    out[r] = sum;
+  }
+  return true;
+}
+
+// CorpusScatterAdd(const float* values, const int* index, float* out, int n): racing; and
+// CorpusSegmentSum(values, index, out, n, bins): ordered. An index outside [0, bins) of the
+// output is a fault; ScatterAdd's output extent is the largest index + 1.
+constexpr ParamSlot kCorpusScatterAddParams[] = {{0, 8}, {8, 8}, {16, 8}, {24, 4}};
+constexpr ParamSlot kCorpusSegmentSumParams[] = {{0, 8}, {8, 8}, {16, 8}, {24, 4}, {28, 4}};
+
+bool RunCorpusScatterAdd(const LaunchGeometry&, const KernelArgs& args) {
+  const int n = args.Value<int>(3);
+  if (n <= 0) return true;
+  const auto count = static_cast<std::size_t>(n);
+  const float* values = args.DeviceArray<const float>(0, count);
+  const int* index = args.DeviceArray<const int>(1, count);
+  if (values == nullptr || index == nullptr) return false;
+  int largest = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (index[i] < 0) return false;
+    largest = std::max(largest, index[i]);
+  }
+  float* out = args.DeviceArray<float>(2, static_cast<std::size_t>(largest) + 1);
+  if (out == nullptr) return false;
+  RaceAdditions(count, [=](std::size_t i) { AtomicAddFloat(&out[index[i]], values[i]); });
+  return true;
+}
+
+bool RunCorpusSegmentSum(const LaunchGeometry&, const KernelArgs& args) {
+  const int n = args.Value<int>(3);
+  const int bins = args.Value<int>(4);
+  if (bins <= 0) return true;
+  const auto count = static_cast<std::size_t>(n > 0 ? n : 0);
+  const auto bin_count = static_cast<std::size_t>(bins);
+  const float* values = args.DeviceArray<const float>(0, count);
+  const int* index = args.DeviceArray<const int>(1, count);
+  float* out = args.DeviceArray<float>(2, bin_count);
+  if ((count > 0 && (values == nullptr || index == nullptr)) || out == nullptr) return false;
+  for (std::size_t b = 0; b < bin_count; ++b) {
+    float sum = 0.0f;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (index[i] == static_cast<int>(b)) sum += values[i];
+    }
+    out[b] = sum;
+  }
+  return true;
+}
+
+// CorpusDropout(const float* x, const float* u, float p, float* y, int n).
+constexpr ParamSlot kCorpusDropoutParams[] = {{0, 8}, {8, 8}, {16, 4}, {24, 8}, {32, 4}};
+
+bool RunCorpusDropout(const LaunchGeometry&, const KernelArgs& args) {
+  const int n = args.Value<int>(4);
+  if (n <= 0) return true;
+  const auto count = static_cast<std::size_t>(n);
+  const float* x = args.DeviceArray<const float>(0, count);
+  const float* u = args.DeviceArray<const float>(1, count);
+  const float p = args.Value<float>(2);
+  float* y = args.DeviceArray<float>(3, count);
+  if (x == nullptr || u == nullptr || y == nullptr) return false;
+  for (std::size_t i = 0; i < count; ++i) y[i] = u[i] < p ? 0.0f : x[i] / (1.0f - p);
+  return true;
+}
+
 constexpr HostKernel kHostKernels[] = {
+    {"_Z11CorpusAxpbyfPKffPfi", kCorpusAxpbyParams, RunCorpusAxpby},
+    {"_Z12CorpusMatVecPKfS0_Pfii", kCorpusMatrixVectorParams, RunCorpusMatVec},
+    {"_Z12CorpusRowSumPKfPfii", kCorpusRowSumParams, RunCorpusRowSum},
+    {"_Z15CorpusColumnDotPKfS0_Pfii", kCorpusMatrixVectorParams, RunCorpusColumnDot},
+    {"_Z21CorpusColumnDotAtomicPKfS0_Pfii", kCorpusMatrixVectorParams, RunCorpusColumnDotAtomic},
+    {"_Z16CorpusScatterAddPKfPKiPfi", kCorpusScatterAddParams, RunCorpusScatterAdd},
+    {"_Z16CorpusSegmentSumPKfPKiPfii", kCorpusSegmentSumParams, RunCorpusSegmentSum},
+    {"_Z13CorpusDropoutPKfS0_fPfi", kCorpusDropoutParams, RunCorpusDropout},
     {"_Z9VectorAddPKfS0_Pfi", kVectorAddParams, RunVectorAdd},
     {"_Z7RacySumPKfPfii", kRacySumParams, RunRacySum},
     {"_Z11ScaleOffsetPjjji", kScaleOffsetParams, RunScaleOffset},

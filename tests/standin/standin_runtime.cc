@@ -81,6 +81,12 @@ struct DriverApi {
   PFN_cuMemAlloc_v3020 cuMemAlloc = nullptr;
   PFN_cuMemFree_v3020 cuMemFree = nullptr;
   PFN_cuMemGetInfo_v3020 cuMemGetInfo = nullptr;
+  PFN_cuMemHostAlloc_v2020 cuMemHostAlloc = nullptr;
+  PFN_cuMemFreeHost_v2000 cuMemFreeHost = nullptr;
+  PFN_cuMemHostGetDevicePointer_v3020 cuMemHostGetDevicePointer = nullptr;
+  PFN_cuMemHostGetFlags_v2030 cuMemHostGetFlags = nullptr;
+  PFN_cuMemHostRegister_v6050 cuMemHostRegister = nullptr;
+  PFN_cuMemHostUnregister_v4000 cuMemHostUnregister = nullptr;
   PFN_cuStreamCreateWithPriority_v5050 cuStreamCreateWithPriority = nullptr;
   PFN_cuStreamDestroy_v4000 cuStreamDestroy = nullptr;
   PFN_cuEventCreate_v2000 cuEventCreate = nullptr;
@@ -291,6 +297,12 @@ bool ResolveDriverApi(Runtime& rt) {
          Resolve(rt, "cuMemAlloc", kDefault, &a.cuMemAlloc) &&
          Resolve(rt, "cuMemFree", kDefault, &a.cuMemFree) &&
          Resolve(rt, "cuMemGetInfo", kDefault, &a.cuMemGetInfo) &&
+         Resolve(rt, "cuMemHostAlloc", kDefault, &a.cuMemHostAlloc) &&
+         Resolve(rt, "cuMemFreeHost", kDefault, &a.cuMemFreeHost) &&
+         Resolve(rt, "cuMemHostGetDevicePointer", kDefault, &a.cuMemHostGetDevicePointer) &&
+         Resolve(rt, "cuMemHostGetFlags", kDefault, &a.cuMemHostGetFlags) &&
+         Resolve(rt, "cuMemHostRegister", kDefault, &a.cuMemHostRegister) &&
+         Resolve(rt, "cuMemHostUnregister", kDefault, &a.cuMemHostUnregister) &&
          Resolve(rt, "cuStreamCreateWithPriority", kDefault, &a.cuStreamCreateWithPriority) &&
          Resolve(rt, "cuStreamDestroy", kDefault, &a.cuStreamDestroy) &&
          Resolve(rt, "cuEventCreate", kDefault, &a.cuEventCreate) &&
@@ -738,6 +750,51 @@ cudaError_t cudaFree(void* devPtr) {
   if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
   if (devPtr == nullptr) return cudaSuccess;
   return ReportDriver(Api().cuMemFree(ndt::standin::ToDevicePtr(devPtr)));
+}
+
+// Pinned host memory, through the driver as cudart does it: cudaHostAlloc and cudaMallocHost are
+// cuMemHostAlloc (cudaHostAlloc* flags are CU_MEMHOSTALLOC_* values), cudaHostRegister is
+// cuMemHostRegister_v2 (cudaHostRegister* = CU_MEMHOSTREGISTER_*).
+cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
+  if (pHost == nullptr) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  *pHost = nullptr;
+  if (size == 0) return cudaSuccess;
+  return ReportDriver(Api().cuMemHostAlloc(pHost, size, flags));
+}
+
+cudaError_t cudaMallocHost(void** ptr, size_t size) {
+  return cudaHostAlloc(ptr, size, cudaHostAllocDefault);
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  if (ptr == nullptr) return cudaSuccess;
+  return ReportDriver(Api().cuMemFreeHost(ptr));
+}
+
+cudaError_t cudaHostRegister(void* ptr, size_t size, unsigned int flags) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  return ReportDriver(Api().cuMemHostRegister(ptr, size, flags));
+}
+
+cudaError_t cudaHostUnregister(void* ptr) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  return ReportDriver(Api().cuMemHostUnregister(ptr));
+}
+
+cudaError_t cudaHostGetDevicePointer(void** pDevice, void* pHost, unsigned int flags) {
+  if (pDevice == nullptr) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  CUdeviceptr device = 0;
+  const CUresult r = Api().cuMemHostGetDevicePointer(&device, pHost, flags);
+  if (r == CUDA_SUCCESS) *pDevice = reinterpret_cast<void*>(device);
+  return ReportDriver(r);
+}
+
+cudaError_t cudaHostGetFlags(unsigned int* pFlags, void* pHost) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  return ReportDriver(Api().cuMemHostGetFlags(pFlags, pHost));
 }
 
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {

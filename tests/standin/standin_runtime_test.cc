@@ -6,8 +6,10 @@
 #include <dlfcn.h>
 
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <iterator>
 #include <string>
+#include <vector>
 
 // nvcc-generated code calls this; no includable header declares it.
 extern "C" cudaError_t __cudaPopCallConfiguration(dim3* gridDim, dim3* blockDim, size_t* sharedMem,
@@ -46,8 +48,9 @@ TEST_CASE("every function of the real runtime is exported", "[standin]") {
 }
 
 TEST_CASE("unimplemented runtime functions fail with cudaErrorNotSupported", "[standin]") {
-  void* pinned = nullptr;
-  CHECK(NDT_RUNTIME(cudaMallocHost)(&pinned, 64) == cudaErrorNotSupported);
+  void* managed = nullptr;
+  CHECK(NDT_RUNTIME(cudaMallocManaged)(&managed, 64, cudaMemAttachGlobal) ==
+        cudaErrorNotSupported);
   CHECK(NDT_RUNTIME(cudaPeekAtLastError)() == cudaErrorNotSupported);
   CHECK(NDT_RUNTIME(cudaGetLastError)() == cudaErrorNotSupported);
   CHECK(NDT_RUNTIME(cudaGetLastError)() == cudaSuccess);
@@ -144,3 +147,47 @@ TEST_CASE("runtime errors have the runtime's names and descriptions", "[standin]
 }
 
 }  // namespace
+
+TEST_CASE("pinned host memory through the runtime: allocated, registered, mapped, freed",
+          "[standin]") {
+  void* pinned = nullptr;
+  REQUIRE(NDT_RUNTIME(cudaMallocHost)(&pinned, 64) == cudaSuccess);
+  void* mapped = nullptr;
+  REQUIRE(NDT_RUNTIME(cudaHostAlloc)(&mapped, 128, cudaHostAllocMapped | cudaHostAllocPortable) ==
+          cudaSuccess);
+  unsigned flags = 0;
+  CHECK(NDT_RUNTIME(cudaHostGetFlags)(&flags, mapped) == cudaSuccess);
+  CHECK(flags == (cudaHostAllocMapped | cudaHostAllocPortable));
+  void* device = nullptr;
+  CHECK(NDT_RUNTIME(cudaHostGetDevicePointer)(&device, mapped, 0) == cudaSuccess);
+  CHECK(device == mapped);
+  // A pinned buffer is a copy's source and destination like device memory.
+  void* on_device = nullptr;
+  REQUIRE(NDT_RUNTIME(cudaMalloc)(&on_device, 64) == cudaSuccess);
+  std::memset(pinned, 0x5a, 64);
+  CHECK(NDT_RUNTIME(cudaMemcpy)(on_device, pinned, 64, cudaMemcpyHostToDevice) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaMemcpy)(mapped, on_device, 64, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(static_cast<unsigned char*>(mapped)[63] == 0x5a);
+  CHECK(NDT_RUNTIME(cudaFree)(pinned) == cudaErrorInvalidValue);  // not device memory
+  CHECK(NDT_RUNTIME(cudaGetLastError)() == cudaErrorInvalidValue);
+  CHECK(NDT_RUNTIME(cudaFreeHost)(pinned) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaFreeHost)(mapped) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaFreeHost)(mapped) == cudaErrorInvalidValue);
+  CHECK(NDT_RUNTIME(cudaGetLastError)() == cudaErrorInvalidValue);
+
+  std::vector<float> own(256);
+  REQUIRE(NDT_RUNTIME(cudaHostRegister)(own.data(), own.size() * sizeof(float),
+                                        cudaHostRegisterMapped) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaHostRegister)(own.data() + 8, 16, 0) ==
+        cudaErrorHostMemoryAlreadyRegistered);
+  CHECK(NDT_RUNTIME(cudaHostGetDevicePointer)(&device, own.data() + 4, 0) == cudaSuccess);
+  CHECK(device == own.data() + 4);
+  CHECK(NDT_RUNTIME(cudaMemset)(on_device, 0, 64) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaMemcpy)(own.data(), on_device, 64, cudaMemcpyDeviceToHost) ==
+        cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaHostUnregister)(own.data() + 1) == cudaErrorHostMemoryNotRegistered);
+  CHECK(NDT_RUNTIME(cudaHostUnregister)(own.data()) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaHostUnregister)(own.data()) == cudaErrorHostMemoryNotRegistered);
+  CHECK(NDT_RUNTIME(cudaGetLastError)() == cudaErrorHostMemoryNotRegistered);
+  CHECK(NDT_RUNTIME(cudaFree)(on_device) == cudaSuccess);
+}

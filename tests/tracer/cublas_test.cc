@@ -423,3 +423,52 @@ TEST_CASE("cublas: calls through dlopen(RTLD_LOCAL) + dlsym reach the hooks", "[
   CHECK(plain.status == 0);
   CHECK(plain.out == traced.out);
 }
+
+TEST_CASE("cublas: axpy, dot, gemv and strided batched GEMMs are recorded with "
+          "exact-extent digests",
+          "[tracer][cublas]") {
+  // tests/corpus/blas_threads: 4 threads x 3 iterations of sgemm, strided batched sgemm (4
+  // blocks of 16x16, B transposed, lda = ldb = 64), sgemv, saxpy and sdot over 64 elements.
+  const std::string trace = TempPath("blas_threads.ndt");
+  const RunResult traced = RecordRun(trace, CORPUS_BLAS_THREADS);
+  INFO(traced.err);
+  REQUIRE(traced.status == 0);
+  const std::vector<OpRecord> ops = Ops(ReadAll(trace));
+  const std::vector<OpRecord> axpy = Named(ops, "cublasSaxpy_v2");
+  const std::vector<OpRecord> dot = Named(ops, "cublasSdot_v2");
+  const std::vector<OpRecord> gemv = Named(ops, "cublasSgemv_v2");
+  const std::vector<OpRecord> batched = Named(ops, "cublasSgemmStridedBatched");
+  REQUIRE(axpy.size() == 12);
+  REQUIRE(dot.size() == 12);
+  REQUIRE(gemv.size() == 12);
+  REQUIRE(batched.size() == 12);
+
+  CHECK(std::get<int64_t>(Arg(axpy[0], "n")->value) == 64);
+  CHECK(std::get<double>(Arg(axpy[0], "alpha")->value) == 0.5);
+  CHECK(Digest(axpy[0].inputs, "x").bytes == 256);
+  CHECK(Digest(axpy[0].inputs, "y").bytes == 256);
+  CHECK(Digest(axpy[0].outputs, "y").bytes == 256);
+
+  // The dot product's result is host memory: recorded as an argument, equal to what the
+  // program printed into its checksum (not compared here), and finite.
+  REQUIRE(Arg(dot[0], "result") != nullptr);
+  CHECK(std::holds_alternative<double>(Arg(dot[0], "result")->value));
+  CHECK(TextArg(dot[0], "pointerMode") == "host");
+  CHECK(dot[0].outputs.empty());
+
+  CHECK(gemv[0].kind == OpKind::kCublasGemm);
+  CHECK(Digest(gemv[0].inputs, "A").bytes == 64 * 64 * 4);
+  CHECK(Digest(gemv[0].outputs, "y").bytes == 256);
+  CHECK(gemv[0].inputs.size() == 2);  // beta = 0: y is not read
+
+  const OpRecord& b = batched[0];
+  CHECK(b.kind == OpKind::kCublasGemm);
+  CHECK(std::get<int64_t>(Arg(b, "batchCount")->value) == 4);
+  CHECK(std::get<int64_t>(Arg(b, "strideB")->value) == 16 * 64);
+  // A: 16x16 blocks with lda 64, 16 elements apart; B transposed: 16x16 with ldb 64, 1024
+  // apart; C: packed 16x16 blocks.
+  CHECK(Digest(b.inputs, "A").bytes == ((15 * 64 + 16) + 3 * 16) * 4);
+  CHECK(Digest(b.inputs, "B").bytes == ((15 * 64 + 16) + 3 * 1024) * 4);
+  CHECK(Digest(b.outputs, "C").bytes == 4 * 256 * 4);
+  std::remove(trace.c_str());
+}

@@ -1,0 +1,114 @@
+#!/bin/bash
+# corpus_confusion.sh: the confusion matrix of `ndtrace check` on the corpus (tests/corpus/).
+# Each program is checked K times as it is (deterministic: any verdict but "deterministic" is a
+# false alarm) and K times with --plant (a "deterministic" verdict is a miss; a "NOT
+# deterministic" report that names the planted op counts as named). always_fails must never be
+# called deterministic. Runs on the stand-in device with asynchronous streams
+# (NDT_STANDIN_ASYNC=1); nothing here is a GPU result.
+#
+# usage: bench/corpus_confusion.sh [--build DIR] [-k K] [--quick] [--runs N]
+#                                  [--programs a,b,...] [--keep DIR]
+#   --build DIR   the build tree (default build/dev): ndtrace in tools/, the stand-in libraries in
+#                 tests/standin/lib, the corpus in tests/corpus
+#   -k K          checks per program and mode (default 20); --quick: K = 3
+#   --runs N      runs per check (`ndtrace check -n N`; default 2)
+#   --programs    only these programs
+#   --keep DIR    keep every check's report and traces under DIR
+set -u
+
+build=build/dev
+k=20
+runs=2
+only=
+keep=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) build=$2; shift 2 ;;
+    -k) k=$2; shift 2 ;;
+    --quick) k=3; shift ;;
+    --runs) runs=$2; shift 2 ;;
+    --programs) only=,$2,; shift 2 ;;
+    --keep) keep=$2; shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    *) echo "corpus_confusion: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+ndtrace=$build/tools/ndtrace
+corpus=$build/tests/corpus
+standin=$build/tests/standin/lib
+for needed in "$ndtrace" "$corpus/train_loop" "$standin/libcuda.so.1"; do
+  [ -e "$needed" ] || { echo "corpus_confusion: $needed not found (build the dev preset)" >&2; exit 2; }
+done
+export LD_LIBRARY_PATH="$standin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export NDT_STANDIN_ASYNC=1
+
+# Program and the op its --plant makes nondeterministic (tests/corpus/CMakeLists.txt).
+plants="train_loop:CorpusColumnDotAtomic blas_threads:cublasSgemm_v2
+graph_replay:CorpusColumnDotAtomic cudnn_workspace:cudnnConvolutionBackwardFilter
+lt_matmul:cublasLtMatmul dropout_rng:curandGenerateUniform racy_histogram:CorpusScatterAdd
+ddp_allreduce:ncclAllReduce always_fails:-"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/ndt-confusion.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# check PROGRAM ARGS...: runs `ndtrace check` once; sets $status, $used (runs it made) and leaves
+# the report in $work/report.
+check() {
+  local out=$work/out
+  rm -rf "$out"
+  "$ndtrace" check -n "$runs" -o "$out" -- "$@" >"$work/report" 2>"$work/stderr"
+  status=$?
+  used=$(grep -c '^ndtrace check: run [0-9]* of [0-9]*: exit status' "$work/stderr")
+  if [ -n "$keep" ]; then
+    local dest
+    dest="$keep/$(basename "$1")${2:+-plant}-$(date +%s%N)"
+    mkdir -p "$dest" && cp -r "$work/report" "$work/stderr" "$out" "$dest/" 2>/dev/null
+  fi
+}
+
+printf '%-16s %9s %12s %7s %9s %7s %7s %10s %10s\n' program det.checks false.alarms errors \
+  planted misses named runs/det runs/plant
+total_det=0 total_false=0 total_err=0 total_plant=0 total_miss=0 total_named=0
+for entry in $plants; do
+  program=${entry%%:*}
+  op=${entry#*:}
+  [ -n "$only" ] && [ "${only#*,"$program",}" = "$only" ] && continue
+  [ -x "$corpus/$program" ] || { echo "$program: not built, skipped" >&2; continue; }
+  false_alarms=0 errors=0 misses=0 named=0 det_runs=0 plant_runs=0 planted=0
+  for _ in $(seq "$k"); do
+    check "$corpus/$program"
+    det_runs=$((det_runs + used))
+    if [ "$op" = - ]; then  # always_fails: "deterministic" would be the false verdict
+      [ "$status" -eq 0 ] && false_alarms=$((false_alarms + 1))
+      continue
+    fi
+    case "$status" in
+      0) ;;
+      1) false_alarms=$((false_alarms + 1)) ;;
+      *) errors=$((errors + 1)) ;;
+    esac
+  done
+  if [ "$op" != - ]; then
+    for _ in $(seq "$k"); do
+      check "$corpus/$program" --plant
+      plant_runs=$((plant_runs + used))
+      planted=$((planted + 1))
+      case "$status" in
+        0) misses=$((misses + 1)) ;;
+        1) grep -q -- "$op" "$work/report" && named=$((named + 1)) ;;
+        *) errors=$((errors + 1)) ;;
+      esac
+    done
+  fi
+  mean() { [ "$2" -gt 0 ] && awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }' || echo -; }
+  printf '%-16s %9d %12d %7d %9d %7d %7d %10s %10s\n' "$program" "$k" "$false_alarms" "$errors" \
+    "$planted" "$misses" "$named" "$(mean $det_runs "$k")" "$(mean $plant_runs $planted)"
+  total_det=$((total_det + k)) total_false=$((total_false + false_alarms))
+  total_err=$((total_err + errors)) total_plant=$((total_plant + planted))
+  total_miss=$((total_miss + misses)) total_named=$((total_named + named))
+done
+printf '%-16s %9d %12d %7d %9d %7d %7d\n' total "$total_det" "$total_false" "$total_err" \
+  "$total_plant" "$total_miss" "$total_named"
+echo "targets: 0 false alarms, 0 misses, the planted op named in every planted check" \
+  "(always_fails: a false alarm is a 'deterministic' verdict). Stand-in device, not a GPU."

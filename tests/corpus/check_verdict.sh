@@ -1,0 +1,40 @@
+#!/bin/sh
+# Runs `ndtrace check` on a corpus program and checks its verdict. The stand-in libraries must
+# come first on LD_LIBRARY_PATH (CTest sets it) and NDT_STANDIN_ASYNC=1 makes streams race.
+#
+# usage: check_verdict.sh NDTRACE MODE PROGRAM [ARGS...]
+#   deterministic PROGRAM ARGS...   `check -n 3` exits 0
+#   planted NAME PROGRAM ARGS...    `check` (2 runs) exits 1 and its report names NAME (the
+#                                   planted kernel or API)
+#   failing PROGRAM ARGS...         `check -n 2` does not exit 0
+set -u
+ndtrace=$1
+mode=$2
+shift 2
+name=
+if [ "$mode" = planted ]; then
+  name=$1
+  shift
+fi
+dir=$(mktemp -d "${TMPDIR:-/tmp}/ndt-corpus.XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+case "$mode" in
+  deterministic) runs=3 ;;
+  *) runs=2 ;;
+esac
+"$ndtrace" check -n "$runs" -o "$dir/out" -- "$@" >"$dir/report" 2>"$dir/stderr"
+status=$?
+cat "$dir/report"
+case "$mode" in
+  deterministic)
+    [ "$status" -eq 0 ] && exit 0
+    echo "FAIL: expected exit 0 (deterministic), got $status" >&2 ;;
+  planted)
+    if [ "$status" -eq 1 ] && grep -q -- "$name" "$dir/report"; then exit 0; fi
+    echo "FAIL: expected exit 1 naming $name, got $status" >&2 ;;
+  failing)
+    [ "$status" -ne 0 ] && exit 0
+    echo "FAIL: a failing program was called deterministic (exit 0)" >&2 ;;
+esac
+sed -n 1,20p "$dir/stderr" >&2
+exit 1
