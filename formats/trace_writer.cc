@@ -83,6 +83,13 @@ struct LocalBufferCache {
   ThreadBuffer* buffer = nullptr;
 };
 thread_local LocalBufferCache tls_buffer_cache;
+// The same for the last origin this thread appended for (TraceWriter::Append with an origin).
+struct OriginBufferCache {
+  uint64_t writer_uid = 0;
+  uint64_t origin = 0;
+  ThreadBuffer* buffer = nullptr;
+};
+thread_local OriginBufferCache tls_origin_cache;
 
 }  // namespace
 
@@ -141,10 +148,11 @@ class TraceWriter::Impl {
     }
   }
 
-  // RecordLike: Record or OpRecord (codec::AppendRecord takes both).
+  // RecordLike: Record or OpRecord (codec::AppendRecord takes both). `buffer`: the calling
+  // thread's (null) or an origin's.
   template <typename RecordLike>
-  bool Append(const RecordLike& record) {
-    ThreadBuffer* buffer = LocalBuffer();
+  bool Append(const RecordLike& record, ThreadBuffer* buffer = nullptr) {
+    if (buffer == nullptr) buffer = LocalBuffer();
     std::lock_guard buffer_lock(buffer->mu);
     if (closed_.load(std::memory_order_relaxed)) {
       CountLost(1, 0);
@@ -168,6 +176,11 @@ class TraceWriter::Impl {
     }
     if (buffer->data.size() >= options_.chunk_bytes) return SealLocked(*buffer, true);
     return true;
+  }
+
+  template <typename RecordLike>
+  bool AppendFor(const RecordLike& record, uint64_t origin) {
+    return Append(record, OriginBuffer(origin));
   }
 
   StatusOr<BlobId> PutBlob(std::span<const std::byte> bytes) {
@@ -270,7 +283,22 @@ class TraceWriter::Impl {
     LocalBufferCache& cache = tls_buffer_cache;
     if (cache.writer_uid == uid_) return cache.buffer;
     std::lock_guard registry_lock(registry_mu_);
-    ThreadBuffer*& slot = buffer_of_thread_[std::this_thread::get_id()];
+    ThreadBuffer* buffer = NewBufferLocked(buffer_of_thread_[std::this_thread::get_id()]);
+    cache = {uid_, buffer};
+    return buffer;
+  }
+
+  ThreadBuffer* OriginBuffer(uint64_t origin) {
+    OriginBufferCache& cache = tls_origin_cache;
+    if (cache.writer_uid == uid_ && cache.origin == origin) return cache.buffer;
+    std::lock_guard registry_lock(registry_mu_);
+    ThreadBuffer* buffer = NewBufferLocked(buffer_of_origin_[origin]);
+    cache = {uid_, origin, buffer};
+    return buffer;
+  }
+
+  // `slot`'s buffer, made now if it has none. registry_mu_ held.
+  ThreadBuffer* NewBufferLocked(ThreadBuffer*& slot) {
     if (slot == nullptr) {
       auto buffer = std::make_unique<ThreadBuffer>();
       buffer->writer_id = static_cast<uint32_t>(buffers_.size());
@@ -278,7 +306,6 @@ class TraceWriter::Impl {
       slot = buffer.get();
       buffers_.push_back(std::move(buffer));
     }
-    cache = {uid_, slot};
     return slot;
   }
 
@@ -533,6 +560,7 @@ class TraceWriter::Impl {
   mutable std::mutex registry_mu_;
   std::vector<std::unique_ptr<ThreadBuffer>> buffers_;
   std::map<std::thread::id, ThreadBuffer*> buffer_of_thread_;
+  std::map<uint64_t, ThreadBuffer*> buffer_of_origin_;
 
   std::mutex queue_mu_;
   std::vector<std::unique_ptr<Worker>> workers_;
@@ -600,6 +628,12 @@ TraceWriter::TraceWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TraceWriter::~TraceWriter() { (void)impl_->Close(); }
 bool TraceWriter::Append(const Record& record) { return impl_->Append(record); }
 bool TraceWriter::Append(const OpRecord& op) { return impl_->Append(op); }
+bool TraceWriter::Append(const Record& record, uint64_t origin) {
+  return impl_->AppendFor(record, origin);
+}
+bool TraceWriter::Append(const OpRecord& op, uint64_t origin) {
+  return impl_->AppendFor(op, origin);
+}
 StatusOr<BlobId> TraceWriter::PutBlob(std::span<const std::byte> bytes) {
   return impl_->PutBlob(bytes);
 }

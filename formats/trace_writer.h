@@ -66,6 +66,13 @@ class TraceWriter {
   bool Append(const Record& record);
   // The same for an op record held outside a Record (no copy into one).
   bool Append(const OpRecord& op);
+  // The same, into the sequence of `origin` (an id the caller chooses, e.g. the thread the
+  // record is about) instead of the calling thread's: records appended for one origin are read
+  // back in the order they were appended, whichever threads appended them (one after another).
+  // The tracer writes records it held back for their GPU digests this way, from whichever
+  // thread finds them ready.
+  bool Append(const Record& record, uint64_t origin);
+  bool Append(const OpRecord& op, uint64_t origin);
 
   // Stores `bytes` in the blob stream and returns their content address. Storing the same
   // bytes again returns the same id and writes nothing. Thread-safe; compresses on the

@@ -3,9 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <deque>
 #include <functional>
+#include <iterator>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <variant>
@@ -116,12 +121,86 @@ std::optional<format::OpRecord> FindInLane(format::TraceReader& reader, const Op
   return std::nullopt;
 }
 
+// Run A's kernel launches before the first divergence, as far as a walk back along the data
+// needs them: where each is, and which places (allocation, offset) it reads and writes.
+struct LaunchFacts {
+  OpLocation where;
+  std::vector<format::DevicePointer> reads;   // pointer parameters to const
+  std::vector<format::DevicePointer> writes;  // the others
+};
+
+std::vector<LaunchFacts> ReadLaunches(const std::string& path, uint64_t before) {
+  constexpr size_t kMaxLaunches = 100000;
+  std::vector<LaunchFacts> launches;
+  StatusOr<std::unique_ptr<format::TraceReader>> reader = format::TraceReader::Open(path);
+  if (!reader.ok()) return launches;
+  std::map<uint64_t, uint64_t> lane_counts;
+  format::Record record;
+  while ((*reader)->Next(&record)) {
+    const auto* op = std::get_if<format::OpRecord>(&record);
+    if (op == nullptr || IsLifecycleOp(*op)) continue;
+    const uint64_t index = lane_counts[(uint64_t{op->thread_id} << 32) | op->stream_id]++;
+    if (op->sequence >= before || op->kind != format::OpKind::kKernelLaunch) continue;
+    LaunchFacts facts;
+    facts.where = {op->sequence, op->thread_id, op->stream_id, index, op->kind, op->name};
+    for (const format::Argument& argument : op->args) {
+      const auto* pointer = std::get_if<format::DevicePointer>(&argument.value);
+      if (pointer == nullptr || pointer->allocation_id == 0 || argument.name.rfind("arg", 0) != 0) {
+        continue;
+      }
+      const size_t parameter = std::strtoull(argument.name.c_str() + 3, nullptr, 10);
+      (PointerParameterIsConst(op->name, parameter) ? facts.reads : facts.writes)
+          .push_back(*pointer);
+    }
+    launches.push_back(std::move(facts));
+    if (launches.size() > kMaxLaunches) launches.erase(launches.begin());
+  }
+  std::sort(launches.begin(), launches.end(), [](const LaunchFacts& a, const LaunchFacts& b) {
+    return a.where.sequence < b.where.sequence;
+  });
+  return launches;
+}
+
+// The launches that last wrote what the launch at `sequence` reads (each place: the last launch
+// before it to write exactly there, else anywhere in the allocation), newest first.
+std::vector<OpLocation> WritersOfInputs(const std::vector<LaunchFacts>& launches,
+                                        uint64_t sequence) {
+  auto self = std::find_if(launches.begin(), launches.end(), [&](const LaunchFacts& facts) {
+    return facts.where.sequence == sequence;
+  });
+  if (self == launches.end()) return {};
+  // A kernel whose parameter types say nothing of const-ness reads through every pointer.
+  const std::vector<format::DevicePointer>& inputs =
+      self->reads.empty() ? self->writes : self->reads;
+  std::vector<OpLocation> writers;
+  for (const format::DevicePointer& input : inputs) {
+    const LaunchFacts* exact = nullptr;
+    const LaunchFacts* same_allocation = nullptr;
+    for (auto it = std::make_reverse_iterator(self); it != launches.rend() && !exact; ++it) {
+      for (const format::DevicePointer& written : it->writes) {
+        if (written.allocation_id != input.allocation_id) continue;
+        if (written.offset == input.offset) exact = &*it;
+        if (same_allocation == nullptr) same_allocation = &*it;
+      }
+    }
+    const LaunchFacts* writer = exact != nullptr ? exact : same_allocation;
+    if (writer == nullptr) continue;
+    const bool known = std::any_of(writers.begin(), writers.end(), [&](const OpLocation& w) {
+      return w.sequence == writer->where.sequence;
+    });
+    if (!known) writers.push_back(writer->where);
+  }
+  std::sort(writers.begin(), writers.end(),
+            [](const OpLocation& a, const OpLocation& b) { return a.sequence > b.sequence; });
+  return writers;
+}
+
 // Step 1 of Narrow (bisect.h): records the program with the suspect kernel's launches captured
 // and replays the one at the suspect's place alone. Returns the divergence that names it when
 // its outputs vary; nullopt (with a step line) otherwise.
-std::optional<Divergence> ConfirmSuspect(const BisectOptions& options, const Divergence& found,
-                                         const RunWith& run, std::vector<std::string>* steps) {
-  const OpLocation& suspect = *found.root;
+std::optional<Divergence> ConfirmSuspect(const BisectOptions& options, const OpLocation& suspect,
+                                         const Divergence& found, const RunWith& run,
+                                         std::vector<std::string>* steps) {
   BisectRun settings;
   settings.capture = "kernel:" + ExactGlob(suspect.name);
   StatusOr<std::string> trace = run(settings);
@@ -337,17 +416,33 @@ StatusOr<NarrowResult> Narrow(const BisectOptions& options, const DiffReport& re
     progress(fmt::format("narrowing run {}: {}", settings.index, Settings(settings)));
     return run_program(settings);
   };
-  const auto try_suspect = [&](const Divergence& d) {
+  // Step 1: from the suspect back along the data (the launches that wrote what it read), each
+  // replayed alone, until one varies: a launch that does not vary alone read inputs that
+  // already differed.
+  const auto walk_back = [&](const Divergence& d) {
     if (!d.root || d.root->kind != format::OpKind::kKernelLaunch) return false;
-    std::optional<Divergence> named = ConfirmSuspect(options, d, run, &result.steps);
-    progress(result.steps.back());
-    if (!named) return false;
-    result.report.first_divergence = std::move(named);
-    result.named = true;
-    return true;
+    const std::vector<LaunchFacts> launches = ReadLaunches(report.path_a, d.op.sequence);
+    std::deque<OpLocation> queue{*d.root};
+    std::set<uint64_t> tried;
+    while (!queue.empty() && result.runs < options.max_runs) {
+      const OpLocation suspect = queue.front();
+      queue.pop_front();
+      if (!tried.insert(suspect.sequence).second) continue;
+      std::optional<Divergence> named = ConfirmSuspect(options, suspect, d, run, &result.steps);
+      progress(result.steps.back());
+      if (named) {
+        result.report.first_divergence = std::move(named);
+        result.named = true;
+        return true;
+      }
+      for (const OpLocation& writer : WritersOfInputs(launches, suspect.sequence)) {
+        queue.push_back(writer);
+      }
+    }
+    return false;
   };
   const Divergence first = *report.first_divergence;
-  if (try_suspect(first)) return result;
+  if (walk_back(first)) return result;
   if (!first.window_begin || !first.window_end || *first.window_end < *first.window_begin) {
     result.steps.push_back("no window of ops to digest");
     return result;
@@ -378,7 +473,7 @@ StatusOr<NarrowResult> Narrow(const BisectOptions& options, const DiffReport& re
     return result;
   }
   if (narrowed.root && (!first.root || narrowed.root->sequence != first.root->sequence)) {
-    try_suspect(narrowed);
+    walk_back(narrowed);
   }
   return result;
 }

@@ -76,7 +76,10 @@ struct BisectResult {
 //   1. A suspect that is a kernel launch is recorded again with its launches captured
 //      (`kernel:<its name>`), the launch at the suspect's place in its lane (thread, stream,
 //      position: the same in every run) is replayed alone `confirm_runs` times; when its
-//      outputs vary, it is the nondeterministic op (placement-proof: one run's inputs).
+//      outputs vary, it is the nondeterministic op (placement-proof: one run's inputs). When
+//      they do not, its inputs already differed: the launches of run A that last wrote what it
+//      reads (its pointers to const; every pointer when the name says nothing) are tried the
+//      same way, newest first, walking back along the data.
 //   2. Otherwise runs with per-op digests in the report's window (as bisect step 4), then 1 for
 //      a suspect that step names.
 // At most `max_runs` program runs. The result's report is the narrowed one (its first

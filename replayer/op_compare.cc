@@ -115,13 +115,27 @@ bool IsLifecycleOp(const format::OpRecord& op) {
 
 bool IsBlobArgument(std::string_view name) { return name.rfind("blob:", 0) == 0; }
 
+namespace {
+
+// Arguments that record what a measurement found, not what the program asked for: the
+// fastest entry of a cuDNN Find (`first`) is ranked by timing. The algorithm the program then
+// runs is compared on its convolution (an algorithm-selection divergence when it differs).
+bool Measured(const format::OpRecord& op, std::string_view argument) {
+  return argument == "first" && op.name.rfind("cudnnFind", 0) == 0;
+}
+
+}  // namespace
+
 std::optional<ArgumentMismatch> FirstDifferentArgument(const format::OpRecord& a,
                                                        const format::OpRecord& b) {
   size_t i = 0;
   size_t j = 0;
+  const auto skipped = [](const format::OpRecord& op, size_t k) {
+    return IsBlobArgument(op.args[k].name) || Measured(op, op.args[k].name);
+  };
   for (;;) {
-    while (i < a.args.size() && IsBlobArgument(a.args[i].name)) ++i;
-    while (j < b.args.size() && IsBlobArgument(b.args[j].name)) ++j;
+    while (i < a.args.size() && skipped(a, i)) ++i;
+    while (j < b.args.size() && skipped(b, j)) ++j;
     if (i == a.args.size() && j == b.args.size()) return std::nullopt;
     if (i == a.args.size() || j == b.args.size() || !SameArgument(a.args[i], b.args[j])) {
       return ArgumentMismatch{i, j};

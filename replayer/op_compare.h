@@ -25,7 +25,8 @@ bool SameArgument(const format::Argument& a, const format::Argument& b);
 // (an input or an output), never as an argument the program passed.
 bool IsBlobArgument(std::string_view name);
 
-// The op's arguments other than blob references, pairwise in order. Returns the index pair of
+// The op's arguments other than blob references and measurements (a cuDNN Find's `first`,
+// ranked by timing), pairwise in order. Returns the index pair of
 // the first that differs (an index equal to the size: that side has no more), or nullopt.
 struct ArgumentMismatch {
   size_t a = 0;

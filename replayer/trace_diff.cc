@@ -141,6 +141,15 @@ struct LastWriter {
   uint64_t lane_index = 0;
 };
 
+struct RootQuery {
+  format::DevicePointer pointer;
+  uint64_t before = 0;
+  std::string what;
+  std::string with_writer;
+  std::optional<LastWriter> best;
+  bool exact = false;
+};
+
 class Differ {
  public:
   Differ(std::unique_ptr<format::TraceReader> a, std::unique_ptr<format::TraceReader> b,
@@ -164,6 +173,7 @@ class Differ {
     }
     CompareStateDigests();
     DecideUncovered();
+    ApplyRootQuery();
     AddExactDifference();
     Warnings(*a_, report_.path_a, "A");
     Warnings(*b_, report_.path_b, "B");
@@ -254,16 +264,31 @@ class Differ {
   // Remembers which ops last wrote (or may have written) each allocation, in run A: the
   // last few per place, since lanes are compared in the order both runs' records arrive, not
   // in op order. A kernel's pointers to const (`float const*` in its demangled name) are only
-  // read; a synchronization's outputs are host bytes.
+  // read; a synchronization's outputs are host bytes. A launch captured into a CUDA graph runs
+  // only when the graph is launched: its writes are the graph's, and each launch of the graph
+  // writes them all (named with the graph's kernels).
   void NoteWrites(const OpRecord& op, uint64_t lane_index) {
-    const LastWriter writer{op.sequence, op.kind, op.name, op.thread_id, op.stream_id, lane_index};
-    const auto remember = [&](std::deque<LastWriter>& writers) {
-      writers.push_back(writer);
-      if (writers.size() > kWritersKept) writers.pop_front();
-    };
+    LastWriter writer{op.sequence, op.kind, op.name, op.thread_id, op.stream_id, lane_index};
+    if (op.kind == format::OpKind::kGraphLaunch) {
+      const uint64_t* graph = UnsignedArgument(op, "graph");
+      const auto captured = graph ? graph_writes_.find(*graph) : graph_writes_.end();
+      if (captured == graph_writes_.end()) return;
+      writer.name += " (graph " + std::to_string(*graph) + ", whose captured kernels are " +
+                     captured->second.kernels + ")";
+      for (const format::DevicePointer& p : captured->second.pointers) RememberWrite(writer, p);
+      return;
+    }
+    const uint64_t* captured_into = UnsignedArgument(op, "capturedInto");
+    GraphWrites* graph = captured_into ? &graph_writes_[*captured_into] : nullptr;
+    if (graph != nullptr && op.kind == format::OpKind::kKernelLaunch) {
+      const std::string name = op.name.substr(0, op.name.find('('));
+      if (graph->kernels.find(name) == std::string::npos && graph->kernels.size() < 1024) {
+        graph->kernels += (graph->kernels.empty() ? "" : ", ") + name;
+      }
+    }
     const auto wrote = [&](const format::DevicePointer& p) {
-      remember(last_writer_[p.allocation_id]);
-      remember(last_writer_exact_[{p.allocation_id, p.offset}]);
+      if (graph == nullptr) return RememberWrite(writer, p);
+      if (graph->pointers.size() < kGraphWritesKept) graph->pointers.push_back(p);
     };
     if (op.kind != format::OpKind::kSynchronize) {
       for (const auto& out : op.outputs) {
@@ -283,6 +308,20 @@ class Differ {
     }
   }
 
+  static const uint64_t* UnsignedArgument(const OpRecord& op, std::string_view name) {
+    const format::Argument* argument = FindArgument(op, name);
+    return argument ? std::get_if<uint64_t>(&argument->value) : nullptr;
+  }
+
+  void RememberWrite(const LastWriter& writer, const format::DevicePointer& p) {
+    for (std::deque<LastWriter>* writers :
+         {&last_writer_[p.allocation_id], &last_writer_exact_[{p.allocation_id, p.offset}]}) {
+      writers->push_back(writer);
+      if (writers->size() > kWritersKept) writers->pop_front();
+    }
+    RefineRootQuery(writer, p);
+  }
+
   void Structural(const OpRecord* a, uint64_t index_a, const OpRecord* b, uint64_t index_b,
                   const std::string& what) {
     ++report_.structural_differences;
@@ -298,6 +337,7 @@ class Differ {
 
   void ComparePair(const OpRecord& a, uint64_t lane_index, const OpRecord& b) {
     ++report_.ops_compared;
+    pending_query_.reset();
     Divergence d;
     d.op = Locate(a, lane_index);
     d.sequence_b = b.sequence;
@@ -384,16 +424,20 @@ class Differ {
     if ((a.kind == format::OpKind::kMemcpy || a.kind == format::OpKind::kMemset) &&
         AddOutputEvidence(a, b, &d)) {
       d.klass = DivergenceClass::kPropagated;
-      d.what = "the data this op copied already differs on the device";
+      // Its device source: the argument named src, else its first device pointer.
+      const format::Argument* source = nullptr;
       for (const auto& arg : a.args) {
         const auto* p = std::get_if<format::DevicePointer>(&arg.value);
         if (p == nullptr || p->allocation_id == 0) continue;
-        if (const LastWriter* writer = LastWriterOf(*p, a.sequence)) {
-          d.what += "; `" + arg.name + "` was last written by op " +
-                    std::to_string(writer->sequence) + ", which recorded no output digest";
-          SetRoot(*writer, a.sequence, &d);
-          break;
-        }
+        if (source == nullptr || arg.name == "src") source = &arg;
+      }
+      if (source != nullptr) {
+        Query(std::get<format::DevicePointer>(source->value), a.sequence,
+              "the data this op copied already differs on the device",
+              "the data this op copied already differs on the device; `" + source->name +
+                  "` was last written by op ");
+      } else {
+        d.what = "the data this op copied already differs on the device";
       }
       return Found(std::move(d), a, b);
     }
@@ -407,14 +451,11 @@ class Differ {
       for (size_t i = std::min(a.outputs.size(), b.outputs.size()); i-- > 0;) {
         if (a.outputs[i].digest == b.outputs[i].digest) continue;
         const std::string& role = a.outputs[i].role;
-        d.what = "the data copied to the host by " +
-                 (role.rfind("dst of ", 0) == 0 ? role.substr(7) : role) +
-                 " (completed here) already differed on the device";
-        if (const LastWriter* writer = LastWriterOf(a.outputs[i].pointer, a.sequence)) {
-          d.what += "; its source was last written by op " + std::to_string(writer->sequence) +
-                    ", which recorded no output digest";
-          SetRoot(*writer, a.sequence, &d);
-        }
+        const std::string what = "the data copied to the host by " +
+                                 (role.rfind("dst of ", 0) == 0 ? role.substr(7) : role) +
+                                 " (completed here) already differed on the device";
+        Query(a.outputs[i].pointer, a.sequence, what,
+              what + "; its source was last written by op ");
         break;
       }
       return Found(std::move(d), a, b);
@@ -440,10 +481,13 @@ class Differ {
     d->window_end = sequence;
   }
 
-  // The op that last wrote at `pointer` before op `before` in run A: the last to write exactly
-  // there (a tensor of a caching allocator's segment starts where an op's pointer points), else
-  // the last to write anywhere in its allocation; null when none did.
-  const LastWriter* LastWriterOf(const format::DevicePointer& pointer, uint64_t before) const {
+  // The op that last wrote at `pointer` before op `before` in run A, as far as the diff has
+  // seen: the last to write exactly there (a tensor of a caching allocator's segment starts
+  // where an op's pointer points), else the last to write anywhere in its allocation; null
+  // when none did. `exact` says which.
+  const LastWriter* LastWriterOf(const format::DevicePointer& pointer, uint64_t before,
+                                 bool* exact) const {
+    *exact = false;
     if (pointer.allocation_id == 0) return nullptr;
     const auto latest = [before](const std::deque<LastWriter>& writers) {
       const LastWriter* found = nullptr;
@@ -456,23 +500,60 @@ class Differ {
     };
     if (auto it = last_writer_exact_.find({pointer.allocation_id, pointer.offset});
         it != last_writer_exact_.end()) {
-      if (const LastWriter* writer = latest(it->second)) return writer;
+      if (const LastWriter* writer = latest(it->second)) {
+        *exact = true;
+        return writer;
+      }
     }
     const auto it = last_writer_.find(pointer.allocation_id);
     return it == last_writer_.end() ? nullptr : latest(it->second);
   }
 
-  // The inputs of op `sequence` at `pointer` already differ: names the op that last wrote
-  // them as the root, when the trace has one.
-  void PointBack(const format::DevicePointer& pointer, uint64_t sequence, Divergence* d) const {
-    const LastWriter* writer = LastWriterOf(pointer, sequence);
-    if (writer == nullptr) {
-      d->what = "the op's inputs already differ, and no earlier op in the trace wrote them";
+  // The inputs of op `sequence` at `pointer` already differ: the op that last wrote them is
+  // the root, when the trace has one.
+  void PointBack(const format::DevicePointer& pointer, uint64_t sequence, Divergence* d) {
+    d->what = "the op's inputs already differ, and no earlier op in the trace wrote them";
+    Query(pointer, sequence, d->what,
+          "the op's inputs already differ; they were last written by op ");
+  }
+
+  // Asks for the root of the divergence being classified: the op that last wrote `pointer`
+  // before op `before`. Writers in other lanes may reach the diff after the divergence does,
+  // so the answer is refined as they come (NoteWrites) once the divergence is the first, and
+  // written into it at the end (ApplyRootQuery): `what` without a writer, `with_writer` +
+  // "N, which recorded no output digest" with one.
+  void Query(const format::DevicePointer& pointer, uint64_t before, std::string what,
+             std::string with_writer) {
+    RootQuery query{pointer, before, std::move(what), std::move(with_writer), std::nullopt, false};
+    if (const LastWriter* writer = LastWriterOf(pointer, before, &query.exact))
+      query.best = *writer;
+    pending_query_ = std::move(query);
+  }
+
+  void RefineRootQuery(const LastWriter& writer, const format::DevicePointer& written) {
+    if (!root_query_ || written.allocation_id != root_query_->pointer.allocation_id ||
+        writer.sequence >= root_query_->before) {
       return;
     }
-    d->what = "the op's inputs already differ; they were last written by op " +
-              std::to_string(writer->sequence) + ", which recorded no output digest";
-    SetRoot(*writer, sequence, d);
+    RootQuery& query = *root_query_;
+    const bool exact = written.offset == query.pointer.offset;
+    if (query.exact && !exact) return;
+    if (query.best && query.exact == exact && writer.sequence <= query.best->sequence) return;
+    query.best = writer;
+    query.exact = exact;
+  }
+
+  void ApplyRootQuery() {
+    if (!root_query_ || !report_.first_divergence) return;
+    Divergence& d = *report_.first_divergence;
+    if (!root_query_->best) {
+      d.what = root_query_->what;
+      return;
+    }
+    const LastWriter& writer = *root_query_->best;
+    d.what = root_query_->with_writer + std::to_string(writer.sequence) +
+             ", which recorded no output digest";
+    SetRoot(writer, root_query_->before, &d);
   }
 
   // Whole-allocation digests of sub-allocated memory: a difference may be placement (another
@@ -512,7 +593,10 @@ class Differ {
 
   void Found(Divergence&& d, const OpRecord& a, const OpRecord& b) {
     ++report_.divergent_ops;
+    std::optional<RootQuery> query = std::move(pending_query_);
+    pending_query_.reset();
     if (report_.first_divergence && a.sequence >= divergence_key_) return;
+    root_query_ = std::move(query);
     divergence_key_ = a.sequence;
     first_op_ = std::make_unique<OpRecord>(a);
     first_op_b_ = std::make_unique<OpRecord>(b);
@@ -621,6 +705,7 @@ class Differ {
       ++report_.divergent_ops;
       if (!report_.first_divergence || d.op.sequence < divergence_key_) {
         divergence_key_ = d.op.sequence;
+        root_query_.reset();
         first_op_.reset();
         first_op_b_.reset();
         report_.first_divergence = std::move(d);
@@ -701,8 +786,16 @@ class Differ {
   std::deque<format::StateDigestRecord> states_b_;
   std::optional<uint64_t> last_equal_state_;
   static constexpr size_t kWritersKept = 8;
+  static constexpr size_t kGraphWritesKept = 4096;
+  struct GraphWrites {
+    std::vector<format::DevicePointer> pointers;  // written by the launches captured into it
+    std::string kernels;                          // their names, once each
+  };
+  std::map<uint64_t, GraphWrites> graph_writes_;            // by graph id
   std::map<uint64_t, std::deque<LastWriter>> last_writer_;  // by allocation id
   std::map<std::pair<uint64_t, uint64_t>, std::deque<LastWriter>> last_writer_exact_;
+  std::optional<RootQuery> pending_query_;  // of the pair being compared
+  std::optional<RootQuery> root_query_;     // of the first divergence
   uint64_t placement_differences_ = 0;
   std::set<uint32_t> threads_;  // thread ids seen in either run
   // Differing state digests taken while the program ran, decided at the end (below).

@@ -68,6 +68,7 @@ struct RunFacts {
   uint64_t ops = 0;
   uint64_t failed_calls = 0;      // ops whose call returned an error, in every process
   std::string first_failed_call;  // "op N NAME returned S"
+  uint64_t refused_launches = 0;  // of them, kernel and graph launches: no work was done
 };
 
 // The ops and failed calls of every process of the run whose main trace path is `trace`.
@@ -87,6 +88,9 @@ StatusOr<RunFacts> ReadRunFacts(const std::string& trace, uint64_t* processes) {
       if (op == nullptr) continue;
       ++facts.ops;
       if (op->status == 0) continue;
+      if (op->kind == format::OpKind::kKernelLaunch || op->kind == format::OpKind::kGraphLaunch) {
+        ++facts.refused_launches;
+      }
       if (facts.failed_calls++ == 0) {
         facts.first_failed_call =
             fmt::format("op {} {} returned {}", op->sequence, op->name, op->status);
@@ -235,11 +239,16 @@ int RunCheck(const CheckOptions& options) {
             ? std::string()
             : fmt::format("; {} CUDA call(s) failed, the same in every run (first: {})",
                           first.failed_calls, first.first_failed_call);
-    if (first.exit_code != 0) {
+    // A failing program is not called deterministic, even when it fails the same way: nor
+    // is one whose launches the device refused (their work was never done).
+    if (first.exit_code != 0 || first.refused_launches != 0) {
       fmt::print(
           "ndtrace check: the program failed in every run ({}): {} runs, otherwise "
           "bitwise-identical ({} ops each){}; its output is in {}\n",
-          ExitText(first.exit_code), made, first.ops, failed, (directory / "run-1.log").string());
+          first.exit_code != 0
+              ? ExitText(first.exit_code)
+              : fmt::format("{} launch(es) refused by the device", first.refused_launches),
+          made, first.ops, failed, (directory / "run-1.log").string());
       return kExitProgramFailed;
     }
     fmt::print(

@@ -54,6 +54,7 @@ constexpr const char* kDropoutGenerator = "cudnn_dropout";
 
 struct RnnShape {
   cudnnRNNAlgo_t algo = CUDNN_RNN_ALGO_STANDARD;  // what runs (after the policy)
+  cudnnRNNAlgo_t requested_algo = CUDNN_RNN_ALGO_STANDARD;  // what the program asked for
   format::ChoiceSource source = format::ChoiceSource::kRequested;
   cudnnRNNMode_t mode = CUDNN_LSTM;
   cudnnRNNBiasMode_t bias = CUDNN_RNN_DOUBLE_BIAS;
@@ -728,6 +729,7 @@ cudnnStatus_t cudnnSetRNNDescriptor_v8(
   const auto real = NDT_REAL_LIBRARY(kCudnn, cudnnSetRNNDescriptor_v8);
   RnnShape requested;
   requested.algo = algo;
+  requested.requested_algo = algo;
   requested.mode = mode;
   requested.bias = bias;
   requested.direction = direction;
@@ -765,6 +767,23 @@ cudnnStatus_t cudnnSetRNNDescriptor_v8(
         session.EndOp(op, static_cast<int32_t>(status));
         return status;
       });
+}
+
+// A program that asked for CUDNN_RNN_ALGO_PERSIST_DYNAMIC builds its plan for a batch size;
+// when the policy replaced that algorithm there is no plan to build, and the real call would
+// refuse the descriptor (CUDNN_STATUS_BAD_PARAM): the program is told it succeeded, as it
+// would have with the algorithm it asked for.
+cudnnStatus_t cudnnBuildRNNDynamic(cudnnHandle_t handle, cudnnRNNDescriptor_t desc,
+                                   int mini_batch) {
+  const auto real = NDT_REAL_LIBRARY(kCudnn, cudnnBuildRNNDynamic);
+  if (real == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
+  std::optional<RnnShape> shape;
+  ndt::tracer::Safely([&] { shape = RnnShadows::Get().Rnn(desc); });
+  if (shape && shape->requested_algo == CUDNN_RNN_ALGO_PERSIST_DYNAMIC &&
+      shape->algo != CUDNN_RNN_ALGO_PERSIST_DYNAMIC && mini_batch > 0) {
+    return CUDNN_STATUS_SUCCESS;
+  }
+  return real(handle, desc, mini_batch);
 }
 
 cudnnStatus_t cudnnDestroyRNNDescriptor(cudnnRNNDescriptor_t desc) {

@@ -32,10 +32,12 @@ struct Self {
   uint64_t hash = 0;      // of the whole lineage path
   uint32_t depth = 0;     // levels of `id` in use, while it is packed
   uint32_t children = 0;  // threads this one created
+  uint32_t library_children = 0;  // of them, inside a library call (LibraryCallScope)
   std::array<uint64_t, static_cast<size_t>(ObjectKind::kCount)> objects{};
 };
 
 thread_local Self t_self;
+thread_local int t_library_calls = 0;
 std::atomic<uint32_t> g_fallback{0};
 
 Self& Current() {
@@ -124,6 +126,13 @@ uint32_t PerThreadStreamId() {
   return kFallbackBit | (Current().id & (kFallbackBit - 1));
 }
 
+LibraryCallScope::LibraryCallScope() noexcept {
+  ++t_library_calls;
+}
+LibraryCallScope::~LibraryCallScope() {
+  --t_library_calls;
+}
+
 }  // namespace ndt::tracer
 
 // The k-th thread a thread creates learns its lineage here. Fail-open: when the start record
@@ -136,11 +145,13 @@ extern "C" __attribute__((visibility("default"))) int pthread_create(
   Self& self = Current();
   auto* start = static_cast<Start*>(std::malloc(sizeof(Start)));
   if (start == nullptr) return real(thread, attributes, routine, argument);
-  const uint32_t ordinal = ++self.children;
+  const bool library = t_library_calls > 0;
+  uint32_t& counter = library ? self.library_children : self.children;
+  const uint32_t ordinal = ++counter;
   start->routine = routine;
   start->argument = argument;
-  start->hash = Mix(self.hash ^ Mix(ordinal));
-  const bool packed = (self.id & (kHashedBit | kFallbackBit)) == 0 && self.depth < 4 &&
+  start->hash = Mix(self.hash ^ Mix(ordinal) ^ (library ? 0x11b5a7ull << 40 : 0));
+  const bool packed = !library && (self.id & (kHashedBit | kFallbackBit)) == 0 && self.depth < 4 &&
                       ordinal <= (self.depth == 3 ? 63u : 255u);
   if (packed) {
     start->id = self.id | ordinal << (8 * self.depth);
@@ -152,7 +163,7 @@ extern "C" __attribute__((visibility("default"))) int pthread_create(
   const int result = real(thread, attributes, StartThread, start);
   if (result != 0) {
     std::free(start);
-    --self.children;  // no thread: the next one takes this ordinal, as in a run where it worked
+    --counter;  // no thread: the next one takes this ordinal, as in a run where it worked
   }
   return result;
 }

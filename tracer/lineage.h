@@ -24,6 +24,19 @@ namespace ndt::tracer {
 // The calling thread's lineage id (above).
 uint32_t ThreadLineageId();
 
+// Marks the calling thread as inside a hooked CUDA or library call for the scope's life
+// (HookScope holds one). A thread created meanwhile is the library's (the driver's, NCCL's,
+// a stand-in's stream workers), made when the library decides: it is numbered apart (a hash of
+// the creator's lineage and its ordinal among the creator's library threads, bit 31 set) and
+// does not shift the numbers of the program's own threads.
+class LibraryCallScope {
+ public:
+  LibraryCallScope() noexcept;
+  ~LibraryCallScope();
+  LibraryCallScope(const LibraryCallScope&) = delete;
+  LibraryCallScope& operator=(const LibraryCallScope&) = delete;
+};
+
 // The kinds of object whose ids are handed out per creating thread.
 enum class ObjectKind {
   kStream,

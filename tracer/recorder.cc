@@ -669,16 +669,21 @@ void Session::Append(const format::Record& record) {
   }
   // Nothing held (the usual case): written at once, without the lock. A record appended
   // concurrently with one being held may go either side of it, as it could without holding.
+  // Every record goes into the sequence of the thread it is about (an op's thread; else the
+  // appending one), whichever thread writes it: so a held record written by another thread
+  // stays in order with its own thread's records (the writer promises order per origin).
+  const auto* op = std::get_if<format::OpRecord>(&record);
+  const uint64_t origin = op != nullptr ? op->thread_id : ThreadLineageId();
   if (tickets.empty() && held_count_.load(std::memory_order_acquire) == 0) {
-    writer_->Append(record);
+    writer_->Append(record, origin);
     return;
   }
   std::lock_guard lock(held_mutex_);
   if (held_.empty() && tickets.empty()) {
-    writer_->Append(record);
+    writer_->Append(record, origin);
     return;
   }
-  held_.push_back({record, std::move(tickets)});
+  held_.push_back({record, std::move(tickets), origin});
   held_count_.store(held_.size(), std::memory_order_release);
   DrainHeldLocked(max_held_);
 }
@@ -689,7 +694,7 @@ void Session::Append(const format::OpRecord& op) {
     ForEachOpDigest(op, [&](const auto& digests) { AddOutstanding(gpu_, digests, &tickets); });
   }
   if (tickets.empty() && held_count_.load(std::memory_order_acquire) == 0) {
-    writer_->Append(op);
+    writer_->Append(op, op.thread_id);
     return;
   }
   Append(format::Record(op));
@@ -723,7 +728,7 @@ void Session::DrainHeldLocked(size_t keep) {
       });
       head.tickets.pop_back();
     }
-    writer_->Append(head.record);
+    writer_->Append(head.record, head.origin);
     if (lost != 0) {
       format::TracerNote note;
       note.severity = format::Severity::kWarning;
@@ -732,7 +737,7 @@ void Session::DrainHeldLocked(size_t keep) {
                   "and are left out of the record before";
       note.before_op = PeekOpSequence();
       note.time_ns = NowNs();
-      writer_->Append(note);
+      writer_->Append(format::Record(note), head.origin);
     }
     held_.pop_front();
     held_count_.store(held_.size(), std::memory_order_release);

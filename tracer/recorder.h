@@ -251,6 +251,7 @@ class Session {
   struct HeldRecord {
     format::Record record;
     std::vector<uint64_t> tickets;
+    uint64_t origin = 0;  // the writer sequence it belongs to (Append)
   };
   // Writes held records in order while their digests have arrived; waits for those of the
   // oldest ones while more than `keep` are held. held_mutex_ held.
@@ -300,6 +301,7 @@ class HookScope {
   bool entered_ = false;
   bool fail_closed_ = false;
   Session* session_ = nullptr;
+  LibraryCallScope library_call_;  // threads created meanwhile are the library's (lineage.h)
 };
 
 // Logs an internal failure of a hook (an exception caught at the boundary) once per process,

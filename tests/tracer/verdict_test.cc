@@ -77,16 +77,19 @@ TEST_CASE("check of a program that fails in every run says so and exits 4", "[ve
   CHECK_THAT(result.out, !Catch::Contains("deterministic:"));
 }
 
-TEST_CASE("a launch the device refused is an op with its error status, named by check",
+TEST_CASE("a launch the device refused is an op with its error status: the program failed",
           "[verdict]") {
   ndt::testing::TempDir dir;
+  // The program ignores the error and exits 0, the same way every run: its work was not done.
   const RunResult result =
       Check(dir.path().string(), "-n 2", "'" PROG_THREAD_STREAMS "' --refused-launch");
   INFO(result.out << result.err);
-  CHECK(result.status == 0);
+  CHECK(result.status == 4);
   CHECK_THAT(result.err, Catch::Contains("1 failed CUDA calls"));
-  CHECK_THAT(result.out, Catch::Contains("1 CUDA call(s) failed, the same in every run (first: "
-                                         "op 0 Step(float*, int, float) returned 1)"));
+  CHECK_THAT(result.out, Catch::Contains("the program failed in every run (1 launch(es) refused "
+                                         "by the device)") &&
+                             Catch::Contains("1 CUDA call(s) failed, the same in every run "
+                                             "(first: op 0 Step(float*, int, float) returned 1)"));
 }
 
 TEST_CASE("check: a run that exits with another status than run 1 is not deterministic",

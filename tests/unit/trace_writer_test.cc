@@ -94,6 +94,37 @@ TEST_CASE("records of 8 concurrently appending threads all arrive, each thread's
   CHECK(reader->damage().empty());
 }
 
+TEST_CASE("records appended for one origin by several threads in turn keep their order",
+          "[formats]") {
+  // The tracer's held records: thread 1's ops are written partly by thread 1, partly by
+  // whichever thread finds them ready, one after another.
+  TempPath path("origin.ndt");
+  WriterOptions options;
+  options.chunk_bytes = 1 << 10;  // many chunks, from several buffers
+  options.when_full = FullPolicy::kStall;
+  auto writer = MustCreate(path.str(), options);
+  constexpr uint64_t kOps = 6000;
+  for (uint64_t i = 0; i < kOps; i += 100) {
+    std::thread appender([&, i] {
+      for (uint64_t j = i; j < i + 100; ++j) writer->Append(SampleOp(j, 1), uint64_t{1});
+      // Records of this thread's own sequence interleave with the origin's in the file.
+      writer->Append(SampleOp(kOps + i, 2));
+    });
+    appender.join();
+  }
+  REQUIRE(writer->Close().ok());
+  auto reader = MustOpen(path.str());
+  uint64_t next = 0;
+  Record record;
+  while (reader->Next(&record)) {
+    const auto& op = std::get<OpRecord>(record);
+    if (op.thread_id != 1) continue;
+    REQUIRE(op.sequence == next);
+    ++next;
+  }
+  CHECK(next == kOps);
+}
+
 // Appends from 4 threads faster than a slow compressor can write, with room for one chunk.
 WriterStats AppendUnderPressure(const std::string& path, FullPolicy policy, uint64_t* written) {
   WriterOptions options;
