@@ -11,14 +11,15 @@
 #   --build DIR   the build tree (default build/dev): ndtrace in tools/, the stand-in libraries in
 #                 tests/standin/lib, the corpus in tests/corpus
 #   -k K          checks per program and mode (default 20); --quick: K = 3
-#   --runs N      runs per check (`ndtrace check -n N`; default 2)
+#   --runs N      at most N runs per check (`ndtrace check -n N`; default: check's own, 6;
+#                 check stops at the first run that differs)
 #   --programs    only these programs
 #   --keep DIR    keep every check's report and traces under DIR
 set -u
 
 build=build/dev
 k=20
-runs=2
+runs=
 only=
 keep=
 while [ $# -gt 0 ]; do
@@ -57,9 +58,11 @@ trap 'rm -rf "$work"' EXIT
 check() {
   local out=$work/out
   rm -rf "$out"
-  "$ndtrace" check -n "$runs" -o "$out" -- "$@" >"$work/report" 2>"$work/stderr"
+  "$ndtrace" check ${runs:+-n "$runs"} -o "$out" -- "$@" >"$work/report" 2>"$work/stderr"
   status=$?
-  used=$(grep -c '^ndtrace check: run [0-9]* of [0-9]*: exit status' "$work/stderr")
+  # Program runs made: the check's own and its narrowing runs.
+  used=$(grep -cE '^ndtrace check: (run [0-9]+: (exit status|killed)|narrowing run [0-9]+:)' \
+    "$work/stderr")
   if [ -n "$keep" ]; then
     local dest
     dest="$keep/$(basename "$1")${2:+-plant}-$(date +%s%N)"
@@ -96,7 +99,9 @@ for entry in $plants; do
       planted=$((planted + 1))
       case "$status" in
         0) misses=$((misses + 1)) ;;
-        1) grep -q -- "$op" "$work/report" && named=$((named + 1)) ;;
+        # Named: in the verdict line, the one-line summary of what the report found.
+        1) grep '^ndtrace check: NOT deterministic' "$work/report" | grep -q -- "$op" &&
+             named=$((named + 1)) ;;
         *) errors=$((errors + 1)) ;;
       esac
     done

@@ -264,6 +264,16 @@ void WriteHeader(const TraceHeader& h, wire::TraceHeader::Builder b) {
   b.setPolicy(ToWire<wire::Policy>(h.policy));
   NDT_SET_TEXT(b, PinnedFrom, h.pinned_from);
   if (!h.notes.empty()) WriteTexts(h.notes, b.initNotes(static_cast<unsigned>(h.notes.size())));
+  if (!h.inputs.empty()) {
+    auto list = b.initInputs(static_cast<unsigned>(h.inputs.size()));
+    for (size_t i = 0; i < h.inputs.size(); ++i) {
+      auto fb = list[static_cast<unsigned>(i)];
+      NDT_SET_TEXT(fb, Path, h.inputs[i].path);
+      fb.setBytes(h.inputs[i].bytes);
+      fb.setDigestLo(h.inputs[i].digest_lo);
+      fb.setDigestHi(h.inputs[i].digest_hi);
+    }
+  }
 }
 
 #undef NDT_SET_TEXT
@@ -616,6 +626,12 @@ Status ReadHeader(wire::TraceHeader::Reader r, TraceHeader* out) {
   h.policy = static_cast<Policy>(policy);
   h.pinned_from = FromText(r.getPinnedFrom());
   h.notes = ReadTexts(r.getNotes());
+  auto inputs = r.getInputs();
+  h.inputs.reserve(inputs.size());
+  for (auto f : inputs) {
+    h.inputs.push_back(
+        InputFile{FromText(f.getPath()), f.getBytes(), f.getDigestLo(), f.getDigestHi()});
+  }
   return Status::Ok();
 }
 

@@ -46,6 +46,14 @@ struct EnvVar {
 
 enum class Policy : uint16_t { kObserve = 0, kEnforce = 1, kPin = 2, kReplayForce = 3 };
 
+struct InputFile {
+  std::string path;
+  uint64_t bytes = 0;
+  uint64_t digest_lo = 0;
+  uint64_t digest_hi = 0;
+  bool operator==(const InputFile&) const = default;
+};
+
 struct TraceHeader {
   uint32_t format_version = 0;  // filled in by the writer
   std::string tool_version;
@@ -60,6 +68,7 @@ struct TraceHeader {
   Policy policy = Policy::kObserve;
   std::string pinned_from;
   std::vector<std::string> notes;
+  std::vector<InputFile> inputs;
   bool operator==(const TraceHeader&) const = default;
 };
 

@@ -20,7 +20,7 @@ $import "/capnp/c++.capnp".namespace("ndt::format::wire");
 
 # The first record of a trace, alone in the header chunk.
 struct TraceHeader {
-  # Next ordinal: @13
+  # Next ordinal: @14
   formatVersion @0 :UInt32;        # container + schema version, see formats/README.md
   toolVersion @1 :Text;            # ndtrace version that wrote the trace, e.g. "0.1.0"
   commandLine @2 :List(Text);      # argv of the traced program, unmodified
@@ -34,6 +34,18 @@ struct TraceHeader {
   policy @10 :Policy;              # the policy the tracer applied
   pinnedFrom @11 :Text;            # with policy = pin or replayForce: the trace choices came from
   notes @12 :List(Text);           # free-form facts the writer wants a reader to see first
+  inputs @13 :List(InputFile);     # the executable, then each regular file the command line
+                                   # names, as they were when recording started
+}
+
+# A file the traced program was started with, for telling whether two runs are comparable.
+struct InputFile {
+  # Next ordinal: @4
+  path @0 :Text;                   # as the command line gave it; "/proc/self/exe" target for
+                                   # the executable
+  bytes @1 :UInt64;                # its size
+  digestLo @2 :UInt64;             # digest v1 of its bytes, lane 0 (0, 0: not read: too large)
+  digestHi @3 :UInt64;             # lane 1
 }
 
 struct GpuInfo {

@@ -121,8 +121,9 @@ std::optional<format::OpRecord> FindInLane(format::TraceReader& reader, const Op
   return std::nullopt;
 }
 
-// Run A's kernel launches before the first divergence, as far as a walk back along the data
-// needs them: where each is, and which places (allocation, offset) it reads and writes.
+// Run A's kernel launches, copies and memsets before the first divergence, as far as a walk
+// back along the data needs them: where each is, and which places (allocation, offset) it
+// reads and writes.
 struct LaunchFacts {
   OpLocation where;
   std::vector<format::DevicePointer> reads;   // pointer parameters to const
@@ -140,18 +141,23 @@ std::vector<LaunchFacts> ReadLaunches(const std::string& path, uint64_t before) 
     const auto* op = std::get_if<format::OpRecord>(&record);
     if (op == nullptr || IsLifecycleOp(*op)) continue;
     const uint64_t index = lane_counts[(uint64_t{op->thread_id} << 32) | op->stream_id]++;
-    if (op->sequence >= before || op->kind != format::OpKind::kKernelLaunch) continue;
+    if (op->sequence >= before) continue;
     LaunchFacts facts;
     facts.where = {op->sequence, op->thread_id, op->stream_id, index, op->kind, op->name};
     for (const format::Argument& argument : op->args) {
       const auto* pointer = std::get_if<format::DevicePointer>(&argument.value);
-      if (pointer == nullptr || pointer->allocation_id == 0 || argument.name.rfind("arg", 0) != 0) {
+      if (pointer == nullptr || pointer->allocation_id == 0) continue;
+      if (op->kind == format::OpKind::kMemcpy || op->kind == format::OpKind::kMemset) {
+        if (argument.name == "src") facts.reads.push_back(*pointer);
+        if (argument.name == "dst") facts.writes.push_back(*pointer);
         continue;
       }
+      if (op->kind != format::OpKind::kKernelLaunch || argument.name.rfind("arg", 0) != 0) continue;
       const size_t parameter = std::strtoull(argument.name.c_str() + 3, nullptr, 10);
       (PointerParameterIsConst(op->name, parameter) ? facts.reads : facts.writes)
           .push_back(*pointer);
     }
+    if (facts.writes.empty()) continue;
     launches.push_back(std::move(facts));
     if (launches.size() > kMaxLaunches) launches.erase(launches.begin());
   }
@@ -161,8 +167,33 @@ std::vector<LaunchFacts> ReadLaunches(const std::string& path, uint64_t before) 
   return launches;
 }
 
-// The launches that last wrote what the launch at `sequence` reads (each place: the last launch
-// before it to write exactly there, else anywhere in the allocation), newest first.
+// The kernel launch that last wrote `place` before `end` (each place: the last to write exactly
+// there, else anywhere in the allocation), looking through device-to-device copies (they move
+// data, deterministically) to the launch that wrote their source; null when none did.
+const LaunchFacts* WriterOf(const std::vector<LaunchFacts>& launches,
+                            std::vector<LaunchFacts>::const_iterator end,
+                            format::DevicePointer place) {
+  for (int hops = 0; hops < 16; ++hops) {
+    const LaunchFacts* exact = nullptr;
+    const LaunchFacts* same_allocation = nullptr;
+    auto it = std::make_reverse_iterator(end);
+    for (; it != launches.rend() && exact == nullptr; ++it) {
+      for (const format::DevicePointer& written : it->writes) {
+        if (written.allocation_id != place.allocation_id) continue;
+        if (written.offset == place.offset) exact = &*it;
+        if (same_allocation == nullptr) same_allocation = &*it;
+      }
+    }
+    const LaunchFacts* writer = exact != nullptr ? exact : same_allocation;
+    if (writer == nullptr || writer->where.kind == format::OpKind::kKernelLaunch) return writer;
+    if (writer->where.kind != format::OpKind::kMemcpy || writer->reads.empty()) return nullptr;
+    place = writer->reads.front();
+    end = launches.begin() + (writer - launches.data());
+  }
+  return nullptr;
+}
+
+// The launches that last wrote what the launch at `sequence` reads, newest first.
 std::vector<OpLocation> WritersOfInputs(const std::vector<LaunchFacts>& launches,
                                         uint64_t sequence) {
   auto self = std::find_if(launches.begin(), launches.end(), [&](const LaunchFacts& facts) {
@@ -174,16 +205,7 @@ std::vector<OpLocation> WritersOfInputs(const std::vector<LaunchFacts>& launches
       self->reads.empty() ? self->writes : self->reads;
   std::vector<OpLocation> writers;
   for (const format::DevicePointer& input : inputs) {
-    const LaunchFacts* exact = nullptr;
-    const LaunchFacts* same_allocation = nullptr;
-    for (auto it = std::make_reverse_iterator(self); it != launches.rend() && !exact; ++it) {
-      for (const format::DevicePointer& written : it->writes) {
-        if (written.allocation_id != input.allocation_id) continue;
-        if (written.offset == input.offset) exact = &*it;
-        if (same_allocation == nullptr) same_allocation = &*it;
-      }
-    }
-    const LaunchFacts* writer = exact != nullptr ? exact : same_allocation;
+    const LaunchFacts* writer = WriterOf(launches, self, input);
     if (writer == nullptr) continue;
     const bool known = std::any_of(writers.begin(), writers.end(), [&](const OpLocation& w) {
       return w.sequence == writer->where.sequence;

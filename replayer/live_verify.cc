@@ -186,6 +186,9 @@ bool LiveVerifier::Poll() {
     } else if (auto* state = std::get_if<format::StateDigestRecord>(&record)) {
       if (!states_seen_.insert({state->after_op, state->reason}).second) continue;
       TakeNewState(std::move(*state));
+    } else if (const auto* decision = std::get_if<format::PolicyDecisionRecord>(&record)) {
+      // Forcing the reference's choice over the program's own request hides a difference.
+      if (ForcedOverRequest(*decision)) Differs(decision->op_sequence);
     }
   }
   if (!chunks.empty()) consumed_end_ = std::max(consumed_end_, chunks.back().end());

@@ -149,6 +149,16 @@ bool SameChoice(const format::AlgorithmChoice& a, const format::AlgorithmChoice&
   return a.library == b.library && a.id == b.id && a.knobs == b.knobs && a.opaque == b.opaque;
 }
 
+bool ForcedOverRequest(const format::PolicyDecisionRecord& decision) {
+  if (!decision.applied || !decision.from_choice || !decision.to_choice) return false;
+  const format::AlgorithmChoice& from = *decision.from_choice;
+  const format::AlgorithmChoice& to = *decision.to_choice;
+  return to.source == format::ChoiceSource::kPinned &&
+         (from.source == format::ChoiceSource::kRequested ||
+          from.source == format::ChoiceSource::kHeuristic) &&
+         !SameChoice(from, to);
+}
+
 bool SameRng(const format::RngState& a, const format::RngState& b) {
   return a.generator == b.generator && a.seed == b.seed && a.offset == b.offset &&
          a.subsequence == b.subsequence && a.ordering == b.ordering;

@@ -40,6 +40,12 @@ std::optional<ArgumentMismatch> FirstDifferentArgument(const format::OpRecord& a
 // deterministic program; they compute nothing. Such ops are not aligned or compared.
 bool IsLifecycleOp(const format::OpRecord& op);
 
+// Whether `decision` forced a recorded choice (`--pin`, replay) on an op whose program asked
+// for another one itself, or got another from the library's heuristic: a difference in what
+// the program did, which forcing would otherwise hide. A choice made by timing (benchmark)
+// differing is what pinning is for, and is not one.
+bool ForcedOverRequest(const format::PolicyDecisionRecord& decision);
+
 bool SameChoice(const format::AlgorithmChoice& a, const format::AlgorithmChoice& b);
 bool SameRng(const format::RngState& a, const format::RngState& b);
 

@@ -133,12 +133,16 @@ struct Lane {
 };
 
 struct LastWriter {
-  uint64_t sequence = 0;
+  uint64_t sequence = 0;  // the op that computed the data
   format::OpKind kind = format::OpKind::kOther;
   std::string name;
   uint32_t thread_id = 0;
   uint32_t stream_id = 0;
   uint64_t lane_index = 0;
+  uint64_t at = 0;  // the op that wrote it here
+  // A device-to-device copy: where its data came from (resolved to that place's writer when a
+  // root is named: a copy is deterministic).
+  std::optional<format::DevicePointer> copied_from;
 };
 
 struct RootQuery {
@@ -158,6 +162,12 @@ class Differ {
 
   void Run() {
     CompareHeaders();
+    if (!options_.force && !report_.other_program.empty()) {
+      report_.refused = true;  // not compared op by op: DiffOptions::force
+      Warnings(*a_, report_.path_a, "A");
+      Warnings(*b_, report_.path_b, "B");
+      return;
+    }
     bool more_a = true;
     bool more_b = true;
     format::Record record;
@@ -185,7 +195,7 @@ class Differ {
         root.kind = d.root->kind;
         root.name = d.root->name;
         d.hint = FindFixHint(root, DivergenceClass::kNondeterministicOp);
-      } else if (d.klass != DivergenceClass::kUncovered && first_op_) {
+      } else if (d.klass != DivergenceClass::kUncovered && first_op_ && !d.hint) {
         d.hint = FindFixHint(*first_op_, d.klass);
       }
     }
@@ -205,6 +215,10 @@ class Differ {
       CompareStateDigests();
     } else if (auto* dropped = std::get_if<format::DroppedRecords>(&record)) {
       (run_a ? dropped_a_ : dropped_b_) += dropped->records;
+    } else if (auto* decision = std::get_if<format::PolicyDecisionRecord>(&record)) {
+      if (ForcedOverRequest(*decision)) {
+        (run_a ? forced_a_ : forced_b_)[decision->op_sequence] = std::move(*decision);
+      }
     }
   }
 
@@ -268,7 +282,8 @@ class Differ {
   // only when the graph is launched: its writes are the graph's, and each launch of the graph
   // writes them all (named with the graph's kernels).
   void NoteWrites(const OpRecord& op, uint64_t lane_index) {
-    LastWriter writer{op.sequence, op.kind, op.name, op.thread_id, op.stream_id, lane_index};
+    LastWriter writer{op.sequence,  op.kind,    op.name,     op.thread_id,
+                      op.stream_id, lane_index, op.sequence, std::nullopt};
     if (op.kind == format::OpKind::kGraphLaunch) {
       const uint64_t* graph = UnsignedArgument(op, "graph");
       const auto captured = graph ? graph_writes_.find(*graph) : graph_writes_.end();
@@ -306,6 +321,20 @@ class Differ {
         wrote(*p);
       }
     }
+    // A copy or memset writes its destination; a device-to-device copy is deterministic, so
+    // what it wrote is whatever last wrote its source.
+    if (op.kind == format::OpKind::kMemcpy || op.kind == format::OpKind::kMemset) {
+      const uint64_t* into = UnsignedArgument(op, "capturedInto");
+      const auto* dst_argument = FindArgument(op, "dst");
+      const auto* src_argument = FindArgument(op, "src");
+      const auto* dst =
+          dst_argument ? std::get_if<format::DevicePointer>(&dst_argument->value) : nullptr;
+      const auto* src =
+          src_argument ? std::get_if<format::DevicePointer>(&src_argument->value) : nullptr;
+      if (dst == nullptr || dst->allocation_id == 0) return;
+      if (src != nullptr && into == nullptr) writer.copied_from = *src;
+      wrote(*dst);
+    }
   }
 
   static const uint64_t* UnsignedArgument(const OpRecord& op, std::string_view name) {
@@ -341,6 +370,30 @@ class Differ {
     Divergence d;
     d.op = Locate(a, lane_index);
     d.sequence_b = b.sequence;
+
+    // A run whose choice was forced (--pin, replay) over what its program asked for did not do
+    // what the other did, whatever its outputs.
+    for (auto* forced : {&forced_a_, &forced_b_}) {
+      const auto it = forced->find(forced == &forced_a_ ? a.sequence : b.sequence);
+      if (it == forced->end()) continue;
+      const format::PolicyDecisionRecord decision = std::move(it->second);
+      forced->erase(it);
+      const char* run = forced == &forced_a_ ? "A" : "B";
+      d.klass = DivergenceClass::kAlgorithmSelection;
+      d.what = std::string("the program asked for another algorithm in run ") + run +
+               "; the policy forced the recorded one, hiding the difference";
+      d.evidence.push_back(std::string("run ") + run + " asked for " +
+                           ChoiceText(*decision.from_choice) + ", forced to " +
+                           ChoiceText(*decision.to_choice) + " (" + decision.action + ")");
+      AddOutputEvidence(a, b, &d);
+      d.hint = FixHint{"(the program's own choice)",
+                       "the program asked for this algorithm itself (or the library's heuristic "
+                       "gave it) in one run and another in the other: what it was asked to do "
+                       "changed between the runs",
+                       "find what chose it (code, configuration, library version); record both "
+                       "runs without a policy to see what the difference does"};
+      return Found(std::move(d), a, b);
+    }
 
     // The same problem (equal fingerprints) solved with a different algorithm: arguments that
     // follow from the algorithm (a workspace sized for it) may differ too.
@@ -492,9 +545,7 @@ class Differ {
     const auto latest = [before](const std::deque<LastWriter>& writers) {
       const LastWriter* found = nullptr;
       for (const LastWriter& writer : writers) {
-        if (writer.sequence < before && (!found || writer.sequence > found->sequence)) {
-          found = &writer;
-        }
+        if (writer.at < before && (!found || writer.at > found->at)) found = &writer;
       }
       return found;
     };
@@ -532,13 +583,13 @@ class Differ {
 
   void RefineRootQuery(const LastWriter& writer, const format::DevicePointer& written) {
     if (!root_query_ || written.allocation_id != root_query_->pointer.allocation_id ||
-        writer.sequence >= root_query_->before) {
+        writer.at >= root_query_->before) {
       return;
     }
     RootQuery& query = *root_query_;
     const bool exact = written.offset == query.pointer.offset;
     if (query.exact && !exact) return;
-    if (query.best && query.exact == exact && writer.sequence <= query.best->sequence) return;
+    if (query.best && query.exact == exact && writer.at <= query.best->at) return;
     query.best = writer;
     query.exact = exact;
   }
@@ -550,7 +601,14 @@ class Differ {
       d.what = root_query_->what;
       return;
     }
-    const LastWriter& writer = *root_query_->best;
+    // Through device-to-device copies to the op that computed the data.
+    LastWriter writer = *root_query_->best;
+    for (int hops = 0; hops < 16 && writer.copied_from; ++hops) {
+      bool exact = false;
+      const LastWriter* source = LastWriterOf(*writer.copied_from, writer.at, &exact);
+      if (source == nullptr) break;
+      writer = *source;
+    }
     d.what = root_query_->with_writer + std::to_string(writer.sequence) +
              ", which recorded no output digest";
     SetRoot(writer, root_query_->before, &d);
@@ -729,6 +787,7 @@ class Differ {
   void CompareHeaders() {
     const auto& x = a_->header();
     const auto& y = b_->header();
+    CompareInputs(x, y);
     auto add = [&](std::string field, std::string va, std::string vb, bool blocking) {
       if (va != vb) report_.header.push_back({std::move(field), std::move(va), std::move(vb), blocking});
     };
@@ -755,6 +814,41 @@ class Differ {
     for (const auto& v : x.environment) env[v.name].first = v.value;
     for (const auto& v : y.environment) env[v.name].second = v.value;
     for (const auto& [name, values] : env) add("environment " + name, values.first, values.second, false);
+  }
+
+  // The program, its command line and the files it was started with (format version 2 on):
+  // differing, the runs are not of the same program or input.
+  void CompareInputs(const format::TraceHeader& x, const format::TraceHeader& y) {
+    const auto add = [&](std::string field, std::string va, std::string vb) {
+      if (va == vb) return;
+      report_.other_program.push_back(field);
+      report_.header.push_back({std::move(field), std::move(va), std::move(vb), false});
+    };
+    const auto joined = [](const std::vector<std::string>& words) {
+      std::string text;
+      for (const std::string& word : words) text += (text.empty() ? "" : " ") + word;
+      return text;
+    };
+    const auto base = [](const std::vector<std::string>& words) {
+      if (words.empty()) return std::string();
+      const size_t slash = words[0].rfind('/');
+      return slash == std::string::npos ? words[0] : words[0].substr(slash + 1);
+    };
+    add("program", base(x.command_line), base(y.command_line));
+    add("command line", joined(x.command_line), joined(y.command_line));
+    std::map<std::string, std::pair<const format::InputFile*, const format::InputFile*>> files;
+    for (const auto& f : x.inputs) files[f.path].first = &f;
+    for (const auto& f : y.inputs) files[f.path].second = &f;
+    const auto text = [](const format::InputFile* f) {
+      if (f == nullptr) return std::string("(not there)");
+      return std::to_string(f->bytes) + " B, digest " +
+             kernels::ToHex({f->digest_lo, f->digest_hi});
+    };
+    for (const auto& [path, pair] : files) {
+      // A file only one run could see is a difference; one neither recorded is none.
+      if (pair.first && pair.second && *pair.first == *pair.second) continue;
+      add("input " + path, text(pair.first), text(pair.second));
+    }
   }
 
   void Warnings(const format::TraceReader& reader, const std::string& path, const char* run) {
@@ -794,6 +888,9 @@ class Differ {
   std::map<uint64_t, GraphWrites> graph_writes_;            // by graph id
   std::map<uint64_t, std::deque<LastWriter>> last_writer_;  // by allocation id
   std::map<std::pair<uint64_t, uint64_t>, std::deque<LastWriter>> last_writer_exact_;
+  // Choices forced over what the program asked for (ForcedOverRequest), by op sequence.
+  std::map<uint64_t, format::PolicyDecisionRecord> forced_a_;
+  std::map<uint64_t, format::PolicyDecisionRecord> forced_b_;
   std::optional<RootQuery> pending_query_;  // of the pair being compared
   std::optional<RootQuery> root_query_;     // of the first divergence
   uint64_t placement_differences_ = 0;
@@ -818,7 +915,7 @@ bool DiffReport::comparable() const {
 }
 
 bool DiffReport::identical() const {
-  return comparable() && !first_divergence && structural_differences == 0;
+  return comparable() && !refused && !first_divergence && structural_differences == 0;
 }
 
 StatusOr<DiffReport> DiffTraces(const std::string& path_a, const std::string& path_b,

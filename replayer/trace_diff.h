@@ -92,13 +92,21 @@ struct DiffReport {
   uint64_t ops_compared = 0;       // aligned pairs
   std::vector<std::string> warnings;  // damage, incomplete traces, dropped records
   std::vector<std::string> notes;     // differences that are not divergences, and why
+  // Header fields that say the runs are of another program, command line or input file
+  // (they are in `header` too, as warnings); `refused`: for that, the ops were not compared.
+  std::vector<std::string> other_program;
+  bool refused = false;
 
   bool comparable() const;  // no blocking header difference
-  bool identical() const;   // comparable, no divergence, no structural difference
+  bool identical() const;   // comparable, not refused, no divergence, no structural difference
 };
 
 struct DiffOptions {
   size_t resync_window = 64;  // ops looked ahead per lane to resynchronise after a mismatch
+  // Compare op by op even when the runs are of another program, command line or input file
+  // (DiffReport::other_program). `ndtrace diff` sets it from --force; the commands that run the
+  // same command themselves (check, bisect, replay) leave it on.
+  bool force = true;
 };
 
 // Compares the traces at `path_a` and `path_b`. Fails only when a trace cannot be opened;

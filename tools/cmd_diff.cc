@@ -1,6 +1,7 @@
-// `ndtrace diff A B [--json] [-o OUT]`: names the first op where two traces of the same
-// program stop being bitwise identical, and why (replayer/trace_diff.h); runs of several
-// processes are compared rank by rank (replayer/run_set.h).
+// `ndtrace diff A B [--json] [--force] [-o OUT]`: names the first op where two traces of the
+// same program stop being bitwise identical, and why (replayer/trace_diff.h); runs of several
+// processes are compared rank by rank (replayer/run_set.h). Traces of another program, command
+// line or input file are not compared op by op without --force (exit 2).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -16,12 +17,15 @@ Command AddDiffCommand(CLI::App& parent) {
     std::string a;
     std::string b;
     bool json = false;
+    bool force = false;
     std::string output;
   };
   auto options = std::make_shared<Options>();
   CLI::App* app = parent.add_subcommand(
-      "diff", "Compare two traces: the first divergent op, its class, the evidence and a fix. "
-              "Exit 0 identical, 1 diverged, 2 error.");
+      "diff",
+      "Compare two traces: the first divergent op, its class, the evidence and a fix. "
+      "Exit 0 identical, 1 diverged, 2 error (including runs of another program, "
+      "command line or input file, unless --force).");
   app->add_option("A", options->a,
                   "the reference run: a trace (with its per-process companions A.rank<R>, "
                   "A.<pid>), or a directory of traces")
@@ -30,8 +34,13 @@ Command AddDiffCommand(CLI::App& parent) {
       ->required();
   app->add_flag("--json", options->json, "print the ndtrace.diff/1 JSON document");
   app->add_option("-o,--output", options->output, "write the report here instead of stdout");
+  app->add_flag("--force", options->force,
+                "compare op by op even when the runs are of another program, command line or "
+                "input file");
   return {app, [options] {
-            auto report = replay::DiffRuns(options->a, options->b);
+            replay::DiffOptions diff;
+            diff.force = options->force;
+            auto report = replay::DiffRuns(options->a, options->b, diff);
             if (!report.ok()) {
               PrintError(report.status().message());
               return kExitUsage;
@@ -46,6 +55,17 @@ Command AddDiffCommand(CLI::App& parent) {
                                         : replay::RenderRunDiffText(*report, color));
             if (Status closed = (*out)->Close(); !closed.ok()) {
               PrintError(closed.message());
+              return kExitUsage;
+            }
+            for (const auto& [process, single] : report->processes) {
+              if (!single.refused) continue;
+              std::string fields;
+              for (const std::string& field : single.other_program) {
+                fields += (fields.empty() ? "" : ", ") + field;
+              }
+              PrintError("diff: " + (report->single() ? std::string() : process + ": ") +
+                         "the runs are not of the same program and input (" + fields +
+                         " differ); not compared op by op (--force compares them anyway)");
               return kExitUsage;
             }
             return report->identical() ? kExitOk : kExitFinding;

@@ -6,14 +6,16 @@
 #include <cuda.h>
 #pragma GCC visibility pop
 #include <cxxabi.h>
-#include <cerrno>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -106,6 +108,57 @@ std::vector<std::string> CommandLine() {
     start = end + 1;
   }
   return args;
+}
+
+// The digest v1 of the file at `path`, read in pieces; nullopt when it is not a regular file
+// that can be read. Files over kMaxInputDigestBytes get their size only.
+constexpr uint64_t kMaxInputDigestBytes = uint64_t{64} << 20;
+std::optional<format::InputFile> DigestInputFile(const std::string& path) {
+  struct stat facts {};
+  if (stat(path.c_str(), &facts) != 0 || !S_ISREG(facts.st_mode)) return std::nullopt;
+  format::InputFile file;
+  file.path = path;
+  file.bytes = static_cast<uint64_t>(facts.st_size);
+  if (file.bytes > kMaxInputDigestBytes) return file;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::vector<unsigned char> buffer(1 << 20);
+  kernels::DigestV1Accumulator sum;
+  uint64_t done = 0;
+  for (;;) {
+    const ssize_t got = read(fd, buffer.data(), buffer.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    // Pieces of 1 MiB: a multiple of 16 bytes, as DigestV1Partial needs, but the last.
+    sum = kernels::DigestV1Add(
+        sum, kernels::DigestV1Partial(buffer.data(), static_cast<uint64_t>(got), done / 16));
+    done += static_cast<uint64_t>(got);
+    if (got % 16 != 0) break;
+  }
+  close(fd);
+  if (done != file.bytes) return std::nullopt;
+  const kernels::Digest128 digest = kernels::DigestV1Finish(sum, done);
+  file.digest_lo = digest.lo;
+  file.digest_hi = digest.hi;
+  return file;
+}
+
+// What the program was started with: its executable, then each regular file its arguments
+// name (a script, a configuration), at most 8. Read at the first CUDA call.
+std::vector<format::InputFile> InputFiles(const std::vector<std::string>& command_line) {
+  std::vector<format::InputFile> inputs;
+  char exe[4096] = {};
+  const ssize_t length = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (length > 0) {
+    if (auto file = DigestInputFile(std::string(exe, static_cast<size_t>(length)))) {
+      inputs.push_back(std::move(*file));
+    }
+  }
+  for (size_t i = 1; i < command_line.size() && inputs.size() < 9; ++i) {
+    if (command_line[i].empty() || command_line[i][0] == '-') continue;
+    if (auto file = DigestInputFile(command_line[i])) inputs.push_back(std::move(*file));
+  }
+  return inputs;
 }
 
 bool IsDeterminismRelevant(std::string_view name) {
@@ -207,6 +260,7 @@ format::TraceHeader BuildHeader() {
   format::TraceHeader header;
   header.tool_version = NDT_VERSION;
   header.command_line = CommandLine();
+  header.inputs = InputFiles(header.command_line);
   char host[256] = {};
   if (gethostname(host, sizeof(host) - 1) == 0) header.host = host;
   header.pid = static_cast<uint32_t>(getpid());

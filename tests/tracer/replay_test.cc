@@ -132,3 +132,21 @@ TEST_CASE("replay refuses a damaged or unreadable reference", "[replay]") {
     CHECK_FALSE(std::filesystem::exists(replayed));
   }
 }
+
+TEST_CASE("replay reports a choice it forced over the program's own request, with both",
+          "[replay]") {
+  ndt::testing::TempDir dir;
+  const std::string reference = (dir / "ref.ndt").string();
+  REQUIRE(RecordRun(reference, PROG_CONV_LEGACY, "").status == 0);
+  // The same program asking for another backward-filter algorithm: replay forces the
+  // reference's, and the outputs agree, but the program did not do what the reference did.
+  const RunResult replay = Run(kNdtrace + " replay '" + reference + "' -o '" +
+                               (dir / "new.ndt").string() + "' -- '" PROG_CONV_LEGACY "' --algo 1");
+  INFO(replay.out << replay.err);
+  CHECK(replay.status == 1);
+  CHECK(Contains(replay.out, "error[algorithm_selection]"));
+  CHECK(Contains(replay.out, "the program asked for another algorithm in run B"));
+  CHECK(Contains(replay.out,
+                 "run B asked for cudnn CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, forced "
+                 "to cudnn CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0"));
+}

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string>
 
+#include "formats/trace_reader.h"
 #include "support/temp_dir.h"
 #include "support/traced_program.h"
 
@@ -106,4 +107,35 @@ TEST_CASE("check: a run that exits with another status than run 1 is not determi
   CHECK_THAT(result.out, Catch::Contains("error[exit_status]: the program's exit status 1 in run "
                                          "2, exit status 0 in run 1"));
   CHECK_THAT(result.out, Catch::Contains("ndtrace check: NOT deterministic: run 2 differs"));
+}
+
+TEST_CASE("diff refuses traces of different programs or inputs unless --force", "[verdict]") {
+  ndt::testing::TempDir dir;
+  const std::string vector_add = (dir / "vector_add.ndt").string();
+  const std::string racy_sum = (dir / "racy_sum.ndt").string();
+  REQUIRE(RecordRun(vector_add, PROG_VECTOR_ADD).status == 0);
+  REQUIRE(RecordRun(racy_sum, PROG_RACY_SUM).status == 0);
+  // The header names the executable and its digest.
+  auto reader = ndt::format::TraceReader::Open(vector_add);
+  REQUIRE(reader.ok());
+  const auto& inputs = (*reader)->header().inputs;
+  REQUIRE_FALSE(inputs.empty());
+  CHECK_THAT(inputs.front().path, Catch::EndsWith("/vector_add"));
+  CHECK(inputs.front().bytes > 0);
+  CHECK(inputs.front().digest_lo != 0);
+
+  const RunResult refused = Run(kNdtrace + " diff '" + vector_add + "' '" + racy_sum + "'");
+  INFO(refused.out << refused.err);
+  CHECK(refused.status == 2);
+  CHECK_THAT(refused.err, Catch::Contains("error: diff: the runs are not of the same program and "
+                                          "input (program, command line, input ") &&
+                              Catch::Contains("--force compares them anyway"));
+  CHECK_THAT(refused.out, Catch::Contains("program differs: vector_add (run A) vs racy_sum"));
+  const RunResult forced = Run(kNdtrace + " diff --force '" + vector_add + "' '" + racy_sum + "'");
+  CHECK(forced.status == 1);
+  CHECK_THAT(forced.out, Catch::Contains("differ in structure"));
+  // The same program twice is compared as ever.
+  const std::string again = (dir / "again.ndt").string();
+  REQUIRE(RecordRun(again, PROG_VECTOR_ADD).status == 0);
+  CHECK(Run(kNdtrace + " diff '" + vector_add + "' '" + again + "'").status == 0);
 }
