@@ -62,7 +62,8 @@ copy_stripped "$build/tools/ndtrace" "$out/bin"
 copy_stripped "$build/tracer/libndtrace.so" "$out/bin"
 
 programs=(vector_add vector_add_static racy_sum driver_only conv_legacy conv_backend gemm
-  dlopen_cublas curand_sample philox_dropout streams_graphs many_ops workers allreduce gpu_probe)
+  dlopen_cublas curand_sample philox_dropout streams_graphs many_ops workers allreduce
+  thread_streams lstm_train gpu_probe)
 missing=()
 for name in "${programs[@]}"; do
   if [ -x "$build/tests/programs/$name" ]; then

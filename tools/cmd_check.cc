@@ -157,15 +157,18 @@ int RunCheck(const CheckOptions& options) {
     return kExitUsage;
   }
 
-  // Runs until one differs from run 1 (in exit status or in its trace), at most options.runs.
+  // Runs until one differs from run 1 (in exit status or in its trace), at most options.runs;
+  // a program that failed in run 1 only twice (the verdict is that it fails, or that it does
+  // not fail alike).
   const std::string command = CommandText(options.command);
   std::vector<RunFacts> runs;
   std::optional<replay::RunDiff> diverged;  // the first run that differs from run 1
   std::string exit_difference;
-  for (int i = 1; i <= options.runs && !diverged && exit_difference.empty(); ++i) {
+  int limit = options.runs;
+  for (int i = 1; i <= limit && !diverged && exit_difference.empty(); ++i) {
     const std::string trace = (directory / fmt::format("run-{}.ndt", i)).string();
     const std::string log = (directory / fmt::format("run-{}.log", i)).string();
-    fmt::print(stderr, "ndtrace check: run {} (at most {}): {}\n", i, options.runs, command);
+    fmt::print(stderr, "ndtrace check: run {} (at most {}): {}\n", i, limit, command);
     std::filesystem::remove(trace, error);
     RunProgress progress;
     progress.every = std::chrono::seconds(options.progress_every);
@@ -205,7 +208,10 @@ int RunCheck(const CheckOptions& options) {
                facts->failed_calls != 0 ? fmt::format(", {} failed CUDA calls", facts->failed_calls)
                                         : std::string());
     runs.push_back(*facts);
-    if (i == 1) continue;
+    if (i == 1) {
+      if (facts->exit_code != 0 || facts->refused_launches != 0) limit = 2;
+      continue;
+    }
     if (run->exit_code != runs.front().exit_code) {
       exit_difference = fmt::format("the program's {} in run {}, {} in run 1",
                                     ExitText(run->exit_code), i, ExitText(runs.front().exit_code));

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The main job's demo: installs what is needed, builds ndtrace and small CUDA programs, and
-# runs `ndtrace check` on them: vector_add (deterministic); racy_sum (a kernel that adds floats
-# with atomics in racing order), then narrowed down to the kernel itself with per-op digests in
-# the window the first report named; and conv_legacy (a cuDNN convolution whose backward-filter
-# algorithm is nondeterministic), checked as it is and under `--deterministic`. On a machine
+# runs `ndtrace check` on them: vector_add (deterministic); thread_streams (four host threads
+# racing to the driver with a shared caching allocator and event pool: deterministic however
+# they interleave); racy_sum (a kernel that adds floats with atomics in racing order: check
+# narrows its first report down to the kernel itself); and conv_legacy (a cuDNN convolution
+# whose backward-filter algorithm is nondeterministic), checked as it is and under
+# `--deterministic`. On a machine
 # with a GPU and driver the programs run on the GPU with the real libraries; otherwise on
 # ndtrace's stand-in device (a CPU implementation of the CUDA driver, runtime and of the
 # libraries' subsets used), and the output says "simulated device (no GPU found)".
@@ -13,7 +15,8 @@ cd "$(dirname "$0")/.."
 tools/install-deps.sh
 cmake --preset dev >/dev/null
 cmake --build --preset dev --target ndtrace ndt_tracer ndt_standin_cuda ndt_standin_cudart \
-  ndt_standin_cudnn prog_vector_add prog_racy_sum prog_conv_legacy prog_gpu_probe
+  ndt_standin_cudnn prog_vector_add prog_thread_streams prog_racy_sum prog_conv_legacy \
+  prog_gpu_probe
 
 build=build/dev
 ndtrace=$build/tools/ndtrace
@@ -35,21 +38,16 @@ status=0
 echo "(exit $status)"
 
 echo
-echo "== ndtrace check -n 3 -- racy_sum         (atomics in racing order: expect exit 1)"
+echo "== ndtrace check -- thread_streams        (racing threads, deterministic results: expect exit 0)"
 status=0
-"$ndtrace" check -n 3 -o build/demo/racy_sum -- "$programs/racy_sum" || status=$?
+"$ndtrace" check -o build/demo/thread_streams -- "$programs/thread_streams" || status=$?
 echo "(exit $status)"
 
 echo
-echo "== ndtrace check --digest-window 2:4 -- racy_sum   (digest each op in the window it named)"
+echo "== ndtrace check -- racy_sum              (atomics in racing order: expect exit 1)"
 status=0
-"$ndtrace" check --digest-window 2:4 -o build/demo/racy_sum_window -- "$programs/racy_sum" ||
-  status=$?
+"$ndtrace" check -o build/demo/racy_sum -- "$programs/racy_sum" || status=$?
 echo "(exit $status)"
-
-echo
-echo "== ndtrace show build/demo/racy_sum_window/run-1.ndt"
-"$ndtrace" show build/demo/racy_sum_window/run-1.ndt
 
 echo
 echo "== ndtrace check -- conv_legacy           (cuDNN bwd-filter algo 0 uses atomics: expect exit 1)"

@@ -214,12 +214,14 @@ samples=(
   "curand_sample"
   "philox_dropout"
   "streams_graphs"
+  "thread_streams"
+  "thread_streams --plant"
 )
 # The checksums tests/programs/CMakeLists.txt expects everywhere (exact arithmetic).
 declare -A expected_checksum=([vector_add]=664dc617a67a437d [vector_add_static]=664dc617a67a437d
   [driver_only]=6f521ba6690b44d7 [streams_graphs]=91a3e6e917675a59)
 # A check's whole report, less its progress lines.
-check_report='-v:^ndtrace check: run [0-9]+ of '
+check_report='-v:^ndtrace check: (run [0-9]+|narrowing run [0-9]+)[ :(]'
 if wants samples; then
   say ""
   say "## Sample programs"
@@ -255,7 +257,7 @@ if wants samples; then
     elif [ -n "$expected" ]; then
       plain="$plain (**expected $expected**)"
     fi
-    run 120 "$check_report" "$ndtrace" check -n 3 -o "$work/check-$name" -- \
+    run 120 "$check_report" "$ndtrace" check -n 3 -o "$work/check-$name-${#table[@]}" -- \
       "$programs/$name" "${args[@]}"
     verdict=$(grep -E '^ndtrace check:' "$log" | tail -n 1 | cut -c 1-120)
     table+=("| $name ${args[*]} | $plain | exit $status | ${verdict:-(no verdict line)} |")

@@ -35,6 +35,7 @@
 #include "formats/records.h"
 #include "libfacts/cudnn_conv.h"
 #include "tracer/capture.h"
+#include "tracer/cudnn_types.h"
 #include "tracer/library_support.h"
 #include "tracer/policy.h"
 #include "tracer/recorder.h"
@@ -233,42 +234,8 @@ format::AlgorithmChoice Choice(Direction direction, int64_t algo, format::Choice
   return choice;
 }
 
-format::DType ToDType(cudnnDataType_t dtype) {
-  switch (dtype) {
-    case CUDNN_DATA_FLOAT:
-      return format::DType::kF32;
-    case CUDNN_DATA_DOUBLE:
-      return format::DType::kF64;
-    case CUDNN_DATA_HALF:
-      return format::DType::kF16;
-    case CUDNN_DATA_BFLOAT16:
-      return format::DType::kBF16;
-    case CUDNN_DATA_INT8:
-      return format::DType::kI8;
-    case CUDNN_DATA_INT32:
-      return format::DType::kI32;
-    case CUDNN_DATA_UINT8:
-      return format::DType::kU8;
-    case CUDNN_DATA_INT64:
-      return format::DType::kI64;
-    case CUDNN_DATA_BOOLEAN:
-      return format::DType::kBool;
-    case CUDNN_DATA_FP8_E4M3:
-      return format::DType::kF8E4M3;
-    case CUDNN_DATA_FP8_E5M2:
-      return format::DType::kF8E5M2;
-    default:
-      break;
-  }
-  return format::DType::kUnknown;
-}
-
-uint64_t ElementBytes(cudnnDataType_t dtype) { return format::DTypeBytes(ToDType(dtype)); }
-
-std::string DTypeText(cudnnDataType_t dtype) {
-  const format::DType known = ToDType(dtype);
-  return known == format::DType::kUnknown ? "cudnn_dtype_" + std::to_string(dtype)
-                                          : format::DTypeName(known);
+uint64_t ElementBytes(cudnnDataType_t dtype) {
+  return format::DTypeBytes(CudnnDType(dtype));
 }
 
 std::string Joined(const int* values, size_t count, char separator) {
@@ -313,18 +280,18 @@ std::optional<Problem> Describe(const ConvDescriptors& d) {
 std::string Fingerprint(Direction direction, const Problem& p) {
   const auto tensor = [](const TensorShape& t) {
     return Joined(t.dims.data(), 4, 'x') + "/" + Joined(t.strides.data(), 4, ',') + " " +
-           DTypeText(t.dtype);
+           CudnnDTypeText(t.dtype);
   };
   std::string text = std::string("cudnn conv2d ") + DirectionName(direction);
   text += " x=" + tensor(p.x);
-  text += " w=" + Joined(p.w.dims.data(), 4, 'x') + " " + DTypeText(p.w.dtype) +
+  text += " w=" + Joined(p.w.dims.data(), 4, 'x') + " " + CudnnDTypeText(p.w.dtype) +
           (p.w.format == CUDNN_TENSOR_NCHW ? " nchw" : " format" + std::to_string(p.w.format));
   text += " y=" + tensor(p.y);
   text += " pad=" + Joined(p.conv.pad.data(), 2, ',');
   text += " stride=" + Joined(p.conv.stride.data(), 2, ',');
   text += " dilation=" + Joined(p.conv.dilation.data(), 2, ',');
   text += p.conv.mode == CUDNN_CONVOLUTION ? " mode=convolution" : " mode=cross_correlation";
-  text += " compute=" + DTypeText(p.conv.compute);
+  text += " compute=" + CudnnDTypeText(p.conv.compute);
   text += " math=" + std::to_string(p.conv.math);
   text += " groups=" + std::to_string(p.conv.groups);
   return text;
@@ -404,13 +371,6 @@ double Scale(const void* value, const std::optional<Problem>& problem) {
   return scale;
 }
 
-format::Argument DoubleArgument(std::string name, double value) {
-  format::Argument argument;
-  argument.name = std::move(name);
-  argument.value = value;
-  return argument;
-}
-
 void AddProblemArguments(const std::string& fingerprint, const std::optional<Problem>& problem,
                          std::vector<format::Argument>* args) {
   args->push_back(TextArgument("fingerprint", fingerprint));
@@ -423,13 +383,13 @@ void AddProblemArguments(const std::string& fingerprint, const std::optional<Pro
   args->push_back(DimsArgument("w_dims", dims(problem->w.dims)));
   args->push_back(DimsArgument("y_dims", dims(problem->y.dims)));
   args->push_back(DimsArgument("y_strides", dims(problem->y.strides)));
-  args->push_back(TextArgument("dtype", DTypeText(problem->x.dtype)));
+  args->push_back(TextArgument("dtype", CudnnDTypeText(problem->x.dtype)));
   args->push_back(DimsArgument("pad", dims(problem->conv.pad)));
   args->push_back(DimsArgument("stride", dims(problem->conv.stride)));
   args->push_back(DimsArgument("dilation", dims(problem->conv.dilation)));
   args->push_back(TextArgument(
       "mode", problem->conv.mode == CUDNN_CONVOLUTION ? "convolution" : "cross_correlation"));
-  args->push_back(TextArgument("compute", DTypeText(problem->conv.compute)));
+  args->push_back(TextArgument("compute", CudnnDTypeText(problem->conv.compute)));
   args->push_back(UnsignedArgument("math", static_cast<uint64_t>(problem->conv.math)));
 }
 
@@ -556,9 +516,9 @@ cudnnStatus_t RecordConvolution(Session& session, RealCall<cudnnStatus_t>& call,
 
   std::vector<Extent> inputs, outputs;
   if (problem) {
-    const Extent ex{roles[0], Address(x), TensorBytes(problem->x), ToDType(problem->x.dtype)};
-    const Extent ew{roles[1], Address(w), FilterBytes(problem->w), ToDType(problem->w.dtype)};
-    const Extent ey{roles[2], Address(y), TensorBytes(problem->y), ToDType(problem->y.dtype)};
+    const Extent ex{roles[0], Address(x), TensorBytes(problem->x), CudnnDType(problem->x.dtype)};
+    const Extent ew{roles[1], Address(w), FilterBytes(problem->w), CudnnDType(problem->w.dtype)};
+    const Extent ey{roles[2], Address(y), TensorBytes(problem->y), CudnnDType(problem->y.dtype)};
     switch (conv.direction) {
       case Direction::kForward:
         inputs = {ex, ew};
@@ -766,16 +726,6 @@ cudnnStatus_t RecordQuery(Session& session, RealCall<cudnnStatus_t>& call, const
   return status;
 }
 
-// Shadow-keeping hooks never record; they run whether or not a session exists.
-template <typename Update>
-void Safely(Update update) noexcept {
-  try {
-    update();
-  } catch (...) {
-    ReportHookFailure("cudnn descriptor shadow");
-  }
-}
-
 }  // namespace
 }  // namespace ndt::tracer
 
@@ -795,7 +745,7 @@ cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t desc, cudnnTens
   if (real == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
   const cudnnStatus_t status = real(desc, format, dtype, n, c, h, w);
   if (status == CUDNN_STATUS_SUCCESS) {
-    ndt::tracer::Safely([&] {
+    ndt::tracer::ShadowSafely("cudnn descriptor shadow", [&] {
       ndt::tracer::TensorShape shape;
       shape.dtype = dtype;
       shape.dims = {n, c, h, w};
@@ -819,7 +769,7 @@ cudnnStatus_t cudnnSetTensor4dDescriptorEx(cudnnTensorDescriptor_t desc, cudnnDa
   const cudnnStatus_t status =
       real(desc, dtype, n, c, h, w, n_stride, c_stride, h_stride, w_stride);
   if (status == CUDNN_STATUS_SUCCESS) {
-    ndt::tracer::Safely([&] {
+    ndt::tracer::ShadowSafely("cudnn descriptor shadow", [&] {
       ndt::tracer::TensorShape shape;
       shape.dtype = dtype;
       shape.dims = {n, c, h, w};
@@ -833,7 +783,7 @@ cudnnStatus_t cudnnSetTensor4dDescriptorEx(cudnnTensorDescriptor_t desc, cudnnDa
 cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t desc) {
   const auto real = NDT_REAL_LIBRARY(kCudnn, cudnnDestroyTensorDescriptor);
   if (real == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
-  ndt::tracer::Safely([&] { CudnnShadows::Get().Forget(desc); });
+  ndt::tracer::ShadowSafely("cudnn descriptor shadow", [&] { CudnnShadows::Get().Forget(desc); });
   return real(desc);
 }
 
@@ -843,7 +793,7 @@ cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t desc, cudnnData
   if (real == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
   const cudnnStatus_t status = real(desc, dtype, format, k, c, h, w);
   if (status == CUDNN_STATUS_SUCCESS) {
-    ndt::tracer::Safely([&] {
+    ndt::tracer::ShadowSafely("cudnn descriptor shadow", [&] {
       ndt::tracer::FilterShape shape;
       shape.dtype = dtype;
       shape.format = format;
@@ -857,7 +807,7 @@ cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t desc, cudnnData
 cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t desc) {
   const auto real = NDT_REAL_LIBRARY(kCudnn, cudnnDestroyFilterDescriptor);
   if (real == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
-  ndt::tracer::Safely([&] { CudnnShadows::Get().Forget(desc); });
+  ndt::tracer::ShadowSafely("cudnn descriptor shadow", [&] { CudnnShadows::Get().Forget(desc); });
   return real(desc);
 }
 
@@ -870,7 +820,7 @@ cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t desc,
   const cudnnStatus_t status =
       real(desc, pad_h, pad_w, u, v, dilation_h, dilation_w, mode, compute);
   if (status == CUDNN_STATUS_SUCCESS) {
-    ndt::tracer::Safely([&] {
+    ndt::tracer::ShadowSafely("cudnn descriptor shadow", [&] {
       CudnnShadows::Get().UpdateConv(desc, [&](ndt::tracer::ConvShape& shape) {
         shape.pad = {pad_h, pad_w};
         shape.stride = {u, v};
@@ -888,7 +838,7 @@ cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t desc, cud
   if (real == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
   const cudnnStatus_t status = real(desc, math);
   if (status == CUDNN_STATUS_SUCCESS) {
-    ndt::tracer::Safely([&] {
+    ndt::tracer::ShadowSafely("cudnn descriptor shadow", [&] {
       CudnnShadows::Get().UpdateConv(desc,
                                      [&](ndt::tracer::ConvShape& shape) { shape.math = math; });
     });
@@ -901,7 +851,7 @@ cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t desc, i
   if (real == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
   const cudnnStatus_t status = real(desc, groups);
   if (status == CUDNN_STATUS_SUCCESS) {
-    ndt::tracer::Safely([&] {
+    ndt::tracer::ShadowSafely("cudnn descriptor shadow", [&] {
       CudnnShadows::Get().UpdateConv(desc,
                                      [&](ndt::tracer::ConvShape& shape) { shape.groups = groups; });
     });
@@ -912,7 +862,7 @@ cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t desc, i
 cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t desc) {
   const auto real = NDT_REAL_LIBRARY(kCudnn, cudnnDestroyConvolutionDescriptor);
   if (real == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
-  ndt::tracer::Safely([&] { CudnnShadows::Get().Forget(desc); });
+  ndt::tracer::ShadowSafely("cudnn descriptor shadow", [&] { CudnnShadows::Get().Forget(desc); });
   return real(desc);
 }
 

@@ -54,6 +54,7 @@
 
 #include "formats/records.h"
 #include "tracer/capture.h"
+#include "tracer/cudnn_types.h"
 #include "tracer/library_support.h"
 #include "tracer/policy.h"
 #include "tracer/recorder.h"
@@ -277,24 +278,9 @@ std::string DataTypeText(int64_t type) {
   return name != nullptr ? name : "dtype" + std::to_string(type);
 }
 
-format::DType ToDType(int64_t type) {
-  switch (type) {
-    case CUDNN_DATA_FLOAT: return format::DType::kF32;
-    case CUDNN_DATA_DOUBLE: return format::DType::kF64;
-    case CUDNN_DATA_HALF: return format::DType::kF16;
-    case CUDNN_DATA_BFLOAT16: return format::DType::kBF16;
-    case CUDNN_DATA_INT8: return format::DType::kI8;
-    case CUDNN_DATA_INT32: return format::DType::kI32;
-    case CUDNN_DATA_INT64: return format::DType::kI64;
-    case CUDNN_DATA_UINT8: return format::DType::kU8;
-    case CUDNN_DATA_BOOLEAN: return format::DType::kBool;
-    case CUDNN_DATA_FP8_E4M3: return format::DType::kF8E4M3;
-    case CUDNN_DATA_FP8_E5M2: return format::DType::kF8E5M2;
-    default: return format::DType::kUnknown;
-  }
+uint64_t ElementBytes(int64_t type) {
+  return format::DTypeBytes(CudnnDType(type));
 }
-
-uint64_t ElementBytes(int64_t type) { return format::DTypeBytes(ToDType(type)); }
 
 // The bytes from a tensor's first element to one past its last, from dims and strides.
 uint64_t ExtentBytes(const TensorFacts& tensor) {
@@ -1014,7 +1000,7 @@ void PackExtents(Session& session, const PlanFacts& plan, const std::vector<int6
     named_uids.push_back(tensor.facts.uid);
     op.args.push_back(PointerArgument(session, tensor.role, address));
     const Extent extent{tensor.role, address, ExtentBytes(tensor.facts),
-                        ToDType(tensor.facts.data_type)};
+                        CudnnDType(tensor.facts.data_type)};
     if (extent.bytes == 0 || address == 0) continue;
     const bool read = !tensor.output || (tensor.op_index < plan.problem->beta_nonzero.size() &&
                                          plan.problem->beta_nonzero[tensor.op_index]);

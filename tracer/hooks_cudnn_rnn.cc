@@ -40,6 +40,7 @@
 #include "formats/records.h"
 #include "libfacts/cudnn_rnn.h"
 #include "tracer/capture.h"
+#include "tracer/cudnn_types.h"
 #include "tracer/library_support.h"
 #include "tracer/policy.h"
 #include "tracer/recorder.h"
@@ -215,27 +216,6 @@ std::optional<StateTensor> StateOf(cudnnTensorDescriptor_t desc) {
 
 // ---- names and facts ----------------------------------------------------------------------
 
-format::DType ToDType(cudnnDataType_t dtype) {
-  switch (dtype) {
-    case CUDNN_DATA_FLOAT:
-      return format::DType::kF32;
-    case CUDNN_DATA_DOUBLE:
-      return format::DType::kF64;
-    case CUDNN_DATA_HALF:
-      return format::DType::kF16;
-    case CUDNN_DATA_BFLOAT16:
-      return format::DType::kBF16;
-    default:
-      return format::DType::kUnknown;
-  }
-}
-
-std::string DTypeText(cudnnDataType_t dtype) {
-  const format::DType known = ToDType(dtype);
-  return known == format::DType::kUnknown ? "cudnn_dtype_" + std::to_string(dtype)
-                                          : format::DTypeName(known);
-}
-
 // The determinism ndtrace can state for an RNN algorithm: CUDNN_RNN_ALGO_STANDARD with one
 // cuBLAS workspace size is deterministic as cuDNN's release notes describe it; nothing is
 // documented of the others (libfacts/cudnn_rnn.h).
@@ -277,7 +257,7 @@ std::string DescriptorFingerprint(const RnnShape& r) {
          " input=" + std::to_string(r.input) + " hidden=" + std::to_string(r.hidden) +
          " proj=" + std::to_string(r.proj) + " bias=" + libfacts::RnnBiasName(r.bias) +
          (r.input_mode == CUDNN_SKIP_INPUT ? " input_mode=skip" : " input_mode=linear") +
-         " dtype=" + DTypeText(r.dtype) + " math_prec=" + DTypeText(r.math_prec) +
+         " dtype=" + CudnnDTypeText(r.dtype) + " math_prec=" + CudnnDTypeText(r.math_prec) +
          " math=" + std::to_string(r.math_type) + " dropout=" + Probability(DropoutOf(r)) +
          " aux=" + std::to_string(r.aux_flags);
 }
@@ -297,13 +277,6 @@ uint64_t HandleStream(cudnnHandle_t handle) {
   return reinterpret_cast<uint64_t>(stream);
 }
 
-format::Argument DoubleArgument(std::string name, double value) {
-  format::Argument argument;
-  argument.name = std::move(name);
-  argument.value = value;
-  return argument;
-}
-
 void AddDescriptorArguments(const RnnShape& r, std::vector<format::Argument>* args) {
   args->push_back(TextArgument("mode", libfacts::RnnModeName(r.mode)));
   args->push_back(TextArgument("direction", libfacts::RnnDirectionName(r.direction)));
@@ -313,8 +286,8 @@ void AddDescriptorArguments(const RnnShape& r, std::vector<format::Argument>* ar
   args->push_back(SignedArgument("proj_size", r.proj));
   args->push_back(TextArgument("bias", libfacts::RnnBiasName(r.bias)));
   args->push_back(TextArgument("input_mode", r.input_mode == CUDNN_SKIP_INPUT ? "skip" : "linear"));
-  args->push_back(TextArgument("dtype", DTypeText(r.dtype)));
-  args->push_back(TextArgument("math_prec", DTypeText(r.math_prec)));
+  args->push_back(TextArgument("dtype", CudnnDTypeText(r.dtype)));
+  args->push_back(TextArgument("math_prec", CudnnDTypeText(r.math_prec)));
   args->push_back(UnsignedArgument("math", static_cast<uint64_t>(r.math_type)));
   args->push_back(DoubleArgument("dropout", DropoutOf(r)));
   args->push_back(UnsignedArgument("aux_flags", r.aux_flags));
@@ -378,8 +351,8 @@ std::string Lengths(const DataShape& d) {
 std::string CallFingerprint(Call call, const Problem& p) {
   return DescriptorFingerprint(p.rnn) + " call=" + CallName(call) +
          " seq=" + std::to_string(p.x.max_seq) + " batch=" + std::to_string(p.x.batch) +
-         " layout=" + libfacts::RnnLayoutName(p.x.layout) + " x=" + DTypeText(p.x.dtype) + "x" +
-         std::to_string(p.x.vector) + " y=" + DTypeText(p.y.dtype) + "x" +
+         " layout=" + libfacts::RnnLayoutName(p.x.layout) + " x=" + CudnnDTypeText(p.x.dtype) +
+         "x" + std::to_string(p.x.vector) + " y=" + CudnnDTypeText(p.y.dtype) + "x" +
          std::to_string(p.y.vector) + " lengths=" + Lengths(p.x);
 }
 
@@ -391,7 +364,8 @@ uint64_t DataBytes(const DataShape& d) {
     rows =
         static_cast<uint64_t>(std::max(d.max_seq, 0)) * static_cast<uint64_t>(std::max(d.batch, 0));
   }
-  return rows * static_cast<uint64_t>(std::max(d.vector, 0)) * format::DTypeBytes(ToDType(d.dtype));
+  return rows * static_cast<uint64_t>(std::max(d.vector, 0)) *
+         format::DTypeBytes(CudnnDType(d.dtype));
 }
 
 uint64_t StateBytes(const std::optional<StateTensor>& t) {
@@ -401,7 +375,7 @@ uint64_t StateBytes(const std::optional<StateTensor>& t) {
     if (t->dims[i] <= 0 || t->strides[i] < 0) return 0;
     last += static_cast<uint64_t>(t->dims[i] - 1) * static_cast<uint64_t>(t->strides[i]);
   }
-  return (last + 1) * format::DTypeBytes(ToDType(t->dtype));
+  return (last + 1) * format::DTypeBytes(CudnnDType(t->dtype));
 }
 
 // The buffers of one call, by role; a null address is left out.
@@ -414,7 +388,7 @@ struct Buffers {
 void Add(std::vector<Extent>* to, const char* role, const void* pointer, uint64_t bytes,
          cudnnDataType_t dtype) {
   if (pointer == nullptr || bytes == 0) return;
-  to->push_back(Extent{role, Address(pointer), bytes, ToDType(dtype)});
+  to->push_back(Extent{role, Address(pointer), bytes, CudnnDType(dtype)});
 }
 
 // What every RNN call records around `real()`: the op, its problem, policy-independent
@@ -561,16 +535,6 @@ RnnShape Choose(Session& session, uint64_t sequence, RnnShape requested,
   return chosen;
 }
 
-// Shadow-keeping never records; it runs whether or not a session exists.
-template <typename Update>
-void Safely(Update update) noexcept {
-  try {
-    update();
-  } catch (...) {
-    ReportHookFailure("cudnn RNN descriptor shadow");
-  }
-}
-
 // The op of a dropout Set/Restore: probability, states, their RNG state.
 format::OpRecord DropoutOp(Session& session, const char* name, cudnnHandle_t handle, float dropout,
                            const void* states, size_t states_bytes) {
@@ -623,7 +587,7 @@ cudnnStatus_t cudnnSetDropoutDescriptor(cudnnDropoutDescriptor_t desc, cudnnHand
   const auto set = [&](unsigned long long used_seed) {
     const cudnnStatus_t status = real(desc, handle, dropout, states, states_bytes, used_seed);
     if (status == CUDNN_STATUS_SUCCESS) {
-      ndt::tracer::Safely([&] {
+      ndt::tracer::ShadowSafely("cudnn RNN descriptor shadow", [&] {
         RnnShadows::Get().SetDropout(
             desc, DropoutShape{dropout, ndt::tracer::Address(states), states_bytes, used_seed});
         if (states != nullptr) {
@@ -680,7 +644,7 @@ cudnnStatus_t cudnnRestoreDropoutDescriptor(cudnnDropoutDescriptor_t desc, cudnn
   const auto restore = [&] {
     const cudnnStatus_t status = real(desc, handle, dropout, states, states_bytes, seed);
     if (status == CUDNN_STATUS_SUCCESS) {
-      ndt::tracer::Safely([&] {
+      ndt::tracer::ShadowSafely("cudnn RNN descriptor shadow", [&] {
         RnnShadows::Get().SetDropout(
             desc, DropoutShape{dropout, ndt::tracer::Address(states), states_bytes, seed});
       });
@@ -715,7 +679,7 @@ cudnnStatus_t cudnnRestoreDropoutDescriptor(cudnnDropoutDescriptor_t desc, cudnn
 cudnnStatus_t cudnnDestroyDropoutDescriptor(cudnnDropoutDescriptor_t desc) {
   const auto real = NDT_REAL_LIBRARY(kCudnn, cudnnDestroyDropoutDescriptor);
   if (real == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
-  ndt::tracer::Safely([&] { RnnShadows::Get().Forget(desc); });
+  ndt::tracer::ShadowSafely("cudnn RNN descriptor shadow", [&] { RnnShadows::Get().Forget(desc); });
   return real(desc);
 }
 
@@ -748,7 +712,8 @@ cudnnStatus_t cudnnSetRNNDescriptor_v8(
         real(desc, shape.algo, mode, bias, direction, input_mode, dtype, math_prec, math_type,
              input_size, hidden_size, proj_size, layers, dropout, aux_flags);
     if (status == CUDNN_STATUS_SUCCESS) {
-      ndt::tracer::Safely([&] { RnnShadows::Get().SetRnn(desc, shape); });
+      ndt::tracer::ShadowSafely("cudnn RNN descriptor shadow",
+                                [&] { RnnShadows::Get().SetRnn(desc, shape); });
     }
     return status;
   };
@@ -778,7 +743,8 @@ cudnnStatus_t cudnnBuildRNNDynamic(cudnnHandle_t handle, cudnnRNNDescriptor_t de
   const auto real = NDT_REAL_LIBRARY(kCudnn, cudnnBuildRNNDynamic);
   if (real == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
   std::optional<RnnShape> shape;
-  ndt::tracer::Safely([&] { shape = RnnShadows::Get().Rnn(desc); });
+  ndt::tracer::ShadowSafely("cudnn RNN descriptor shadow",
+                            [&] { shape = RnnShadows::Get().Rnn(desc); });
   if (shape && shape->requested_algo == CUDNN_RNN_ALGO_PERSIST_DYNAMIC &&
       shape->algo != CUDNN_RNN_ALGO_PERSIST_DYNAMIC && mini_batch > 0) {
     return CUDNN_STATUS_SUCCESS;
@@ -789,7 +755,7 @@ cudnnStatus_t cudnnBuildRNNDynamic(cudnnHandle_t handle, cudnnRNNDescriptor_t de
 cudnnStatus_t cudnnDestroyRNNDescriptor(cudnnRNNDescriptor_t desc) {
   const auto real = NDT_REAL_LIBRARY(kCudnn, cudnnDestroyRNNDescriptor);
   if (real == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
-  ndt::tracer::Safely([&] { RnnShadows::Get().Forget(desc); });
+  ndt::tracer::ShadowSafely("cudnn RNN descriptor shadow", [&] { RnnShadows::Get().Forget(desc); });
   return real(desc);
 }
 
@@ -801,7 +767,7 @@ cudnnStatus_t cudnnSetRNNDataDescriptor(cudnnRNNDataDescriptor_t desc, cudnnData
   const cudnnStatus_t status =
       real(desc, dtype, layout, max_seq, batch, vector, lengths, padding_fill);
   if (status == CUDNN_STATUS_SUCCESS) {
-    ndt::tracer::Safely([&] {
+    ndt::tracer::ShadowSafely("cudnn RNN descriptor shadow", [&] {
       ndt::tracer::DataShape shape;
       shape.dtype = dtype;
       shape.layout = layout;
@@ -818,7 +784,7 @@ cudnnStatus_t cudnnSetRNNDataDescriptor(cudnnRNNDataDescriptor_t desc, cudnnData
 cudnnStatus_t cudnnDestroyRNNDataDescriptor(cudnnRNNDataDescriptor_t desc) {
   const auto real = NDT_REAL_LIBRARY(kCudnn, cudnnDestroyRNNDataDescriptor);
   if (real == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;
-  ndt::tracer::Safely([&] { RnnShadows::Get().Forget(desc); });
+  ndt::tracer::ShadowSafely("cudnn RNN descriptor shadow", [&] { RnnShadows::Get().Forget(desc); });
   return real(desc);
 }
 

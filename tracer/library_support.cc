@@ -129,6 +129,13 @@ format::Argument SignedArgument(std::string name, int64_t value) {
   return argument;
 }
 
+format::Argument DoubleArgument(std::string name, double value) {
+  format::Argument argument;
+  argument.name = std::move(name);
+  argument.value = value;
+  return argument;
+}
+
 format::Argument DimsArgument(std::string name, std::vector<int64_t> dims) {
   format::Argument argument;
   argument.name = std::move(name);

@@ -126,9 +126,21 @@ inline constexpr uint64_t kSummaryMaxBytes = uint64_t{64} << 20;
 format::NumericSummary SummarizeF32Values(const unsigned char* bytes, uint64_t size);
 
 // Argument builders.
+// Runs `update` (descriptor shadow-keeping, which hooks do whether or not a session records)
+// so that nothing escapes into the host: a failure is reported once as `what` (recording stops).
+template <typename Update>
+void ShadowSafely(const char* what, Update update) noexcept {
+  try {
+    update();
+  } catch (...) {
+    ReportHookFailure(what);
+  }
+}
+
 format::Argument TextArgument(std::string name, std::string value);
 format::Argument UnsignedArgument(std::string name, uint64_t value);
 format::Argument SignedArgument(std::string name, int64_t value);
+format::Argument DoubleArgument(std::string name, double value);
 format::Argument DimsArgument(std::string name, std::vector<int64_t> dims);
 format::Argument PointerArgument(Session& session, std::string name, uint64_t address);
 
