@@ -6,7 +6,7 @@
 #include <variant>
 
 #if NDT_OP_REPLAY_HAS_CUDA
-#include "replayer/op_replay_internal.h"
+#include "replayer/op_replay/op_replay_internal.h"
 #endif
 
 namespace ndt::replay {

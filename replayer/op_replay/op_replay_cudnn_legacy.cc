@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "libfacts/cudnn_conv.h"
-#include "replayer/op_replay_cudnn_types.h"
-#include "replayer/op_replay_internal.h"
+#include "replayer/op_replay/op_replay_cudnn_types.h"
+#include "replayer/op_replay/op_replay_internal.h"
 
 namespace ndt::replay::internal {
 namespace {

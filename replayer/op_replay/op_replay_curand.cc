@@ -16,7 +16,7 @@
 #include <variant>
 #include <vector>
 
-#include "replayer/op_replay_internal.h"
+#include "replayer/op_replay/op_replay_internal.h"
 
 namespace ndt::replay::internal {
 namespace {

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "replayer/op_replay_cudnn_types.h"
-#include "replayer/op_replay_internal.h"
+#include "replayer/op_replay/op_replay_cudnn_types.h"
+#include "replayer/op_replay/op_replay_internal.h"
 
 namespace ndt::replay::internal {
 namespace {

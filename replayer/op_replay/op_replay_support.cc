@@ -10,7 +10,7 @@
 #include <variant>
 
 #include "kernels/digest_v1.h"
-#include "replayer/op_replay_internal.h"
+#include "replayer/op_replay/op_replay_internal.h"
 
 namespace ndt::replay::internal {
 

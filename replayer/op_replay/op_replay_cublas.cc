@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "libfacts/cublas_scalars.h"
-#include "replayer/op_replay_internal.h"
+#include "replayer/op_replay/op_replay_internal.h"
 
 namespace ndt::replay::internal {
 namespace {
