@@ -108,15 +108,15 @@ std::string ExactGlob(const std::string& name) {
 // The op at `where`'s place in its lane (thread, stream, position among the lane's ops other
 // than lifecycle ops, as diff aligns them) in the trace `reader` reads.
 std::optional<format::OpRecord> FindInLane(format::TraceReader& reader, const OpLocation& where) {
-  uint64_t index = 0;
+  LaneKeys lanes;
+  std::map<uint64_t, uint64_t> counts;
   format::Record record;
   while (reader.Next(&record)) {
     auto* op = std::get_if<format::OpRecord>(&record);
-    if (op == nullptr || IsLifecycleOp(*op) || op->thread_id != where.thread_id ||
-        op->stream_id != where.stream_id) {
-      continue;
-    }
-    if (index++ == where.lane_index) return std::move(*op);
+    if (op == nullptr || IsLifecycleOp(*op)) continue;
+    const uint64_t lane = lanes.Key(*op);
+    if (lane != where.lane) continue;
+    if (counts[lane]++ == where.lane_index) return std::move(*op);
   }
   return std::nullopt;
 }
@@ -135,15 +135,17 @@ std::vector<LaunchFacts> ReadLaunches(const std::string& path, uint64_t before) 
   std::vector<LaunchFacts> launches;
   StatusOr<std::unique_ptr<format::TraceReader>> reader = format::TraceReader::Open(path);
   if (!reader.ok()) return launches;
+  LaneKeys lanes;
   std::map<uint64_t, uint64_t> lane_counts;
   format::Record record;
   while ((*reader)->Next(&record)) {
     const auto* op = std::get_if<format::OpRecord>(&record);
     if (op == nullptr || IsLifecycleOp(*op)) continue;
-    const uint64_t index = lane_counts[(uint64_t{op->thread_id} << 32) | op->stream_id]++;
+    const uint64_t lane = lanes.Key(*op);
+    const uint64_t index = lane_counts[lane]++;
     if (op->sequence >= before) continue;
     LaunchFacts facts;
-    facts.where = {op->sequence, op->thread_id, op->stream_id, index, op->kind, op->name};
+    facts.where = {op->sequence, op->thread_id, op->stream_id, index, op->kind, op->name, lane};
     for (const format::Argument& argument : op->args) {
       const auto* pointer = std::get_if<format::DevicePointer>(&argument.value);
       if (pointer == nullptr || pointer->allocation_id == 0) continue;

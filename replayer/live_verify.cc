@@ -19,8 +19,6 @@ constexpr uint64_t kNoOp = UINT64_MAX;
 // be missing from the reference (a structural difference).
 constexpr size_t kMaxReadAhead = size_t{1} << 16;
 
-uint64_t LaneKey(const OpRecord& op) { return (uint64_t{op.thread_id} << 32) | op.stream_id; }
-
 std::string BaseName(const std::string& path) {
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
@@ -204,7 +202,7 @@ bool LiveVerifier::PullReference() {
   }
   if (auto* op = std::get_if<OpRecord>(&record)) {
     if (IsLifecycleOp(*op)) return true;
-    const uint64_t key = LaneKey(*op);
+    const uint64_t key = reference_lanes_.Key(*op);
     lanes_[key].reference.push_back(std::move(*op));
   } else if (auto* state = std::get_if<format::StateDigestRecord>(&record)) {
     reference_states_.push_back(std::move(*state));
@@ -214,7 +212,7 @@ bool LiveVerifier::PullReference() {
 
 void LiveVerifier::TakeNewOp(OpRecord&& op) {
   if (IsLifecycleOp(op)) return;
-  Lane& lane = lanes_[LaneKey(op)];
+  Lane& lane = lanes_[new_lanes_.Key(op)];
   ++lane.new_count;
   lane.pending.push_back(std::move(op));
   Match(lane);
@@ -270,7 +268,7 @@ StatusOr<DiffReport> LiveVerifier::Report(bool finished) const {
   // The reference's ops past the end of the new trace's lane are not missing: the program did
   // not get there (yet, or it was stopped).
   if (const auto& s = report->first_structural; s && s->a && !s->b) {
-    auto it = lanes_.find((uint64_t{s->a->thread_id} << 32) | s->a->stream_id);
+    auto it = lanes_.find(s->a->lane);
     const uint64_t reached = it == lanes_.end() ? 0 : it->second.new_count;
     if (s->a->lane_index >= reached) {
       report->first_structural.reset();

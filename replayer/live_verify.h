@@ -28,6 +28,7 @@
 
 #include "formats/records.h"
 #include "formats/status.h"
+#include "replayer/op_compare.h"
 #include "replayer/trace_diff.h"
 
 namespace ndt::format {
@@ -112,7 +113,9 @@ class LiveVerifier {
   std::set<std::pair<uint64_t, std::string>> states_seen_;
   std::deque<format::StateDigestRecord> reference_states_;
   std::deque<format::StateDigestRecord> new_states_;
-  std::map<uint64_t, Lane> lanes_;
+  std::map<uint64_t, Lane> lanes_;  // by LaneKeys key, the same in both runs
+  LaneKeys reference_lanes_;
+  LaneKeys new_lanes_;
   std::optional<uint64_t> first_difference_;
   uint64_t ops_followed_ = 0;
   uint64_t polls_that_read_ = 0;

@@ -102,8 +102,22 @@ std::vector<std::string_view> Parameters(std::string_view name) {
 bool SameArgument(const format::Argument& a, const format::Argument& b) {
   if (a.name != b.name || a.value.index() != b.value.index()) return false;
   if (std::holds_alternative<format::DevicePointer>(a.value)) return true;
-  if (a.name == "event") return true;
+  if (a.name == "event" || a.name == "stream" || a.name == "eventStream") return true;
   return a.value == b.value;
+}
+
+uint64_t LaneKeys::Key(const format::OpRecord& op) {
+  auto [it, added] = ordinal_.try_emplace({op.thread_id, op.stream_id}, 0);
+  if (added) it->second = next_[op.thread_id]++;
+  return (uint64_t{op.thread_id} << 32) | it->second;
+}
+
+uint64_t LaneKeys::Find(const format::OpRecord& op) const {
+  if (auto it = ordinal_.find({op.thread_id, op.stream_id}); it != ordinal_.end()) {
+    return (uint64_t{op.thread_id} << 32) | it->second;
+  }
+  const auto next = next_.find(op.thread_id);
+  return (uint64_t{op.thread_id} << 32) | (next == next_.end() ? 0 : next->second);
 }
 
 bool IsLifecycleOp(const format::OpRecord& op) {

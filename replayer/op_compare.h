@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,7 +18,8 @@ namespace ndt::replay {
 // list was filled in another order (a deterministic program's threads free blocks in varying
 // order), and a framework takes events from a pool the same way. So device pointers compare
 // equal to device pointers (their data is compared through digests), and the `event` an op
-// names is not compared; everything else by value.
+// names and the streams it names (`stream`, `eventStream`: pooled, see LaneKeys) are not
+// compared; everything else by value.
 bool SameArgument(const format::Argument& a, const format::Argument& b);
 
 // Whether `name` is a capture's blob reference (`blob:in:<role>`, `blob:out:<role>`,
@@ -34,6 +36,25 @@ struct ArgumentMismatch {
 };
 std::optional<ArgumentMismatch> FirstDifferentArgument(const format::OpRecord& a,
                                                        const format::OpRecord& b);
+
+// Lanes: the ops one thread issued on one stream, the unit runs are aligned by. Within a lane
+// a stream is named by its order of first use by that thread (its 1st, 2nd, ... stream), not by
+// its id: frameworks hand pooled streams to threads in the order the threads ask, from a pool
+// whichever thread asked first created, so which stream a thread gets varies in a
+// deterministic program, while the order in which each thread comes to use its streams does
+// not. One LaneKeys per run, fed that run's ops (lifecycle ops left out) in file order.
+class LaneKeys {
+ public:
+  // (thread id << 32) | the op's stream's ordinal among the thread's streams (0, 1, ...).
+  uint64_t Key(const format::OpRecord& op);
+  // The same for an op already given a key; a stream this thread has not used gets the next
+  // ordinal it would.
+  uint64_t Find(const format::OpRecord& op) const;
+
+ private:
+  std::map<std::pair<uint32_t, uint32_t>, uint32_t> ordinal_;  // (thread, stream) -> ordinal
+  std::map<uint32_t, uint32_t> next_;                          // thread -> streams seen
+};
 
 // Whether `op` only creates or destroys a stream or an event. Frameworks take both from pools
 // that whichever thread first finds empty refills, so which thread creates them varies in a

@@ -100,8 +100,9 @@ std::string ArgumentText(const format::Argument& a) {
       a.value);
 }
 
-OpLocation Locate(const OpRecord& op, uint64_t lane_index) {
-  return OpLocation{op.sequence, op.thread_id, op.stream_id, lane_index, op.kind, op.name};
+OpLocation Locate(const OpRecord& op, uint64_t lane_index, const LaneKeys& lanes) {
+  return OpLocation{op.sequence, op.thread_id, op.stream_id,  lane_index,
+                    op.kind,     op.name,      lanes.Find(op)};
 }
 
 bool SameShape(const OpRecord& a, const OpRecord& b) {
@@ -140,6 +141,7 @@ struct LastWriter {
   uint32_t stream_id = 0;
   uint64_t lane_index = 0;
   uint64_t at = 0;  // the op that wrote it here
+  uint64_t lane = 0;  // LaneKeys key of the op's lane in run A
   // A device-to-device copy: where its data came from (resolved to that place's writer when a
   // root is named: a copy is deterministic).
   std::optional<format::DevicePointer> copied_from;
@@ -207,7 +209,7 @@ class Differ {
       (run_a ? report_.ops_a : report_.ops_b)++;
       if (IsLifecycleOp(*op)) return;
       threads_.insert(op->thread_id);
-      Lane& lane = lanes_[(uint64_t{op->thread_id} << 32) | op->stream_id];
+      Lane& lane = lanes_[(run_a ? lane_keys_a_ : lane_keys_b_).Key(*op)];
       (run_a ? lane.a : lane.b).push_back(std::move(*op));
       Match(lane);
     } else if (auto* state = std::get_if<format::StateDigestRecord>(&record)) {
@@ -283,7 +285,8 @@ class Differ {
   // writes them all (named with the graph's kernels).
   void NoteWrites(const OpRecord& op, uint64_t lane_index) {
     LastWriter writer{op.sequence,  op.kind,    op.name,     op.thread_id,
-                      op.stream_id, lane_index, op.sequence, std::nullopt};
+                      op.stream_id, lane_index, op.sequence, lane_keys_a_.Find(op),
+                      std::nullopt};
     if (op.kind == format::OpKind::kGraphLaunch) {
       const uint64_t* graph = UnsignedArgument(op, "graph");
       const auto captured = graph ? graph_writes_.find(*graph) : graph_writes_.end();
@@ -358,8 +361,8 @@ class Differ {
     if (report_.first_structural && key >= structural_key_) return;
     structural_key_ = key;
     StructuralDifference difference;
-    if (a) difference.a = Locate(*a, index_a);
-    if (b) difference.b = Locate(*b, index_b);
+    if (a) difference.a = Locate(*a, index_a, lane_keys_a_);
+    if (b) difference.b = Locate(*b, index_b, lane_keys_b_);
     difference.what = what;
     report_.first_structural = std::move(difference);
   }
@@ -368,7 +371,7 @@ class Differ {
     ++report_.ops_compared;
     pending_query_.reset();
     Divergence d;
-    d.op = Locate(a, lane_index);
+    d.op = Locate(a, lane_index, lane_keys_a_);
     d.sequence_b = b.sequence;
 
     // A run whose choice was forced (--pin, replay) over what its program asked for did not do
@@ -528,8 +531,8 @@ class Differ {
   }
 
   static void SetRoot(const LastWriter& writer, uint64_t sequence, Divergence* d) {
-    d->root = OpLocation{writer.sequence,   writer.thread_id, writer.stream_id,
-                         writer.lane_index, writer.kind,      writer.name};
+    d->root = OpLocation{writer.sequence, writer.thread_id, writer.stream_id, writer.lane_index,
+                         writer.kind,     writer.name,      writer.lane};
     d->window_begin = writer.sequence;
     d->window_end = sequence;
   }
@@ -876,6 +879,8 @@ class Differ {
   const DiffOptions options_;
   bool finished_ = false;
   std::map<uint64_t, Lane> lanes_;
+  LaneKeys lane_keys_a_;
+  LaneKeys lane_keys_b_;
   std::deque<format::StateDigestRecord> states_a_;
   std::deque<format::StateDigestRecord> states_b_;
   std::optional<uint64_t> last_equal_state_;

@@ -35,9 +35,10 @@ struct OpLocation {
   uint64_t sequence = 0;
   uint32_t thread_id = 0;
   uint32_t stream_id = 0;
-  uint64_t lane_index = 0;  // position in its (thread, stream) lane
+  uint64_t lane_index = 0;  // position in its lane (thread, stream)
   format::OpKind kind = format::OpKind::kOther;
   std::string name;
+  uint64_t lane = 0;  // the lane's key in its run (LaneKeys: thread, the thread's stream ordinal)
 };
 
 // A difference between the two headers. `blocking` ones make bitwise equality impossible

@@ -158,6 +158,10 @@ int main(int argc, char** argv) {
   std::printf("algos forward %d backward_data %d backward_filter %d\n", fwd_algo, data_algo,
               filter_algo);
   ndt::programs::PrintChecksum(history.data(), history.size() * sizeof(float));
+  cudnnDestroyConvolutionDescriptor(conv);
+  cudnnDestroyFilterDescriptor(w_desc);
+  cudnnDestroyTensorDescriptor(y_desc);
+  cudnnDestroyTensorDescriptor(x_desc);
   cudnnDestroy(handle);
   cudaStreamDestroy(stream);
   return 0;

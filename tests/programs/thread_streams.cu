@@ -6,12 +6,13 @@
 // the threads reach the driver in another order in every run, so creation order, block
 // placement and event choice vary; the results never do.
 //
-//   thread_streams [--plant] [--iterations N] [--refused-launch] [--exit STATUS]
+//   thread_streams [--plant] [--iterations N] [--refused-launch] [--stream-pool] [--exit STATUS]
 //
 // --plant adds one RacySum (float atomicAdd in racing order) on worker 2's stream, whose sums
 // enter the checksum: then the results differ from run to run. --refused-launch makes one
 // launch the device refuses (2048 threads per block) and carries on, as a program that ignores
-// the error would; --exit ends with STATUS after the checksum. Prints "checksum <hex>".
+// the error would; --stream-pool takes the workers' streams from a pool (StreamPool); --exit
+// ends with STATUS after the checksum. Prints "checksum <hex>".
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -90,6 +91,31 @@ class CachingAllocator {
   int used_ = 0;
 };
 
+// Streams from a pool created by whichever worker asks first and handed out in the order the
+// workers ask (PyTorch's getStreamFromPool), with --stream-pool: a worker's stream then varies
+// from run to run.
+class StreamPool {
+ public:
+  cudaStream_t Take() {
+    std::lock_guard lock(mutex_);
+    if (streams_.empty()) {
+      streams_.resize(4);
+      for (cudaStream_t& stream : streams_) {
+        Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+      }
+    }
+    return streams_[next_++ % streams_.size()];
+  }
+  ~StreamPool() {
+    for (cudaStream_t stream : streams_) cudaStreamDestroy(stream);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<cudaStream_t> streams_;
+  size_t next_ = 0;
+};
+
 // Events are taken from a pool and returned, as frameworks do.
 class EventPool {
  public:
@@ -120,11 +146,15 @@ class EventPool {
 };
 
 void Worker(int index, int iterations, bool plant, CachingAllocator& allocator, EventPool& events,
-            std::vector<float>* result) {
+            StreamPool* streams, std::vector<float>* result) {
   std::minstd_rand random(std::random_device{}());
   Jitter(random);
   cudaStream_t stream;
-  Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  if (streams != nullptr) {
+    stream = streams->Take();
+  } else {
+    Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
   std::vector<float> host(kN);
   for (int i = 0; i < kN; ++i) host[i] = static_cast<float>((i * (index + 3)) % 101);
   float* x = allocator.Take();
@@ -168,7 +198,7 @@ void Worker(int index, int iterations, bool plant, CachingAllocator& allocator, 
   }
   Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   allocator.Give(x);
-  Check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  if (streams == nullptr) Check(cudaStreamDestroy(stream), "cudaStreamDestroy");
 }
 
 }  // namespace
@@ -176,6 +206,7 @@ void Worker(int index, int iterations, bool plant, CachingAllocator& allocator, 
 int main(int argc, char** argv) {
   bool plant = false;
   bool refused_launch = false;
+  bool stream_pool = false;
   int exit_status = 0;
   int iterations = 6;
   for (int i = 1; i < argc; ++i) {
@@ -185,18 +216,21 @@ int main(int argc, char** argv) {
       iterations = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--refused-launch") == 0) {
       refused_launch = true;
+    } else if (std::strcmp(argv[i], "--stream-pool") == 0) {
+      stream_pool = true;
     } else if (std::strcmp(argv[i], "--exit") == 0 && i + 1 < argc) {
       exit_status = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr,
                    "usage: thread_streams [--plant] [--iterations N] [--refused-launch] "
-                   "[--exit STATUS]\n");
+                   "[--stream-pool] [--exit STATUS]\n");
       return 2;
     }
   }
   Check(cudaFree(nullptr), "cudaFree (context)");
   CachingAllocator allocator;
   EventPool events;
+  StreamPool pool;
   if (refused_launch) {
     float* block = allocator.Take();
     Step<<<1, 2048>>>(block, kN, 1.0f);
@@ -208,7 +242,7 @@ int main(int argc, char** argv) {
   std::vector<std::thread> workers;
   for (int w = 0; w < kWorkers; ++w) {
     workers.emplace_back(Worker, w, iterations, plant, std::ref(allocator), std::ref(events),
-                         &results[w]);
+                         stream_pool ? &pool : nullptr, &results[w]);
   }
   for (std::thread& worker : workers) worker.join();
   std::vector<float> all;

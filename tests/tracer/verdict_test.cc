@@ -39,6 +39,24 @@ TEST_CASE("check calls a program whose threads race to the driver deterministic,
   }
 }
 
+TEST_CASE("check: threads that get their streams from a pool in varying order are aligned",
+          "[verdict]") {
+  // The pool is created by whichever worker asks first and hands streams out in the order the
+  // workers ask: a worker's stream varies, the order in which it uses its streams does not.
+  ndt::testing::TempDir dir;
+  for (int check = 0; check < 2; ++check) {
+    const RunResult result = Check((dir / std::to_string(check)).string(), "-n 4",
+                                   "'" PROG_THREAD_STREAMS "' --stream-pool");
+    INFO(result.out << result.err);
+    CHECK(result.status == 0);
+  }
+  const RunResult planted =
+      Check((dir / "planted").string(), "", "'" PROG_THREAD_STREAMS "' --stream-pool --plant");
+  INFO(planted.out << planted.err);
+  CHECK(planted.status == 1);
+  CHECK_THAT(planted.out, Catch::Contains("(nondeterministic_op; RacySum("));
+}
+
 TEST_CASE("check names the racing kernel of a multi-threaded program by replaying its suspect",
           "[verdict]") {
   ndt::testing::TempDir dir;
