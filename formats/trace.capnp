@@ -8,9 +8,10 @@
 #   - add fields at the end of a struct with the next ordinal, then update `Next ordinal`.
 #
 # Identities that are compared between runs (allocation ids, stream ids, thread ids,
-# module ids) are assigned by ndtrace in order of first appearance, so they do not depend
-# on addresses, handles or timing. Raw addresses appear only in fields named `raw*`, which
-# the comparison code ignores.
+# module ids) are assigned by ndtrace per creating thread, threads by their lineage (the
+# formats README, "Identities"), so they depend neither on addresses, handles or timing nor
+# on how host threads interleave. Raw addresses appear only in fields named `raw*`, which the
+# comparison code ignores.
 
 @0x8fde76747c636416;
 
@@ -234,8 +235,10 @@ struct NumericSummary {
 struct OpRecord {
   # Next ordinal: @15
   sequence @0 :UInt64;             # op index in issue order across the process, dense from 0
-  threadId @1 :UInt32;             # ndtrace thread ordinal, by order of first op
-  streamId @2 :UInt32;             # ndtrace stream id; 0 = the legacy default stream
+  threadId @1 :UInt32;             # the thread's lineage (README "Identities"); before format
+                                   # version 2: ordinal by order of first op
+  streamId @2 :UInt32;             # stream id by creating thread (README "Identities");
+                                   # 0 = the legacy default stream
   kind @3 :OpKind;
   name @4 :Text;                   # API name, or demangled kernel name for launches
   args @5 :List(Argument);         # canonicalised arguments, in call order
@@ -258,7 +261,8 @@ enum AllocationEvent {
 # An allocation or free, by any path (cuMemAlloc*, async/pool, cuMemCreate + cuMemMap).
 struct AllocationRecord {
   # Next ordinal: @8
-  allocationId @0 :UInt64;         # canonical id, by order of allocation, from 1
+  allocationId @0 :UInt64;         # canonical id: creating thread's lineage << 32 | its ordinal
+                                   # (README "Identities"; version 1: by order of allocation)
   event @1 :AllocationEvent;
   bytes @2 :UInt64;                # size of the allocation
   api @3 :Text;                    # the call that made or freed it
@@ -271,7 +275,8 @@ struct AllocationRecord {
 # A module or library of GPU code was loaded.
 struct ModuleLoadRecord {
   # Next ordinal: @6
-  moduleId @0 :UInt64;             # canonical id, by order of load, from 1
+  moduleId @0 :UInt64;             # canonical id: bit 63 | the image's digest, or by loading
+                                   # thread (README "Identities"; version 1: by order of load)
   api @1 :Text;                    # cuModuleLoadData, cuLibraryLoadData, ...
   imageBytes @2 :UInt64;           # size of the image
   digestLo @3 :UInt64;             # digest v1 of the image, lane 0
