@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <exception>
 
@@ -12,6 +13,24 @@ namespace ndt::tools {
 const char* const kExitCodesHelp =
     "Exit status: 0 ok; 1 a finding (divergence); 2 usage error, unreadable or damaged\n"
     "input; 3 internal error; 4 (check) the program failed in every run.";
+
+CLI::Validator WholeNumber(uint64_t min, uint64_t max) {
+  const std::string range = max == UINT64_MAX ? std::to_string(min) + " or more"
+                                              : std::to_string(min) + ".." + std::to_string(max);
+  return CLI::Validator(
+      [min, max, range](std::string& text) -> std::string {
+        uint64_t value = 0;
+        const char* end = text.data() + text.size();
+        const auto [stop, error] = std::from_chars(text.data(), end, value);
+        const bool digits =
+            !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+        if (!digits || error != std::errc() || stop != end || value < min || value > max) {
+          return "must be a whole number, " + range + " (got '" + text + "')";
+        }
+        return std::string();
+      },
+      "N in " + range, "WholeNumber");
+}
 
 void PrintError(std::string_view message) {
   std::fflush(stdout);  // keep what was printed before the error in front of it

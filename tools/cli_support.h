@@ -5,6 +5,7 @@
 // Everything here runs on the program's main thread.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -17,6 +18,7 @@
 
 namespace CLI {
 class App;
+class Validator;
 }
 
 namespace ndt::tools {
@@ -39,6 +41,12 @@ void PrintWarning(std::string_view message);
 // to return now: 0 after printing --help or --version, kExitUsage after printing an
 // `error:` line for any parse error (CLI11's own exit codes are never used).
 std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv);
+
+// A check for a whole-number option: decimal digits only (no sign, no blank, no exponent)
+// whose value lies in [min, max], so `--from -1` and `--limit 99999999999999999999` are
+// errors naming the option's range instead of a value wrapped around. Attach it with
+// `->check(WholeNumber(min, max))`.
+CLI::Validator WholeNumber(uint64_t min, uint64_t max = UINT64_MAX);
 
 // Runs `body` and returns its exit code; a std::exception escaping it becomes
 // "error: internal: <what>" and kExitInternal.

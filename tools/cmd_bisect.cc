@@ -113,7 +113,8 @@ Command AddBisectCommand(CLI::App& parent) {
   app->add_option("-n,--runs", options->runs,
                   "Runs one step may record before deciding the op does not diverge there "
                   "(default 4)");
-  app->add_option("--max-runs", options->max_runs, "Program runs in all (default 40)");
+  app->add_option("--max-runs", options->max_runs, "Program runs in all (default 40)")
+      ->check(WholeNumber(3, 10000));
   app->add_option("--confirm-runs", options->confirm_runs,
                   "Replay the op found alone this many times, from one more run that captures "
                   "it (default 10; 0: no confirmation)");

@@ -384,8 +384,9 @@ Command AddReplayCommand(CLI::App& parent) {
                   "Where the re-run writes its trace (default TRACE's name + -replay.ndt)");
   app->add_flag("--stop", options->stop, "End the program at the first divergence");
   AddDigestOptions(app, &options->digests);
-  app->add_option("--op", options->op, "Standalone replay of op N (no CMD)");
-  app->add_option("--repeat", options->repeat, "--op: how many times to run it (default 20)");
+  app->add_option("--op", options->op, "Standalone replay of op N (no CMD)")->check(WholeNumber(0));
+  app->add_option("--repeat", options->repeat, "--op: how many times to run it (default 20)")
+      ->check(WholeNumber(1, 100000));
   app->add_flag("--try-deterministic", options->try_deterministic,
                 "--op: also run every deterministic alternative algorithm (cuRAND: each fixed "
                 "ordering)");

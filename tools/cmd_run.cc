@@ -99,7 +99,8 @@ Command AddRunCommand(CLI::App& parent) {
       "run", "Run CMD under a policy (--deterministic or --pin TRACE) without keeping a trace.");
   AddPolicyOptions(app, &options->policy);
   app->add_option("--show-decisions", options->show,
-                  "List at most N policy decisions when CMD ends (default 10)");
+                  "List at most N policy decisions when CMD ends (default 10)")
+      ->check(WholeNumber(0, 1000000));
   app->add_option("command", options->command, "The program and its arguments, after --")
       ->required();
   return {app, [options] { return RunRun(*options); }};

@@ -136,8 +136,11 @@ Command AddShowCommand(CLI::App& parent) {
                  "Leave out what differs between identical runs or machines (times, host, "
                  "pid, raw addresses), for golden files and diffs");
   show->add_option("--from", options->from, "Show ops from sequence OP on (and their metadata)")
-      ->type_name("OP");
-  show->add_option("--limit", options->limit, "Show ops OP to OP+N-1 only")->type_name("N");
+      ->type_name("OP")
+      ->check(WholeNumber(0));
+  show->add_option("--limit", options->limit, "Show ops OP to OP+N-1 only")
+      ->type_name("N")
+      ->check(WholeNumber(1));
   show->footer(kExitCodesHelp);
   return {show, [options] { return RunShow(*options); }};
 }

@@ -45,7 +45,8 @@ bool ValidWindow(std::string_view text) {
 
 void AddDigestOptions(CLI::App* app, DigestOptions* options) {
   app->add_option("--digest-every", options->every,
-                  "Digest all live device memory after every N ops (synchronises the host)");
+                  "Digest all live device memory after every N ops (synchronises the host)")
+      ->check(WholeNumber(1));
   app->add_flag("--digest-sync", options->sync,
                 "Digest all live device memory at every host synchronisation");
   app->add_option("--digest-window", options->window,

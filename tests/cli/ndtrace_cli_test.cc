@@ -304,6 +304,36 @@ TEST_CASE("show --from and --limit print a window of ops", "[cli]") {
   CHECK(*sequences.rbegin() == 739);
 }
 
+TEST_CASE("numeric options refuse signs, overflow and a zero that makes no sense", "[cli]") {
+  TempDir dir;
+  const fs::path trace = dir / "synthetic.ndt";
+  WriteTrace(trace, GoldenOptions());
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"show", trace.string(), "--from", "-1"}, "--from: must be a whole number, 0 or more"},
+      {{"show", trace.string(), "--from", "18446744073709551616"},
+       "--from: must be a whole number, 0 or more (got '18446744073709551616')"},
+      {{"show", trace.string(), "--limit", "0"}, "--limit: must be a whole number, 1 or more"},
+      {{"show", trace.string(), "--limit", "+5"}, "--limit: must be a whole number"},
+      {{"replay", trace.string(), "--op", "-1"}, "--op: must be a whole number, 0 or more"},
+      {{"replay", trace.string(), "--op", "1", "--repeat", "0"},
+       "--repeat: must be a whole number, 1..100000"},
+      {{"check", "--digest-every", "0", "--", "true"},
+       "--digest-every: must be a whole number, 1 or more"},
+  };
+  for (const Case& c : cases) {
+    const RunResult result = Ndtrace(c.args, dir);
+    INFO(result.err);
+    CHECK(result.exit_code == 2);
+    CHECK_THAT(result.err, Catch::StartsWith("error: " + c.message));
+  }
+  // The same options with sensible values are taken.
+  CHECK(Ndtrace({"show", trace.string(), "--from", "3", "--limit", "2"}, dir).exit_code == 0);
+}
+
 TEST_CASE("stats counts what the generator wrote", "[cli]") {
   TempDir dir;
   const fs::path trace = dir / "synthetic.ndt";
