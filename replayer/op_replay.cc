@@ -145,8 +145,16 @@ StatusOr<MachineFacts> QueryMachine(uint32_t ordinal) {
 StatusOr<OpReplayReport> ReplayOp(format::TraceReader& reader, const format::OpRecord& op,
                                   const OpReplayOptions& options) {
   if (Status status = CheckReplayable(op); !status.ok()) return status;
-  if (Status status = CheckCaptured(op); !status.ok()) return status;
-  return ReplayerFor(op)->replay(reader, op, options);
+  // With an input source, the caller (window replay) has checked where each input comes from.
+  if (!options.input_source) {
+    if (Status status = CheckCaptured(op); !status.ok()) return status;
+  }
+  internal::ReplayContext& context = internal::CurrentReplayContext();
+  context.input_source = &options.input_source;
+  context.keep_first_output = options.keep_first_output;
+  StatusOr<OpReplayReport> report = ReplayerFor(op)->replay(reader, op, options);
+  context = internal::ReplayContext();
+  return report;
 }
 
 #else  // no CUDA headers at build time

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,9 +56,19 @@ Status CheckCaptured(const format::OpRecord& op);
 // Whether standalone replay knows how to re-execute ops like `op`; fails naming its kind.
 Status CheckReplayable(const format::OpRecord& op);
 
+// Where an input of the replayed op starts from instead of its captured bytes: given the op,
+// the role ("A", "x", "alloc3") and its size, the bytes, or nullopt for the captured ones.
+// Window replay (window_replay.h) passes the device state the window's earlier ops left.
+using InputSource = std::function<std::optional<std::string>(
+    const format::OpRecord& op, const std::string& role, uint64_t bytes)>;
+
 struct OpReplayOptions {
   int repeat = 20;                 // runs per algorithm, at least 1
   bool try_deterministic = false;  // also run every deterministic alternative algorithm
+  // Set: inputs come from it first, and an input it gives need not have been captured.
+  InputSource input_source;
+  // Keep each candidate's first output bytes (AlgorithmRuns::first_output_bytes).
+  bool keep_first_output = false;
 };
 
 // K runs of one algorithm.
@@ -75,13 +86,17 @@ struct AlgorithmRuns {
   double max_rel_diff = 0;          // largest |run_i - run_0| / max(|run_i|, |run_0|)
   double ms_per_call = 0;           // mean time of one call including its synchronisation
   kernels::Digest128 first_output;  // digest v1 of the first run's output
+  // The first run's output bytes (every compared buffer end to end, in the order of
+  // OpReplayReport::output_role), under OpReplayOptions::keep_first_output; else empty.
+  std::string first_output_bytes;
 
   bool stable() const { return skipped.empty() && distinct_outputs == 1; }
 };
 
 struct OpReplayReport {
   std::string problem;        // the op's fingerprint
-  std::string output_role;    // the buffer compared between runs ("y", "dw", "C", "D", ...)
+  std::string output_role;    // the buffer(s) compared between runs ("y", "dw", "C", "D",
+                              // "y+hy+cy", "alloc3+alloc5": several, end to end)
   uint64_t output_bytes = 0;
   std::vector<AlgorithmRuns> algorithms;  // the recorded one first
   std::string note;  // said after the report when non-empty (why no alternative was tried...)

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -14,6 +15,7 @@
 #include "replayer/run_set.h"
 #include "tools/cli_support.h"
 #include "tools/ndtrace_commands.h"
+#include "tools/replay_window.h"
 #include "tools/traced_run.h"
 
 namespace ndt::tools {
@@ -27,6 +29,7 @@ struct RecordOptions {
   DigestOptions digests;
   PolicyOptions policy;
   std::string capture;  // NDTRACE_CAPTURE for the tracer (tools/README.md)
+  std::vector<std::string> windows;  // --window A:B: captured as ranges for window replay
   std::vector<std::string> command;
 };
 
@@ -37,7 +40,18 @@ int RunRecord(const RecordOptions& options) {
   }
   if (!ApplyDigestOptions("record", options.digests)) return kExitUsage;
   if (!ApplyPolicyOptions("record", options.policy)) return kExitUsage;
-  if (!options.capture.empty()) setenv("NDTRACE_CAPTURE", options.capture.c_str(), 1);
+  std::string capture = options.capture;
+  for (const std::string& text : options.windows) {
+    const std::optional<WindowSpec> window = ParseWindowSpec(text);
+    if (!window) {
+      PrintError(fmt::format(
+          "record: --window {}: expected A:B (ops A to B, B >= A) or A: (from A to the end)",
+          text));
+      return kExitUsage;
+    }
+    capture += (capture.empty() ? "" : ",") + CaptureRange(*window);
+  }
+  if (!capture.empty()) setenv("NDTRACE_CAPTURE", capture.c_str(), 1);
   if (options.strict) setenv("NDTRACE_STRICT", "1", 1);
   StatusOr<TracedRun> run = RunTraced("record", options.command, options.output);
   if (!run.ok()) {
@@ -91,6 +105,11 @@ Command AddRecordCommand(CLI::App& parent) {
   app->add_option("--capture", options->capture,
                   "Store the full inputs and outputs of these ops for `replay --op`: a comma list "
                   "of op numbers, ranges A-B, kernel:GLOB and op kinds (cudnn_convolution)");
+  app->add_option("--window", options->windows,
+                  "Keep what a standalone replay of ops A..B needs (`replay TRACE --window "
+                  "A:B`): A:B, or A: to the end; may be given several times")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app->add_option("command", options->command, "The program and its arguments, after --")
       ->required();
   return {app, [options] { return RunRecord(*options); }};

@@ -31,6 +31,7 @@
 #include "tools/cli_support.h"
 #include "tools/ndtrace_commands.h"
 #include "tools/replay_op.h"
+#include "tools/replay_window.h"
 #include "tools/traced_run.h"
 
 extern char** environ;
@@ -50,7 +51,8 @@ struct ReplayOptions {
   std::vector<std::string> command;
   // --op: standalone op replay.
   std::optional<uint64_t> op;
-  int repeat = 20;
+  std::string window;  // --window A:B: window replay
+  int repeat = 0;      // 0: not given (--op: 20, --window: 5)
   bool try_deterministic = false;
   bool force = false;
 };
@@ -358,11 +360,35 @@ int RunLiveVerify(const ReplayOptions& options) {
 }
 
 int RunReplay(const ReplayOptions& options) {
+  if (options.op && !options.window.empty()) {
+    PrintError("replay: --op and --window exclude each other");
+    return kExitUsage;
+  }
+  if (!options.window.empty()) {
+    const std::optional<WindowSpec> window = ParseWindowSpec(options.window);
+    if (!window) {
+      PrintError(fmt::format(
+          "replay: --window {}: expected A:B (ops A to B, B >= A) or A: (from A to the end)",
+          options.window));
+      return kExitUsage;
+    }
+    if (!options.command.empty()) {
+      PrintError("replay: --window replays from the trace alone: give no command");
+      return kExitUsage;
+    }
+    ReplayWindowOptions replay;
+    replay.trace = options.trace;
+    replay.window = *window;
+    replay.repeat = options.repeat > 0 ? options.repeat : 5;
+    replay.try_deterministic = options.try_deterministic;
+    replay.force = options.force;
+    return RunReplayWindow(replay);
+  }
   if (options.op) {
     ReplayOpOptions op;
     op.trace = options.trace;
     op.op = *options.op;
-    op.repeat = options.repeat;
+    op.repeat = options.repeat > 0 ? options.repeat : 20;
     op.try_deterministic = options.try_deterministic;
     op.force = options.force;
     return RunReplayOp(op);
@@ -385,14 +411,19 @@ Command AddReplayCommand(CLI::App& parent) {
   app->add_flag("--stop", options->stop, "End the program at the first divergence");
   AddDigestOptions(app, &options->digests);
   app->add_option("--op", options->op, "Standalone replay of op N (no CMD)")->check(WholeNumber(0));
-  app->add_option("--repeat", options->repeat, "--op: how many times to run it (default 20)")
+  app->add_option("--window", options->window,
+                  "Window replay of ops A..B from TRACE alone (A:B, or A: to the end; no CMD); "
+                  "TRACE recorded with `record --window`");
+  app->add_option("--repeat", options->repeat,
+                  "--op: how many times to run it (default 20); --window: how many times to "
+                  "run each op of the window (default 5)")
       ->check(WholeNumber(1, 100000));
   app->add_flag("--try-deterministic", options->try_deterministic,
                 "--op: also run every deterministic alternative algorithm (cuRAND: each fixed "
-                "ordering)");
+                "ordering); --window: run the varying op's stable alternative and go on");
   app->add_flag("--force", options->force,
-                "Replay even when TRACE was recorded from another program (or, with --op, "
-                "on another GPU or driver)");
+                "Replay even when TRACE was recorded from another program (or, with --op or "
+                "--window, on another GPU or driver: a trace contains code)");
   app->add_option("command", options->command, "The program and its arguments, after --");
   return {app, [options] { return RunReplay(*options); }};
 }

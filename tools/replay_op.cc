@@ -52,6 +52,13 @@ void PrintRuns(const replay::AlgorithmRuns& runs) {
 
 }  // namespace
 
+void PrintAlgorithmTable(const std::vector<replay::AlgorithmRuns>& candidates) {
+  fmt::print("  {:<52} {:<16} {:>4} {:>8} {:>12} {:>12} {:>9} {:>10}  {}\n", "algorithm",
+             "determinism", "runs", "distinct", "max abs diff", "max rel diff", "recorded",
+             "ms/call", "result");
+  for (const replay::AlgorithmRuns& runs : candidates) PrintRuns(runs);
+}
+
 int RunReplayOp(const ReplayOpOptions& options) {
   if (options.repeat < 1) {
     PrintError(fmt::format("replay: --repeat must be at least 1, not {}", options.repeat));
@@ -114,10 +121,7 @@ int RunReplayOp(const ReplayOpOptions& options) {
              mismatches.empty() ? "" : ", forced");
   fmt::print("  output compared: {} ({} bytes), {} run{} per algorithm\n", report->output_role,
              report->output_bytes, options.repeat, options.repeat == 1 ? "" : "s");
-  fmt::print("  {:<52} {:<16} {:>4} {:>8} {:>12} {:>12} {:>9} {:>10}  {}\n", "algorithm",
-             "determinism", "runs", "distinct", "max abs diff", "max rel diff", "recorded",
-             "ms/call", "result");
-  for (const replay::AlgorithmRuns& runs : report->algorithms) PrintRuns(runs);
+  PrintAlgorithmTable(report->algorithms);
 
   const replay::AlgorithmRuns& recorded = report->algorithms.front();
   if (recorded.stable()) {

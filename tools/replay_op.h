@@ -11,6 +11,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "replayer/op_replay.h"
 
 namespace ndt::tools {
 
@@ -26,5 +29,8 @@ struct ReplayOpOptions {
 // Runs the replay described by `options`, printing the report on stdout and `error: ...` lines
 // on stderr. Returns the exit code above.
 int RunReplayOp(const ReplayOpOptions& options);
+
+// Prints the table of candidates `replay --op` prints (header line and one line each).
+void PrintAlgorithmTable(const std::vector<replay::AlgorithmRuns>& candidates);
 
 }  // namespace ndt::tools

@@ -388,6 +388,31 @@ void CaptureLaunchInputs(Session& session, const KernelInfo& kernel, const void*
   }
 }
 
+void CaptureCopySource(Session& session, uint64_t stream, bool src_device, uint64_t src,
+                       uint64_t bytes, format::OpRecord* op) noexcept {
+  try {
+    if (src_device) {
+      Extent extent;
+      extent.role = "src";
+      extent.address = src;
+      extent.bytes = bytes;
+      CaptureExtents(session, stream, {extent}, "in", op);
+      return;
+    }
+    std::string blob;
+    if (bytes == 0 || bytes > kMaxCaptureBytes) {
+      blob = "missing: empty or larger than 1 GiB";
+    } else {
+      std::vector<std::byte> host(bytes);
+      blob = ReadHostSafely(reinterpret_cast<const void*>(src), &host)
+                 ? Store(session, host)
+                 : "missing: the host memory could not be read";
+    }
+    op->args.push_back(TextArgument("blob:in:src", blob));
+  } catch (const std::exception&) {
+  }
+}
+
 void CaptureLaunchOutputs(Session& session, uint64_t stream, format::OpRecord* op) noexcept {
   try {
     std::vector<Extent> extents;

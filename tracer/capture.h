@@ -24,7 +24,8 @@
 //
 // Covered: the cuDNN legacy convolutions (hooks_cudnn.cc), RNN calls (hooks_cudnn_rnn.cc) and backend executes
 // (hooks_cudnn_backend.cc), cuBLAS GEMMs and cuBLASLt matmuls
-// (hooks_cublas.cc), cuRAND generates (hooks_curand.cc) and kernel launches. Every function is
+// (hooks_cublas.cc), cuRAND generates (hooks_curand.cc), kernel launches, and the source of
+// copies into device memory (hooks_driver.cc: "blob:in:src", for window replay). Every function is
 // thread-safe and never throws.
 #pragma once
 
@@ -67,6 +68,12 @@ void CaptureModuleLoaded(uint64_t module_id, const void* image) noexcept;
 // the launched handle (a CUkernel when `kernel.is_kernel`). Call inside the hook's scope.
 void CaptureLaunchInputs(Session& session, const KernelInfo& kernel, const void* function,
                          uint64_t stream, format::OpRecord* op) noexcept;
+
+// Before the real call of a copy into device memory that CaptureWanted selected: stores its
+// source as "blob:in:src" — device bytes once `stream` has finished its work so far, or the
+// host bytes as the program hands them over. Call inside the hook's scope.
+void CaptureCopySource(Session& session, uint64_t stream, bool src_device, uint64_t src,
+                       uint64_t bytes, format::OpRecord* op) noexcept;
 
 // After the real call of a launch captured by CaptureLaunchInputs: the bytes of the same
 // allocations once `stream` has run it ("blob:out:alloc<id>").

@@ -29,10 +29,19 @@ namespace ndt::replay::internal {
 
 // The captured bytes of `role` ("blob:<direction>:<role>", direction "in" or "out"): nullopt
 // when the op has no such argument or the tracer could not store it ("missing: ..."); an error
-// when the blob cannot be read or does not hold `bytes` bytes.
+// when the blob cannot be read or does not hold `bytes` bytes. An input the current
+// ReplayContext's input source gives comes from there instead.
 StatusOr<std::optional<std::string>> ReadCaptured(format::TraceReader& reader,
                                                   const format::OpRecord& op, const char* direction,
                                                   const std::string& role, uint64_t bytes);
+
+// What ReplayOp was asked beyond the repeat count, for the shared helpers below: set by
+// ReplayOp for the duration of one replay (one replay at a time per process).
+struct ReplayContext {
+  const InputSource* input_source = nullptr;
+  bool keep_first_output = false;
+};
+ReplayContext& CurrentReplayContext();
 
 // ---- the driver -----------------------------------------------------------------------------
 

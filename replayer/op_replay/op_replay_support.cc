@@ -14,9 +14,24 @@
 
 namespace ndt::replay::internal {
 
+ReplayContext& CurrentReplayContext() {
+  static ReplayContext context;
+  return context;
+}
+
 StatusOr<std::optional<std::string>> ReadCaptured(format::TraceReader& reader,
                                                   const format::OpRecord& op, const char* direction,
                                                   const std::string& role, uint64_t bytes) {
+  const ReplayContext& context = CurrentReplayContext();
+  if (context.input_source != nullptr && *context.input_source &&
+      std::strcmp(direction, "in") == 0) {
+    std::optional<std::string> given = (*context.input_source)(op, role, bytes);
+    if (given && given->size() != bytes) {
+      return Status::Error(fmt::format("input {} of op {}: {} bytes given, {} described", role,
+                                       op.sequence, given->size(), bytes));
+    }
+    if (given) return given;
+  }
   const std::string* text = TextOf(op, fmt::format("blob:{}:{}", direction, role));
   if (text == nullptr) return std::optional<std::string>();
   const std::optional<format::BlobId> id = ParseBlobId(*text);
@@ -217,6 +232,7 @@ StatusOr<AlgorithmRuns> RunCandidate(const Driver& driver, const ReplayBuffers& 
     if (attempt == 0) {
       first = output;
       runs.first_output = digest;
+      if (CurrentReplayContext().keep_first_output) runs.first_output_bytes = output;
     } else {
       CompareValues(buffers.output_dtype, first, output, &runs);
     }

@@ -210,6 +210,10 @@ CUresult RecordCopy(Session& session, RealCall& call, const char* name, Directio
     // Bytes entering the GPU: digest the host source as the program handed it over.
     op.inputs.push_back(HostDigest("src", dst_pointer, src_host, bytes));
   }
+  // NDTRACE_CAPTURE: what a copy into device memory reads, for window replay.
+  if (dst_device && CaptureWanted(op)) {
+    CaptureCopySource(session, SyncHandle(stream, per_thread), src_device, src, bytes, &op);
+  }
   const CUresult result = call.Set(real());
   if (result == CUDA_SUCCESS && src_device && dst_device &&
       session.digests().InWindow(op.sequence)) {
