@@ -56,7 +56,7 @@ std::vector<uint64_t> InWindow(const std::string& trace, const std::string& name
 
 TEST_CASE(
     "a window recorded from window_train --plant replays with the program deleted and names the "
-    "planted backward filter convolution; its deterministic alternative replays identical",
+    "planted backward filter convolution, and its deterministic alternative replays identical",
     "[tracer][window_replay]") {
   ndt::testing::TempDir dir;
   const std::string trace = (dir / "window.ndt").string();
