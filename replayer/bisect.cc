@@ -18,6 +18,7 @@
 #include "formats/trace_reader.h"
 #include "replayer/op_compare.h"
 #include "replayer/op_replay.h"
+#include "replayer/window_replay.h"
 
 namespace ndt::replay {
 namespace {
@@ -289,15 +290,111 @@ std::optional<Divergence> ConfirmSuspect(const BisectOptions& options, const OpL
   return named;
 }
 
+// The window replay step (bisect.h) of ops begin..end: one run records them captured, then
+// up to `window_replays` replays of the window from that trace. The divergence of the first op
+// whose outputs vary, or nullopt (a step line says why) when none does or the window cannot be
+// replayed.
+std::optional<DiffReport> ReplayWindowStep(const BisectOptions& options, uint64_t begin,
+                                           uint64_t end, const RunWith& run,
+                                           const std::function<void(const std::string&)>& progress,
+                                           BisectResult* result) {
+  BisectRun settings;
+  settings.capture = fmt::format("{}-{}", begin, end);
+  StatusOr<std::string> trace = run(settings);
+  const auto give_up = [&](const std::string& why) {
+    result->steps.push_back(fmt::format("ops {}..{}: not replayed as a window: {}", begin, end, why));
+    progress(result->steps.back());
+    return std::nullopt;
+  };
+  if (!trace.ok()) return give_up("the capture run failed: " + trace.status().message());
+  StatusOr<std::unique_ptr<format::TraceReader>> reader = format::TraceReader::Open(*trace);
+  if (!reader.ok()) return give_up(reader.status().message());
+  WindowReplayOptions replay;
+  replay.first = begin;
+  replay.last = end;
+  replay.repeat = std::max(2, options.window_repeat);
+  for (int attempt = 0; attempt < options.window_replays; ++attempt) {
+    ++result->window_replays;
+    progress(fmt::format("window replay {}: ops {}..{} of run {}, {} runs of each op, from the "
+                         "trace alone",
+                         result->window_replays, begin, end, result->runs, replay.repeat));
+    StatusOr<WindowReplayReport> replayed = ReplayWindow(**reader, replay);
+    if (!replayed.ok()) return give_up(replayed.status().message());
+    if (!replayed->first_varying) continue;
+    const WindowOpResult& varying = replayed->ops[*replayed->first_varying];
+    Divergence d;
+    d.klass = DivergenceClass::kNondeterministicOp;
+    d.op.sequence = varying.op.sequence;
+    d.op.thread_id = varying.op.thread_id;
+    d.op.stream_id = varying.op.stream_id;
+    d.op.kind = varying.op.kind;
+    d.op.name = varying.op.name;
+    // Its position in its lane, as diff reports it.
+    LaneKeys lanes;
+    std::map<uint64_t, uint64_t> counts;
+    (*reader)->Rewind();
+    format::Record record;
+    while ((*reader)->Next(&record)) {
+      auto* op = std::get_if<format::OpRecord>(&record);
+      if (op == nullptr || IsLifecycleOp(*op)) continue;
+      const uint64_t lane = lanes.Key(*op);
+      if (op->sequence == d.op.sequence) {
+        d.op.lane = lane;
+        d.op.lane_index = counts[lane];
+        break;
+      }
+      ++counts[lane];
+    }
+    d.sequence_b = d.op.sequence;
+    d.what = "the op gave different results from identical inputs when its window was replayed";
+    d.evidence = replayed->evidence;
+    d.hint = replayed->hint;
+    DiffReport report;
+    report.path_a = *trace;
+    report.path_b = fmt::format("its window {}..{} replayed", begin, end);
+    report.first_divergence = std::move(d);
+    report.divergent_ops = 1;
+    report.ops_a = replayed->ops_in_window;
+    report.ops_b = replayed->ops.size();
+    report.ops_compared = replayed->ops.size();
+    result->steps.push_back(fmt::format(
+        "ops {}..{} captured in run {} and replayed from the trace alone: op {} ({}) varies",
+        begin, end, result->runs, varying.op.sequence, varying.op.name));
+    progress(result->steps.back());
+    result->found_op = true;
+    result->confirmation = fmt::format(
+        "confirmed: op {} varies when its window (ops {}..{}) is replayed from the trace ({} "
+        "distinct outputs in {} runs)",
+        varying.op.sequence, begin, end, varying.runs.distinct_outputs, varying.runs.runs);
+    return report;
+  }
+  return give_up(fmt::format("{} window replay{} of {} runs each were identical (it varies only "
+                             "with the program around it)",
+                             options.window_replays, options.window_replays == 1 ? "" : "s",
+                             replay.repeat));
+}
+
 // Steps 2-5 (bisect.h) on ops begin..end, recording into `result`.
 StatusOr<BisectResult> Search(const BisectOptions& options, uint64_t begin, uint64_t end,
                               const RunWith& run,
                               const std::function<void(const std::string&)>& progress,
                               BisectResult* result) {
   const uint64_t per_window = std::max<uint64_t>(options.digests_per_window, 2);
+  bool window_tried = false;
+  bool window_known = false;  // a coarser step saw the runs differ in begin..end
   while (true) {
     const uint64_t width = end - begin + 1;
     const bool op_level = width <= options.max_window;
+    if (op_level && window_known && options.window_replays > 0 && !window_tried &&
+        result->runs < options.max_runs) {
+      window_tried = true;
+      std::optional<DiffReport> found =
+          ReplayWindowStep(options, begin, end, run, progress, result);
+      if (found) {
+        result->report = std::move(found);
+        return *result;
+      }
+    }
     BisectRun settings;
     if (op_level) {
       settings.digest_window = fmt::format("{}:{}", begin, end);
@@ -356,6 +453,7 @@ StatusOr<BisectResult> Search(const BisectOptions& options, uint64_t begin, uint
                         Settings(settings), d.op.sequence, *d.window_begin, *d.window_end));
         begin = *d.window_begin;
         end = *d.window_end;
+        window_known = true;
         continue;
       }
       result->steps.push_back(fmt::format("ops {}..{} with {}: op {} ({})", begin, end,
@@ -389,6 +487,7 @@ StatusOr<BisectResult> Search(const BisectOptions& options, uint64_t begin, uint
     }
     begin = new_begin;
     end = new_end;
+    window_known = true;
   }
 }
 
@@ -480,6 +579,7 @@ StatusOr<NarrowResult> Narrow(const BisectOptions& options, const DiffReport& re
   };
   BisectOptions quiet = options;
   quiet.confirm_runs = 0;
+  quiet.window_replays = 0;  // check's narrowing stays with per-op digest runs
   quiet.max_runs = options.max_runs;
   StatusOr<BisectResult> searched =
       Search(quiet, *first.window_begin, *first.window_end, counted, progress, &search);

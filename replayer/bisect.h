@@ -22,6 +22,15 @@
 //      alone `confirm_runs` times (ReplayOp): it is confirmed when its outputs vary on their own,
 //      "not reproduced alone" when they do not (it races with other work, e.g. another stream).
 //
+// Window replay (window_replay.h), on unless `window_replays` is 0: once runs were seen to
+// differ in a window (step 2 or 3) narrow enough for step 4, one run records it with its ops captured (`--capture A-B`, as
+// `record --window A:B` does) and the window is replayed from that trace alone, up to
+// `window_replays` times (`window_repeat` runs of each op): the first op whose outputs vary is
+// named `nondeterministic_op`, confirmed by the replay itself (no step 5). When the window
+// cannot be replayed (an op window replay does not re-execute) or replays identical (the op
+// varies only with the program around it: another stream's timing), step 4 runs as above.
+// Then: 1 + 2 per state-digest step + 1 capture run, and the window replays.
+//
 // Program runs: 1 + 2 per step when every pair differs: 1 + 2 * (1 + ceil(log16(N / max_window))
 // + 1), which for N <= 16 * max_window is 5; and 1 for the confirmation.
 #pragma once
@@ -54,11 +63,14 @@ struct BisectOptions {
   uint64_t max_window = 4096;  // widest window digested op by op
   uint64_t digests_per_window = 16;
   int confirm_runs = 10;  // standalone replays of the op found (0: no confirmation run)
+  int window_replays = 2;  // window replays of the op-level window (0: per-op digest runs)
+  int window_repeat = 5;   // runs of each op in one window replay
 };
 
 struct BisectResult {
   uint64_t ops = 0;  // N: ops of the first run
   int runs = 0;      // program runs made
+  int window_replays = 0;  // window replays made (each `window_repeat` runs of every op)
   // The last diff that found a divergence; nullopt when every run agreed.
   std::optional<DiffReport> report;
   // True when the report names one op (not an `uncovered` window).

@@ -1,7 +1,9 @@
-// `ndtrace bisect [-n RUNS] [--max-runs M] [--confirm-runs K] [-o DIR] -- CMD...`: narrows a
-// nondeterministic run of CMD down to the first op that diverges, recording CMD again with
-// digests placed ever closer around the first difference, then confirms the op by replaying it
-// alone K times (replayer/bisect.h). Exit 0 no run diverged, 1 found, 2 error.
+// `ndtrace bisect [-n RUNS] [--max-runs M] [--confirm-runs K] [--window-replays R] [-o DIR] --
+// CMD...`: narrows a nondeterministic run of CMD down to the first op that diverges, recording
+// CMD again with digests placed ever closer around the first difference; once the window is
+// narrow, records it once captured and replays it from the trace (up to R times) instead of
+// running CMD, else digests it op by op and confirms the op by replaying it alone K times
+// (replayer/bisect.h). Exit 0 no run diverged, 1 found, 2 error.
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -28,6 +30,7 @@ struct BisectCommandOptions {
   int runs = 4;
   int max_runs = 40;
   int confirm_runs = 10;
+  int window_replays = 2;
   std::string directory;
   std::vector<std::string> command;
 };
@@ -68,6 +71,7 @@ int RunBisect(const BisectCommandOptions& options) {
   bisect.runs_per_step = options.runs;
   bisect.max_runs = options.max_runs;
   bisect.confirm_runs = options.confirm_runs;
+  bisect.window_replays = options.window_replays;
   StatusOr<replay::BisectResult> result =
       replay::Bisect(bisect, run_program, [](const std::string& line) {
         fmt::print(stderr, "ndtrace bisect: {}\n", line);
@@ -79,8 +83,9 @@ int RunBisect(const BisectCommandOptions& options) {
     return kExitUsage;
   }
   const std::string summary =
-      fmt::format("{} program runs (N = {} ops: ceil(log2 N) = {})", result->runs, result->ops,
-                  replay::CeilLog2(result->ops));
+      fmt::format("{} program runs (N = {} ops: ceil(log2 N) = {}) and {} window replay{}",
+                  result->runs, result->ops, replay::CeilLog2(result->ops),
+                  result->window_replays, result->window_replays == 1 ? "" : "s");
   if (!result->report) {
     fmt::print("ndtrace bisect: no divergence: {}; {}; traces in {}\n", result->stopped_because,
                summary, directory.string());
@@ -118,6 +123,11 @@ Command AddBisectCommand(CLI::App& parent) {
   app->add_option("--confirm-runs", options->confirm_runs,
                   "Replay the op found alone this many times, from one more run that captures "
                   "it (default 10; 0: no confirmation)");
+  app->add_option("--window-replays", options->window_replays,
+                  "Once the window is narrow enough to digest op by op, record it once captured "
+                  "and replay it from the trace alone up to this many times instead (default 2; "
+                  "0: per-op digest runs of the program)")
+      ->check(CLI::Range(0, 100));
   app->add_option("-o,--output", options->directory,
                   "Directory for the traces and program logs (default ndtrace-bisect-<time>)");
   app->add_option("command", options->command, "The program and its arguments, after --")

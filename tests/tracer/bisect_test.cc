@@ -1,7 +1,8 @@
 // `ndtrace bisect -- CMD...` end to end on the stand-in device: it names the racing launch
 // planted among 10,000 ops within ceil(log2 N) + 3 program runs (the run that captures it for
 // standalone replay included), confirms that it varies when replayed alone, and says when no
-// run diverges.
+// run diverges; once the runs differ in a narrow window, it records that window once and replays
+// it from the trace instead of re-running the program.
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <regex>
@@ -30,9 +31,9 @@ TEST_CASE("bisect names the racing op planted among 10,000 ops in ceil(log2 N) +
           "[bisect]") {
   ndt::testing::TempDir dir;
   const std::string out = (dir / "bisect").string();
-  // Iteration 6137 of 10,000: op 3 + 6137.
-  const RunResult bisect = Run(kNdtrace + " bisect -o '" + out + "' -- '" PROG_MANY_OPS
-                               "' 10000 6137");
+  // Iteration 6137 of 10,000: op 3 + 6137. Per-op digest runs of the program, no window replay.
+  const RunResult bisect = Run(kNdtrace + " bisect --window-replays 0 -o '" + out + "' -- '"
+                               PROG_MANY_OPS "' 10000 6137");
   INFO(bisect.out << bisect.err);
   REQUIRE(bisect.status == 1);
   CHECK(bisect.out.find("nondeterministic_op") != std::string::npos);
@@ -75,6 +76,48 @@ TEST_CASE("bisect names the racing op planted among 10,000 ops in ceil(log2 N) +
     }
     CHECK(blobs == (other.sequence == op));
   }
+}
+
+TEST_CASE(
+    "bisect records the window it narrowed to once and replays it from the trace instead of "
+    "re-running the program",
+    "[bisect][window_replay]") {
+  ndt::testing::TempDir dir;
+  const std::string out = (dir / "bisect").string();
+  const RunResult bisect = Run(kNdtrace + " bisect -o '" + out + "' -- '" PROG_MANY_OPS
+                               "' 10000 6137");
+  INFO(bisect.out << bisect.err);
+  REQUIRE(bisect.status == 1);
+  // Run 1 counts, runs 2 and 3 (state digests) find the window, run 4 records it captured; the
+  // window replay names the op and confirms it: no per-op digest runs, no confirmation run.
+  const std::regex found(
+      R"(op 6140 RacySum[^\n]*\(nondeterministic_op\) found in 4 program runs \(N = \d+ ops: )"
+      R"(ceil\(log2 N\) = \d+\) and 1 window replay;)");
+  CHECK(std::regex_search(bisect.out, found));
+  const std::regex confirmed(
+      R"(ndtrace bisect: confirmed: op 6140 varies when its window \(ops (\d+)\.\.(\d+)\) is )"
+      R"(replayed from the trace \((\d+) distinct outputs in 5 runs\))");
+  std::smatch match;
+  REQUIRE(std::regex_search(bisect.out, match, confirmed));
+  const uint64_t first = std::stoull(match[1]), last = std::stoull(match[2]);
+  CHECK(first <= 6140);
+  CHECK(last >= 6140);
+  CHECK(last - first + 1 <= 4096);
+  CHECK(std::stoi(match[3]) >= 2);
+  CHECK(bisect.out.find("per-op digests") == std::string::npos);
+  // Run 4 captured exactly the window's ops.
+  for (const OpRecord& op : Ops(ReadAll(out + "/run-4.ndt"))) {
+    bool blobs = false;
+    for (const ndt::format::Argument& argument : op.args) {
+      blobs = blobs || argument.name.rfind("blob:", 0) == 0;
+    }
+    if (op.kind == ndt::format::OpKind::kKernelLaunch) {
+      CHECK(blobs == (op.sequence >= first && op.sequence <= last));
+    } else if (blobs) {
+      CHECK((op.sequence >= first && op.sequence <= last));
+    }
+  }
+  CHECK_FALSE(std::filesystem::exists(out + "/run-5.ndt"));
 }
 
 TEST_CASE("bisect --confirm-runs 0 names the op without a confirmation run", "[bisect]") {
