@@ -11,7 +11,8 @@
 #   OUT_DIR/gpu_suite.sh RESULTS_DIR
 # Layout (also written to OUT_DIR/BUNDLE.md):
 #   bin/       ndtrace, libndtrace.so (ndtrace preloads the one beside itself)
-#   programs/  tests/programs' binaries, vector_add_static (static cudart) and gpu_probe
+#   programs/  tests/programs' binaries, vector_add_static (static cudart), gpu_probe and
+#              tests/corpus/window_train
 #   checks/    digest_kernel_check (GPU digests against the CPU reference)
 #   bench/     bench_hooks, bench_library_hooks, bench_digest, bench_digest_gpu, ...
 #   pytorch/   tests/gpu/pytorch/*.py
@@ -72,6 +73,12 @@ for name in "${programs[@]}"; do
     missing+=("programs/$name")
   fi
 done
+# tests/corpus/window_train: the window replay step of gpu_suite.sh.
+if [ -x "$build/tests/corpus/window_train" ]; then
+  copy_stripped "$build/tests/corpus/window_train" "$out/programs"
+else
+  missing+=("programs/window_train")
+fi
 if [ -x "$build/tests/digest_kernel_check" ]; then
   copy_stripped "$build/tests/digest_kernel_check" "$out/checks"
 else

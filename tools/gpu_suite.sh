@@ -323,6 +323,29 @@ if wants replay; then
   fi
 fi
 
+# --- window replay ---------------------------------------------------------------------------
+
+if wants replay; then
+  say ""
+  say "## Window replay"
+  say ""
+  say "window_train --plant (conv + gemm training loop, backward filter ALGO_0) recorded with"
+  say "--window 30:79, the program moved away, the window replayed from the trace alone 5 times"
+  say "(exit 1: the varying op named), then with --try-deterministic."
+  trace=$work/window_train.ndt
+  cp "$programs/window_train" "$work/window_train"
+  run 120 'ndtrace:|error' "$ndtrace" record --window 30:79 -o "$trace" -- \
+    "$work/window_train" --plant --steps 6
+  rm -f "$work/window_train"
+  if [ "$status" -eq 0 ]; then
+    run 180 tail:14 "$ndtrace" replay "$trace" --window 30:79
+    run 180 tail:8 "$ndtrace" replay "$trace" --window 30:79 --try-deterministic
+  else
+    say ""
+    say "window_train could not be recorded: window replay not run"
+  fi
+fi
+
 # --- bisect ----------------------------------------------------------------------------------
 
 if wants bisect; then

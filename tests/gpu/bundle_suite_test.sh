@@ -61,7 +61,7 @@ results=$1
 head -n 1 "$results" | grep -q 'stand-in device, not a GPU' ||
   fail "the results do not say on top that they are not a GPU's: $(head -n 1 "$results")"
 for heading in "## GPU facts" "## Sample programs" "## Digest kernels" "## Benchmarks" \
-  "## Op replay" "## Bisect" "## PyTorch" "## Policies on a convolutional network (cudnn.benchmark=True)"; do
+  "## Op replay" "## Window replay" "## Bisect" "## PyTorch" "## Policies on a convolutional network (cudnn.benchmark=True)"; do
   grep -q -x -F "$heading" "$results" || fail "no heading '$heading' in $results"
 done
 section() {
@@ -78,6 +78,12 @@ for configuration in pin deterministic; do
   grep -q "^| $configuration | identical |" "$results" ||
     fail "conv_legacy --benchmark under $configuration is not identical twice: $(grep '^| ' "$results")"
 done
+# Window replay: the planted backward filter named, the fix identical.
+sed -n '/^## Window replay$/,/^## Bisect$/p' "$results" | grep -q 'VARIES at op [0-9]*;* ' ||
+  fail "window replay did not name a varying op: $(sed -n '/^## Window replay$/,/^## Bisect$/p' "$results")"
+sed -n '/^## Window replay$/,/^## Bisect$/p' "$results" |
+  grep -q 'identical in 5 repeats with the fix' ||
+  fail "window replay with --try-deterministic is not identical with the fix"
 ls "$tmp"/results/logs-*/*.log >/dev/null 2>&1 || fail "no logs beside the results"
 echo "results: $results"
 cat "$results"
