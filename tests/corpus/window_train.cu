@@ -118,6 +118,9 @@ int main(int argc, char** argv) {
   CORPUS_CHECK(cudaMemcpy(d_w, w0.data(), w_count * 4, cudaMemcpyHostToDevice));
   CORPUS_CHECK(cudaMemcpy(d_fc, fc0.data(), fc_count * 4, cudaMemcpyHostToDevice));
   CORPUS_CHECK(cudaMemcpy(d_target, target.data(), z_count * 4, cudaMemcpyHostToDevice));
+  // A copy from pageable memory may return before its bytes land, and the non-blocking streams
+  // do not wait for the legacy stream's work: wait for them here.
+  CORPUS_CHECK(cudaDeviceSynchronize());
 
   float* pinned = nullptr;  // the data loader's staging buffer
   CORPUS_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&pinned), x_count * 4, cudaHostAllocDefault));
