@@ -17,7 +17,13 @@ namespace ndt::replay {
 
 void DeviceImage::Write(uint64_t address, std::string_view bytes) {
   if (bytes.empty()) return;
-  const uint64_t end = address + bytes.size();
+  Erase(address, bytes.size());
+  segments_.emplace(address, std::string(bytes));
+}
+
+void DeviceImage::Erase(uint64_t address, uint64_t bytes) {
+  if (bytes == 0) return;
+  const uint64_t end = address + bytes;
   // The segments overlapping [address, end) keep only their parts outside it.
   auto it = segments_.lower_bound(address);
   if (it != segments_.begin()) --it;
@@ -33,7 +39,6 @@ void DeviceImage::Write(uint64_t address, std::string_view bytes) {
     if (start < address) segments_.emplace(start, old.substr(0, address - start));
     if (stop > end) segments_.emplace(end, old.substr(end - start));
   }
-  segments_.emplace(address, std::string(bytes));
 }
 
 bool DeviceImage::Covers(uint64_t address, uint64_t bytes) const {
@@ -99,12 +104,20 @@ struct Place {
   uint64_t bytes = 0;
 };
 
+// Places larger than this are not replayed (the image holds them in host memory; captures stop
+// at 1 GiB too).
+constexpr uint64_t kMaxPlaceBytes = uint64_t{1} << 30;
+
+bool Plausible(uint64_t address, uint64_t bytes) {
+  return address != 0 && bytes > 0 && bytes <= kMaxPlaceBytes && address + bytes > address;
+}
+
 // Where `role` of `op` lies: a digested buffer of that role, or a kernel's captured allocation
 // ("alloc<id>" and "alloc<id>.bytes"); nullopt when the trace does not say.
 std::optional<Place> PlaceOf(const format::OpRecord& op, const std::string& role) {
   for (const auto* list : {&op.outputs, &op.inputs}) {
     for (const format::BufferDigest& digest : *list) {
-      if (digest.role == role && digest.pointer.raw_address != 0 && digest.bytes > 0) {
+      if (digest.role == role && Plausible(digest.pointer.raw_address, digest.bytes)) {
         return Place{digest.pointer.raw_address, digest.bytes};
       }
     }
@@ -113,7 +126,7 @@ std::optional<Place> PlaceOf(const format::OpRecord& op, const std::string& role
   const format::Argument* size = FindArgument(op, role + ".bytes");
   const auto* pointer = base == nullptr ? nullptr : std::get_if<format::DevicePointer>(&base->value);
   const auto* bytes = size == nullptr ? nullptr : std::get_if<uint64_t>(&size->value);
-  if (pointer != nullptr && bytes != nullptr && pointer->raw_address != 0 && *bytes > 0) {
+  if (pointer != nullptr && bytes != nullptr && Plausible(pointer->raw_address, *bytes)) {
     return Place{pointer->raw_address, *bytes};
   }
   return std::nullopt;
@@ -155,9 +168,27 @@ std::string OpName(const format::OpRecord& op) {
 }
 
 // How window replay treats `op`.
-enum class Treatment { kReplay, kCopy, kMemset, kOrdering, kRefused };
+enum class Treatment { kReplay, kCopy, kMemset, kOrdering, kRecorded, kRefused };
+
+// The device places a call window replay does not re-execute wrote (its output digests).
+std::vector<Place> WrittenPlaces(const format::OpRecord& op, bool* all_known) {
+  std::vector<Place> places;
+  *all_known = true;
+  for (const format::BufferDigest& output : op.outputs) {
+    if (output.pointer.allocation_id == 0) continue;  // host memory
+    if (Plausible(output.pointer.raw_address, output.bytes)) {
+      places.push_back({output.pointer.raw_address, output.bytes});
+    } else {
+      *all_known = false;
+    }
+  }
+  return places;
+}
 
 Treatment TreatmentOf(const format::OpRecord& op, std::string* why) {
+  if (FindArgument(op, "capturedInto") != nullptr) {
+    return Treatment::kOrdering;  // put into a CUDA graph, not run then
+  }
   switch (op.kind) {
     case format::OpKind::kMemcpy:
       return Treatment::kCopy;
@@ -179,13 +210,14 @@ Treatment TreatmentOf(const format::OpRecord& op, std::string* why) {
     *why = CheckReplayable(op).message();
     return Treatment::kRefused;
   }
-  for (const format::BufferDigest& output : op.outputs) {
-    if (output.pointer.allocation_id != 0) {
-      *why = "it writes device memory and window replay cannot re-execute it";
-      return Treatment::kRefused;
-    }
+  bool all_known = true;
+  const std::vector<Place> written = WrittenPlaces(op, &all_known);
+  if (!all_known) {
+    *why = "it writes device memory at places the trace does not give, and window replay "
+           "cannot re-execute it";
+    return Treatment::kRefused;
   }
-  return Treatment::kOrdering;
+  return written.empty() ? Treatment::kOrdering : Treatment::kRecorded;
 }
 
 // The source and destination of a copy (0: host) and its size.
@@ -207,7 +239,7 @@ std::optional<std::string> MemsetBytes(const format::OpRecord& op) {
   const uint64_t element = UnsignedArgument(op, "elementBytes");
   const uint64_t value = UnsignedArgument(op, "value");
   if (element != 1 && element != 2 && element != 4) return std::nullopt;
-  if (count > (uint64_t{1} << 32) / element) return std::nullopt;
+  if (count > kMaxPlaceBytes / element) return std::nullopt;
   std::string bytes(count * element, '\0');
   for (uint64_t i = 0; i < count; ++i) std::memcpy(bytes.data() + i * element, &value, element);
   return bytes;
@@ -229,6 +261,22 @@ class Coverage {
       it = ranges_.erase(it);
     }
     ranges_.emplace(start, end);
+  }
+  void Erase(uint64_t address, uint64_t bytes) {
+    if (bytes == 0) return;
+    const uint64_t end = address + bytes;
+    auto it = ranges_.upper_bound(address);
+    if (it != ranges_.begin()) --it;
+    while (it != ranges_.end() && it->first < end) {
+      const uint64_t start = it->first, stop = it->second;
+      if (stop <= address) {
+        ++it;
+        continue;
+      }
+      it = ranges_.erase(it);
+      if (start < address) ranges_.emplace(start, address);
+      if (stop > end) ranges_.emplace(end, stop);
+    }
   }
   bool Covers(uint64_t address, uint64_t bytes) const {
     auto it = ranges_.upper_bound(address);
@@ -313,10 +361,17 @@ Status CheckWindow(const WindowOps& window) {
         return Status::Error(fmt::format("{} cannot be replayed in a window: {}", OpName(op), why));
       case Treatment::kOrdering:
         break;
+      case Treatment::kRecorded: {
+        bool all_known = true;
+        for (const Place& place : WrittenPlaces(op, &all_known)) {
+          known.Erase(place.address, place.bytes);
+        }
+        break;
+      }
       case Treatment::kMemset: {
         const format::DevicePointer* dst = PointerArgument(op, "dst");
         const std::optional<std::string> bytes = MemsetBytes(op);
-        if (dst == nullptr || !bytes) {
+        if (dst == nullptr || !bytes || !Plausible(dst->raw_address, bytes->size())) {
           return Status::Error(fmt::format("{} lacks its destination or value", OpName(op)));
         }
         known.Add(dst->raw_address, bytes->size());
@@ -325,6 +380,10 @@ Status CheckWindow(const WindowOps& window) {
       case Treatment::kCopy: {
         const Copy copy = CopyOf(op);
         if (copy.dst == 0) break;  // to the host: nothing on the device changes
+        if (!Plausible(copy.dst, copy.bytes) || (copy.src != 0 && !Plausible(copy.src, copy.bytes))) {
+          return Status::Error(fmt::format("{} has an impossible extent ({} bytes)", OpName(op),
+                                           copy.bytes));
+        }
         const std::string* src = TextOf(op, "blob:in:src");
         std::optional<Place> from;
         if (copy.src != 0) from.emplace(Place{copy.src, copy.bytes});
@@ -444,6 +503,14 @@ class WindowRunner {
       case Treatment::kOrdering:
         result.step = WindowStep::kOrdering;
         break;
+      case Treatment::kRecorded: {
+        result.step = WindowStep::kRecorded;
+        bool all_known = true;
+        for (const Place& place : WrittenPlaces(op, &all_known)) {
+          image_.Erase(place.address, place.bytes);
+        }
+        break;
+      }
       case Treatment::kMemset: {
         result.step = WindowStep::kApplied;
         const format::DevicePointer* dst = PointerArgument(op, "dst");

@@ -16,7 +16,10 @@
 // op is stable the K repeats of the window are identical up to it, so one image serves them all;
 // the first op whose K outputs differ is the window's first varying op (the K repeats part
 // there). Its bytes are written back to the image; memcpy and memset are applied to the image
-// (copies are deterministic), synchronisations, event and stream ops only order.
+// (copies are deterministic), synchronisations, event and stream ops only order. A call that
+// writes device memory at recorded places but that no replayer re-executes is taken as
+// recorded: its places are forgotten, so the ops that read them take the captured bytes (and
+// one whose bytes were not captured is refused); such an op cannot be found varying.
 //
 // With `try_deterministic`, the varying op is replayed with its deterministic alternatives
 // (op_replay.h), the first stable one takes its place, and the window runs on to its end; each
@@ -47,6 +50,8 @@ class DeviceImage {
  public:
   // Records `bytes` at [address, address + bytes.size()), replacing what was known there.
   void Write(uint64_t address, std::string_view bytes);
+  // Forgets [address, address + bytes): unknown again.
+  void Erase(uint64_t address, uint64_t bytes);
   // Whether every byte of [address, address + bytes) is known.
   bool Covers(uint64_t address, uint64_t bytes) const;
   // The known bytes of [address, address + bytes), over `fallback` (as many bytes) where
@@ -75,7 +80,11 @@ struct WindowReplayOptions {
 enum class WindowStep {
   kReplayed,  // re-executed K times (library op, kernel launch)
   kApplied,   // a copy or memset, applied to the device image
-  kOrdering,  // a synchronisation, event or stream op: the serial replay keeps its order
+  kOrdering,  // a synchronisation, event or stream op (or one captured into a CUDA graph, not
+              // run then): the serial replay keeps its order
+  kRecorded,  // a call window replay does not re-execute that writes device memory at known
+              // places (cudnnSetDropoutDescriptor, cublasSaxpy_v2...): what it wrote is taken
+              // from the captured inputs of the ops that read it
 };
 
 struct WindowOpResult {
@@ -127,8 +136,8 @@ StatusOr<WindowOps> ReadWindowOps(format::TraceReader& reader, uint64_t first,
                                   std::optional<uint64_t> last);
 
 // Whether the trace keeps what replaying `window` needs, without touching a GPU: every op is
-// of a kind window replay re-executes (or only orders), each input that the window has not
-// written before was captured, kernels have their module. Fails naming the first op that
+// of a kind window replay re-executes (or only orders, or takes as recorded), each input that
+// the window has not written before was captured, kernels have their module. Fails naming the first op that
 // cannot be replayed and why ("op 12 (cublasSgemm_v2) reads B, which the trace did not keep:
 // ...").
 Status CheckWindow(const WindowOps& window);

@@ -115,10 +115,14 @@ int RunReplayWindow(const ReplayWindowOptions& options) {
   const replay::WindowReplayReport& r = *report;
 
   size_t replayed = 0, applied = 0, ordering = 0;
+  std::vector<std::string> as_recorded;
   for (const replay::WindowOpResult& result : r.ops) {
     replayed += result.step == replay::WindowStep::kReplayed;
     applied += result.step == replay::WindowStep::kApplied;
     ordering += result.step == replay::WindowStep::kOrdering;
+    if (result.step == replay::WindowStep::kRecorded) {
+      as_recorded.push_back(fmt::format("op {} ({})", result.op.sequence, result.op.name));
+    }
   }
   fmt::print("window {}..{} of {}: {} ops, {} runs of each, on {} (compute capability {}.{}, "
              "driver {}){}\n",
@@ -126,8 +130,20 @@ int RunReplayWindow(const ReplayWindowOptions& options) {
              machine->cc_major, machine->cc_minor, machine->driver,
              mismatches.empty() ? "" : ", forced");
   fmt::print("  replayed {} ops: {} re-executed, {} copies and memsets applied, {} "
-             "synchronisation, event and stream ops kept in order\n",
-             r.ops.size(), replayed, applied, ordering);
+             "synchronisation, event and stream ops kept in order{}\n",
+             r.ops.size(), replayed, applied, ordering,
+             as_recorded.empty() ? ""
+                                 : fmt::format(", {} taken as recorded", as_recorded.size()));
+  if (!as_recorded.empty()) {
+    std::string list;
+    for (size_t i = 0; i < as_recorded.size() && i < 8; ++i) {
+      list += (list.empty() ? "" : ", ") + as_recorded[i];
+    }
+    if (as_recorded.size() > 8) list += fmt::format(" and {} more", as_recorded.size() - 8);
+    fmt::print("  not re-executed (what they wrote is read from the trace by the ops after them, "
+               "so they cannot be found varying): {}\n",
+               list);
+  }
   fmt::print("  device memory: {} bytes touched, {} of them the state at op {} read from the "
              "trace\n",
              r.image_bytes, r.bytes_from_trace, r.first);

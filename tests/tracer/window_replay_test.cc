@@ -170,3 +170,55 @@ TEST_CASE(
 }
 
 }  // namespace
+
+namespace {
+
+// Records PROGRAM ARGS with `--window 0:` (every op captured) and replays `--window 0:`.
+RunResult WholeRunReplayed(const std::filesystem::path& dir, const std::string& program,
+                           const std::string& args) {
+  const std::string trace = (dir / "whole.ndt").string();
+  std::filesystem::remove(trace);
+  const RunResult recorded =
+      Run("'" NDTRACE_BIN "' record --quiet --window 0: -o '" + trace + "' -- '" + program +
+          "' " + args);
+  REQUIRE(recorded.status == 0);
+  return ReplayWindow(trace, "0:", "--repeat 4");
+}
+
+TEST_CASE(
+    "window replay re-executes cuBLASLt, cuDNN backend and RNN, cuRAND and kernels on several "
+    "threads, and refuses a CUDA graph launch",
+    "[tracer][window_replay]") {
+  ndt::testing::TempDir dir;
+  struct Case {
+    std::string program, args;
+    int status;
+    std::string expected;  // in stdout (status 0, 1) or stderr (2)
+  };
+  const std::vector<Case> cases = {
+      // The stand-in's split-K matmul reduces in racing order.
+      {PROG_GEMM, "--lt", 1, "\n      cublasLtMatmul\n"},
+      // The stand-in's default backend engine for this graph is a racing one.
+      {PROG_CONV_BACKEND, "", 1, "\n      cudnnBackendExecute\n"},
+      // The weight gradients race; the dropout descriptor's states are taken as recorded.
+      {PROG_LSTM_TRAIN, "", 1, "\n      cudnnRNNBackwardWeights_v8\n"},
+      {PROG_CURAND_SAMPLE, "", 0, "identical in 4 repeats"},
+      // Four threads, each with its own streams, events and allocations.
+      {PROG_THREAD_STREAMS, "", 0, "identical in 4 repeats"},
+      // Kernels reading through device pointers held in device memory.
+      {PROG_POINTER_ROWS, "", 0, "identical in 4 repeats"},
+      {PROG_STREAMS_GRAPHS, "", 2,
+       "(cuGraphLaunch) cannot be replayed in a window: a CUDA graph launch is not replayed"},
+  };
+  for (const Case& c : cases) {
+    const RunResult replayed = WholeRunReplayed(dir.path(), c.program, c.args);
+    INFO(c.program << " " << c.args << "\n" << replayed.out << replayed.err);
+    CHECK(replayed.status == c.status);
+    CHECK(Contains(c.status == 2 ? replayed.err : replayed.out, c.expected));
+  }
+  const RunResult lstm = WholeRunReplayed(dir.path(), PROG_LSTM_TRAIN, "");
+  CHECK(Contains(lstm.out, "(cudnnSetDropoutDescriptor)"));
+  CHECK(Contains(lstm.out, "taken as recorded"));
+}
+
+}  // namespace

@@ -41,6 +41,14 @@ TEST_CASE("the device image keeps the newest bytes of every address and reads ov
   image.Write(98, std::string(10, '='));
   CHECK(*image.Read(96, 18) == "12==========....!!");
   CHECK(image.known_bytes() == 18);
+
+  // Forgetting a range in the middle of several segments.
+  image.Erase(100, 10);
+  CHECK(*image.Read(96, 4) == "12==");
+  CHECK_FALSE(image.Covers(100, 1));
+  CHECK_FALSE(image.Covers(109, 1));
+  CHECK(*image.Read(110, 4) == "..!!");
+  CHECK(image.known_bytes() == 8);
 }
 
 Argument Text(const std::string& name, const std::string& value) {
