@@ -187,7 +187,7 @@ int RunReplayWindow(const ReplayWindowOptions& options) {
   }
   const double recorded_ms = static_cast<double>(r.recorded_ns) / 1e6;
   fmt::print("  time: {:.3f} ms for {} runs of {} ops ({:.3f} ms per op-run); the window took "
-             "{:.3f} ms when recorded\n",
+             "{:.3f} ms in the recorded run (its capture included)\n",
              r.replay_ms, r.repeat, r.ops.size(),
              r.ops.empty() ? 0.0 : r.replay_ms / (static_cast<double>(r.ops.size()) * r.repeat),
              recorded_ms);
