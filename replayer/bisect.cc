@@ -302,7 +302,8 @@ std::optional<DiffReport> ReplayWindowStep(const BisectOptions& options, uint64_
   settings.capture = fmt::format("{}-{}", begin, end);
   StatusOr<std::string> trace = run(settings);
   const auto give_up = [&](const std::string& why) {
-    result->steps.push_back(fmt::format("ops {}..{}: not replayed as a window: {}", begin, end, why));
+    result->steps.push_back(
+        fmt::format("ops {}..{}: not replayed as a window: {}", begin, end, why));
     progress(result->steps.back());
     return std::nullopt;
   };
@@ -315,9 +316,10 @@ std::optional<DiffReport> ReplayWindowStep(const BisectOptions& options, uint64_
   replay.repeat = std::max(2, options.window_repeat);
   for (int attempt = 0; attempt < options.window_replays; ++attempt) {
     ++result->window_replays;
-    progress(fmt::format("window replay {}: ops {}..{} of run {}, {} runs of each op, from the "
-                         "trace alone",
-                         result->window_replays, begin, end, result->runs, replay.repeat));
+    progress(
+        fmt::format("window replay {}: ops {}..{} of run {}, {} runs of each op, from the "
+                    "trace alone",
+                    result->window_replays, begin, end, result->runs, replay.repeat));
     StatusOr<WindowReplayReport> replayed = ReplayWindow(**reader, replay);
     if (!replayed.ok()) return give_up(replayed.status().message());
     if (!replayed->first_varying) continue;
@@ -358,8 +360,8 @@ std::optional<DiffReport> ReplayWindowStep(const BisectOptions& options, uint64_
     report.ops_b = replayed->ops.size();
     report.ops_compared = replayed->ops.size();
     result->steps.push_back(fmt::format(
-        "ops {}..{} captured in run {} and replayed from the trace alone: op {} ({}) varies",
-        begin, end, result->runs, varying.op.sequence, varying.op.name));
+        "ops {}..{} captured in run {} and replayed from the trace alone: op {} ({}) varies", begin,
+        end, result->runs, varying.op.sequence, varying.op.name));
     progress(result->steps.back());
     result->found_op = true;
     result->confirmation = fmt::format(
@@ -368,10 +370,10 @@ std::optional<DiffReport> ReplayWindowStep(const BisectOptions& options, uint64_
         varying.op.sequence, begin, end, varying.runs.distinct_outputs, varying.runs.runs);
     return report;
   }
-  return give_up(fmt::format("{} window replay{} of {} runs each were identical (it varies only "
-                             "with the program around it)",
-                             options.window_replays, options.window_replays == 1 ? "" : "s",
-                             replay.repeat));
+  return give_up(
+      fmt::format("{} window replay{} of {} runs each were identical (it varies only "
+                  "with the program around it)",
+                  options.window_replays, options.window_replays == 1 ? "" : "s", replay.repeat));
 }
 
 // Steps 2-5 (bisect.h) on ops begin..end, recording into `result`.

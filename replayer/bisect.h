@@ -23,11 +23,11 @@
 //      "not reproduced alone" when they do not (it races with other work, e.g. another stream).
 //
 // Window replay (window_replay.h), on unless `window_replays` is 0: once runs were seen to
-// differ in a window (step 2 or 3) narrow enough for step 4, one run records it with its ops captured (`--capture A-B`, as
-// `record --window A:B` does) and the window is replayed from that trace alone, up to
-// `window_replays` times (`window_repeat` runs of each op): the first op whose outputs vary is
-// named `nondeterministic_op`, confirmed by the replay itself (no step 5). When the window
-// cannot be replayed (an op window replay does not re-execute) or replays identical (the op
+// differ in a window (step 2 or 3) narrow enough for step 4, one run records it with its ops
+// captured (`--capture A-B`, as `record --window A:B` does) and the window is replayed from that
+// trace alone, up to `window_replays` times (`window_repeat` runs of each op): the first op whose
+// outputs vary is named `nondeterministic_op`, confirmed by the replay itself (no step 5). When the
+// window cannot be replayed (an op window replay does not re-execute) or replays identical (the op
 // varies only with the program around it: another stream's timing), step 4 runs as above.
 // Then: 1 + 2 per state-digest step + 1 capture run, and the window replays.
 //

@@ -53,8 +53,7 @@ bool DeviceImage::Covers(uint64_t address, uint64_t bytes) const {
   return at >= end;
 }
 
-std::string DeviceImage::ReadOver(uint64_t address, std::string fallback,
-                                  uint64_t* from_fallback) {
+std::string DeviceImage::ReadOver(uint64_t address, std::string fallback, uint64_t* from_fallback) {
   const uint64_t end = address + fallback.size();
   uint64_t known = 0;
   auto it = segments_.upper_bound(address);
@@ -124,7 +123,8 @@ std::optional<Place> PlaceOf(const format::OpRecord& op, const std::string& role
   }
   const format::Argument* base = FindArgument(op, role);
   const format::Argument* size = FindArgument(op, role + ".bytes");
-  const auto* pointer = base == nullptr ? nullptr : std::get_if<format::DevicePointer>(&base->value);
+  const auto* pointer =
+      base == nullptr ? nullptr : std::get_if<format::DevicePointer>(&base->value);
   const auto* bytes = size == nullptr ? nullptr : std::get_if<uint64_t>(&size->value);
   if (pointer != nullptr && bytes != nullptr && Plausible(pointer->raw_address, *bytes)) {
     return Place{pointer->raw_address, *bytes};
@@ -213,8 +213,9 @@ Treatment TreatmentOf(const format::OpRecord& op, std::string* why) {
   bool all_known = true;
   const std::vector<Place> written = WrittenPlaces(op, &all_known);
   if (!all_known) {
-    *why = "it writes device memory at places the trace does not give, and window replay "
-           "cannot re-execute it";
+    *why =
+        "it writes device memory at places the trace does not give, and window replay "
+        "cannot re-execute it";
     return Treatment::kRefused;
   }
   return written.empty() ? Treatment::kOrdering : Treatment::kRecorded;
@@ -332,10 +333,9 @@ StatusOr<WindowOps> ReadWindowOps(format::TraceReader& reader, uint64_t first,
                                      first, last ? fmt::format("{}", *last) : "",
                                      window.last_in_trace));
   }
-  std::sort(window.ops.begin(), window.ops.end(),
-            [](const format::OpRecord& a, const format::OpRecord& b) {
-              return a.sequence < b.sequence;
-            });
+  std::sort(
+      window.ops.begin(), window.ops.end(),
+      [](const format::OpRecord& a, const format::OpRecord& b) { return a.sequence < b.sequence; });
   return window;
 }
 
@@ -380,9 +380,10 @@ Status CheckWindow(const WindowOps& window) {
       case Treatment::kCopy: {
         const Copy copy = CopyOf(op);
         if (copy.dst == 0) break;  // to the host: nothing on the device changes
-        if (!Plausible(copy.dst, copy.bytes) || (copy.src != 0 && !Plausible(copy.src, copy.bytes))) {
-          return Status::Error(fmt::format("{} has an impossible extent ({} bytes)", OpName(op),
-                                           copy.bytes));
+        if (!Plausible(copy.dst, copy.bytes) ||
+            (copy.src != 0 && !Plausible(copy.src, copy.bytes))) {
+          return Status::Error(
+              fmt::format("{} has an impossible extent ({} bytes)", OpName(op), copy.bytes));
         }
         const std::string* src = TextOf(op, "blob:in:src");
         std::optional<Place> from;
@@ -433,8 +434,8 @@ StatusOr<std::optional<std::string>> ReadKept(format::TraceReader& reader, const
   StatusOr<std::string> read = reader.ReadBlob(*id, uint64_t{1} << 32);
   if (!read.ok()) return read.status();
   if (read->size() != bytes) {
-    return Status::Error(fmt::format("a captured buffer holds {} bytes, not {}", read->size(),
-                                     bytes));
+    return Status::Error(
+        fmt::format("a captured buffer holds {} bytes, not {}", read->size(), bytes));
   }
   return std::optional<std::string>(std::move(*read));
 }
@@ -582,8 +583,8 @@ class WindowRunner {
       }
     }
     if (chosen) {
-      if (Status status = WriteOutputs(image_, op, replayed->output_role,
-                                       chosen->first_output_bytes);
+      if (Status status =
+              WriteOutputs(image_, op, replayed->output_role, chosen->first_output_bytes);
           !status.ok()) {
         return status;
       }
@@ -680,11 +681,10 @@ StatusOr<WindowReplayReport> ReplayWindow(format::TraceReader& reader,
           "inputs equal: the window's own device memory, the same in every repeat up to this "
           "op ({} earlier ops stable)",
           index));
-      report.evidence.push_back(
-          fmt::format("{} of {} runs of {} gave {} different {} ({} bytes){}",
-                      result.runs.runs, result.runs.runs, result.runs.name,
-                      result.runs.distinct_outputs, result.output_role, result.output_bytes,
-                      ValueDiff(result.runs)));
+      report.evidence.push_back(fmt::format("{} of {} runs of {} gave {} different {} ({} bytes){}",
+                                            result.runs.runs, result.runs.runs, result.runs.name,
+                                            result.runs.distinct_outputs, result.output_role,
+                                            result.output_bytes, ValueDiff(result.runs)));
       if (result.runs.runs_matching_recorded >= 0) {
         report.evidence.push_back(fmt::format("{} of {} runs equal the recorded output",
                                               result.runs.runs_matching_recorded,

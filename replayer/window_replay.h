@@ -90,7 +90,7 @@ enum class WindowStep {
 struct WindowOpResult {
   format::OpRecord op;  // without its blob arguments' bytes (they are ids)
   WindowStep step = WindowStep::kOrdering;
-  std::string output_role;        // kReplayed: the compared buffer(s)
+  std::string output_role;  // kReplayed: the compared buffer(s)
   uint64_t output_bytes = 0;
   AlgorithmRuns runs;             // kReplayed: the runs of the algorithm that ran
   bool substituted = false;       // kReplayed: `runs` is a deterministic alternative's
@@ -98,9 +98,9 @@ struct WindowOpResult {
 };
 
 struct WindowReplayReport {
-  uint64_t first = 0, last = 0;       // the window, inclusive
+  uint64_t first = 0, last = 0;                    // the window, inclusive
   uint64_t captured_first = 0, captured_last = 0;  // ops with captured bytes in the trace
-  std::vector<WindowOpResult> ops;    // in sequence order, up to where the replay stopped
+  std::vector<WindowOpResult> ops;  // in sequence order, up to where the replay stopped
   size_t ops_in_window = 0;
   int repeat = 0;
   // The first op whose K outputs differ (index in `ops`), its class, evidence and hint.
@@ -112,12 +112,12 @@ struct WindowReplayReport {
   std::optional<OpReplayReport> alternatives;
   std::vector<size_t> fixed;
   std::vector<size_t> unfixed;
-  bool ran_to_end = false;        // every op of the window was replayed
+  bool ran_to_end = false;             // every op of the window was replayed
   size_t differing_from_recorded = 0;  // replayed ops whose stable output != the recorded one
-  uint64_t image_bytes = 0;       // device bytes the window touched (the image at the end)
-  uint64_t bytes_from_trace = 0;  // of those, read from the trace (the state at op A)
-  double replay_ms = 0;           // wall time of the whole replay (K runs of every op)
-  uint64_t recorded_ns = 0;       // the window's span in the recorded run (first start..last end)
+  uint64_t image_bytes = 0;            // device bytes the window touched (the image at the end)
+  uint64_t bytes_from_trace = 0;       // of those, read from the trace (the state at op A)
+  double replay_ms = 0;                // wall time of the whole replay (K runs of every op)
+  uint64_t recorded_ns = 0;  // the window's span in the recorded run (first start..last end)
 
   // The window replayed identically in all K repeats, as recorded.
   bool identical() const { return ran_to_end && !first_varying; }
@@ -137,8 +137,9 @@ StatusOr<WindowOps> ReadWindowOps(format::TraceReader& reader, uint64_t first,
 
 // Whether the trace keeps what replaying `window` needs, without touching a GPU: every op is
 // of a kind window replay re-executes (or only orders, or takes as recorded), each input that
-// the window has not written before was captured, kernels have their module. Fails naming the first op that
-// cannot be replayed and why ("op 12 (cublasSgemm_v2) reads B, which the trace did not keep:
+// the window has not written before was captured, kernels have their module. Fails naming the first
+// op that cannot be replayed and why ("op 12 (cublasSgemm_v2) reads B, which the trace did not
+// keep:
 // ...").
 Status CheckWindow(const WindowOps& window);
 

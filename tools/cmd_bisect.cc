@@ -84,8 +84,8 @@ int RunBisect(const BisectCommandOptions& options) {
   }
   const std::string summary =
       fmt::format("{} program runs (N = {} ops: ceil(log2 N) = {}) and {} window replay{}",
-                  result->runs, result->ops, replay::CeilLog2(result->ops),
-                  result->window_replays, result->window_replays == 1 ? "" : "s");
+                  result->runs, result->ops, replay::CeilLog2(result->ops), result->window_replays,
+                  result->window_replays == 1 ? "" : "s");
   if (!result->report) {
     fmt::print("ndtrace bisect: no divergence: {}; {}; traces in {}\n", result->stopped_because,
                summary, directory.string());

@@ -5,9 +5,9 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
-#include <optional>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>

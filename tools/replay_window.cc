@@ -22,7 +22,8 @@ namespace {
 constexpr uint64_t kCaptureToEnd = 9'999'999'999'999'999'999ull;
 
 std::optional<uint64_t> Number(const std::string& text) {
-  if (text.empty() || text.size() > 19 || text.find_first_not_of("0123456789") != std::string::npos) {
+  if (text.empty() || text.size() > 19 ||
+      text.find_first_not_of("0123456789") != std::string::npos) {
     return std::nullopt;
   }
   return std::stoull(text);
@@ -30,15 +31,16 @@ std::optional<uint64_t> Number(const std::string& text) {
 
 std::string RunsLine(const replay::WindowOpResult& result) {
   const replay::AlgorithmRuns& runs = result.runs;
-  const std::string recorded =
-      runs.runs_matching_recorded < 0 ? "-"
-                                      : fmt::format("{}/{}", runs.runs_matching_recorded, runs.runs);
-  return fmt::format("  op {:<6} stream {:<8} {:<34} {:<14} {:>9} B  {:>2} distinct  recorded {:>5}  "
-                     "{:>8.3f} ms  {}{}",
-                     result.op.sequence, format::StreamLabel(result.op.stream_id), result.op.name,
-                     result.output_role, result.output_bytes, runs.distinct_outputs, recorded,
-                     runs.ms_per_call, runs.stable() ? "stable" : "VARIES",
-                     result.substituted ? fmt::format(" (with {})", runs.name) : "");
+  const std::string recorded = runs.runs_matching_recorded < 0
+                                   ? "-"
+                                   : fmt::format("{}/{}", runs.runs_matching_recorded, runs.runs);
+  return fmt::format(
+      "  op {:<6} stream {:<8} {:<34} {:<14} {:>9} B  {:>2} distinct  recorded {:>5}  "
+      "{:>8.3f} ms  {}{}",
+      result.op.sequence, format::StreamLabel(result.op.stream_id), result.op.name,
+      result.output_role, result.output_bytes, runs.distinct_outputs, recorded, runs.ms_per_call,
+      runs.stable() ? "stable" : "VARIES",
+      result.substituted ? fmt::format(" (with {})", runs.name) : "");
 }
 
 }  // namespace
@@ -124,29 +126,31 @@ int RunReplayWindow(const ReplayWindowOptions& options) {
       as_recorded.push_back(fmt::format("op {} ({})", result.op.sequence, result.op.name));
     }
   }
-  fmt::print("window {}..{} of {}: {} ops, {} runs of each, on {} (compute capability {}.{}, "
-             "driver {}){}\n",
-             r.first, r.last, options.trace, r.ops_in_window, r.repeat, machine->gpu_name,
-             machine->cc_major, machine->cc_minor, machine->driver,
-             mismatches.empty() ? "" : ", forced");
-  fmt::print("  replayed {} ops: {} re-executed, {} copies and memsets applied, {} "
-             "synchronisation, event and stream ops kept in order{}\n",
-             r.ops.size(), replayed, applied, ordering,
-             as_recorded.empty() ? ""
-                                 : fmt::format(", {} taken as recorded", as_recorded.size()));
+  fmt::print(
+      "window {}..{} of {}: {} ops, {} runs of each, on {} (compute capability {}.{}, "
+      "driver {}){}\n",
+      r.first, r.last, options.trace, r.ops_in_window, r.repeat, machine->gpu_name,
+      machine->cc_major, machine->cc_minor, machine->driver, mismatches.empty() ? "" : ", forced");
+  fmt::print(
+      "  replayed {} ops: {} re-executed, {} copies and memsets applied, {} "
+      "synchronisation, event and stream ops kept in order{}\n",
+      r.ops.size(), replayed, applied, ordering,
+      as_recorded.empty() ? "" : fmt::format(", {} taken as recorded", as_recorded.size()));
   if (!as_recorded.empty()) {
     std::string list;
     for (size_t i = 0; i < as_recorded.size() && i < 8; ++i) {
       list += (list.empty() ? "" : ", ") + as_recorded[i];
     }
     if (as_recorded.size() > 8) list += fmt::format(" and {} more", as_recorded.size() - 8);
-    fmt::print("  not re-executed (what they wrote is read from the trace by the ops after them, "
-               "so they cannot be found varying): {}\n",
-               list);
+    fmt::print(
+        "  not re-executed (what they wrote is read from the trace by the ops after them, "
+        "so they cannot be found varying): {}\n",
+        list);
   }
-  fmt::print("  device memory: {} bytes touched, {} of them the state at op {} read from the "
-             "trace\n",
-             r.image_bytes, r.bytes_from_trace, r.first);
+  fmt::print(
+      "  device memory: {} bytes touched, {} of them the state at op {} read from the "
+      "trace\n",
+      r.image_bytes, r.bytes_from_trace, r.first);
   for (const replay::WindowOpResult& result : r.ops) {
     if (result.step == replay::WindowStep::kReplayed) fmt::print("{}\n", RunsLine(result));
   }
@@ -181,26 +185,29 @@ int RunReplayWindow(const ReplayWindowOptions& options) {
                r.ops[index].op.sequence, r.ops[index].op.name);
   }
   if (r.differing_from_recorded > 0) {
-    fmt::print("note: {} stable op{} gave an output other than the recorded one (another GPU, "
-               "driver or library, or inputs that already differed)\n",
-               r.differing_from_recorded, r.differing_from_recorded == 1 ? "" : "s");
+    fmt::print(
+        "note: {} stable op{} gave an output other than the recorded one (another GPU, "
+        "driver or library, or inputs that already differed)\n",
+        r.differing_from_recorded, r.differing_from_recorded == 1 ? "" : "s");
   }
   const double recorded_ms = static_cast<double>(r.recorded_ns) / 1e6;
-  fmt::print("  time: {:.3f} ms for {} runs of {} ops ({:.3f} ms per op-run); the window took "
-             "{:.3f} ms in the recorded run (its capture included)\n",
-             r.replay_ms, r.repeat, r.ops.size(),
-             r.ops.empty() ? 0.0 : r.replay_ms / (static_cast<double>(r.ops.size()) * r.repeat),
-             recorded_ms);
+  fmt::print(
+      "  time: {:.3f} ms for {} runs of {} ops ({:.3f} ms per op-run); the window took "
+      "{:.3f} ms in the recorded run (its capture included)\n",
+      r.replay_ms, r.repeat, r.ops.size(),
+      r.ops.empty() ? 0.0 : r.replay_ms / (static_cast<double>(r.ops.size()) * r.repeat),
+      recorded_ms);
   if (r.identical()) {
     fmt::print("ndtrace replay: window {}..{} identical in {} repeats ({} ops)\n", r.first, r.last,
                r.repeat, r.ops.size());
     return kExitOk;
   }
   if (options.try_deterministic && r.identical_with_fixes()) {
-    fmt::print("ndtrace replay: window {}..{} VARIES at op {}; identical in {} repeats with the "
-               "fix{} above\n",
-               r.first, r.last, r.ops[*r.first_varying].op.sequence, r.repeat,
-               r.fixed.size() == 1 ? "" : "es");
+    fmt::print(
+        "ndtrace replay: window {}..{} VARIES at op {}; identical in {} repeats with the "
+        "fix{} above\n",
+        r.first, r.last, r.ops[*r.first_varying].op.sequence, r.repeat,
+        r.fixed.size() == 1 ? "" : "es");
     return kExitFinding;
   }
   fmt::print("ndtrace replay: window {}..{} VARIES at op {} ({} runs)\n", r.first, r.last,

@@ -22,11 +22,11 @@
 // pointer: the allocation id and its recorded base address), "alloc<id>.bytes" (its size) and
 // its whole bytes before and after the launch ("blob:in:alloc<id>", "blob:out:alloc<id>").
 //
-// Covered: the cuDNN legacy convolutions (hooks_cudnn.cc), RNN calls (hooks_cudnn_rnn.cc) and backend executes
-// (hooks_cudnn_backend.cc), cuBLAS GEMMs and cuBLASLt matmuls
-// (hooks_cublas.cc), cuRAND generates (hooks_curand.cc), kernel launches, and the source of
-// copies into device memory (hooks_driver.cc: "blob:in:src", for window replay). Every function is
-// thread-safe and never throws.
+// Covered: the cuDNN legacy convolutions (hooks_cudnn.cc), RNN calls (hooks_cudnn_rnn.cc) and
+// backend executes (hooks_cudnn_backend.cc), cuBLAS GEMMs and cuBLASLt matmuls (hooks_cublas.cc),
+// cuRAND generates (hooks_curand.cc), kernel launches, and the source of copies into device memory
+// (hooks_driver.cc: "blob:in:src", for window replay). Every function is thread-safe and never
+// throws.
 #pragma once
 
 #include <cstdint>

@@ -89,11 +89,14 @@ int main(int argc, char** argv) {
   DNN_CHECK(cudnnCreateTensorDescriptor(&y_desc));
   DNN_CHECK(cudnnCreateFilterDescriptor(&w_desc));
   DNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
-  DNN_CHECK(cudnnSetTensor4dDescriptor(x_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, kN, kC, kH, kW));
-  DNN_CHECK(cudnnSetFilter4dDescriptor(w_desc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, kK, kC, kR, kS));
+  DNN_CHECK(
+      cudnnSetTensor4dDescriptor(x_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, kN, kC, kH, kW));
+  DNN_CHECK(
+      cudnnSetFilter4dDescriptor(w_desc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, kK, kC, kR, kS));
   DNN_CHECK(cudnnSetConvolution2dDescriptor(conv, 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION,
                                             CUDNN_DATA_FLOAT));
-  DNN_CHECK(cudnnSetTensor4dDescriptor(y_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, kN, kK, kH, kW));
+  DNN_CHECK(
+      cudnnSetTensor4dDescriptor(y_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, kN, kK, kH, kW));
   const auto fwd_algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
   const auto filter_algo =
       plant ? CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
@@ -108,10 +111,9 @@ int main(int argc, char** argv) {
 
   // Parameters, activations and gradients.
   float *d_x = DeviceTensor(x_count), *d_w = DeviceTensor(w_count), *d_y = DeviceTensor(y_count),
-        *d_fc = DeviceTensor(fc_count), *d_z = DeviceTensor(z_count),
-        *d_dz = DeviceTensor(z_count), *d_dy = DeviceTensor(y_count),
-        *d_dw = DeviceTensor(w_count), *d_dfc = DeviceTensor(fc_count),
-        *d_target = DeviceTensor(z_count);
+        *d_fc = DeviceTensor(fc_count), *d_z = DeviceTensor(z_count), *d_dz = DeviceTensor(z_count),
+        *d_dy = DeviceTensor(y_count), *d_dw = DeviceTensor(w_count),
+        *d_dfc = DeviceTensor(fc_count), *d_target = DeviceTensor(z_count);
   const std::vector<float> w0 = Values(w_count, 21);
   const std::vector<float> fc0 = Values(fc_count, 22);
   const std::vector<float> target = Values(z_count, 23);
@@ -156,8 +158,8 @@ int main(int argc, char** argv) {
     BLAS_CHECK(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, kFeatures, kN, kOut, &one, d_fc, kOut,
                            d_dz, kOut, &zero, d_dy, kFeatures));
     DNN_CHECK(cudnnConvolutionBackwardFilter(dnn, &one, x_desc, d_x, y_desc, d_dy, conv,
-                                             filter_algo, workspace, workspace_bytes, &zero,
-                                             w_desc, d_dw));
+                                             filter_algo, workspace, workspace_bytes, &zero, w_desc,
+                                             d_dw));
     // SGD: w -= rate * dw, fc -= rate * dfc.
     CorpusAxpby<<<corpus::Blocks(static_cast<int>(w_count)), corpus::kThreads, 0, compute>>>(
         -rate, d_dw, 1.0f, d_w, static_cast<int>(w_count));

@@ -32,8 +32,8 @@ TEST_CASE("bisect names the racing op planted among 10,000 ops in ceil(log2 N) +
   ndt::testing::TempDir dir;
   const std::string out = (dir / "bisect").string();
   // Iteration 6137 of 10,000: op 3 + 6137. Per-op digest runs of the program, no window replay.
-  const RunResult bisect = Run(kNdtrace + " bisect --window-replays 0 -o '" + out + "' -- '"
-                               PROG_MANY_OPS "' 10000 6137");
+  const RunResult bisect = Run(kNdtrace + " bisect --window-replays 0 -o '" + out +
+                               "' -- '" PROG_MANY_OPS "' 10000 6137");
   INFO(bisect.out << bisect.err);
   REQUIRE(bisect.status == 1);
   CHECK(bisect.out.find("nondeterministic_op") != std::string::npos);
@@ -84,8 +84,8 @@ TEST_CASE(
     "[bisect][window_replay]") {
   ndt::testing::TempDir dir;
   const std::string out = (dir / "bisect").string();
-  const RunResult bisect = Run(kNdtrace + " bisect -o '" + out + "' -- '" PROG_MANY_OPS
-                               "' 10000 6137");
+  const RunResult bisect =
+      Run(kNdtrace + " bisect -o '" + out + "' -- '" PROG_MANY_OPS "' 10000 6137");
   INFO(bisect.out << bisect.err);
   REQUIRE(bisect.status == 1);
   // Run 1 counts, runs 2 and 3 (state digests) find the window, run 4 records it captured; the

@@ -178,9 +178,8 @@ RunResult WholeRunReplayed(const std::filesystem::path& dir, const std::string& 
                            const std::string& args) {
   const std::string trace = (dir / "whole.ndt").string();
   std::filesystem::remove(trace);
-  const RunResult recorded =
-      Run("'" NDTRACE_BIN "' record --quiet --window 0: -o '" + trace + "' -- '" + program +
-          "' " + args);
+  const RunResult recorded = Run("'" NDTRACE_BIN "' record --quiet --window 0: -o '" + trace +
+                                 "' -- '" + program + "' " + args);
   REQUIRE(recorded.status == 0);
   return ReplayWindow(trace, "0:", "--repeat 4");
 }

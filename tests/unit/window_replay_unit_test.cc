@@ -21,7 +21,7 @@ TEST_CASE("the device image keeps the newest bytes of every address and reads ov
           "[replayer][window_replay]") {
   DeviceImage image;
   image.Write(100, "abcdefgh");
-  image.Write(104, "XY");  // inside
+  image.Write(104, "XY");   // inside
   image.Write(96, "1234");  // touching on the left
   CHECK(image.Covers(96, 12));
   CHECK_FALSE(image.Covers(95, 2));
