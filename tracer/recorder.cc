@@ -280,6 +280,7 @@ format::TraceHeader BuildHeader() {
     }
   }
   AddLibraryVersions(header);
+  header.python = FindPythonVersion();
   return header;
 }
 
@@ -467,6 +468,15 @@ class Recorder {
     if (!atexit_registered_) {
       atexit_registered_ = true;
       std::atexit([] { Get().Close(); });
+    }
+    if (const char* request = std::getenv("NDTRACE_PYTHON_STACK");
+        request != nullptr && *request != '\0') {
+      if (std::optional<std::vector<LanePlace>> places = ParsePythonStackRequest(request)) {
+        session->RequestPythonStacks(std::move(*places));
+      } else {
+        Log(std::string("NDTRACE_PYTHON_STACK=") + request +
+            ": expected THREAD:STREAM:INDEX[,...] (at most 16); no Python stack is taken");
+      }
     }
     session_.store(session, std::memory_order_release);
     state_.store(State::kRecording, std::memory_order_release);
@@ -716,7 +726,23 @@ void AddOutstanding(GpuDigests& gpu, const std::vector<format::BufferDigest>& di
 
 }  // namespace
 
+void Session::RequestPythonStacks(std::vector<LanePlace> places) {
+  python_stacks_ = std::make_unique<PythonStackRequests>(std::move(places));
+}
+
+void Session::AfterAppend(const format::OpRecord& op) {
+  if (python_stacks_ == nullptr) return;
+  if (std::optional<format::PythonStackRecord> stack = python_stacks_->OnOp(op)) {
+    AppendRecord(format::Record(std::move(*stack)));
+  }
+}
+
 void Session::Append(const format::Record& record) {
+  AppendRecord(record);
+  if (const auto* op = std::get_if<format::OpRecord>(&record)) AfterAppend(*op);
+}
+
+void Session::AppendRecord(const format::Record& record) {
   std::vector<uint64_t> tickets;
   if (gpu_.enabled()) {
     ForEachDigest(record, [&](const auto& digests) { AddOutstanding(gpu_, digests, &tickets); });
@@ -749,9 +775,10 @@ void Session::Append(const format::OpRecord& op) {
   }
   if (tickets.empty() && held_count_.load(std::memory_order_acquire) == 0) {
     writer_->Append(op, op.thread_id);
-    return;
+  } else {
+    AppendRecord(format::Record(op));
   }
-  Append(format::Record(op));
+  AfterAppend(op);
 }
 
 void Session::DrainHeldLocked(size_t keep) {
