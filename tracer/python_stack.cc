@@ -251,8 +251,8 @@ std::string FindPythonVersion() {
   return VersionOf(py);
 }
 
-PythonStackRequests::PythonStackRequests(std::vector<LanePlace> wanted)
-    : wanted_(std::move(wanted)) {}
+PythonStackRequests::PythonStackRequests(std::vector<LanePlace> wanted, uint32_t gil_wait_ms)
+    : wanted_(std::move(wanted)), gil_wait_ms_(gil_wait_ms) {}
 
 std::optional<format::PythonStackRecord> PythonStackRequests::OnOp(const format::OpRecord& op) {
   bool thread_wanted = false;
@@ -269,7 +269,7 @@ std::optional<format::PythonStackRecord> PythonStackRequests::OnOp(const format:
   bool wanted = false;
   for (const LanePlace& w : wanted_) wanted |= w == place;
   if (!wanted) return std::nullopt;
-  format::PythonStackRecord stack = CapturePythonStack();
+  format::PythonStackRecord stack = CapturePythonStack(gil_wait_ms_);
   stack.op_sequence = op.sequence;
   stack.thread_id = place.thread_id;
   stack.lane_stream = place.lane_stream;

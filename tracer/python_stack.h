@@ -48,7 +48,8 @@ std::string FindPythonVersion();
 // Finds the ops asked for among those appended, and takes their Python stacks. Thread-safe.
 class PythonStackRequests {
  public:
-  explicit PythonStackRequests(std::vector<LanePlace> wanted);
+  // `gil_wait_ms`: how long the issuing thread waits for the GIL (CapturePythonStack).
+  PythonStackRequests(std::vector<LanePlace> wanted, uint32_t gil_wait_ms);
 
   // Call for every op appended, in the order each thread appends them, on the thread that
   // issued `op` while its call is still in progress (its Python frames are those that made
@@ -58,6 +59,7 @@ class PythonStackRequests {
 
  private:
   const std::vector<LanePlace> wanted_;
+  const uint32_t gil_wait_ms_;
   std::mutex mutex_;  // guards what follows
   std::map<std::pair<uint32_t, uint32_t>, uint32_t> ordinal_;  // (thread, stream) -> ordinal
   std::map<uint32_t, uint32_t> streams_seen_;                  // thread -> its streams so far
@@ -66,6 +68,9 @@ class PythonStackRequests {
 
 // The calling thread's Python stack now (status, frames innermost first, detail, python).
 // Never blocks longer than `gil_wait_ms` for the GIL; never lets a failure reach the program.
-format::PythonStackRecord CapturePythonStack(uint32_t gil_wait_ms = 2000);
+format::PythonStackRecord CapturePythonStack(uint32_t gil_wait_ms);
+
+// How long the issuing thread waits for the GIL by default (NDTRACE_PYTHON_STACK_WAIT_MS).
+inline constexpr uint32_t kDefaultGilWaitMs = 2000;
 
 }  // namespace ndt::tracer

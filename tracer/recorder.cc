@@ -471,8 +471,18 @@ class Recorder {
     }
     if (const char* request = std::getenv("NDTRACE_PYTHON_STACK");
         request != nullptr && *request != '\0') {
+      uint32_t wait_ms = kDefaultGilWaitMs;
+      if (const char* wait = std::getenv("NDTRACE_PYTHON_STACK_WAIT_MS"); wait != nullptr) {
+        uint64_t value = 0;
+        if (ParseU64(wait, &value) && value >= 1 && value <= 60000) {
+          wait_ms = static_cast<uint32_t>(value);
+        } else {
+          Log(std::string("NDTRACE_PYTHON_STACK_WAIT_MS=") + wait +
+              ": expected 1 to 60000 (ms); waiting " + std::to_string(wait_ms) + " ms");
+        }
+      }
       if (std::optional<std::vector<LanePlace>> places = ParsePythonStackRequest(request)) {
-        session->RequestPythonStacks(std::move(*places));
+        session->RequestPythonStacks(std::move(*places), wait_ms);
       } else {
         Log(std::string("NDTRACE_PYTHON_STACK=") + request +
             ": expected THREAD:STREAM:INDEX[,...] (at most 16); no Python stack is taken");
@@ -726,8 +736,8 @@ void AddOutstanding(GpuDigests& gpu, const std::vector<format::BufferDigest>& di
 
 }  // namespace
 
-void Session::RequestPythonStacks(std::vector<LanePlace> places) {
-  python_stacks_ = std::make_unique<PythonStackRequests>(std::move(places));
+void Session::RequestPythonStacks(std::vector<LanePlace> places, uint32_t gil_wait_ms) {
+  python_stacks_ = std::make_unique<PythonStackRequests>(std::move(places), gil_wait_ms);
 }
 
 void Session::AfterAppend(const format::OpRecord& op) {

@@ -143,7 +143,7 @@ class Session {
 
   // Asks for the Python stacks of the ops at `places` (NDTRACE_PYTHON_STACK; python_stack.h).
   // Call before the session is shared with other threads.
-  void RequestPythonStacks(std::vector<LanePlace> places);
+  void RequestPythonStacks(std::vector<LanePlace> places, uint32_t gil_wait_ms);
 
   // A new op on this thread, its sequence taken now; `EndOp` appends it with the call's status
   // and then takes the state digest the configuration asks for at this point, if any.

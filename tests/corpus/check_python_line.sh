@@ -1,6 +1,6 @@
 #!/bin/sh
 # Runs `ndtrace check` on python_stack.py and checks that it names the Python line that issued
-# the planted GEMM (the line marked PLANTED, in `forward`), or, when a native thread issued it,
+# the planted GEMM (the line marked `PLANTED:`, in `forward`), or, when a native thread issued it,
 # says there is no Python stack instead of showing a wrong one. The stand-in libraries must come
 # first on LD_LIBRARY_PATH (CTest sets it).
 #
@@ -8,6 +8,9 @@
 #   EXPECT line     the verdict names `python_stack.py:<PLANTED line> in forward`, the report
 #                   lists that frame first, and `show` of the run that took it prints it
 #   EXPECT native   the verdict says `no Python stack: issued by a native thread`
+#   EXPECT gil-busy the GIL stays held (python_stack.py --gil-busy) for longer than the tracer
+#                   waits for it (NDTRACE_PYTHON_STACK_WAIT_MS=200): the verdict says `no Python
+#                   stack: the GIL stayed busy`, and the run that asked for it ends normally
 set -u
 ndtrace=$1
 expect=$2
@@ -16,7 +19,8 @@ script=$4
 shift 4
 dir=$(mktemp -d "${TMPDIR:-/tmp}/ndt-pyline.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
-line=$(grep -n 'PLANTED' "$script" | head -n 1 | cut -d: -f1)
+[ "$expect" = gil-busy ] && export NDTRACE_PYTHON_STACK_WAIT_MS=200
+line=$(grep -n 'PLANTED:' "$script" | head -n 1 | cut -d: -f1)
 "$ndtrace" check -n 6 -o "$dir/out" -- "$python" "$script" "$@" >"$dir/report" 2>"$dir/stderr"
 status=$?
 cat "$dir/report"
@@ -44,6 +48,12 @@ case "$expect" in
     if grep -q 'python_stack.py:[0-9]* in ' "$dir/report"; then
       fail "the report shows a Python frame for an op no Python frame issued"
     fi
+    ;;
+  gil-busy)
+    echo "$verdict" | grep -qF "cublasSgemm_v2; no Python stack: the GIL stayed busy" ||
+      fail "the verdict does not say the GIL stayed busy"
+    grep -q '^checksum ' "$dir/out/python-stack.log" ||
+      fail "the run that asked for the stack did not end normally"
     ;;
   *) fail "unknown expectation $expect" ;;
 esac

@@ -6,6 +6,8 @@
 #              does by default) instead of releasing it (ctypes.CDLL)
 #   --native LIB  the planted GEMM runs on a native thread that LIB (native_sgemm.c) starts:
 #              no Python frame issued it
+#   --gil-busy LIB  with --thread: the planted GEMM is issued (through LIB, the GIL released)
+#              while the main thread holds the GIL for 3 s (LIB through ctypes.PyDLL)
 # Prints "checksum <16 hex>". Needs libcudart.so.13 and libcublas.so.13 on the library path.
 import ctypes, hashlib, sys, threading
 
@@ -14,6 +16,8 @@ NBYTES = N * N * 4
 rt = ctypes.CDLL("libcudart.so.13")
 blas = (ctypes.PyDLL if "--pydll" in sys.argv else ctypes.CDLL)("libcublas.so.13")
 native = ctypes.CDLL(sys.argv[sys.argv.index("--native") + 1]) if "--native" in sys.argv else None
+busy = sys.argv[sys.argv.index("--gil-busy") + 1] if "--gil-busy" in sys.argv else None
+busy_call, busy_hold = (ctypes.CDLL(busy), ctypes.PyDLL(busy)) if busy else (None, None)
 
 
 def ok(status, what):
@@ -45,6 +49,8 @@ class Model:
         ok(blas.cublasSetAtomicsMode(self.handle, 1), "atomics")
         if native is not None:
             ok(native.ndt_sgemm_on_native_thread(self.handle, N, self.a, self.c), "native gemm")
+        elif busy_call is not None:
+            ok(busy_call.ndt_sgemm_while_gil_held(self.handle, N, self.a, self.c), "gemm")  # PLANTED (GIL busy)
         else:
             ok(blas.cublasSgemm_v2(self.handle, 0, 0, N, N, N, ctypes.byref(self.one), self.a, N, self.a, N, ctypes.byref(self.zero), self.c, N), "gemm")  # PLANTED: ndtrace names this line
         ok(blas.cublasSetAtomicsMode(self.handle, 0), "atomics off")
@@ -72,6 +78,9 @@ def main():
 
         worker = threading.Thread(target=step, name="forward")
         worker.start()
+        if busy_hold is not None:
+            busy_call.ndt_wait_for_gemm_caller()
+            busy_hold.ndt_hold_gil(3000)
         worker.join()
         if failed:
             raise SystemExit(f"forward thread: {failed[0]}")
