@@ -8,6 +8,7 @@
 #   EXPECT line     the verdict names `python_stack.py:<PLANTED line> in forward`, the report
 #                   lists that frame first, and `show` of the run that took it prints it
 #   EXPECT native   the verdict says `no Python stack: issued by a native thread`
+#   EXPECT bisect   `ndtrace bisect` instead: its `op N ... found` line names that line too
 #   EXPECT gil-busy the GIL stays held (python_stack.py --gil-busy) for longer than the tracer
 #                   waits for it (NDTRACE_PYTHON_STACK_WAIT_MS=200): the verdict says `no Python
 #                   stack: the GIL stayed busy`, and the run that asked for it ends normally
@@ -21,6 +22,18 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/ndt-pyline.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 [ "$expect" = gil-busy ] && export NDTRACE_PYTHON_STACK_WAIT_MS=200
 line=$(grep -n 'PLANTED:' "$script" | head -n 1 | cut -d: -f1)
+if [ "$expect" = bisect ]; then
+  "$ndtrace" bisect -o "$dir/out" -- "$python" "$script" "$@" >"$dir/report" 2>"$dir/stderr"
+  status=$?
+  cat "$dir/report"
+  if [ "$status" -eq 1 ] && grep "^ndtrace bisect: op " "$dir/report" |
+    grep -qF "cublasSgemm_v2 at python_stack.py:$line in forward (nondeterministic_op) found"; then
+    exit 0
+  fi
+  echo "FAIL: expected exit 1 and a last line naming python_stack.py:$line, got $status" >&2
+  sed -n 1,30p "$dir/stderr" >&2
+  exit 1
+fi
 "$ndtrace" check -n 6 -o "$dir/out" -- "$python" "$script" "$@" >"$dir/report" 2>"$dir/stderr"
 status=$?
 cat "$dir/report"
