@@ -742,8 +742,13 @@ void Session::RequestPythonStacks(std::vector<LanePlace> places, uint32_t gil_wa
 
 void Session::AfterAppend(const format::OpRecord& op) {
   if (python_stacks_ == nullptr) return;
-  if (std::optional<format::PythonStackRecord> stack = python_stacks_->OnOp(op)) {
-    AppendRecord(format::Record(std::move(*stack)));
+  try {
+    if (std::optional<format::PythonStackRecord> stack = python_stacks_->OnOp(op)) {
+      AppendRecord(format::Record(std::move(*stack)));
+    }
+  } catch (...) {
+    // A stack that cannot be taken (out of memory) is only missing: the op is recorded and the
+    // program goes on.
   }
 }
 
