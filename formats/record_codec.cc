@@ -556,7 +556,8 @@ Status ReadPythonStack(wire::PythonStackRecord::Reader r, PythonStackRecord* out
   auto frames = r.getFrames();
   out->frames.reserve(frames.size());
   for (auto f : frames) {
-    out->frames.push_back(PythonFrame{FromText(f.getFile()), f.getLine(), FromText(f.getFunction())});
+    out->frames.push_back(
+        PythonFrame{FromText(f.getFile()), f.getLine(), FromText(f.getFunction())});
   }
   out->detail = FromText(r.getDetail());
   out->python = FromText(r.getPython());

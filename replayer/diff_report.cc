@@ -75,8 +75,9 @@ nlohmann::json PythonStackJson(const format::PythonStackRecord& stack, const std
                       {"detail", stack.detail},
                       {"python", stack.python},
                       {"trace", trace}};
-  const format::PythonFrame* frame =
-      stack.status == format::PythonStackStatus::kCaptured ? format::UserPythonFrame(stack) : nullptr;
+  const format::PythonFrame* frame = stack.status == format::PythonStackStatus::kCaptured
+                                         ? format::UserPythonFrame(stack)
+                                         : nullptr;
   j["location"] = frame != nullptr ? nlohmann::json{{"file", frame->file},
                                                     {"line", frame->line},
                                                     {"function", frame->function}}

@@ -322,7 +322,7 @@ void TakePythonStacks(const std::string& context, const std::vector<std::string>
   };
   if (!run.ok()) return note("did not start: " + run.status().message());
   StatusOr<std::vector<replay::ProcessTrace>> processes = replay::FindProcessTraces(trace);
-  if (!processes.ok()) return note("left no trace (" + fmt::format("exit status {}", run->exit_code) + ")");
+  if (!processes.ok()) return note(fmt::format("left no trace (exit status {})", run->exit_code));
   const auto process = std::find_if(processes->begin(), processes->end(),
                                     [&](const replay::ProcessTrace& p) { return p.key == key; });
   if (process == processes->end()) return note("had no process " + key);

@@ -31,8 +31,8 @@
 
 #include <dlfcn.h>
 
-#include <chrono>
 #include <charconv>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <memory>

@@ -60,7 +60,7 @@ class PythonStackRequests {
  private:
   const std::vector<LanePlace> wanted_;
   const uint32_t gil_wait_ms_;
-  std::mutex mutex_;  // guards what follows
+  std::mutex mutex_;                                           // guards what follows
   std::map<std::pair<uint32_t, uint32_t>, uint32_t> ordinal_;  // (thread, stream) -> ordinal
   std::map<uint32_t, uint32_t> streams_seen_;                  // thread -> its streams so far
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> counts_;   // (thread, ordinal) -> ops

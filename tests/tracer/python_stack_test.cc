@@ -49,7 +49,9 @@ std::vector<OpRecord> FileOps(const std::vector<Record>& records) {
   return ops;
 }
 
-std::string Python() { return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3"; }
+std::string Python() {
+  return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+}
 
 const std::string kScript = NDT_TEST_DATA_DIR "/../corpus/python_threads.py";
 
@@ -106,7 +108,8 @@ TEST_CASE("the tracer takes the Python stack of exactly the ops asked for by lan
   for (const auto& record : records) {
     const auto* stack = std::get_if<PythonStackRecord>(&record);
     if (stack == nullptr) continue;
-    INFO("python stack of op " << stack->op_sequence << ": " << ndt::format::PythonStackSummary(*stack));
+    INFO("python stack of op " << stack->op_sequence << ": "
+                               << ndt::format::PythonStackSummary(*stack));
     REQUIRE(places.count(stack->op_sequence) == 1);
     const Place place = places.at(stack->op_sequence);
     CHECK(place == Place{stack->thread_id, stack->lane_stream, stack->lane_index});
@@ -150,12 +153,14 @@ TEST_CASE("a malformed NDTRACE_PYTHON_STACK is said once and takes no stack", "[
   const std::string trace = dir / "bad.ndt";
   for (const char* request : {"1:2", "a:b:c", "1:2:3,", "-1:0:0", "1:2:3:4"}) {
     std::remove(trace.c_str());
-    const RunResult result = Run(std::string("NDTRACE_PYTHON_STACK='") + request + "' '" NDTRACE_BIN
-                                 "' record -o '" + trace + "' -- '" PROG_VECTOR_ADD "'");
+    const RunResult result =
+        Run(std::string("NDTRACE_PYTHON_STACK='") + request + "' '" NDTRACE_BIN "' record -o '" +
+            trace + "' -- '" PROG_VECTOR_ADD "'");
     INFO(request << "\n" << result.out << result.err);
     CHECK(result.status == 0);
     CHECK_THAT(result.err, Catch::Contains(std::string("NDTRACE_PYTHON_STACK=") + request +
                                            ": expected THREAD:STREAM:INDEX"));
-    for (const auto& record : ReadAll(trace)) CHECK_FALSE(std::holds_alternative<PythonStackRecord>(record));
+    for (const auto& record : ReadAll(trace))
+      CHECK_FALSE(std::holds_alternative<PythonStackRecord>(record));
   }
 }

@@ -160,7 +160,8 @@ TEST_CASE("FindPythonStack finds a stack by the op's place in its lane, not its 
   std::get<OpRecord>(other[2]).sequence = 4;
   std::get<OpRecord>(other[3]).sequence = 5;
   std::get<PythonStackRecord>(other[4]).op_sequence = 5;
-  StatusOr<std::optional<PythonStackRecord>> found = FindPythonStack(Write(dir, "c.ndt", other), op);
+  StatusOr<std::optional<PythonStackRecord>> found =
+      FindPythonStack(Write(dir, "c.ndt", other), op);
   REQUIRE(found.ok());
   REQUIRE(found->has_value());
   CHECK(format::PythonStackSummary(**found) == "/home/me/model.py:42 in forward");

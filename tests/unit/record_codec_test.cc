@@ -118,12 +118,17 @@ std::vector<Record> SampleRecords() {
   records.push_back(DroppedRecords{3, 17, 4096, "buffers full"});
   records.push_back(StateDigestRecord{
       77, "synchronize", {FullBufferDigest("alloc1"), FullBufferDigest("alloc2")}, 555});
-  records.push_back(PythonStackRecord{41, 0x0102, 1, 3, PythonStackStatus::kCaptured,
-                                      {{"train.py", 42, "forward"},
-                                       {"/usr/lib/python3.11/threading.py", -1, "run"}},
-                                      "", "3.11.2"});
-  records.push_back(PythonStackRecord{9, 0x80001234, 0, 0, PythonStackStatus::kNativeThread,
-                                      {}, "issued by a native thread", ""});
+  records.push_back(PythonStackRecord{
+      41,
+      0x0102,
+      1,
+      3,
+      PythonStackStatus::kCaptured,
+      {{"train.py", 42, "forward"}, {"/usr/lib/python3.11/threading.py", -1, "run"}},
+      "",
+      "3.11.2"});
+  records.push_back(PythonStackRecord{
+      9, 0x80001234, 0, 0, PythonStackStatus::kNativeThread, {}, "issued by a native thread", ""});
   return records;
 }
 
