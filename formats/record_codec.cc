@@ -185,6 +185,26 @@ void Write(const NvtxRangeRecord& r, wire::Record::Builder root) {
   b.setTimeNs(r.time_ns);
 }
 
+void Write(const PythonStackRecord& r, wire::Record::Builder root) {
+  auto b = root.initPythonStack();
+  b.setOpSequence(r.op_sequence);
+  b.setThreadId(r.thread_id);
+  b.setLaneStream(r.lane_stream);
+  b.setLaneIndex(r.lane_index);
+  b.setStatus(ToWire<wire::PythonStackStatus>(r.status));
+  if (!r.frames.empty()) {
+    auto list = b.initFrames(static_cast<unsigned>(r.frames.size()));
+    for (size_t i = 0; i < r.frames.size(); ++i) {
+      auto fb = list[static_cast<unsigned>(i)];
+      NDT_SET_TEXT(fb, File, r.frames[i].file);
+      fb.setLine(r.frames[i].line);
+      NDT_SET_TEXT(fb, Function, r.frames[i].function);
+    }
+  }
+  NDT_SET_TEXT(b, Detail, r.detail);
+  NDT_SET_TEXT(b, Python, r.python);
+}
+
 void Write(const PolicyDecisionRecord& r, wire::Record::Builder root) {
   auto b = root.initPolicyDecision();
   b.setOpSequence(r.op_sequence);
@@ -274,6 +294,7 @@ void WriteHeader(const TraceHeader& h, wire::TraceHeader::Builder b) {
       fb.setDigestHi(h.inputs[i].digest_hi);
     }
   }
+  NDT_SET_TEXT(b, Python, h.python);
 }
 
 #undef NDT_SET_TEXT
@@ -521,6 +542,28 @@ NvtxRangeRecord ReadNvtxRange(wire::NvtxRangeRecord::Reader r) {
   return n;
 }
 
+Status ReadPythonStack(wire::PythonStackRecord::Reader r, PythonStackRecord* out) {
+  const auto status = static_cast<uint16_t>(r.getStatus());
+  if (status > static_cast<uint16_t>(PythonStackStatus::kFailed)) {
+    return Status::Error("record: python stack status " + std::to_string(status) +
+                         " is unknown (written by a newer ndtrace?)");
+  }
+  out->op_sequence = r.getOpSequence();
+  out->thread_id = r.getThreadId();
+  out->lane_stream = r.getLaneStream();
+  out->lane_index = r.getLaneIndex();
+  out->status = static_cast<PythonStackStatus>(status);
+  auto frames = r.getFrames();
+  out->frames.reserve(frames.size());
+  for (auto f : frames) {
+    out->frames.push_back(
+        PythonFrame{FromText(f.getFile()), f.getLine(), FromText(f.getFunction())});
+  }
+  out->detail = FromText(r.getDetail());
+  out->python = FromText(r.getPython());
+  return Status::Ok();
+}
+
 PolicyDecisionRecord ReadPolicyDecision(wire::PolicyDecisionRecord::Reader r) {
   PolicyDecisionRecord p;
   p.op_sequence = r.getOpSequence();
@@ -591,6 +634,12 @@ Status ReadRecord(wire::Record::Reader r, Record* out) {
     case wire::Record::STATE_DIGEST:
       *out = ReadStateDigest(r.getStateDigest());
       return Status::Ok();
+    case wire::Record::PYTHON_STACK: {
+      PythonStackRecord p;
+      NDT_RETURN_IF_ERROR(ReadPythonStack(r.getPythonStack(), &p));
+      *out = std::move(p);
+      return Status::Ok();
+    }
   }
   return Status::Error("record: union member " + std::to_string(static_cast<int>(r.which())) +
                        " is unknown");
@@ -632,6 +681,7 @@ Status ReadHeader(wire::TraceHeader::Reader r, TraceHeader* out) {
     h.inputs.push_back(
         InputFile{FromText(f.getPath()), f.getBytes(), f.getDigestLo(), f.getDigestHi()});
   }
+  h.python = FromText(r.getPython());
   return Status::Ok();
 }
 

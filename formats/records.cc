@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <iterator>
+#include <string_view>
 #include <variant>
 
 namespace ndt::format {
@@ -146,9 +147,77 @@ const char* PolicyName(Policy policy) {
 const char* RecordTypeName(const Record& record) {
   static constexpr const char* kNames[] = {"op",         "allocation",      "module_load",
                                            "nvtx_range", "policy_decision", "note",
-                                           "dropped",    "state_digest"};
+                                           "dropped",    "state_digest",    "python_stack"};
   static_assert(std::size(kNames) == std::variant_size_v<Record>);
   return record.valueless_by_exception() ? "unknown" : kNames[record.index()];
+}
+
+const char* PythonStackStatusName(PythonStackStatus status) {
+  switch (status) {
+    case PythonStackStatus::kCaptured:
+      return "captured";
+    case PythonStackStatus::kNoPython:
+      return "no_python";
+    case PythonStackStatus::kNotRunning:
+      return "not_running";
+    case PythonStackStatus::kNativeThread:
+      return "native_thread";
+    case PythonStackStatus::kNoFrames:
+      return "no_frames";
+    case PythonStackStatus::kGilUnavailable:
+      return "gil_unavailable";
+    case PythonStackStatus::kUnsupported:
+      return "unsupported";
+    case PythonStackStatus::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+bool IsLibraryPythonFile(std::string_view file) {
+  if (file.empty() || file.front() == '<') return true;
+  if (file.find("/site-packages/") != std::string_view::npos ||
+      file.find("/dist-packages/") != std::string_view::npos) {
+    return true;
+  }
+  // lib/python3.11/..., lib64/python3.11/...
+  for (size_t at = file.find("/python"); at != std::string_view::npos;
+       at = file.find("/python", at + 1)) {
+    const std::string_view before = file.substr(0, at);
+    const bool in_lib = before.ends_with("/lib") || before.ends_with("/lib64");
+    const std::string_view rest = file.substr(at + 7);
+    if (in_lib && !rest.empty() && rest.front() >= '0' && rest.front() <= '9') return true;
+  }
+  return false;
+}
+
+const PythonFrame* UserPythonFrame(const PythonStackRecord& stack) {
+  for (const PythonFrame& frame : stack.frames) {
+    if (!IsLibraryPythonFile(frame.file)) return &frame;
+  }
+  return stack.frames.empty() ? nullptr : &stack.frames.front();
+}
+
+std::string PythonFrameText(const PythonFrame& frame) {
+  std::string text = frame.file;
+  if (frame.line >= 0) text += ":" + std::to_string(frame.line);
+  return text + " in " + frame.function;
+}
+
+std::string PythonStackSummary(const PythonStackRecord& stack) {
+  if (stack.status == PythonStackStatus::kCaptured) {
+    if (const PythonFrame* frame = UserPythonFrame(stack)) return PythonFrameText(*frame);
+  }
+  std::string text = "no Python stack";
+  if (!stack.detail.empty()) text += ": " + stack.detail;
+  return text;
+}
+
+bool IsLifecycleOp(const OpRecord& op) {
+  if (op.kind != OpKind::kOther) return false;
+  const std::string_view name = op.name;
+  return name == "cuEventCreate" || name == "cuEventDestroy_v2" || name == "cuStreamCreate" ||
+         name == "cuStreamCreateWithPriority" || name == "cuStreamDestroy_v2";
 }
 
 }  // namespace ndt::format

@@ -69,6 +69,7 @@ struct TraceHeader {
   std::string pinned_from;
   std::vector<std::string> notes;
   std::vector<InputFile> inputs;
+  std::string python;  // CPython version in the process ("3.11.7"); empty: none found
   bool operator==(const TraceHeader&) const = default;
 };
 
@@ -286,9 +287,41 @@ struct StateDigestRecord {
   bool operator==(const StateDigestRecord&) const = default;
 };
 
+enum class PythonStackStatus : uint16_t {
+  kCaptured = 0,
+  kNoPython = 1,
+  kNotRunning = 2,
+  kNativeThread = 3,
+  kNoFrames = 4,
+  kGilUnavailable = 5,
+  kUnsupported = 6,
+  kFailed = 7,
+};
+
+struct PythonFrame {
+  std::string file;
+  int32_t line = -1;
+  std::string function;
+  bool operator==(const PythonFrame&) const = default;
+};
+
+// The Python stack of the thread that issued op `op_sequence` (trace.capnp PythonStackRecord).
+struct PythonStackRecord {
+  uint64_t op_sequence = 0;
+  uint32_t thread_id = 0;
+  uint32_t lane_stream = 0;
+  uint64_t lane_index = 0;
+  PythonStackStatus status = PythonStackStatus::kCaptured;
+  std::vector<PythonFrame> frames;  // innermost first
+  std::string detail;
+  std::string python;
+  bool operator==(const PythonStackRecord&) const = default;
+};
+
 // One record of a trace. The alternatives' order matches the schema's union ordinals.
 using Record = std::variant<OpRecord, AllocationRecord, ModuleLoadRecord, NvtxRangeRecord,
-                            PolicyDecisionRecord, TracerNote, DroppedRecords, StateDigestRecord>;
+                            PolicyDecisionRecord, TracerNote, DroppedRecords, StateDigestRecord,
+                            PythonStackRecord>;
 
 // Short lower-case names used by show/stats/JSON ("kernelLaunch" -> "kernel_launch").
 const char* OpKindName(OpKind kind);
@@ -308,5 +341,27 @@ std::optional<DType> ParseDType(std::string_view name);
 uint64_t DTypeBytes(DType dtype);
 const char* PolicyName(Policy policy);
 const char* RecordTypeName(const Record& record);
+// "captured", "no_python", "not_running", "native_thread", "no_frames", "gil_unavailable",
+// "unsupported", "failed".
+const char* PythonStackStatusName(PythonStackStatus status);
+
+// Whether a Python frame's file is the interpreter's or a package's rather than the user's own:
+// under a `lib/pythonX.Y/` directory (the standard library, and site-packages beneath it), a
+// `site-packages/` or `dist-packages/` directory, or not a file at all (`<frozen ...>`,
+// `<string>`).
+bool IsLibraryPythonFile(std::string_view file);
+// The frame a report names: the innermost one in the user's own files, else the innermost;
+// null when there are no frames.
+const PythonFrame* UserPythonFrame(const PythonStackRecord& stack);
+// "train.py:42 in forward" (the file as Python has it).
+std::string PythonFrameText(const PythonFrame& frame);
+// What a report says about the stack in a few words: "train.py:42 in forward" when captured,
+// else why there is none ("no Python stack: the op was issued by a native thread ...").
+std::string PythonStackSummary(const PythonStackRecord& stack);
+
+// Whether `op` only creates or destroys a stream or an event: such ops are left out of lanes
+// (formats/README.md "Lanes"), by the replayer when it aligns runs and by the tracer when it
+// finds an op asked for by its place in a lane.
+bool IsLifecycleOp(const OpRecord& op);
 
 }  // namespace ndt::format

@@ -21,7 +21,7 @@ $import "/capnp/c++.capnp".namespace("ndt::format::wire");
 
 # The first record of a trace, alone in the header chunk.
 struct TraceHeader {
-  # Next ordinal: @14
+  # Next ordinal: @15
   formatVersion @0 :UInt32;        # container + schema version, see formats/README.md
   toolVersion @1 :Text;            # ndtrace version that wrote the trace, e.g. "0.1.0"
   commandLine @2 :List(Text);      # argv of the traced program, unmodified
@@ -37,6 +37,8 @@ struct TraceHeader {
   notes @12 :List(Text);           # free-form facts the writer wants a reader to see first
   inputs @13 :List(InputFile);     # the executable, then each regular file the command line
                                    # names, as they were when recording started
+  python @14 :Text;                # CPython version found in the process when recording
+                                   # started (its public API, e.g. "3.11.7"); empty: none found
 }
 
 # A file the traced program was started with, for telling whether two runs are comparable.
@@ -92,7 +94,7 @@ enum Policy {
 # member is metadata ndtrace adds (GFXReconstruct's rule: what the program called is kept
 # apart from what the tool says about it).
 struct Record {
-  # Next ordinal: @8
+  # Next ordinal: @9
   union {
     op @0 :OpRecord;
     allocation @1 :AllocationRecord;
@@ -102,6 +104,7 @@ struct Record {
     note @5 :TracerNote;
     dropped @6 :DroppedRecords;
     stateDigest @7 :StateDigestRecord;
+    pythonStack @8 :PythonStackRecord;
   }
 }
 
@@ -336,4 +339,39 @@ struct StateDigestRecord {
   reason @1 :Text;                 # "every N ops", "synchronize", "exit", "window"
   allocations @2 :List(BufferDigest);  # one per live allocation, whole extent
   timeNs @3 :UInt64;               # ns since trace start
+}
+
+# The Python stack of the thread that issued one op, taken in-process through CPython's public
+# API when the op was asked for (NDTRACE_PYTHON_STACK, tracer/README.md "Python stacks"); ops
+# are never sampled. Appended right after the op it names.
+struct PythonStackRecord {
+  # Next ordinal: @8
+  opSequence @0 :UInt64;           # OpRecord.sequence of the op
+  threadId @1 :UInt32;             # the op's thread (lineage id)
+  laneStream @2 :UInt32;           # the op's stream's ordinal among its thread's streams, by
+                                   # first use (formats/README.md "Lanes")
+  laneIndex @3 :UInt64;            # the op's position in that lane, from 0
+  status @4 :PythonStackStatus;
+  frames @5 :List(PythonFrame);    # innermost first, at most 64; empty unless captured
+  detail @6 :Text;                 # why not captured, in words; empty when captured
+  python @7 :Text;                 # CPython version, e.g. "3.11.7"; empty when none found
+}
+
+enum PythonStackStatus {
+  captured @0;                     # frames hold the stack
+  noPython @1;                     # no CPython API in the process
+  notRunning @2;                   # CPython not initialised, or finalising
+  nativeThread @3;                 # the issuing thread has no Python thread state
+  noFrames @4;                     # it has one, but no Python frame was executing
+  gilUnavailable @5;               # the GIL could not be taken within the time limit
+  unsupported @6;                  # CPython older than 3.9 (no public frame API)
+  failed @7;                       # a CPython call failed
+}
+
+# One Python frame.
+struct PythonFrame {
+  # Next ordinal: @3
+  file @0 :Text;                   # the code object's co_filename, as Python has it
+  line @1 :Int32;                  # line being executed (PyFrame_GetLineNumber); -1 unknown
+  function @2 :Text;               # co_name
 }

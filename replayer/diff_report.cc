@@ -50,6 +50,41 @@ std::string Summary(const DiffReport& r) {
                      r.structural_differences == 1 ? "" : "s");
 }
 
+// The stack under a report's op: the location first (the innermost frame in the user's own
+// files), then every frame, innermost first, library frames marked.
+std::string PythonStackText(const format::PythonStackRecord& stack, const std::string& label) {
+  std::string out = fmt::format("   = {}: {}\n", label, format::PythonStackSummary(stack));
+  for (const format::PythonFrame& frame : stack.frames) {
+    out += fmt::format("       {}{}\n", format::PythonFrameText(frame),
+                       format::IsLibraryPythonFile(frame.file) ? "  [library]" : "");
+  }
+  return out;
+}
+
+nlohmann::json PythonStackJson(const format::PythonStackRecord& stack, const std::string& trace) {
+  nlohmann::json frames = nlohmann::json::array();
+  for (const format::PythonFrame& frame : stack.frames) {
+    frames.push_back({{"file", frame.file},
+                      {"line", frame.line},
+                      {"function", frame.function},
+                      {"library", format::IsLibraryPythonFile(frame.file)}});
+  }
+  nlohmann::json j = {{"status", format::PythonStackStatusName(stack.status)},
+                      {"summary", format::PythonStackSummary(stack)},
+                      {"frames", std::move(frames)},
+                      {"detail", stack.detail},
+                      {"python", stack.python},
+                      {"trace", trace}};
+  const format::PythonFrame* frame = stack.status == format::PythonStackStatus::kCaptured
+                                         ? format::UserPythonFrame(stack)
+                                         : nullptr;
+  j["location"] = frame != nullptr ? nlohmann::json{{"file", frame->file},
+                                                    {"line", frame->line},
+                                                    {"function", frame->function}}
+                                   : nlohmann::json(nullptr);
+  return j;
+}
+
 nlohmann::json OpJson(const OpLocation& op) {
   return {{"sequence", op.sequence},
           {"thread", op.thread_id},
@@ -107,9 +142,16 @@ std::string RenderDiffText(const DiffReport& r, bool color) {
       if (x.bytes_a != x.bytes_b) out += fmt::format("; {} B (A) vs {} B (B)", x.bytes_a, x.bytes_b);
       out += "\n";
     }
+    if (d.python_stack) {
+      out += PythonStackText(*d.python_stack, "python");
+    }
     if (d.root) {
       out += fmt::format("   = suspect: op {}, {}: {}\n", d.root->sequence,
                          format::OpKindName(d.root->kind), d.root->name);
+      if (d.root_python_stack) out += PythonStackText(*d.root_python_stack, "suspect's python");
+    }
+    if ((d.python_stack || d.root_python_stack) && !d.python_stack_trace.empty()) {
+      out += fmt::format("   = python stacks from {}\n", d.python_stack_trace);
     }
     if (d.window_begin && d.window_end) {
       out += fmt::format("   = window: the divergence arose in ops {}..{}; digesting each op "
@@ -189,6 +231,11 @@ std::string RenderDiffJson(const DiffReport& r) {
                                         {"mechanism", d.hint->mechanism},
                                         {"fix", d.hint->fix}}
                        : nlohmann::json(nullptr);
+    v["python_stack"] = d.python_stack ? PythonStackJson(*d.python_stack, d.python_stack_trace)
+                                       : nlohmann::json(nullptr);
+    v["root_python_stack"] = d.root_python_stack
+                                 ? PythonStackJson(*d.root_python_stack, d.python_stack_trace)
+                                 : nlohmann::json(nullptr);
     j["first_divergence"] = std::move(v);
   }
   j["first_structural_difference"] = nullptr;

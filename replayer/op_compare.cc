@@ -120,13 +120,6 @@ uint64_t LaneKeys::Find(const format::OpRecord& op) const {
   return (uint64_t{op.thread_id} << 32) | (next == next_.end() ? 0 : next->second);
 }
 
-bool IsLifecycleOp(const format::OpRecord& op) {
-  if (op.kind != format::OpKind::kOther) return false;
-  const std::string_view name = op.name;
-  return name == "cuEventCreate" || name == "cuEventDestroy_v2" || name == "cuStreamCreate" ||
-         name == "cuStreamCreateWithPriority" || name == "cuStreamDestroy_v2";
-}
-
 bool IsBlobArgument(std::string_view name) { return name.rfind("blob:", 0) == 0; }
 
 namespace {

@@ -56,10 +56,11 @@ class LaneKeys {
   std::map<uint32_t, uint32_t> next_;                          // thread -> streams seen
 };
 
-// Whether `op` only creates or destroys a stream or an event. Frameworks take both from pools
-// that whichever thread first finds empty refills, so which thread creates them varies in a
-// deterministic program; they compute nothing. Such ops are not aligned or compared.
-bool IsLifecycleOp(const format::OpRecord& op);
+// Whether `op` only creates or destroys a stream or an event (format::IsLifecycleOp). Frameworks
+// take both from pools that whichever thread first finds empty refills, so which thread creates
+// them varies in a deterministic program; they compute nothing. Such ops are not aligned or
+// compared.
+using format::IsLifecycleOp;
 
 // Whether `decision` forced a recorded choice (`--pin`, replay) on an op whose program asked
 // for another one itself, or got another from the library's heuristic: a difference in what

@@ -187,6 +187,7 @@ class Differ {
     DecideUncovered();
     ApplyRootQuery();
     AddExactDifference();
+    AttachPythonStacks();
     Warnings(*a_, report_.path_a, "A");
     Warnings(*b_, report_.path_b, "B");
     if (report_.first_divergence) {
@@ -221,6 +222,28 @@ class Differ {
       if (ForcedOverRequest(*decision)) {
         (run_a ? forced_a_ : forced_b_)[decision->op_sequence] = std::move(*decision);
       }
+    } else if (auto* stack = std::get_if<format::PythonStackRecord>(&record)) {
+      // Only ops asked for have one (NDTRACE_PYTHON_STACK, at most 16 per process).
+      if (run_a && python_stacks_a_.size() < kMaxPythonStacks) {
+        python_stacks_a_[stack->op_sequence] = std::move(*stack);
+      }
+    }
+  }
+
+  static constexpr size_t kMaxPythonStacks = 64;
+
+  // The Python stacks run A took of the divergent op and its root, if it has them.
+  void AttachPythonStacks() {
+    if (!report_.first_divergence) return;
+    Divergence& d = *report_.first_divergence;
+    if (auto it = python_stacks_a_.find(d.op.sequence); it != python_stacks_a_.end()) {
+      d.python_stack = it->second;
+      d.python_stack_trace = report_.path_a;
+    }
+    if (!d.root) return;
+    if (auto it = python_stacks_a_.find(d.root->sequence); it != python_stacks_a_.end()) {
+      d.root_python_stack = it->second;
+      d.python_stack_trace = report_.path_a;
     }
   }
 
@@ -895,6 +918,7 @@ class Differ {
   std::map<std::pair<uint64_t, uint64_t>, std::deque<LastWriter>> last_writer_exact_;
   // Choices forced over what the program asked for (ForcedOverRequest), by op sequence.
   std::map<uint64_t, format::PolicyDecisionRecord> forced_a_;
+  std::map<uint64_t, format::PythonStackRecord> python_stacks_a_;  // by op sequence
   std::map<uint64_t, format::PolicyDecisionRecord> forced_b_;
   std::optional<RootQuery> pending_query_;  // of the pair being compared
   std::optional<RootQuery> root_query_;     // of the first divergence

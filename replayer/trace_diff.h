@@ -78,6 +78,11 @@ struct Divergence {
   std::optional<DivergenceSize> size;
   std::optional<ExactDifference> exact;  // both runs captured the op (record --capture)
   std::optional<FixHint> hint;  // for `op`, or for `root` when the root is a kernel
+  // The Python stack that issued `op` / `root`, when a trace holds it (PythonStackRecord: run
+  // A's own, or a run made to take it, python_stacks.h); `python_stack_trace` names that trace.
+  std::optional<format::PythonStackRecord> python_stack;
+  std::optional<format::PythonStackRecord> root_python_stack;
+  std::string python_stack_trace;
 };
 
 struct DiffReport {

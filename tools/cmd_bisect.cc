@@ -91,12 +91,22 @@ int RunBisect(const BisectCommandOptions& options) {
                summary, directory.string());
     return kExitOk;
   }
+  if (result->found_op) {
+    TakePythonStacks("bisect", options.command, directory, "main", result->report->path_a,
+                     &*result->report);
+  }
   fmt::print("{}", replay::RenderDiffText(*result->report, ::isatty(STDOUT_FILENO)));
   for (const std::string& step : result->steps) fmt::print("  step: {}\n", step);
   if (result->found_op) {
     const replay::Divergence& d = *result->report->first_divergence;
-    fmt::print("ndtrace bisect: op {} {} ({}) found in {}; traces in {}\n", d.op.sequence,
-               d.op.name, replay::DivergenceClassName(d.klass), summary, directory.string());
+    std::string python;
+    if (d.python_stack) {
+      python = (d.python_stack->status == format::PythonStackStatus::kCaptured ? " " : "; ") +
+               PythonStackWords(*d.python_stack);
+    }
+    fmt::print("ndtrace bisect: op {} {}{} ({}) found in {}; traces in {}\n", d.op.sequence,
+               d.op.name, python, replay::DivergenceClassName(d.klass), summary,
+               directory.string());
     if (!result->confirmation.empty()) {
       fmt::print("ndtrace bisect: {}\n", result->confirmation);
     }

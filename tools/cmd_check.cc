@@ -20,6 +20,7 @@
 #include "formats/trace_reader.h"
 #include "replayer/bisect.h"
 #include "replayer/diff_report.h"
+#include "replayer/python_stacks.h"
 #include "replayer/run_set.h"
 #include "replayer/trace_diff.h"
 #include "tools/cli_support.h"
@@ -112,6 +113,16 @@ std::string DivergenceLine(const replay::DiffReport& report) {
     line += fmt::format("; suspect op {} {}", d.root->sequence, d.root->name);
   } else if (d.klass != replay::DivergenceClass::kUncovered) {
     line += "; " + d.op.name;
+  }
+  // "cublasSgemm_v2 at train.py:42 in forward", "cublasSgemm_v2; no Python stack: ...".
+  const auto python = [&](const format::PythonStackRecord& stack) {
+    line += (stack.status == format::PythonStackStatus::kCaptured ? " " : "; ") +
+            PythonStackWords(stack);
+  };
+  if (d.root && d.root_python_stack) {
+    python(*d.root_python_stack);
+  } else if (!d.root && d.python_stack) {
+    python(*d.python_stack);
   }
   if (d.hint && d.hint->framework_op.rfind('(', 0) != 0) line += "; " + d.hint->framework_op;
   if (std::find(d.evidence.begin(), d.evidence.end(), "outputs identical in both runs") !=
@@ -297,6 +308,13 @@ int RunCheck(const CheckOptions& options) {
         PrintWarning("narrowing failed: " + narrowed.status().message());
       }
       first_process = diverged->first_diverged();
+    }
+    if (first_process != nullptr) {
+      for (auto& [key, report] : diverged->processes) {
+        if (&report != &first_process->second) continue;
+        const std::string trace_a = report.path_a;
+        TakePythonStacks("check", options.command, directory, key, trace_a, &report);
+      }
     }
     fmt::print("{}", replay::RenderRunDiffText(*diverged, ::isatty(STDOUT_FILENO)));
     where = first_process != nullptr ? (diverged->single() ? "" : first_process->first + ", ") +

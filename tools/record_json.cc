@@ -319,6 +319,24 @@ void WriteFields(const format::NvtxRangeRecord& range, const JsonOptions& option
   if (!options.stable) json.Key("time_ns").Uint(range.time_ns);
 }
 
+void WriteFields(const format::PythonStackRecord& stack, const JsonOptions&, JsonWriter& json) {
+  json.Key("op_sequence").Uint(stack.op_sequence);
+  json.Key("thread_id").Uint(stack.thread_id);
+  json.Key("lane_stream").Uint(stack.lane_stream);
+  json.Key("lane_index").Uint(stack.lane_index);
+  json.Key("status").String(format::PythonStackStatusName(stack.status));
+  json.Key("frames").BeginArray();
+  for (const format::PythonFrame& frame : stack.frames) {
+    json.BeginObject().Key("file").String(frame.file);
+    json.Key("line").Int(frame.line);
+    json.Key("function").String(frame.function);
+    json.Key("library").Bool(format::IsLibraryPythonFile(frame.file)).EndObject();
+  }
+  json.EndArray();
+  json.Key("detail").String(stack.detail);
+  json.Key("python").String(stack.python);
+}
+
 void WriteFields(const format::PolicyDecisionRecord& decision, const JsonOptions&,
                  JsonWriter& json) {
   json.Key("op_sequence").Uint(decision.op_sequence);
@@ -405,6 +423,7 @@ void WriteHeaderJson(const format::TraceHeader& header, const JsonOptions& optio
   json.EndArray();
   json.Key("policy").String(format::PolicyName(header.policy));
   json.Key("pinned_from").String(header.pinned_from);
+  json.Key("python").String(header.python);
   json.Key("notes");
   WriteStrings(header.notes, json);
   json.EndObject();

@@ -126,6 +126,21 @@ void AppendNvtx(const format::NvtxRangeRecord& range, const TextOptions& options
   }
 }
 
+void AppendPythonStack(const format::PythonStackRecord& stack, const TextOptions& options,
+                       std::string* out) {
+  AppendTimeColumn(0, false, options, out);
+  Append(out, "python op {} t{} lane {}#{}: {}", stack.op_sequence,
+         format::ThreadLabel(stack.thread_id), stack.lane_stream, stack.lane_index,
+         EscapeControl(format::PythonStackSummary(stack)));
+  if (!stack.python.empty()) Append(out, " (CPython {})", EscapeControl(stack.python));
+  out->push_back('\n');
+  for (const format::PythonFrame& frame : stack.frames) {
+    AppendTimeColumn(0, false, options, out);
+    Append(out, "    {}{}\n", EscapeControl(format::PythonFrameText(frame)),
+           format::IsLibraryPythonFile(frame.file) ? "  [library]" : "");
+  }
+}
+
 void AppendPolicy(const format::PolicyDecisionRecord& decision, const TextOptions& options,
                   std::string* out) {
   AppendTimeColumn(0, false, options, out);
@@ -416,6 +431,7 @@ void AppendHeaderText(const format::TraceHeader& header, const TextOptions& opti
   for (const format::EnvVar& variable : header.environment) {
     line("env", EscapeControl(variable.name) + "=" + EscapeControl(variable.value));
   }
+  if (!header.python.empty()) line("python", "CPython " + EscapeControl(header.python));
   for (const std::string& note : header.notes) line("note", EscapeControl(note));
 }
 
@@ -437,6 +453,8 @@ void AppendRecordText(const format::Record& record, const TextOptions& options, 
           AppendNote(value, options, out);
         } else if constexpr (std::is_same_v<T, format::DroppedRecords>) {
           AppendDropped(value, options, out);
+        } else if constexpr (std::is_same_v<T, format::PythonStackRecord>) {
+          AppendPythonStack(value, options, out);
         } else {
           static_assert(std::is_same_v<T, format::StateDigestRecord>);
           AppendState(value, options, out);

@@ -15,10 +15,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <thread>
 
 #include "formats/records.h"
 #include "formats/trace_reader.h"
+#include "replayer/python_stacks.h"
+#include "replayer/run_set.h"
 #include "tools/cli_support.h"
 
 extern char** environ;
@@ -261,6 +264,76 @@ replay::RunProgram MakeRunProgram(const std::string& context,
     }
     return trace;
   };
+}
+
+std::string PythonStackWords(const format::PythonStackRecord& stack) {
+  using S = format::PythonStackStatus;
+  if (stack.status == S::kCaptured) {
+    if (const format::PythonFrame* frame = format::UserPythonFrame(stack)) {
+      format::PythonFrame shown = *frame;
+      shown.file = std::filesystem::path(frame->file).filename().string();
+      return "at " + format::PythonFrameText(shown);
+    }
+  }
+  switch (stack.status) {
+    case S::kNativeThread:
+      return "no Python stack: issued by a native thread";
+    case S::kNoFrames:
+      return "no Python stack: issued by a thread running no Python code";
+    case S::kGilUnavailable:
+      return "no Python stack: the GIL stayed busy";
+    case S::kNotRunning:
+      return "no Python stack: CPython was not running";
+    case S::kUnsupported:
+      return "no Python stack: CPython older than 3.9";
+    default:
+      return "no Python stack";
+  }
+}
+
+void TakePythonStacks(const std::string& context, const std::vector<std::string>& command,
+                      const std::filesystem::path& directory, const std::string& key,
+                      const std::string& trace_a, replay::DiffReport* report) {
+  if (!report->first_divergence) return;
+  replay::Divergence& d = *report->first_divergence;
+  if (d.klass == replay::DivergenceClass::kUncovered || d.python_stack) return;
+  {
+    StatusOr<std::unique_ptr<format::TraceReader>> reader = format::TraceReader::Open(trace_a);
+    if (!reader.ok() || (*reader)->header().python.empty()) return;
+  }
+  std::vector<replay::OpLocation> wanted{d.op};
+  if (d.root) wanted.push_back(*d.root);
+  std::string places;
+  for (const replay::OpLocation& op : wanted) {
+    places += (places.empty() ? "" : ",") + replay::PythonStackPlace(op);
+  }
+  const std::string trace = (directory / "python-stack.ndt").string();
+  const std::string log = (directory / "python-stack.log").string();
+  fmt::print(stderr, "ndtrace {}: one more run to take the Python stack of op {}{}\n", context,
+             d.op.sequence, d.root ? fmt::format(" and op {}", d.root->sequence) : "");
+  std::error_code error;
+  std::filesystem::remove(trace, error);
+  unsetenv("NDTRACE_CAPTURE");
+  setenv("NDTRACE_PYTHON_STACK", places.c_str(), 1);
+  StatusOr<TracedRun> run = RunTraced(context, command, trace, log);
+  unsetenv("NDTRACE_PYTHON_STACK");
+  const auto note = [&](const std::string& why) {
+    report->notes.push_back("no Python stack: the run that was to take it " + why);
+  };
+  if (!run.ok()) return note("did not start: " + run.status().message());
+  StatusOr<std::vector<replay::ProcessTrace>> processes = replay::FindProcessTraces(trace);
+  if (!processes.ok()) return note(fmt::format("left no trace (exit status {})", run->exit_code));
+  const auto process = std::find_if(processes->begin(), processes->end(),
+                                    [&](const replay::ProcessTrace& p) { return p.key == key; });
+  if (process == processes->end()) return note("had no process " + key);
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    StatusOr<std::optional<format::PythonStackRecord>> stack =
+        replay::FindPythonStack(process->path, wanted[i]);
+    if (!stack.ok()) return note("went another way: " + stack.status().message());
+    if (!*stack) return note(fmt::format("did not reach op {}'s place", wanted[i].sequence));
+    (i == 0 ? d.python_stack : d.root_python_stack) = std::move(**stack);
+  }
+  d.python_stack_trace = process->path;
 }
 
 }  // namespace ndt::tools

@@ -3,14 +3,17 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "formats/records.h"
 #include "formats/status.h"
 #include "replayer/bisect.h"
+#include "replayer/trace_diff.h"
 
 namespace CLI {
 class App;
@@ -97,5 +100,19 @@ struct TraceSummary {
 
 // Counts the ops and records of the trace at `path`.
 StatusOr<TraceSummary> SummarizeTrace(const std::string& path);
+
+// When the process whose report `report` is had CPython in it (its run A's header, `trace_a`)
+// and the report names an op, runs `command` once more (`directory`/python-stack.ndt, output in
+// python-stack.log) asking the tracer for the Python stacks of that op and of its root
+// (tracer/README.md "Python stacks"), and puts them on the report; `key` names the process
+// among the run's (replay::ProcessTrace). What goes wrong is a note on the report: no verdict
+// depends on it. `context` starts the progress line ("check", "bisect").
+void TakePythonStacks(const std::string& context, const std::vector<std::string>& command,
+                      const std::filesystem::path& directory, const std::string& key,
+                      const std::string& trace_a, replay::DiffReport* report);
+
+// The Python location for a verdict line: "at train.py:42 in forward" (the file's base name),
+// or why there is none in a few words ("no Python stack: issued by a native thread").
+std::string PythonStackWords(const format::PythonStackRecord& stack);
 
 }  // namespace ndt::tools

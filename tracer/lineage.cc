@@ -106,6 +106,18 @@ uint32_t ThreadLineageId() {
   return Current().id;
 }
 
+int StartOwnThread(void* (*routine)(void*), void* argument) {
+  const PthreadCreateFn real = RealPthreadCreate();
+  if (real == nullptr) return EAGAIN;
+  pthread_attr_t attributes;
+  if (const int error = pthread_attr_init(&attributes); error != 0) return error;
+  pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  const int error = real(&thread, &attributes, routine, argument);
+  pthread_attr_destroy(&attributes);
+  return error;
+}
+
 uint64_t NewObjectId(ObjectKind kind) {
   Self& self = Current();
   const uint64_t ordinal = ++self.objects[static_cast<size_t>(kind)];

@@ -24,6 +24,11 @@ namespace ndt::tracer {
 // The calling thread's lineage id (above).
 uint32_t ThreadLineageId();
 
+// Starts a detached thread of ndtrace's own through the real pthread_create: it is given no
+// lineage and does not shift the numbering of the program's threads. It must never issue a
+// recorded call. Returns pthread_create's result.
+int StartOwnThread(void* (*routine)(void*), void* argument);
+
 // Marks the calling thread as inside a hooked CUDA or library call for the scope's life
 // (HookScope holds one). A thread created meanwhile is the library's (the driver's, NCCL's,
 // a stand-in's stream workers), made when the library decides: it is numbered apart (a hash of

@@ -280,6 +280,7 @@ format::TraceHeader BuildHeader() {
     }
   }
   AddLibraryVersions(header);
+  header.python = FindPythonVersion();
   return header;
 }
 
@@ -467,6 +468,25 @@ class Recorder {
     if (!atexit_registered_) {
       atexit_registered_ = true;
       std::atexit([] { Get().Close(); });
+    }
+    if (const char* request = std::getenv("NDTRACE_PYTHON_STACK");
+        request != nullptr && *request != '\0') {
+      uint32_t wait_ms = kDefaultGilWaitMs;
+      if (const char* wait = std::getenv("NDTRACE_PYTHON_STACK_WAIT_MS"); wait != nullptr) {
+        uint64_t value = 0;
+        if (ParseU64(wait, &value) && value >= 1 && value <= 60000) {
+          wait_ms = static_cast<uint32_t>(value);
+        } else {
+          Log(std::string("NDTRACE_PYTHON_STACK_WAIT_MS=") + wait +
+              ": expected 1 to 60000 (ms); waiting " + std::to_string(wait_ms) + " ms");
+        }
+      }
+      if (std::optional<std::vector<LanePlace>> places = ParsePythonStackRequest(request)) {
+        session->RequestPythonStacks(std::move(*places), wait_ms);
+      } else {
+        Log(std::string("NDTRACE_PYTHON_STACK=") + request +
+            ": expected THREAD:STREAM:INDEX[,...] (at most 16); no Python stack is taken");
+      }
     }
     session_.store(session, std::memory_order_release);
     state_.store(State::kRecording, std::memory_order_release);
@@ -716,7 +736,28 @@ void AddOutstanding(GpuDigests& gpu, const std::vector<format::BufferDigest>& di
 
 }  // namespace
 
+void Session::RequestPythonStacks(std::vector<LanePlace> places, uint32_t gil_wait_ms) {
+  python_stacks_ = std::make_unique<PythonStackRequests>(std::move(places), gil_wait_ms);
+}
+
+void Session::AfterAppend(const format::OpRecord& op) {
+  if (python_stacks_ == nullptr) return;
+  try {
+    if (std::optional<format::PythonStackRecord> stack = python_stacks_->OnOp(op)) {
+      AppendRecord(format::Record(std::move(*stack)));
+    }
+  } catch (...) {
+    // A stack that cannot be taken (out of memory) is only missing: the op is recorded and the
+    // program goes on.
+  }
+}
+
 void Session::Append(const format::Record& record) {
+  AppendRecord(record);
+  if (const auto* op = std::get_if<format::OpRecord>(&record)) AfterAppend(*op);
+}
+
+void Session::AppendRecord(const format::Record& record) {
   std::vector<uint64_t> tickets;
   if (gpu_.enabled()) {
     ForEachDigest(record, [&](const auto& digests) { AddOutstanding(gpu_, digests, &tickets); });
@@ -749,9 +790,10 @@ void Session::Append(const format::OpRecord& op) {
   }
   if (tickets.empty() && held_count_.load(std::memory_order_acquire) == 0) {
     writer_->Append(op, op.thread_id);
-    return;
+  } else {
+    AppendRecord(format::Record(op));
   }
-  Append(format::Record(op));
+  AfterAppend(op);
 }
 
 void Session::DrainHeldLocked(size_t keep) {

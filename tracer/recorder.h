@@ -36,6 +36,7 @@
 #include "tracer/gpu_digests.h"
 #include "tracer/lineage.h"
 #include "tracer/policy.h"
+#include "tracer/python_stack.h"
 
 namespace ndt::tracer {
 
@@ -134,9 +135,15 @@ class Session {
   uint64_t TakeOpSequence() { return next_op_.fetch_add(1, std::memory_order_relaxed); }
   uint64_t PeekOpSequence() const { return next_op_.load(std::memory_order_relaxed); }
 
+  // Appends `record`. An op asked for by RequestPythonStacks is followed by its Python stack,
+  // taken now: call on the op's issuing thread while its call is in progress, holding no lock.
   void Append(const format::Record& record);
   // The same for an op, without copying it into a Record when nothing is held (the hot path).
   void Append(const format::OpRecord& op);
+
+  // Asks for the Python stacks of the ops at `places` (NDTRACE_PYTHON_STACK; python_stack.h).
+  // Call before the session is shared with other threads.
+  void RequestPythonStacks(std::vector<LanePlace> places, uint32_t gil_wait_ms);
 
   // A new op on this thread, its sequence taken now; `EndOp` appends it with the call's status
   // and then takes the state digest the configuration asks for at this point, if any.
@@ -256,6 +263,11 @@ class Session {
   // Writes held records in order while their digests have arrived; waits for those of the
   // oldest ones while more than `keep` are held. held_mutex_ held.
   void DrainHeldLocked(size_t keep);
+  // Append without the Python stack request.
+  void AppendRecord(const format::Record& record);
+  // Appends the Python stack of `op` when it is one asked for.
+  void AfterAppend(const format::OpRecord& op);
+  std::unique_ptr<PythonStackRequests> python_stacks_;  // null: none asked for
   GpuDigests gpu_;
   std::mutex held_mutex_;  // guards held_; held across every write while records are held
   std::deque<HeldRecord> held_;

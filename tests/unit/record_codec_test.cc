@@ -118,6 +118,17 @@ std::vector<Record> SampleRecords() {
   records.push_back(DroppedRecords{3, 17, 4096, "buffers full"});
   records.push_back(StateDigestRecord{
       77, "synchronize", {FullBufferDigest("alloc1"), FullBufferDigest("alloc2")}, 555});
+  records.push_back(PythonStackRecord{
+      41,
+      0x0102,
+      1,
+      3,
+      PythonStackStatus::kCaptured,
+      {{"train.py", 42, "forward"}, {"/usr/lib/python3.11/threading.py", -1, "run"}},
+      "",
+      "3.11.2"});
+  records.push_back(PythonStackRecord{
+      9, 0x80001234, 0, 0, PythonStackStatus::kNativeThread, {}, "issued by a native thread", ""});
   return records;
 }
 
@@ -139,6 +150,7 @@ TraceHeader FullHeader() {
   h.policy = Policy::kReplayForce;
   h.pinned_from = "/traces/run1.ndt";
   h.notes = {"note one", "note two"};
+  h.python = "3.11.2";
   return h;
 }
 
@@ -512,11 +524,11 @@ TEST_CASE("names are the snake_case forms of the schema enumerants", "[formats]"
   CHECK(DTypeBytes(DType::kI64) == 8);
   CHECK(DTypeBytes(DType::kUnknown) == 0);
   CHECK(std::string(PolicyName(Policy::kReplayForce)) == "replay_force");
-  const char* expected[] = {"op",   "allocation", "module_load", "nvtx_range", "policy_decision",
-                            "note", "dropped",    "state_digest"};
+  const char* expected[] = {"op",   "allocation", "module_load",  "nvtx_range",  "policy_decision",
+                            "note", "dropped",    "state_digest", "python_stack"};
   const Record records[] = {OpRecord{},        AllocationRecord{},     ModuleLoadRecord{},
                             NvtxRangeRecord{}, PolicyDecisionRecord{}, TracerNote{},
-                            DroppedRecords{},  StateDigestRecord{}};
+                            DroppedRecords{},  StateDigestRecord{},    PythonStackRecord{}};
   for (size_t i = 0; i < std::size(records); ++i) {
     CHECK(std::string(RecordTypeName(records[i])) == expected[i]);
   }

@@ -1,0 +1,27 @@
+// Asking a run for the Python stack of an op a report names, and finding it in that run's trace.
+//
+// The tracer takes an op's Python stack only when asked (NDTRACE_PYTHON_STACK, tracer/README.md
+// "Python stacks"), naming the op by its place in a lane, the identity that is the same in
+// every run of a program (formats/README.md "Lanes"). `ndtrace check` asks for the divergent
+// op (and its root) in one more run once it knows them; diff shows a stack a trace already has.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "formats/records.h"
+#include "formats/status.h"
+#include "replayer/trace_diff.h"
+
+namespace ndt::replay {
+
+// The NDTRACE_PYTHON_STACK place of `op`: "THREAD:STREAM-ORDINAL:INDEX".
+std::string PythonStackPlace(const OpLocation& op);
+
+// The Python stack the trace at `path` holds for the op at `op`'s place in its lane, or nullopt
+// when it holds none. Fails when the trace cannot be read, or when the op at that place is not
+// `op`'s kind and name (that run went another way: its stack would be another op's).
+StatusOr<std::optional<format::PythonStackRecord>> FindPythonStack(const std::string& path,
+                                                                   const OpLocation& op);
+
+}  // namespace ndt::replay
