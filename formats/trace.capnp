@@ -92,7 +92,7 @@ enum Policy {
 # member is metadata ndtrace adds (GFXReconstruct's rule: what the program called is kept
 # apart from what the tool says about it).
 struct Record {
-  # Next ordinal: @8
+  # Next ordinal: @9
   union {
     op @0 :OpRecord;
     allocation @1 :AllocationRecord;
@@ -102,6 +102,7 @@ struct Record {
     note @5 :TracerNote;
     dropped @6 :DroppedRecords;
     stateDigest @7 :StateDigestRecord;
+    gpuActivity @8 :GpuActivityRecord;
   }
 }
 
@@ -336,4 +337,25 @@ struct StateDigestRecord {
   reason @1 :Text;                 # "every N ops", "synchronize", "exit", "window"
   allocations @2 :List(BufferDigest);  # one per live allocation, whole extent
   timeNs @3 :UInt64;               # ns since trace start
+}
+
+enum GpuActivityKind {
+  kernel @0;
+  memcpy @1;
+  memset @2;
+}
+
+# When the GPU ran one piece of an op's work, from CUPTI's activity API (tracer/README.md, "GPU
+# time"): a kernel (one of a library op's several, or a launch of its own), a copy or a memset.
+# Written when CUPTI delivers it, long after the op: tied to ops by sequence, not by position.
+struct GpuActivityRecord {
+  # Next ordinal: @8
+  kind @0 :GpuActivityKind;
+  hasOp @1 :Bool;                  # the driver call that started it was recorded as an op
+  opSequence @2 :UInt64;           # that op
+  hasLibraryOp @3 :Bool;           # it ran inside a library call (cuDNN, cuBLAS, ...)
+  libraryOpSequence @4 :UInt64;    # that library op
+  startNs @5 :UInt64;              # GPU start, ns since trace start (CUPTI's clock, mapped)
+  endNs @6 :UInt64;                # GPU end, same clock
+  deviceStream @7 :UInt32;         # CUPTI's stream id (not a StreamLabel id)
 }

@@ -8,10 +8,12 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "formats/status.h"
+#include "replayer/determinism_cost.h"
 #include "replayer/run_set.h"
 #include "replayer/trace_diff.h"
 
@@ -60,6 +62,7 @@ struct PageText {
   std::string title;    // the page's title, e.g. "ndtrace check: python train.py"
   std::string verdict;  // the one-line verdict, as the command printed it
   std::vector<std::string> notes;  // shown under the verdict (other processes, narrowing)
+  std::optional<DeterminismCost> cost;  // check --deterministic / --pin: what the policy costs
 };
 
 // The page for `report`, with the strip from `timeline` and the policy decisions of run A

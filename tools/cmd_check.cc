@@ -19,6 +19,7 @@
 
 #include "formats/trace_reader.h"
 #include "replayer/bisect.h"
+#include "replayer/determinism_cost.h"
 #include "replayer/diff_html.h"
 #include "replayer/diff_report.h"
 #include "replayer/run_set.h"
@@ -39,6 +40,7 @@ struct CheckOptions {
   PolicyOptions policy;
   int progress_every = 10;  // seconds; 0: no progress while a run goes on
   std::string html;         // --html FILE: the report as a page too
+  bool no_cost = false;     // --no-cost: no plain run to measure what the policy costs
   std::vector<std::string> command;
 };
 
@@ -230,12 +232,14 @@ int RunCheck(const CheckOptions& options) {
       agreed = std::move(diff).value();
     }
   }
+  std::optional<replay::DeterminismCost> cost;  // measured below
   // --html: the page of the comparison the verdict rests on, with the verdict line.
   const auto write_page = [&](const replay::RunDiff& diff, const std::string& verdict) {
     if (options.html.empty()) return true;
     replay::PageText text;
     text.title = "ndtrace check: " + command;
     text.verdict = verdict;
+    text.cost = cost;
     if (Status written = WritePage(options.html, replay::RunDiffPage(diff, text)); !written.ok()) {
       PrintError("check: " + written.message());
       return false;
@@ -243,6 +247,38 @@ int RunCheck(const CheckOptions& options) {
     fmt::print(stderr, "ndtrace check: report page written to {}\n", options.html);
     return true;
   };
+
+  // What determinism costs: with a policy, one more run without it, its GPU time against run 1's
+  // (replay::MeasureDeterminismCost). Only when run 1 succeeded and recorded GPU times.
+  const bool policy = options.policy.deterministic || !options.policy.pin.empty();
+  if (policy && !options.no_cost && !options.digests.no_gpu_time &&
+      runs.front().exit_code == 0) {
+    const std::string trace = (directory / "plain.ndt").string();
+    const std::string log = (directory / "plain.log").string();
+    fmt::print(stderr, "ndtrace check: one run without the policy, to measure what it costs: {}\n",
+               command);
+    std::filesystem::remove(trace, error);
+    const auto saved = [](const char* name) -> std::optional<std::string> {
+      const char* value = std::getenv(name);
+      return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
+    };
+    const std::optional<std::string> policy_env = saved("NDTRACE_POLICY");
+    const std::optional<std::string> pin_env = saved("NDTRACE_PIN");
+    unsetenv("NDTRACE_POLICY");
+    unsetenv("NDTRACE_PIN");
+    StatusOr<TracedRun> plain = RunTraced("check", options.command, trace, log, RunProgress{});
+    if (policy_env) setenv("NDTRACE_POLICY", policy_env->c_str(), 1);
+    if (pin_env) setenv("NDTRACE_PIN", pin_env->c_str(), 1);
+    if (!plain.ok()) {
+      PrintWarning("cost of determinism not measured: " + plain.status().message());
+    } else if (StatusOr<replay::DeterminismCost> measured =
+                   replay::MeasureDeterminismCost(runs.front().trace, trace);
+               measured.ok()) {
+      cost = std::move(measured).value();
+    } else {
+      PrintWarning("cost of determinism not measured: " + measured.status().message());
+    }
+  }
 
   // A stand-in result is never presented as a GPU result.
   StatusOr<std::vector<replay::ProcessTrace>> first_run =
@@ -257,6 +293,7 @@ int RunCheck(const CheckOptions& options) {
     }
   }
 
+  if (cost) fmt::print("{}", replay::RenderCostText(*cost));
   const RunFacts& first = runs.front();
   const int made = static_cast<int>(runs.size());
   if (!diverged && exit_difference.empty()) {
@@ -360,6 +397,9 @@ Command AddCheckCommand(CLI::App& parent) {
                   "Directory for the traces and program logs (default ndtrace-check-<time>)");
   app->add_option("--html", options->html,
                   "also write the report as one self-contained HTML page (tools/README.md)");
+  app->add_flag("--no-cost", options->no_cost,
+                "with --deterministic or --pin, do not make the one more run without the policy "
+                "that measures what determinism costs in GPU time");
   app->add_option("--progress-every", options->progress_every,
                   "While a run goes on, say every S seconds how many ops it has recorded "
                   "(default 10; 0: only when it ends)");

@@ -7,7 +7,8 @@
 # usage: render_page.sh NDTRACE OUT_DIR CASE -- CMD...
 #   CASE: planted        check says NOT deterministic; the card, the histogram and red ops show
 #         deterministic  check says deterministic; no diverged op is drawn
-#         policy         check --deterministic: the policy table lists what was replaced
+#         policy         check --deterministic: the policy table lists what was replaced, and
+#                        the cost of determinism (GPU time of a plain run against a policy run)
 # Exit 0 pass, 1 fail, 77 skipped (Chromium is not installed: tools/install-deps.sh installs it).
 set -uo pipefail
 ndtrace=$1 out=$2 case=$3
@@ -64,6 +65,8 @@ case $case in
     ;;
   policy)
     grep -q '<th>asked for</th>' "$out/dom.html" || fail "no table of what the policy replaced"
+    grep -q 'whole run</strong>' "$out/dom.html" || fail "no cost of determinism on the page"
+    grep -q '^cost of determinism (GPU time' "$out/check.txt" || fail "check printed no cost of determinism"
     ;;
 esac
 echo "PASS: $case page renders ($colours colours, $red red pixels)"

@@ -118,6 +118,8 @@ std::vector<Record> SampleRecords() {
   records.push_back(DroppedRecords{3, 17, 4096, "buffers full"});
   records.push_back(StateDigestRecord{
       77, "synchronize", {FullBufferDigest("alloc1"), FullBufferDigest("alloc2")}, 555});
+  records.push_back(GpuActivityRecord{GpuActivityKind::kMemset, 12, 11, 1000, 2500, 7});
+  records.push_back(GpuActivityRecord{GpuActivityKind::kKernel, std::nullopt, std::nullopt, 5, 9, 0});
   return records;
 }
 
@@ -513,10 +515,10 @@ TEST_CASE("names are the snake_case forms of the schema enumerants", "[formats]"
   CHECK(DTypeBytes(DType::kUnknown) == 0);
   CHECK(std::string(PolicyName(Policy::kReplayForce)) == "replay_force");
   const char* expected[] = {"op",   "allocation", "module_load", "nvtx_range", "policy_decision",
-                            "note", "dropped",    "state_digest"};
+                            "note", "dropped",    "state_digest", "gpu_activity"};
   const Record records[] = {OpRecord{},        AllocationRecord{},     ModuleLoadRecord{},
                             NvtxRangeRecord{}, PolicyDecisionRecord{}, TracerNote{},
-                            DroppedRecords{},  StateDigestRecord{}};
+                            DroppedRecords{},  StateDigestRecord{},   GpuActivityRecord{}};
   for (size_t i = 0; i < std::size(records); ++i) {
     CHECK(std::string(RecordTypeName(records[i])) == expected[i]);
   }
