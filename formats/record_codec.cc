@@ -242,6 +242,18 @@ void Write(const StateDigestRecord& r, wire::Record::Builder root) {
   b.setTimeNs(r.time_ns);
 }
 
+void Write(const GpuActivityRecord& r, wire::Record::Builder root) {
+  auto b = root.initGpuActivity();
+  b.setKind(static_cast<wire::GpuActivityKind>(r.kind));
+  b.setHasOp(r.op_sequence.has_value());
+  b.setOpSequence(r.op_sequence.value_or(0));
+  b.setHasLibraryOp(r.library_op_sequence.has_value());
+  b.setLibraryOpSequence(r.library_op_sequence.value_or(0));
+  b.setStartNs(r.start_ns);
+  b.setEndNs(r.end_ns);
+  b.setDeviceStream(r.device_stream);
+}
+
 void WriteHeader(const TraceHeader& h, wire::TraceHeader::Builder b) {
   b.setFormatVersion(h.format_version);
   NDT_SET_TEXT(b, ToolVersion, h.tool_version);
@@ -601,6 +613,22 @@ StateDigestRecord ReadStateDigest(wire::StateDigestRecord::Reader r) {
   return s;
 }
 
+Status ReadGpuActivity(wire::GpuActivityRecord::Reader r, GpuActivityRecord* out) {
+  GpuActivityRecord& g = *out;
+  const auto kind = static_cast<uint16_t>(r.getKind());
+  if (kind > static_cast<uint16_t>(GpuActivityKind::kMemset)) {
+    return Status::Error("record: GPU activity kind " + std::to_string(kind) +
+                         " is unknown (written by a newer ndtrace?)");
+  }
+  g.kind = static_cast<GpuActivityKind>(kind);
+  if (r.getHasOp()) g.op_sequence = r.getOpSequence();
+  if (r.getHasLibraryOp()) g.library_op_sequence = r.getLibraryOpSequence();
+  g.start_ns = r.getStartNs();
+  g.end_ns = r.getEndNs();
+  g.device_stream = r.getDeviceStream();
+  return Status::Ok();
+}
+
 Status ReadRecord(wire::Record::Reader r, Record* out) {
   switch (r.which()) {
     case wire::Record::OP:
@@ -638,6 +666,12 @@ Status ReadRecord(wire::Record::Reader r, Record* out) {
       PythonStackRecord p;
       NDT_RETURN_IF_ERROR(ReadPythonStack(r.getPythonStack(), &p));
       *out = std::move(p);
+      return Status::Ok();
+    }
+    case wire::Record::GPU_ACTIVITY: {
+      GpuActivityRecord g;
+      NDT_RETURN_IF_ERROR(ReadGpuActivity(r.getGpuActivity(), &g));
+      *out = g;
       return Status::Ok();
     }
   }

@@ -144,10 +144,20 @@ const char* PolicyName(Policy policy) {
   return "unknown";
 }
 
+const char* GpuActivityKindName(GpuActivityKind kind) {
+  switch (kind) {
+    case GpuActivityKind::kKernel: return "kernel";
+    case GpuActivityKind::kMemcpy: return "memcpy";
+    case GpuActivityKind::kMemset: return "memset";
+  }
+  return "unknown";
+}
+
 const char* RecordTypeName(const Record& record) {
   static constexpr const char* kNames[] = {"op",         "allocation",      "module_load",
                                            "nvtx_range", "policy_decision", "note",
-                                           "dropped",    "state_digest",    "python_stack"};
+                                           "dropped",    "state_digest",    "python_stack",
+                                           "gpu_activity"};
   static_assert(std::size(kNames) == std::variant_size_v<Record>);
   return record.valueless_by_exception() ? "unknown" : kNames[record.index()];
 }

@@ -317,11 +317,24 @@ struct PythonStackRecord {
   std::string python;
   bool operator==(const PythonStackRecord&) const = default;
 };
+enum class GpuActivityKind : uint16_t { kKernel = 0, kMemcpy = 1, kMemset = 2 };
+
+// When the GPU ran one piece of an op's work (CUPTI activity), ns since trace start.
+struct GpuActivityRecord {
+  GpuActivityKind kind = GpuActivityKind::kKernel;
+  std::optional<uint64_t> op_sequence;          // the op whose driver call started it
+  std::optional<uint64_t> library_op_sequence;  // the library op it ran inside
+  uint64_t start_ns = 0;
+  uint64_t end_ns = 0;
+  uint32_t device_stream = 0;
+  bool operator==(const GpuActivityRecord&) const = default;
+};
+const char* GpuActivityKindName(GpuActivityKind kind);  // "kernel", "memcpy", "memset"
 
 // One record of a trace. The alternatives' order matches the schema's union ordinals.
 using Record = std::variant<OpRecord, AllocationRecord, ModuleLoadRecord, NvtxRangeRecord,
                             PolicyDecisionRecord, TracerNote, DroppedRecords, StateDigestRecord,
-                            PythonStackRecord>;
+                            PythonStackRecord, GpuActivityRecord>;
 
 // Short lower-case names used by show/stats/JSON ("kernelLaunch" -> "kernel_launch").
 const char* OpKindName(OpKind kind);

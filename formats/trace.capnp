@@ -94,7 +94,7 @@ enum Policy {
 # member is metadata ndtrace adds (GFXReconstruct's rule: what the program called is kept
 # apart from what the tool says about it).
 struct Record {
-  # Next ordinal: @9
+  # Next ordinal: @10
   union {
     op @0 :OpRecord;
     allocation @1 :AllocationRecord;
@@ -105,6 +105,7 @@ struct Record {
     dropped @6 :DroppedRecords;
     stateDigest @7 :StateDigestRecord;
     pythonStack @8 :PythonStackRecord;
+    gpuActivity @9 :GpuActivityRecord;
   }
 }
 
@@ -374,4 +375,25 @@ struct PythonFrame {
   file @0 :Text;                   # the code object's co_filename, as Python has it
   line @1 :Int32;                  # line being executed (PyFrame_GetLineNumber); -1 unknown
   function @2 :Text;               # co_name
+}
+
+enum GpuActivityKind {
+  kernel @0;
+  memcpy @1;
+  memset @2;
+}
+
+# When the GPU ran one piece of an op's work, from CUPTI's activity API (tracer/README.md, "GPU
+# time"): a kernel (one of a library op's several, or a launch of its own), a copy or a memset.
+# Written when CUPTI delivers it, long after the op: tied to ops by sequence, not by position.
+struct GpuActivityRecord {
+  # Next ordinal: @8
+  kind @0 :GpuActivityKind;
+  hasOp @1 :Bool;                  # the driver call that started it was recorded as an op
+  opSequence @2 :UInt64;           # that op
+  hasLibraryOp @3 :Bool;           # it ran inside a library call (cuDNN, cuBLAS, ...)
+  libraryOpSequence @4 :UInt64;    # that library op
+  startNs @5 :UInt64;              # GPU start, ns since trace start (CUPTI's clock, mapped)
+  endNs @6 :UInt64;                # GPU end, same clock
+  deviceStream @7 :UInt32;         # CUPTI's stream id (not a StreamLabel id)
 }

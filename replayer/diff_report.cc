@@ -225,7 +225,11 @@ std::string RenderDiffJson(const DiffReport& r) {
                                           {"max_abs_index", d.exact->max_abs_index},
                                           {"max_rel_diff", d.exact->max_rel_diff},
                                           {"bytes_a", d.exact->bytes_a},
-                                          {"bytes_b", d.exact->bytes_b}}
+                                          {"bytes_b", d.exact->bytes_b},
+                                          {"histogram",
+                                           {{"lowest_power", ExactDifference::kHistogramLowest},
+                                            {"counts", d.exact->histogram},
+                                            {"non_finite", d.exact->non_finite}}}}
                          : nlohmann::json(nullptr);
     v["hint"] = d.hint ? nlohmann::json{{"framework_op", d.hint->framework_op},
                                         {"mechanism", d.hint->mechanism},

@@ -259,6 +259,24 @@ bool PointerParameterIsConst(std::string_view demangled_name, size_t index) {
          (pointee.size() > 6 && pointee.substr(pointee.size() - 6) == " const");
 }
 
+std::string ChoiceText(const format::AlgorithmChoice& c) {
+  std::string text = c.library + " " + (c.name.empty() ? "algo " + std::to_string(c.id) : c.name);
+  if (!c.knobs.empty()) {
+    text += " knobs";
+    for (const auto& knob : c.knobs) {
+      text += " " + std::to_string(knob.type) + "=" + std::to_string(knob.value);
+    }
+  }
+  if (c.determinism == format::Determinism::kNondeterministic) text += " [nondeterministic]";
+  switch (c.source) {
+    case format::ChoiceSource::kBenchmark: return text + " (picked by benchmark)";
+    case format::ChoiceSource::kHeuristic: return text + " (picked by heuristics)";
+    case format::ChoiceSource::kPinned: return text + " (pinned)";
+    case format::ChoiceSource::kEnforced: return text + " (enforced)";
+    default: return text;
+  }
+}
+
 ExactDifference CompareBuffers(std::string_view a, std::string_view b, format::DType dtype) {
   ExactDifference d;
   d.dtype = dtype;
@@ -277,8 +295,15 @@ ExactDifference CompareBuffers(std::string_view a, std::string_view b, format::D
       d.first_a = u;
       d.first_b = v;
     }
-    if (!std::isfinite(u) || !std::isfinite(v)) continue;
+    if (!std::isfinite(u) || !std::isfinite(v)) {
+      ++d.non_finite;
+      continue;
+    }
     const double diff = std::fabs(u - v);
+    const int bucket = diff > 0 ? static_cast<int>(std::floor(std::log10(diff))) -
+                                      ExactDifference::kHistogramLowest
+                                : 0;
+    ++d.histogram[std::clamp(bucket, 0, ExactDifference::kHistogramBuckets - 1)];
     if (diff > d.max_abs_diff) {
       d.max_abs_diff = diff;
       d.max_abs_index = i;

@@ -3,6 +3,7 @@
 // two captured buffers that gives a divergence its exact size.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -104,7 +105,18 @@ struct ExactDifference {
   uint64_t max_abs_index = 0;
   double max_rel_diff = 0;     // |a - b| / max(|a|, |b|), over the same elements
   uint64_t bytes_a = 0, bytes_b = 0;
+  // How the differing elements' |a - b| spread: bucket k counts differences in
+  // [10^(k + kHistogramLowest), 10^(k + kHistogramLowest + 1)), the first bucket also every
+  // smaller one and the last every larger one; non-finite ones (a NaN or an infinity on one
+  // side) are counted apart.
+  static constexpr int kHistogramLowest = -12;
+  static constexpr int kHistogramBuckets = 20;  // 1e-12 .. 1e+8
+  std::array<uint64_t, kHistogramBuckets> histogram{};
+  uint64_t non_finite = 0;
 };
 ExactDifference CompareBuffers(std::string_view a, std::string_view b, format::DType dtype);
+
+// "cudnn engine 3 knobs 1=2 [nondeterministic] (picked by benchmark)".
+std::string ChoiceText(const format::AlgorithmChoice& choice);
 
 }  // namespace ndt::replay

@@ -50,24 +50,6 @@ std::string BufferText(const format::BufferDigest& d) {
   return text + ")";
 }
 
-std::string ChoiceText(const format::AlgorithmChoice& c) {
-  std::string text = c.library + " " + (c.name.empty() ? "algo " + std::to_string(c.id) : c.name);
-  if (!c.knobs.empty()) {
-    text += " knobs";
-    for (const auto& knob : c.knobs) {
-      text += " " + std::to_string(knob.type) + "=" + std::to_string(knob.value);
-    }
-  }
-  if (c.determinism == format::Determinism::kNondeterministic) text += " [nondeterministic]";
-  switch (c.source) {
-    case format::ChoiceSource::kBenchmark: return text + " (picked by benchmark)";
-    case format::ChoiceSource::kHeuristic: return text + " (picked by heuristics)";
-    case format::ChoiceSource::kPinned: return text + " (pinned)";
-    case format::ChoiceSource::kEnforced: return text + " (enforced)";
-    default: return text;
-  }
-}
-
 std::string RngText(const format::RngState& r) {
   return r.generator + " seed " + std::to_string(r.seed) + " offset " +
          std::to_string(r.offset) +
@@ -251,7 +233,7 @@ class Differ {
   void Match(Lane& lane) {
     while (!lane.a.empty() && !lane.b.empty()) {
       if (SameShape(lane.a.front(), lane.b.front())) {
-        ComparePair(lane.a.front(), lane.next_index_a, lane.b.front());
+        ComparePair(lane.a.front(), lane.next_index_a, lane.b.front(), lane.next_index_b);
         Pop(lane, true);
         Pop(lane, false);
         continue;
@@ -380,6 +362,13 @@ class Differ {
   void Structural(const OpRecord* a, uint64_t index_a, const OpRecord* b, uint64_t index_b,
                   const std::string& what) {
     ++report_.structural_differences;
+    if (options_.observer != nullptr) {
+      std::optional<OpLocation> location_a, location_b;
+      if (a) location_a = Locate(*a, index_a, lane_keys_a_);
+      if (b) location_b = Locate(*b, index_b, lane_keys_b_);
+      options_.observer->Pair({PairOutcome::Kind::kStructural, location_a ? &*location_a : nullptr,
+                               location_b ? &*location_b : nullptr});
+    }
     const uint64_t key = a ? a->sequence : b->sequence;
     if (report_.first_structural && key >= structural_key_) return;
     structural_key_ = key;
@@ -390,8 +379,10 @@ class Differ {
     report_.first_structural = std::move(difference);
   }
 
-  void ComparePair(const OpRecord& a, uint64_t lane_index, const OpRecord& b) {
+  void ComparePair(const OpRecord& a, uint64_t lane_index, const OpRecord& b,
+                   uint64_t lane_index_b) {
     ++report_.ops_compared;
+    pair_index_b_ = lane_index_b;
     pending_query_.reset();
     Divergence d;
     d.op = Locate(a, lane_index, lane_keys_a_);
@@ -551,6 +542,10 @@ class Differ {
       if (a.algorithm) d.evidence.push_back("algorithm (same in both runs): " + ChoiceText(*a.algorithm));
       return Found(std::move(d), a, b);
     }
+    if (options_.observer != nullptr) {
+      const OpLocation location_b = Locate(b, lane_index_b, lane_keys_b_);
+      options_.observer->Pair({PairOutcome::Kind::kIdentical, &d.op, &location_b});
+    }
   }
 
   static void SetRoot(const LastWriter& writer, uint64_t sequence, Divergence* d) {
@@ -677,6 +672,11 @@ class Differ {
 
   void Found(Divergence&& d, const OpRecord& a, const OpRecord& b) {
     ++report_.divergent_ops;
+    if (options_.observer != nullptr) {
+      const OpLocation location_b = Locate(b, pair_index_b_, lane_keys_b_);
+      options_.observer->Pair({PairOutcome::Kind::kDiverged, &d.op, &location_b, d.klass,
+                               d.size ? &*d.size : nullptr});
+    }
     std::optional<RootQuery> query = std::move(pending_query_);
     pending_query_.reset();
     if (report_.first_divergence && a.sequence >= divergence_key_) return;
@@ -787,6 +787,9 @@ class Differ {
         continue;
       }
       ++report_.divergent_ops;
+      if (options_.observer != nullptr) {
+        options_.observer->Pair({PairOutcome::Kind::kDiverged, &d.op, nullptr, d.klass});
+      }
       if (!report_.first_divergence || d.op.sequence < divergence_key_) {
         divergence_key_ = d.op.sequence;
         root_query_.reset();
@@ -927,6 +930,7 @@ class Differ {
   // Differing state digests taken while the program ran, decided at the end (below).
   std::vector<std::pair<Divergence, bool>> uncovered_;  // (divergence, taken at exit)
   uint64_t divergence_key_ = 0;
+  uint64_t pair_index_b_ = 0;  // the lane index in run B of the pair ComparePair compares
   uint64_t structural_key_ = 0;
   std::unique_ptr<OpRecord> first_op_;    // the first divergent op of run A, for its hint
   std::unique_ptr<OpRecord> first_op_b_;  // and of run B

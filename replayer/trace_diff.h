@@ -107,12 +107,31 @@ struct DiffReport {
   bool identical() const;   // comparable, not refused, no divergence, no structural difference
 };
 
+// What the diff decided about one aligned pair of ops or one op present in one run only, told
+// as it decides: lane by lane as the records arrive, not in op order. For pictures of the whole
+// comparison (replayer/diff_html.h); a report needs none of it.
+struct PairOutcome {
+  enum class Kind : uint8_t { kIdentical, kDiverged, kStructural };
+  Kind kind = Kind::kIdentical;
+  const OpLocation* a = nullptr;  // null: the op is only in run B
+  const OpLocation* b = nullptr;  // null: only in run A (or an uncovered divergence)
+  DivergenceClass klass = DivergenceClass::kNondeterministicOp;  // kDiverged
+  const DivergenceSize* size = nullptr;  // kDiverged, when numeric summaries were recorded
+};
+
+class DiffObserver {
+ public:
+  virtual ~DiffObserver() = default;
+  virtual void Pair(const PairOutcome& outcome) = 0;
+};
+
 struct DiffOptions {
   size_t resync_window = 64;  // ops looked ahead per lane to resynchronise after a mismatch
   // Compare op by op even when the runs are of another program, command line or input file
   // (DiffReport::other_program). `ndtrace diff` sets it from --force; the commands that run the
   // same command themselves (check, bisect, replay) leave it on.
   bool force = true;
+  DiffObserver* observer = nullptr;  // told every pair's outcome; not owned
 };
 
 // Compares the traces at `path_a` and `path_b`. Fails only when a trace cannot be opened;

@@ -126,4 +126,12 @@ Status OutputFile::Close() {
   return Status::Ok();
 }
 
+Status WritePage(const std::string& path, const StatusOr<std::string>& page) {
+  if (!page.ok()) return Status::Error("no HTML page: " + page.status().message());
+  StatusOr<std::unique_ptr<OutputFile>> out = OutputFile::Open(path);
+  if (!out.ok()) return out.status();
+  (*out)->Write(*page);
+  return (*out)->Close();
+}
+
 }  // namespace ndt::tools

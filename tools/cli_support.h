@@ -88,4 +88,7 @@ class OutputFile {
   bool closed_ = false;
 };
 
+// Writes a page (`--html FILE`) made by `page`; the error of either, as a Status.
+Status WritePage(const std::string& path, const StatusOr<std::string>& page);
+
 }  // namespace ndt::tools

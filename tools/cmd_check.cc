@@ -19,6 +19,8 @@
 
 #include "formats/trace_reader.h"
 #include "replayer/bisect.h"
+#include "replayer/determinism_cost.h"
+#include "replayer/diff_html.h"
 #include "replayer/diff_report.h"
 #include "replayer/python_stacks.h"
 #include "replayer/run_set.h"
@@ -38,6 +40,8 @@ struct CheckOptions {
   DigestOptions digests;
   PolicyOptions policy;
   int progress_every = 10;  // seconds; 0: no progress while a run goes on
+  std::string html;         // --html FILE: the report as a page too
+  bool no_cost = false;     // --no-cost: no plain run to measure what the policy costs
   std::vector<std::string> command;
 };
 
@@ -174,6 +178,7 @@ int RunCheck(const CheckOptions& options) {
   const std::string command = CommandText(options.command);
   std::vector<RunFacts> runs;
   std::optional<replay::RunDiff> diverged;  // the first run that differs from run 1
+  std::optional<replay::RunDiff> agreed;    // else the last run compared: identical
   std::string exit_difference;
   int limit = options.runs;
   for (int i = 1; i <= limit && !diverged && exit_difference.empty(); ++i) {
@@ -232,7 +237,58 @@ int RunCheck(const CheckOptions& options) {
       PrintError(diff.status().message());
       return kExitUsage;
     }
-    if (!diff->identical()) diverged = std::move(diff).value();
+    if (!diff->identical()) {
+      diverged = std::move(diff).value();
+    } else {
+      agreed = std::move(diff).value();
+    }
+  }
+  std::optional<replay::DeterminismCost> cost;  // measured below
+  // --html: the page of the comparison the verdict rests on, with the verdict line.
+  const auto write_page = [&](const replay::RunDiff& diff, const std::string& verdict) {
+    if (options.html.empty()) return true;
+    replay::PageText text;
+    text.title = "ndtrace check: " + command;
+    text.verdict = verdict;
+    text.cost = cost;
+    if (Status written = WritePage(options.html, replay::RunDiffPage(diff, text)); !written.ok()) {
+      PrintError("check: " + written.message());
+      return false;
+    }
+    fmt::print(stderr, "ndtrace check: report page written to {}\n", options.html);
+    return true;
+  };
+
+  // What determinism costs: with a policy, one more run without it, its GPU time against run 1's
+  // (replay::MeasureDeterminismCost). Only when run 1 succeeded and recorded GPU times.
+  const bool policy = options.policy.deterministic || !options.policy.pin.empty();
+  if (policy && !options.no_cost && !options.digests.no_gpu_time &&
+      runs.front().exit_code == 0) {
+    const std::string trace = (directory / "plain.ndt").string();
+    const std::string log = (directory / "plain.log").string();
+    fmt::print(stderr, "ndtrace check: one run without the policy, to measure what it costs: {}\n",
+               command);
+    std::filesystem::remove(trace, error);
+    const auto saved = [](const char* name) -> std::optional<std::string> {
+      const char* value = std::getenv(name);
+      return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
+    };
+    const std::optional<std::string> policy_env = saved("NDTRACE_POLICY");
+    const std::optional<std::string> pin_env = saved("NDTRACE_PIN");
+    unsetenv("NDTRACE_POLICY");
+    unsetenv("NDTRACE_PIN");
+    StatusOr<TracedRun> plain = RunTraced("check", options.command, trace, log, RunProgress{});
+    if (policy_env) setenv("NDTRACE_POLICY", policy_env->c_str(), 1);
+    if (pin_env) setenv("NDTRACE_PIN", pin_env->c_str(), 1);
+    if (!plain.ok()) {
+      PrintWarning("cost of determinism not measured: " + plain.status().message());
+    } else if (StatusOr<replay::DeterminismCost> measured =
+                   replay::MeasureDeterminismCost(runs.front().trace, trace);
+               measured.ok()) {
+      cost = std::move(measured).value();
+    } else {
+      PrintWarning("cost of determinism not measured: " + measured.status().message());
+    }
   }
 
   // A stand-in result is never presented as a GPU result.
@@ -248,6 +304,7 @@ int RunCheck(const CheckOptions& options) {
     }
   }
 
+  if (cost) fmt::print("{}", replay::RenderCostText(*cost));
   const RunFacts& first = runs.front();
   const int made = static_cast<int>(runs.size());
   if (!diverged && exit_difference.empty()) {
@@ -259,20 +316,24 @@ int RunCheck(const CheckOptions& options) {
     // A failing program is not called deterministic, even when it fails the same way: nor
     // is one whose launches the device refused (their work was never done).
     if (first.exit_code != 0 || first.refused_launches != 0) {
-      fmt::print(
+      const std::string verdict = fmt::format(
           "ndtrace check: the program failed in every run ({}): {} runs, otherwise "
-          "bitwise-identical ({} ops each){}; its output is in {}\n",
+          "bitwise-identical ({} ops each){}; its output is in {}",
           first.exit_code != 0
               ? ExitText(first.exit_code)
               : fmt::format("{} launch(es) refused by the device", first.refused_launches),
           made, first.ops, failed, (directory / "run-1.log").string());
+      fmt::print("{}\n", verdict);
+      if (agreed && !write_page(*agreed, verdict)) return kExitUsage;
       return kExitProgramFailed;
     }
-    fmt::print(
+    const std::string verdict = fmt::format(
         "ndtrace check: deterministic: {} runs gave bitwise-identical results ({} ops "
         "each{}); a divergence showing in at least {:.0f} % of runs would have been seen "
-        "(95 % confidence); traces in {}\n",
+        "(95 % confidence); traces in {}",
         made, first.ops, failed, 100.0 * DetectableShare(made), directory.string());
+    fmt::print("{}\n", verdict);
+    if (agreed && !write_page(*agreed, verdict)) return kExitUsage;
     return kExitOk;
   }
 
@@ -326,10 +387,13 @@ int RunCheck(const CheckOptions& options) {
     where = where.empty() ? exit_difference
                           : exit_difference + "; first op-level difference at " + where;
   }
-  fmt::print(
+  const std::string verdict = fmt::format(
       "ndtrace check: NOT deterministic: run {} differs from run 1 ({} runs made): {}; "
-      "traces in {}\n",
+      "traces in {}",
       made, made, where, directory.string());
+  fmt::print("{}\n", verdict);
+  const std::optional<replay::RunDiff>& shown = diverged ? diverged : agreed;
+  if (shown && !write_page(*shown, verdict)) return kExitUsage;
   return kExitFinding;
 }
 
@@ -349,6 +413,11 @@ Command AddCheckCommand(CLI::App& parent) {
                   "more runs to narrow it down to one (default 8; 0: none)");
   app->add_option("-o,--output", options->directory,
                   "Directory for the traces and program logs (default ndtrace-check-<time>)");
+  app->add_option("--html", options->html,
+                  "also write the report as one self-contained HTML page (tools/README.md)");
+  app->add_flag("--no-cost", options->no_cost,
+                "with --deterministic or --pin, do not make the one more run without the policy "
+                "that measures what determinism costs in GPU time");
   app->add_option("--progress-every", options->progress_every,
                   "While a run goes on, say every S seconds how many ops it has recorded "
                   "(default 10; 0: only when it ends)");

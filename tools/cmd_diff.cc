@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "replayer/diff_html.h"
 #include "replayer/run_set.h"
 #include "tools/cli_support.h"
 #include "tools/ndtrace_commands.h"
@@ -19,6 +20,7 @@ Command AddDiffCommand(CLI::App& parent) {
     bool json = false;
     bool force = false;
     std::string output;
+    std::string html;
   };
   auto options = std::make_shared<Options>();
   CLI::App* app = parent.add_subcommand(
@@ -34,6 +36,8 @@ Command AddDiffCommand(CLI::App& parent) {
       ->required();
   app->add_flag("--json", options->json, "print the ndtrace.diff/1 JSON document");
   app->add_option("-o,--output", options->output, "write the report here instead of stdout");
+  app->add_option("--html", options->html,
+                  "also write the report as one self-contained HTML page (tools/README.md)");
   app->add_flag("--force", options->force,
                 "compare op by op even when the runs are of another program, command line or "
                 "input file");
@@ -56,6 +60,20 @@ Command AddDiffCommand(CLI::App& parent) {
             if (Status closed = (*out)->Close(); !closed.ok()) {
               PrintError(closed.message());
               return kExitUsage;
+            }
+            if (!options->html.empty()) {
+              const auto* shown = report->first_diverged();
+              replay::PageText text;
+              text.title = "ndtrace diff " + options->a + " " + options->b;
+              text.verdict = report->identical() ? "identical: every compared op was bitwise identical"
+                             : shown != nullptr && shown->second.first_divergence
+                                 ? "diverged: " + shown->second.first_divergence->what
+                                 : std::string("diverged");
+              if (Status written = WritePage(options->html, replay::RunDiffPage(*report, text));
+                  !written.ok()) {
+                PrintError("diff: " + written.message());
+                return kExitUsage;
+              }
             }
             for (const auto& [process, single] : report->processes) {
               if (!single.refused) continue;

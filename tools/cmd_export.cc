@@ -4,13 +4,20 @@
 //
 // Perfetto layout: one process (pid = the traced pid; with --diff, 1 and 2 for the two runs)
 // named "ndtrace: <command>"; one
-// track per CUDA stream (tid = stream id, named "stream N") holding an "X" event per op;
-// one track per host thread (named "thread N") holding NVTX ranges as "B"/"E" events; and
-// one "ndtrace" track with tracer notes and state digests as instant events.
+// track per CUDA stream (tid = stream id, named "stream S · host call times") holding an "X"
+// event per op, from its API call's start to its return on the host; when the trace has GPU
+// times (CUPTI, tracer/gpu_time.h), one track per stream named "stream S · GPU" holding an "X"
+// event per kernel, copy and memset with its GPU start and duration (otherwise an instant says
+// there are none); one track per host thread (named "thread N") holding NVTX ranges as
+// "B"/"E" events; and one "ndtrace" track with tracer notes and state digests as instant
+// events.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <deque>
+#include <map>
 #include <memory>
+#include <unordered_map>
 #include <optional>
 #include <set>
 #include <string>
@@ -39,6 +46,10 @@ constexpr size_t kFlushBytes = 1 << 16;
 // Viewers read tids as 32-bit ints.
 constexpr uint64_t kThreadTidBase = uint64_t{1} << 30;
 constexpr uint64_t kNdtraceTid = (uint64_t{1} << 31) - 1;
+// GPU tracks count down from below it, one per stream that ran GPU work.
+constexpr uint64_t kGpuTidTop = kNdtraceTid - 1;
+// Ops remembered to name the GPU work CUPTI reports after them.
+constexpr size_t kRecentOps = size_t{1} << 16;
 
 double Microseconds(uint64_t ns) {
   return static_cast<double>(ns) / 1e3;
@@ -83,7 +94,15 @@ class PerfettoWriter {
   // with `mark` describing it.
   void BeginProcess(uint32_t pid, const std::string& name, std::optional<uint64_t> marked = {},
                     const std::string& mark = "") {
+    EndProcess();
     pid_ = pid;
+    in_process_ = true;
+    gpu_activities_ = 0;
+    gpu_tracks_.clear();
+    waiting_for_op_.clear();
+    waiting_gpu_ = 0;
+    recent_ops_.clear();
+    recent_order_.clear();
     named_tracks_.clear();
     marked_ = marked;
     mark_ = mark;
@@ -96,6 +115,8 @@ class PerfettoWriter {
   void Add(const format::Record& record) {
     if (const auto* op = std::get_if<format::OpRecord>(&record)) {
       AddOp(*op);
+    } else if (const auto* activity = std::get_if<format::GpuActivityRecord>(&record)) {
+      AddGpuActivity(*activity);
     } else if (const auto* range = std::get_if<format::NvtxRangeRecord>(&record)) {
       const uint64_t tid = (kThreadTidBase + range->thread_id) & 0x7fffffff;
       NameTrack(tid, fmt::format("thread {}", range->thread_id));
@@ -115,6 +136,7 @@ class PerfettoWriter {
   }
 
   void Finish() {
+    EndProcess();
     json_.EndArray().EndObject();
     NDT_CHECK(json_.done());
     buffer_.push_back('\n');
@@ -124,7 +146,20 @@ class PerfettoWriter {
 
  private:
   void AddOp(const format::OpRecord& op) {
-    NameTrack(op.stream_id, fmt::format("stream {}", op.stream_id));
+    NameTrack(op.stream_id, fmt::format("stream {} · host call times", format::StreamLabel(op.stream_id)));
+    recent_ops_[op.sequence] = {op.stream_id, op.name};
+    recent_order_.push_back(op.sequence);
+    if (recent_order_.size() > kRecentOps) {
+      recent_ops_.erase(recent_order_.front());
+      recent_order_.pop_front();
+    }
+    if (const auto waiting = waiting_for_op_.find(op.sequence); waiting != waiting_for_op_.end()) {
+      for (const format::GpuActivityRecord& activity : waiting->second) {
+        EmitGpuActivity(activity, StreamGpuTrack(op.stream_id), &op.name);
+      }
+      waiting_gpu_ -= waiting->second.size();
+      waiting_for_op_.erase(waiting);
+    }
     const TextOptions text_options{.stable = false};
     const uint64_t duration = op.end_ns >= op.start_ns ? op.end_ns - op.start_ns : 0;
     const bool marked = marked_ && *marked_ == op.sequence;
@@ -167,6 +202,73 @@ class PerfettoWriter {
     EndEvent();
   }
 
+  // A kernel, copy or memset as the GPU ran it, on the GPU track of the stream of the op that
+  // started it. CUPTI delivers it after its op most of the time but not always (another
+  // thread's records may land first): one whose op is not seen yet waits for it (bounded).
+  void AddGpuActivity(const format::GpuActivityRecord& activity) {
+    ++gpu_activities_;
+    // Its own op (a launch, copy, memset), else the library op whose kernel it is.
+    const std::optional<uint64_t> owner =
+        activity.op_sequence ? activity.op_sequence : activity.library_op_sequence;
+    if (!owner) {
+      EmitGpuActivity(activity, "GPU work of no recorded op (ndtrace's own digests)", nullptr);
+      return;
+    }
+    const auto op = recent_ops_.find(*owner);
+    if (op != recent_ops_.end()) {
+      EmitGpuActivity(activity, StreamGpuTrack(op->second.stream_id), &op->second.name);
+    } else if (waiting_gpu_ < kRecentOps) {
+      waiting_for_op_[*owner].push_back(activity);
+      ++waiting_gpu_;
+    } else {
+      EmitGpuActivity(activity, DeviceGpuTrack(activity), nullptr);
+    }
+  }
+
+  static std::string StreamGpuTrack(uint32_t stream_id) {
+    return fmt::format("stream {} · GPU", format::StreamLabel(stream_id));
+  }
+  static std::string DeviceGpuTrack(const format::GpuActivityRecord& activity) {
+    return fmt::format("device stream {} · GPU", activity.device_stream);
+  }
+
+  void EmitGpuActivity(const format::GpuActivityRecord& activity, const std::string& track,
+                       const std::string* op_name) {
+    auto [it, added] = gpu_tracks_.try_emplace(track, kGpuTidTop - gpu_tracks_.size());
+    NameTrack(it->second, track);
+    BeginEvent("X", it->second);
+    const char* kind = format::GpuActivityKindName(activity.kind);
+    json_.Key("name").String(op_name != nullptr ? *op_name : kind);
+    json_.Key("cat").String(std::string("gpu_") + kind);
+    json_.Key("ts").Double(Microseconds(activity.start_ns));
+    json_.Key("dur").Double(
+        Microseconds(activity.end_ns >= activity.start_ns ? activity.end_ns - activity.start_ns : 0));
+    json_.Key("args").BeginObject();
+    if (activity.op_sequence) json_.Key("op").Uint(*activity.op_sequence);
+    if (activity.library_op_sequence) json_.Key("library_op").Uint(*activity.library_op_sequence);
+    json_.Key("device_stream").Uint(activity.device_stream);
+    json_.EndObject();
+    EndEvent();
+  }
+
+  // Says, at the end of a process with no GPU activity, that its times are host times.
+  void EndProcess() {
+    if (!in_process_) return;
+    in_process_ = false;
+    for (const auto& [sequence, activities] : waiting_for_op_) {  // their ops never came
+      for (const format::GpuActivityRecord& activity : activities) {
+        EmitGpuActivity(activity, DeviceGpuTrack(activity), nullptr);
+      }
+    }
+    waiting_for_op_.clear();
+    waiting_gpu_ = 0;
+    if (gpu_activities_ != 0) return;
+    Instant("no GPU times in this trace (recorded without CUPTI, or with --no-gpu-time): the "
+            "stream tracks show host API call times, not GPU work",
+            0);
+    EndInstant();
+  }
+
   // Starts an instant event on the ndtrace track and opens its "args" object.
   void Instant(const std::string& name, uint64_t time_ns) {
     NameTrack(kNdtraceTid, "ndtrace");
@@ -206,6 +308,17 @@ class PerfettoWriter {
   std::set<uint64_t> named_tracks_;
   std::optional<uint64_t> marked_;
   std::string mark_;
+  bool in_process_ = false;
+  uint64_t gpu_activities_ = 0;
+  std::map<std::string, uint64_t> gpu_tracks_;  // track name -> tid
+  struct OpSeen {
+    uint32_t stream_id = 0;
+    std::string name;
+  };
+  std::unordered_map<uint64_t, OpSeen> recent_ops_;  // by sequence, the last kRecentOps
+  std::deque<uint64_t> recent_order_;
+  std::unordered_map<uint64_t, std::vector<format::GpuActivityRecord>> waiting_for_op_;
+  size_t waiting_gpu_ = 0;
 };
 
 void ExportPerfetto(format::TraceReader& reader, OutputFile& out) {

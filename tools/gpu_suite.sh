@@ -10,7 +10,7 @@
 #   --budget S      time for the whole suite (default 480); each command runs under `timeout`
 #                   with at most what is left, and a step that finds none left says so
 #   --steps LIST    comma list of steps to run (default all, in this order): facts, samples,
-#                   digest, bench, replay, bisect, pytorch, policy
+#                   digest, bench, gputime, replay, bisect, pytorch, policy
 #   --work DIR      where traces go (default: a temporary directory, removed at the end)
 #
 # Exit 0 when the results file was written (whatever the checks found), 2 on bad arguments.
@@ -30,7 +30,7 @@ die() {
 
 standin=
 budget=480
-steps=facts,samples,digest,bench,replay,bisect,pytorch,policy
+steps=facts,samples,digest,bench,gputime,replay,bisect,pytorch,policy
 work=
 results_dir=
 while [ $# -gt 0 ]; do
@@ -48,7 +48,7 @@ done
 case "$budget" in '' | *[!0-9]*) die "--budget: not a number of seconds: $budget" ;; esac
 for step in ${steps//,/ }; do
   case "$step" in
-    facts | samples | digest | bench | replay | bisect | pytorch | policy) ;;
+    facts | samples | digest | bench | gputime | replay | bisect | pytorch | policy) ;;
     *) die "--steps: unknown step $step" ;;
   esac
 done
@@ -294,6 +294,34 @@ if wants bench; then
   run 120 tail:12 "$bundle/bench/bench_digest"
   run 120 tail:12 "$bundle/bench/bench_digest_gpu" "$digest_mib"
   run 180 tail:20 "$bundle/bench/bench_library_hooks" "$library_calls"
+fi
+
+# --- GPU time from CUPTI ---------------------------------------------------------------------
+
+if wants gputime; then
+  say ""
+  say "## GPU time (CUPTI)"
+  say ""
+  say "Recorded with GPU times from CUPTI (libcupti.so.13 as the loader finds it, or"
+  say "NDTRACE_CUPTI), then without (--no-gpu-time): the note says whether CUPTI was used, stats"
+  say "counts gpu_activity records, show lists the first of them, the Perfetto export's GPU"
+  say "tracks; many_ops 20000 timed both ways (the cost of taking GPU times)."
+  for program in conv_legacy racy_sum; do
+    [ -x "$programs/$program" ] || continue
+    run 60 'GPU time|trace written' "$ndtrace" record -o "$work/gputime-$program.ndt" -- \
+      "$programs/$program"
+    run 30 'records|gpu_activity' "$ndtrace" stats "$work/gputime-$program.ndt"
+    run 30 'gpu (kernel|memcpy|memset)|GPU time' "$ndtrace" show "$work/gputime-$program.ndt"
+    run 30 tail:1 "$ndtrace" export "$work/gputime-$program.ndt" --format perfetto \
+      -o "$work/gputime-$program.json"
+    run 10 tail:5 grep -o '"name":"[^"]*· GPU"' "$work/gputime-$program.json"
+  done
+  if [ -x "$programs/many_ops" ]; then
+    for flag in "" "--no-gpu-time"; do
+      run 120 'elapsed' bash -c 'TIMEFORMAT="elapsed %R s"; time "$@" >/dev/null' _ \
+        "$ndtrace" record --quiet $flag -o "$work/gputime-many_ops.ndt" -- "$programs/many_ops" 20000
+    done
+  fi
 fi
 
 # --- standalone op replay --------------------------------------------------------------------

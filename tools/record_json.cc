@@ -376,6 +376,20 @@ void WriteFields(const format::StateDigestRecord& state, const JsonOptions& opti
   if (!options.stable) json.Key("time_ns").Uint(state.time_ns);
 }
 
+void WriteFields(const format::GpuActivityRecord& activity, const JsonOptions& options,
+                 JsonWriter& json) {
+  json.Key("kind").String(format::GpuActivityKindName(activity.kind));
+  json.Key("op");
+  activity.op_sequence ? json.Uint(*activity.op_sequence) : json.Null();
+  json.Key("library_op");
+  activity.library_op_sequence ? json.Uint(*activity.library_op_sequence) : json.Null();
+  if (!options.stable) {
+    json.Key("start_ns").Uint(activity.start_ns);
+    json.Key("end_ns").Uint(activity.end_ns);
+    json.Key("device_stream").Uint(activity.device_stream);
+  }
+}
+
 }  // namespace
 
 void WriteHeaderJson(const format::TraceHeader& header, const JsonOptions& options, bool type,

@@ -176,6 +176,24 @@ void AppendState(const format::StateDigestRecord& state, const TextOptions& opti
   }
 }
 
+void AppendGpuActivity(const format::GpuActivityRecord& activity, const TextOptions& options,
+                       std::string* out) {
+  AppendTimeColumn(activity.start_ns, true, options, out);
+  std::string of = activity.op_sequence ? fmt::format("op {}", *activity.op_sequence) : "";
+  if (activity.library_op_sequence) {
+    of += activity.op_sequence ? fmt::format(" (in library op {})", *activity.library_op_sequence)
+                               : fmt::format("library op {}", *activity.library_op_sequence);
+  }
+  if (of.empty()) of = "no recorded op";
+  if (options.stable) {
+    Append(out, "gpu {} of {}\n", format::GpuActivityKindName(activity.kind), of);
+  } else {
+    Append(out, "gpu {} of {}: {} ns on the GPU, device stream {}\n",
+           format::GpuActivityKindName(activity.kind), of,
+           activity.end_ns - std::min(activity.start_ns, activity.end_ns), activity.device_stream);
+  }
+}
+
 }  // namespace
 
 std::string DigestHex(const format::Digest& digest) {
@@ -455,9 +473,11 @@ void AppendRecordText(const format::Record& record, const TextOptions& options, 
           AppendDropped(value, options, out);
         } else if constexpr (std::is_same_v<T, format::PythonStackRecord>) {
           AppendPythonStack(value, options, out);
-        } else {
-          static_assert(std::is_same_v<T, format::StateDigestRecord>);
+        } else if constexpr (std::is_same_v<T, format::StateDigestRecord>) {
           AppendState(value, options, out);
+        } else {
+          static_assert(std::is_same_v<T, format::GpuActivityRecord>);
+          AppendGpuActivity(value, options, out);
         }
       },
       record);

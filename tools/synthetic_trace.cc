@@ -420,6 +420,20 @@ class ThreadEmitter {
     last_sequence_ = op.sequence;
     ++issued_in_step_;
     writer_.Append(op);
+    // Its GPU time, as CUPTI reports it after the call returned.
+    const auto gpu_kind = op.kind == OpKind::kKernelLaunch ? format::GpuActivityKind::kKernel
+                          : op.kind == OpKind::kMemcpy     ? format::GpuActivityKind::kMemcpy
+                          : op.kind == OpKind::kMemset     ? format::GpuActivityKind::kMemset
+                                                           : std::optional<format::GpuActivityKind>{};
+    if (gpu_kind) {
+      format::GpuActivityRecord activity;
+      activity.kind = *gpu_kind;
+      activity.op_sequence = op.sequence;
+      activity.start_ns = op.end_ns + time_rng_.Between(1000, 5000);
+      activity.end_ns = activity.start_ns + host_ns;
+      activity.device_stream = op.stream_id;
+      writer_.Append(activity);
+    }
   }
 
   void Kernel(const char* name, std::vector<int64_t> grid, std::vector<int64_t> block,

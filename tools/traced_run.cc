@@ -58,6 +58,8 @@ void AddDigestOptions(CLI::App* app, DigestOptions* options) {
                   "and after it (synchronises the host)");
   app->add_flag("--no-exit-digest", options->no_exit,
                 "Do not digest the live device memory at exit");
+  app->add_flag("--no-gpu-time", options->no_gpu_time,
+                "Do not take the GPU start and end of kernels, copies and memsets from CUPTI");
 }
 
 bool ApplyDigestOptions(const std::string& context, const DigestOptions& options) {
@@ -70,6 +72,7 @@ bool ApplyDigestOptions(const std::string& context, const DigestOptions& options
   if (options.sync) setenv("NDTRACE_DIGEST_SYNC", "1", 1);
   if (!options.window.empty()) setenv("NDTRACE_DIGEST_WINDOW", options.window.c_str(), 1);
   if (options.no_exit) setenv("NDTRACE_DIGEST_EXIT", "0", 1);
+  if (options.no_gpu_time) setenv("NDTRACE_GPU_TIME", "0", 1);
   return true;
 }
 

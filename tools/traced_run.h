@@ -28,9 +28,10 @@ struct DigestOptions {
   bool sync = false;     // --digest-sync: a state digest at every host synchronisation
   std::string window;    // --digest-window A:B or A:: per-op digests of ops A..B
   bool no_exit = false;  // --no-exit-digest
+  bool no_gpu_time = false;  // --no-gpu-time: no GPU times from CUPTI (NDTRACE_GPU_TIME=0)
 };
 
-// Adds the four digest options to `app`.
+// Adds the four digest options and --no-gpu-time to `app`.
 void AddDigestOptions(CLI::App* app, DigestOptions* options);
 
 // Validates `options` and sets the NDTRACE_DIGEST_* variables the traced program inherits

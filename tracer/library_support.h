@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "formats/records.h"
+#include "tracer/gpu_time.h"
 #include "tracer/recorder.h"
 
 namespace ndt::tracer {
@@ -60,10 +61,15 @@ template <typename Result>
 class RealCall {
  public:
   explicit RealCall(HookScope& scope) : scope_(scope) {}
+  // The GPU work the call starts is the op's that is open on this thread (gpu_time.h).
   template <typename Call>
   Result Run(Call&& call) {
+    const std::optional<uint64_t> op = Session::OpenOp();
     scope_.Lift();
-    result_ = call();
+    {
+      gpu_time::Scope gpu(op, /*library=*/true);
+      result_ = call();
+    }
     scope_.Restore();
     done_ = true;
     return result_;

@@ -1,5 +1,6 @@
 #include "tracer/recorder.h"
 
+
 // Every driver function declared here is one libndtrace.so may export: default visibility
 // (the build hides everything else; libndtrace.map picks the exports).
 #pragma GCC visibility push(default)
@@ -29,6 +30,7 @@
 #include "kernels/digest_v1.h"
 #include "tracer/capture.h"
 #include "tracer/driver_table.h"
+#include "tracer/gpu_time.h"
 #include "tracer/library_support.h"
 #include "tracer/real_dl.h"
 #include "tracer/signals.h"
@@ -352,6 +354,7 @@ class Recorder {
     if (session == nullptr || previous != State::kRecording || owner_pid_ != getpid()) return;
     const bool nested = t_in_hook;
     t_in_hook = true;  // our driver calls must not be recorded
+    gpu_time::Stop();  // CUPTI's last activities, before the trace closes
     session->FlushHeldRecords(true);
     t_in_hook = nested;
     Status status = session->writer().Close();
@@ -412,6 +415,7 @@ class Recorder {
     owner_pid_ = getpid();
     exit_digest_taken_ = false;
     output_ = base_output_ + "." + std::to_string(owner_pid_);
+    gpu_time::ForgetAfterFork();
   }
 
   Session* Start() {
@@ -488,6 +492,11 @@ class Recorder {
             ": expected THREAD:STREAM:INDEX[,...] (at most 16); no Python stack is taken");
       }
     }
+    const bool simulated = !session->header().gpus.empty() && session->header().gpus.front().simulated;
+    format::TracerNote gpu_time_note;
+    gpu_time_note.text = "GPU time: " + gpu_time::Start(session, simulated);
+    gpu_time_note.time_ns = session->NowNs();
+    session->Append(gpu_time_note);
     session_.store(session, std::memory_order_release);
     state_.store(State::kRecording, std::memory_order_release);
     InstallSignalFlush([] { Get().Close(); });
@@ -620,9 +629,16 @@ Session::Session(std::unique_ptr<format::TraceWriter> writer, format::TraceHeade
       gpu_(gpu_digests, std::move(log)),
       max_held_(std::max<size_t>(4096, size_t{2} * gpu_digests.ring_slots)) {}
 
+namespace {
+thread_local std::optional<uint64_t> t_open_op;  // Session::OpenOp
+}  // namespace
+
+std::optional<uint64_t> Session::OpenOp() { return t_open_op; }
+
 format::OpRecord Session::BeginOp(format::OpKind kind, std::string name, uint32_t stream_id) {
   format::OpRecord op;
   op.sequence = TakeOpSequence();
+  t_open_op = op.sequence;
   op.thread_id = ThreadId();
   op.stream_id = stream_id;
   op.kind = kind;
@@ -633,6 +649,7 @@ format::OpRecord Session::BeginOp(format::OpKind kind, std::string name, uint32_
 }
 
 void Session::EndOp(format::OpRecord& op, int32_t status) {
+  t_open_op.reset();
   op.status = status;
   op.end_ns = NowNs();
   Append(op);

@@ -149,6 +149,8 @@ class Session {
   // and then takes the state digest the configuration asks for at this point, if any.
   format::OpRecord BeginOp(format::OpKind kind, std::string name, uint32_t stream_id);
   void EndOp(format::OpRecord& op, int32_t status);
+  // The op this thread has begun and not yet ended (the innermost), if any.
+  static std::optional<uint64_t> OpenOp();
 
   // ---- the library layer (policy.h, library_support.h) ----
   const format::TraceHeader& header() const { return header_; }

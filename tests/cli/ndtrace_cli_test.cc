@@ -376,12 +376,16 @@ TEST_CASE("export --format perfetto writes trace events: one X per op, a track p
   CHECK(result.out.empty());
   const nlohmann::json timeline = nlohmann::json::parse(ReadFile(out));
   CHECK(timeline.at("displayTimeUnit") == "ns");
-  uint64_t complete_events = 0;
-  std::set<uint64_t> op_streams;
+  uint64_t complete_events = 0, gpu_events = 0;
+  std::set<uint64_t> op_streams, gpu_tracks;
   std::multiset<uint64_t> named_streams;
   bool process_named = false;
   for (const nlohmann::json& event : timeline.at("traceEvents")) {
-    if (event.at("ph") == "X") {
+    if (event.at("ph") == "X" && event.at("cat").get<std::string>().rfind("gpu_", 0) == 0) {
+      ++gpu_events;  // a kernel, copy or memset's GPU time, on its stream's GPU track
+      gpu_tracks.insert(event.at("tid").get<uint64_t>());
+      CHECK(event.at("args").contains("op"));
+    } else if (event.at("ph") == "X") {
       ++complete_events;
       op_streams.insert(event.at("tid").get<uint64_t>());
       CHECK(event.at("ts").is_number());
@@ -389,7 +393,9 @@ TEST_CASE("export --format perfetto writes trace events: one X per op, a track p
       CHECK(event.at("args").contains("sequence"));
     } else if (event.at("ph") == "M" && event.at("name") == "thread_name") {
       const std::string name = event.at("args").at("name");
-      if (name.rfind("stream ", 0) == 0) named_streams.insert(event.at("tid").get<uint64_t>());
+      if (name.rfind("stream ", 0) == 0 && name.find(" · host call times") != std::string::npos) {
+        named_streams.insert(event.at("tid").get<uint64_t>());
+      }
     } else if (event.at("ph") == "M" && event.at("name") == "process_name") {
       process_named = true;
       CHECK(event.at("args").at("name") ==
@@ -400,6 +406,9 @@ TEST_CASE("export --format perfetto writes trace events: one X per op, a track p
   CHECK(complete_events == ndt::tools::SyntheticOpCount(options));
   CHECK(op_streams.size() == 4);
   CHECK(named_streams == std::multiset<uint64_t>(op_streams.begin(), op_streams.end()));
+  CHECK(gpu_events > 0);  // the synthetic trace has GPU times for its kernels, copies, memsets
+  CHECK(gpu_events < complete_events);
+  CHECK_FALSE(gpu_tracks.empty());
 }
 
 TEST_CASE("export --format perfetto --diff puts both runs on one timeline and flags the "
@@ -422,7 +431,7 @@ TEST_CASE("export --format perfetto --diff puts both runs on one timeline and fl
   for (const nlohmann::json& event : timeline.at("traceEvents")) {
     if (event.at("ph") == "M" && event.at("name") == "process_name") {
       processes.insert(event.at("pid").get<uint64_t>());
-    } else if (event.at("ph") == "X") {
+    } else if (event.at("ph") == "X" && event.at("cat").get<std::string>().rfind("gpu_", 0) != 0) {
       ++complete_events;
       const std::string name = event.at("name");
       if (name.rfind("FIRST DIVERGENCE: ", 0) == 0) {

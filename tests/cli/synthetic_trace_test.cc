@@ -58,6 +58,8 @@ Record WithoutTimes(Record record) {
     note->time_ns = 0;
   } else if (auto* state = std::get_if<ndt::format::StateDigestRecord>(&record)) {
     state->time_ns = 0;
+  } else if (auto* activity = std::get_if<ndt::format::GpuActivityRecord>(&record)) {
+    activity->start_ns = activity->end_ns = 0;
   }
   return record;
 }

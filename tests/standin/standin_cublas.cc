@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "standin_activity.h"
 #include "standin_library_driver.h"
 #include "standin_atomic.h"
 
@@ -211,11 +212,13 @@ cublasStatus_t RunGemm(cublasHandle_t handle, cublasOperation_t transa, cublasOp
   g.c = static_cast<float*>(c);
   g.ldc = ldc;
   try {
-    if (handle->atomics == CUBLAS_ATOMICS_ALLOWED && k >= kRacingSlices) {
-      RunRacing(g);
-    } else {
-      RunOrdered(g, slices);
-    }
+    AsKernel(handle->stream, [&] {
+      if (handle->atomics == CUBLAS_ATOMICS_ALLOWED && k >= kRacingSlices) {
+        RunRacing(g);
+      } else {
+        RunOrdered(g, slices);
+      }
+    });
   } catch (const std::bad_alloc&) {
     return CUBLAS_STATUS_ALLOC_FAILED;
   }

@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "standin_activity.h"
 #include "standin_cudnn_internal.h"
 #include "standin_immortal.h"
 #include "standin_atomic.h"
@@ -1118,9 +1119,11 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha,
       status != CUDNN_STATUS_SUCCESS) {
     return status;
   }
-  ndt::standin::Forward(p, t, ndt::standin::Scalar(alpha), static_cast<const float*>(x),
-                        static_cast<const float*>(w), ndt::standin::Scalar(beta),
-                        static_cast<float*>(y));
+  AsKernel(handle->stream, [&] {
+    ndt::standin::Forward(p, t, ndt::standin::Scalar(alpha), static_cast<const float*>(x),
+                          static_cast<const float*>(w), ndt::standin::Scalar(beta),
+                          static_cast<float*>(y));
+  });
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -1139,9 +1142,11 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alp
       status != CUDNN_STATUS_SUCCESS) {
     return status;
   }
-  ndt::standin::BackwardData(p, t, ndt::standin::Scalar(alpha), static_cast<const float*>(w),
-                             static_cast<const float*>(dy), ndt::standin::Scalar(beta),
-                             static_cast<float*>(dx));
+  AsKernel(handle->stream, [&] {
+    ndt::standin::BackwardData(p, t, ndt::standin::Scalar(alpha), static_cast<const float*>(w),
+                               static_cast<const float*>(dy), ndt::standin::Scalar(beta),
+                               static_cast<float*>(dx));
+  });
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -1160,9 +1165,11 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* a
       status != CUDNN_STATUS_SUCCESS) {
     return status;
   }
-  ndt::standin::BackwardFilter(p, t, ndt::standin::Scalar(alpha), static_cast<const float*>(x),
-                               static_cast<const float*>(dy), ndt::standin::Scalar(beta),
-                               static_cast<float*>(dw));
+  AsKernel(handle->stream, [&] {
+    ndt::standin::BackwardFilter(p, t, ndt::standin::Scalar(alpha), static_cast<const float*>(x),
+                                 static_cast<const float*>(dy), ndt::standin::Scalar(beta),
+                                 static_cast<float*>(dw));
+  });
   return CUDNN_STATUS_SUCCESS;
 }
 

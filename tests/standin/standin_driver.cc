@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstdint>
@@ -46,6 +47,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "standin_activity.h"
 #include "standin_async.h"
 #include "standin_driver_internal.h"
 #include "standin_immortal.h"
@@ -474,6 +476,51 @@ CUresult ParamInfo(const HostKernel& kernel, std::size_t index, std::size_t* off
   return CUDA_SUCCESS;
 }
 
+// ---- CUPTI activity: what the stand-in libcupti reports (standin_activity.h) ----
+
+std::atomic<const NdtStandinActivitySink*> g_activity_sink{nullptr};
+
+// One driver call's GPU work as CUPTI sees it: correlation 0 when nobody listens.
+struct Activity {
+  std::uint32_t correlation = 0;
+  int kind = kNdtActivityKernel;
+  std::uint32_t stream = 0;
+  std::uint64_t bytes = 0;
+};
+
+// CUPTI's stream number: the stream's id; the legacy and per-thread default streams 0 and 1.
+std::uint32_t ActivityStream(CUstream stream) {
+  const auto handle = reinterpret_cast<std::uintptr_t>(stream);
+  if (handle == 0 || handle == reinterpret_cast<std::uintptr_t>(CU_STREAM_LEGACY)) return 0;
+  if (handle == reinterpret_cast<std::uintptr_t>(CU_STREAM_PER_THREAD)) return 1;
+  return static_cast<std::uint32_t>(stream->id);
+}
+
+// On the calling thread, for a call that starts work.
+Activity BeginActivity(int kind, CUstream stream, std::uint64_t bytes = 0) {
+  const NdtStandinActivitySink* sink = g_activity_sink.load(std::memory_order_acquire);
+  if (sink == nullptr) return {};
+  return {sink->api_call(), kind, ActivityStream(stream), bytes};
+}
+
+std::uint64_t MonotonicNs() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
+// Runs `work` (the GPU work itself), telling CUPTI when it ran.
+template <typename Work>
+auto Timed(const Activity& activity, Work&& work) {
+  const NdtStandinActivitySink* sink = g_activity_sink.load(std::memory_order_acquire);
+  if (activity.correlation == 0 || sink == nullptr) return work();
+  const std::uint64_t start = MonotonicNs();
+  auto result = work();
+  sink->ran(activity.kind, activity.correlation, start, MonotonicNs(), activity.stream,
+            activity.bytes);
+  return result;
+}
+
 CUresult Launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_mem_bytes, CUstream stream,
                 void** kernel_params, void** extra) {
   Driver& d = GetDriver();
@@ -537,18 +584,21 @@ CUresult Launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_mem_bytes, 
     return CUDA_SUCCESS;
   }
   const LaunchGeometry geometry{grid, block, shared_mem_bytes};
+  const Activity activity = BeginActivity(kNdtActivityKernel, stream);
   if (queue != nullptr) {  // its fault is reported by the next synchronisation with the stream
     std::vector<std::vector<unsigned char>> copies;
     for (std::size_t i = 0; i < kernel->params.size(); ++i) {
       const auto* bytes = static_cast<const unsigned char*>(kernel_params[i]);
       copies.emplace_back(bytes, bytes + kernel->params[i].size);
     }
-    Enqueue(queue, [kernel, geometry, copies]() mutable {
+    Enqueue(queue, [kernel, geometry, copies, activity]() mutable {
       std::vector<void*> pointers;
       for (auto& copy : copies) pointers.push_back(copy.data());
-      return kernel->run(geometry, KernelArgs(pointers.data(), &CheckDeviceRange))
-                 ? CUDA_SUCCESS
-                 : CUDA_ERROR_ILLEGAL_ADDRESS;
+      return Timed(activity, [&] {
+        return kernel->run(geometry, KernelArgs(pointers.data(), &CheckDeviceRange))
+                   ? CUDA_SUCCESS
+                   : CUDA_ERROR_ILLEGAL_ADDRESS;
+      });
     });
     return CUDA_SUCCESS;
   }
@@ -560,15 +610,16 @@ CUresult Launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_mem_bytes, 
     }
     DeferredLaunches& deferred = GetDeferredLaunches();
     std::lock_guard lock(deferred.mu);
-    deferred.work.push_back([kernel, geometry, copies]() mutable {
+    deferred.work.push_back([kernel, geometry, copies, activity]() mutable {
       std::vector<void*> pointers;
       for (auto& copy : copies) pointers.push_back(copy.data());
-      kernel->run(geometry, KernelArgs(pointers.data(), &CheckDeviceRange));
+      Timed(activity, [&] { return kernel->run(geometry, KernelArgs(pointers.data(), &CheckDeviceRange)); });
     });
     return CUDA_SUCCESS;
   }
   const KernelArgs args(kernel_params, &CheckDeviceRange);
-  return kernel->run(geometry, args) ? CUDA_SUCCESS : CUDA_ERROR_ILLEGAL_ADDRESS;
+  return Timed(activity, [&] { return kernel->run(geometry, args); }) ? CUDA_SUCCESS
+                                                                      : CUDA_ERROR_ILLEGAL_ADDRESS;
 }
 
 CUresult LaunchEx(const CUlaunchConfig* config, CUfunction f, void** kernel_params, void** extra) {
@@ -640,20 +691,25 @@ CUresult Copy(std::uintptr_t dst, Side dst_side, std::uintptr_t src, Side src_si
       src_at = PlacementLocked(d, src);
     }
   }
+  const Activity activity = BeginActivity(kNdtActivityMemcpy, stream, bytes);
   if (queue != nullptr) {
     WorkItem item;
     if (!src_at.in_table) {
       auto staged = std::make_shared<std::vector<unsigned char>>(
           reinterpret_cast<const unsigned char*>(src),
           reinterpret_cast<const unsigned char*>(src) + bytes);
-      item = [dst, staged] {
-        std::memcpy(reinterpret_cast<void*>(dst), staged->data(), staged->size());
-        return CUDA_SUCCESS;
+      item = [dst, staged, activity] {
+        return Timed(activity, [&] {
+          std::memcpy(reinterpret_cast<void*>(dst), staged->data(), staged->size());
+          return CUDA_SUCCESS;
+        });
       };
     } else {
-      item = [dst, src, bytes] {
-        std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
-        return CUDA_SUCCESS;
+      item = [dst, src, bytes, activity] {
+        return Timed(activity, [&] {
+          std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+          return CUDA_SUCCESS;
+        });
       };
     }
     const std::uint64_t ticket = Enqueue(queue, std::move(item));
@@ -661,8 +717,10 @@ CUresult Copy(std::uintptr_t dst, Side dst_side, std::uintptr_t src, Side src_si
                       (host_synchronous && (dst_at.pinned_host || src_at.pinned_host));
     return wait ? WaitForTicket(queue, ticket) : CUDA_SUCCESS;
   }
-  std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
-  return CUDA_SUCCESS;
+  return Timed(activity, [&] {
+    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+    return CUDA_SUCCESS;
+  });
 }
 
 // Writes `count` copies of the `element_size`-byte `pattern` at `dst`, which must be aligned to
@@ -695,23 +753,28 @@ CUresult Fill(std::uintptr_t dst, const void* pattern, std::size_t element_size,
       pinned_host = PlacementLocked(d, dst).pinned_host;
     }
   }
+  const Activity activity = BeginActivity(kNdtActivityMemset, stream, count * element_size);
   if (queue != nullptr) {
     std::array<unsigned char, 8> value{};
     std::memcpy(value.data(), pattern, std::min(element_size, value.size()));
     const std::uint64_t ticket = Enqueue(queue, [=] {
-      auto* out = reinterpret_cast<unsigned char*>(dst);
-      for (std::size_t i = 0; i < count; ++i) {
-        std::memcpy(out + i * element_size, value.data(), element_size);
-      }
-      return CUDA_SUCCESS;
+      return Timed(activity, [&] {
+        auto* out = reinterpret_cast<unsigned char*>(dst);
+        for (std::size_t i = 0; i < count; ++i) {
+          std::memcpy(out + i * element_size, value.data(), element_size);
+        }
+        return CUDA_SUCCESS;
+      });
     });
     return host_synchronous && pinned_host ? WaitForTicket(queue, ticket) : CUDA_SUCCESS;
   }
-  auto* out = reinterpret_cast<unsigned char*>(dst);
-  for (std::size_t i = 0; i < count; ++i) {
-    std::memcpy(out + i * element_size, pattern, element_size);
-  }
-  return CUDA_SUCCESS;
+  return Timed(activity, [&] {
+    auto* out = reinterpret_cast<unsigned char*>(dst);
+    for (std::size_t i = 0; i < count; ++i) {
+      std::memcpy(out + i * element_size, pattern, element_size);
+    }
+    return CUDA_SUCCESS;
+  });
 }
 
 // Synchronising a capturing stream is not allowed (the real driver also invalidates the
@@ -1356,6 +1419,22 @@ static CUstream PerThread(CUstream stream) {
 }
 
 extern "C" {
+
+__attribute__((visibility("default"))) void ndt_standin_set_activity_sink(
+    const NdtStandinActivitySink* sink) {
+  ndt::standin::g_activity_sink.store(sink, std::memory_order_release);
+}
+
+__attribute__((visibility("default"))) void ndt_standin_run_as_kernel(CUstream stream,
+                                                                      void (*work)(void*),
+                                                                      void* context) {
+  using namespace ndt::standin;
+  const Activity activity = BeginActivity(kNdtActivityKernel, stream);
+  Timed(activity, [&] {
+    work(context);
+    return 0;
+  });
+}
 
 // --- Initialization, version, errors -------------------------------------------------------
 

@@ -79,9 +79,12 @@ std::vector<std::vector<DigestKey>> StateDigests(const std::vector<Record>& reco
 }
 
 // The record types in file order, ops by sequence: the held-back records must not reorder them.
+// GPU activity records are left out: the GPU path's own digest kernels are GPU work too, and
+// CUPTI delivers activities when its buffers fill.
 std::vector<std::string> Shape(const std::vector<Record>& records) {
   std::vector<std::string> shape;
   for (const Record& record : records) {
+    if (std::holds_alternative<ndt::format::GpuActivityRecord>(record)) continue;
     std::string line = ndt::format::RecordTypeName(record);
     if (const auto* op = std::get_if<OpRecord>(&record)) line += " " + std::to_string(op->sequence);
     shape.push_back(line);

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,19 @@ TEST_CASE("captured buffers are compared element by element in their dtype", "[r
     CHECK(d.differing == 1);
     CHECK(d.first_index == 2);
     CHECK(d.max_abs_diff == 0.5);
+    // 0.5 lies in [1e-1, 1e0): bucket -1 - kHistogramLowest.
+    CHECK(d.histogram[-1 - ExactDifference::kHistogramLowest] == 1);
+    CHECK(d.non_finite == 0);
+  }
+  SECTION("the spread of |a - b|: open-ended first and last buckets, non-finite apart") {
+    const double inf = std::numeric_limits<double>::infinity();
+    const auto d = CompareBuffers(Bytes<double>({1, 1, 1, 1, 0, 5}),
+                                  Bytes<double>({1 + 3e-16, 1.25, 1e12, 1, inf, 5}), DType::kF64);
+    CHECK(d.differing == 4);
+    CHECK(d.histogram.front() == 1);  // 2.2e-16: below 1e-12
+    CHECK(d.histogram[-1 - ExactDifference::kHistogramLowest] == 1);  // 0.25
+    CHECK(d.histogram.back() == 1);   // 1e12: above 1e8
+    CHECK(d.non_finite == 1);
   }
   SECTION("f16: 1.0 is 0x3c00, 1.5 is 0x3e00, -2 is 0xc000, 2^-24 is the smallest subnormal") {
     const auto d = CompareBuffers(Bytes<uint16_t>({0x3c00, 0xc000, 0x0001}),

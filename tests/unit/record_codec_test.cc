@@ -129,6 +129,8 @@ std::vector<Record> SampleRecords() {
       "3.11.2"});
   records.push_back(PythonStackRecord{
       9, 0x80001234, 0, 0, PythonStackStatus::kNativeThread, {}, "issued by a native thread", ""});
+  records.push_back(GpuActivityRecord{GpuActivityKind::kMemset, 12, 11, 1000, 2500, 7});
+  records.push_back(GpuActivityRecord{GpuActivityKind::kKernel, std::nullopt, std::nullopt, 5, 9, 0});
   return records;
 }
 
@@ -525,10 +527,11 @@ TEST_CASE("names are the snake_case forms of the schema enumerants", "[formats]"
   CHECK(DTypeBytes(DType::kUnknown) == 0);
   CHECK(std::string(PolicyName(Policy::kReplayForce)) == "replay_force");
   const char* expected[] = {"op",   "allocation", "module_load",  "nvtx_range",  "policy_decision",
-                            "note", "dropped",    "state_digest", "python_stack"};
+                            "note", "dropped",    "state_digest", "python_stack", "gpu_activity"};
   const Record records[] = {OpRecord{},        AllocationRecord{},     ModuleLoadRecord{},
                             NvtxRangeRecord{}, PolicyDecisionRecord{}, TracerNote{},
-                            DroppedRecords{},  StateDigestRecord{},    PythonStackRecord{}};
+                            DroppedRecords{},  StateDigestRecord{},    PythonStackRecord{},
+                            GpuActivityRecord{}};
   for (size_t i = 0; i < std::size(records); ++i) {
     CHECK(std::string(RecordTypeName(records[i])) == expected[i]);
   }

@@ -22,6 +22,7 @@
 #include "tracer/capture.h"
 #include "tracer/driver_table.h"
 #include "tracer/philox_args.h"
+#include "tracer/gpu_time.h"
 #include "tracer/recorder.h"
 
 // Per-thread-default-stream variants, which cuda.h declares only under
@@ -158,6 +159,13 @@ Argument Dims(const char* name, unsigned x, unsigned y, unsigned z) {
   return argument;
 }
 
+// The real call of `op`, the GPU work it starts marked as the op's (gpu_time.h).
+template <typename Real>
+CUresult CallAs(const OpRecord& op, Real& real) {
+  gpu_time::Scope gpu(op.sequence, /*library=*/false);
+  return real();
+}
+
 // A copy endpoint: the canonical device pointer, or "host" (no value: host addresses differ
 // between runs and are not recorded).
 Argument Endpoint(const char* name, bool device, const format::DevicePointer& pointer) {
@@ -202,7 +210,7 @@ CUresult RecordCopy(Session& session, RealCall& call, const char* name, Directio
   const void* src_host = reinterpret_cast<const void*>(src);
   const void* dst_host = reinterpret_cast<const void*>(dst);
   if (Captured(session, op) != 0) {
-    const CUresult captured = call.Set(real());
+    const CUresult captured = call.Set(CallAs(op, real));
     session.EndOp(op, static_cast<int32_t>(captured));
     return captured;
   }
@@ -214,7 +222,7 @@ CUresult RecordCopy(Session& session, RealCall& call, const char* name, Directio
   if (dst_device && CaptureWanted(op)) {
     CaptureCopySource(session, SyncHandle(stream, per_thread), src_device, src, bytes, &op);
   }
-  const CUresult result = call.Set(real());
+  const CUresult result = call.Set(CallAs(op, real));
   if (result == CUDA_SUCCESS && src_device && dst_device &&
       session.digests().InWindow(op.sequence)) {
     op.outputs = WindowDigests(session, stream, per_thread, {{"dst", dst}});
@@ -246,7 +254,7 @@ CUresult RecordMemset(Session& session, RealCall& call, const char* name, CUdevi
   op.args.push_back(Unsigned("count", count));
   op.args.push_back(Unsigned("elementBytes", element_bytes));
   const bool captured = Captured(session, op) != 0;
-  const CUresult result = call.Set(real());
+  const CUresult result = call.Set(CallAs(op, real));
   if (result == CUDA_SUCCESS && !captured && session.digests().InWindow(op.sequence)) {
     op.outputs = WindowDigests(session, stream, per_thread, {{"dst", dst}});
   }
@@ -337,7 +345,7 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
   // NDTRACE_CAPTURE: the module, arguments and referenced allocations, for standalone replay.
   const bool capture = !captured && CaptureWanted(op);
   if (capture) CaptureLaunchInputs(session, kernel, function, sync_stream, &op);
-  const CUresult result = call.Set(real());
+  const CUresult result = call.Set(CallAs(op, real));
   if (window && result == CUDA_SUCCESS) {
     op.outputs = WindowDigests(session, stream, per_thread, referenced);
   }
@@ -999,7 +1007,7 @@ extern "C" CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph
       if (!info.philox.empty()) {                                                                \
         ndt::tracer::GraphPhiloxState(s, info.philox.front(), stream, PER_THREAD, op);           \
       }                                                                                          \
-      const CUresult result = c.Set(pass());                                                     \
+      const CUresult result = c.Set(ndt::tracer::CallAs(op, pass));                              \
       s.EndOp(op, static_cast<int32_t>(result));                                                 \
       return result;                                                                             \
     });                                                                                          \

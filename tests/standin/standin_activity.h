@@ -1,0 +1,70 @@
+// How the stand-in libcupti (standin_cupti.cc) hears of the work the stand-in driver runs, to
+// give CUPTI's activity records: the driver exports ndt_standin_set_activity_sink, which the
+// stand-in libcupti calls when an activity kind is enabled. Plain C types: the two libraries
+// share nothing else.
+#pragma once
+
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <exception>
+#include <type_traits>
+
+enum NdtStandinActivityKind { kNdtActivityKernel = 0, kNdtActivityMemcpy = 1, kNdtActivityMemset = 2 };
+
+struct NdtStandinActivitySink {
+  // On the thread making a driver call that starts GPU work: the call's correlation id (CUPTI
+  // writes the external correlation records of the ids pushed on that thread then).
+  uint32_t (*api_call)();
+  // When the work has run, on whichever thread ran it (a stream's worker under
+  // NDT_STANDIN_ASYNC): times from CLOCK_MONOTONIC, in ns.
+  void (*ran)(int kind, uint32_t correlation, uint64_t start_ns, uint64_t end_ns,
+              uint32_t stream, uint64_t bytes);
+};
+
+// Null stops the reports.
+extern "C" void ndt_standin_set_activity_sink(const NdtStandinActivitySink* sink);
+
+// Runs `work(context)` as a kernel on `stream` as far as CUPTI is concerned: for the stand-in
+// libraries, whose computations run on the host.
+extern "C" void ndt_standin_run_as_kernel(CUstream stream, void (*work)(void*), void* context);
+
+namespace {
+
+// Runs `work` (a stand-in library's computation) as a kernel of the stand-in driver on `stream`,
+// so that the stand-in CUPTI reports its time as a real library's kernels would be; just runs it
+// when the driver does not offer that.
+template <typename Work>
+[[maybe_unused]] void AsKernel(void* stream, Work&& work) {
+  using Run = void (*)(CUstream, void (*)(void*), void*);
+  static const Run run = [] {
+    void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    Run found = driver != nullptr
+                    ? reinterpret_cast<Run>(dlsym(driver, "ndt_standin_run_as_kernel"))
+                    : nullptr;
+    if (driver != nullptr) dlclose(driver);
+    return found;
+  }();
+  if (run == nullptr) {
+    work();
+    return;
+  }
+  struct Call {
+    std::remove_reference_t<Work>* work;
+    std::exception_ptr error;
+  } call{&work, nullptr};
+  run(static_cast<CUstream>(stream),
+      [](void* context) {
+        auto* c = static_cast<Call*>(context);
+        try {
+          (*c->work)();
+        } catch (...) {
+          c->error = std::current_exception();
+        }
+      },
+      &call);
+  if (call.error) std::rethrow_exception(call.error);
+}
+
+}  // namespace

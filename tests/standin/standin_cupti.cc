@@ -1,0 +1,265 @@
+// The stand-in libcupti.so.13: the part of CUPTI's activity API ndtrace uses (tracer/gpu_time.h),
+// over the stand-in driver's reports of the work it runs (standin_activity.h).
+//
+// As CUPTI does: every driver call that starts work gets a correlation id; while external
+// correlation ids are pushed on the calling thread, an EXTERNAL_CORRELATION record per pushed
+// kind ties them to it; the work's CONCURRENT_KERNEL / MEMCPY / MEMSET record (with its start and
+// end, from the steady clock as cuptiGetTimestamp gives it) carries the correlation id. Records
+// are written into the buffers the client hands out, in the order they happen, and delivered
+// when a buffer is full or at cuptiActivityFlushAll. Only what the activities above need is
+// implemented; the rest of CUPTI is absent.
+#include <cupti.h>
+#include <dlfcn.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "standin_activity.h"
+
+namespace {
+
+struct State {
+  std::mutex mutex;  // guards everything below
+  CUpti_BuffersCallbackRequestFunc request = nullptr;
+  CUpti_BuffersCallbackCompleteFunc complete = nullptr;
+  bool enabled[CUPTI_ACTIVITY_KIND_COUNT] = {};
+  uint8_t* buffer = nullptr;  // the buffer being filled, from `request`
+  size_t size = 0;
+  size_t used = 0;
+  std::vector<std::pair<uint8_t*, size_t>> full;  // filled buffers, to deliver
+  std::atomic<uint32_t> next_correlation{1};
+};
+
+State& Get() {
+  static State* state = new State();  // never destroyed: the driver may report during exit
+  return *state;
+}
+
+thread_local std::vector<uint64_t> t_pushed[CUPTI_EXTERNAL_CORRELATION_KIND_SIZE];
+
+size_t RecordSize(CUpti_ActivityKind kind) {
+  switch (kind) {
+    case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: return sizeof(CUpti_ActivityExternalCorrelation);
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: return sizeof(CUpti_ActivityKernel10);
+    case CUPTI_ACTIVITY_KIND_MEMCPY: return sizeof(CUpti_ActivityMemcpy6);
+    case CUPTI_ACTIVITY_KIND_MEMSET: return sizeof(CUpti_ActivityMemset4);
+    default: return 0;
+  }
+}
+
+size_t Padded(size_t bytes) { return (bytes + 7) / 8 * 8; }
+
+// Copies `record` into the current buffer (asking for one, handing a full one over).
+template <typename Record>
+void WriteLocked(State& s, const Record& record) {
+  const size_t bytes = Padded(sizeof(Record));
+  if (s.buffer != nullptr && s.used + bytes > s.size) {
+    s.full.emplace_back(s.buffer, s.used);
+    s.buffer = nullptr;
+  }
+  if (s.buffer == nullptr) {
+    if (s.request == nullptr) return;
+    size_t max_records = 0;
+    s.request(&s.buffer, &s.size, &max_records);
+    s.used = 0;
+    if (s.buffer == nullptr || s.size < bytes) {
+      s.buffer = nullptr;
+      return;  // the client gave no room: the record is dropped, as CUPTI drops it
+    }
+  }
+  std::memcpy(s.buffer + s.used, &record, sizeof(Record));
+  s.used += bytes;
+}
+
+// Hands the filled buffers to the client, outside the lock.
+void Deliver(std::vector<std::pair<uint8_t*, size_t>> buffers) {
+  CUpti_BuffersCallbackCompleteFunc complete;
+  {
+    std::lock_guard lock(Get().mutex);
+    complete = Get().complete;
+  }
+  for (auto& [buffer, valid] : buffers) {
+    if (complete != nullptr) complete(nullptr, 0, buffer, valid, valid);
+  }
+}
+
+uint32_t ApiCall() {
+  State& s = Get();
+  const uint32_t correlation = s.next_correlation.fetch_add(1, std::memory_order_relaxed);
+  std::vector<std::pair<uint8_t*, size_t>> full;
+  {
+    std::lock_guard lock(s.mutex);
+    if (s.enabled[CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION]) {
+      for (int kind = 0; kind < CUPTI_EXTERNAL_CORRELATION_KIND_SIZE; ++kind) {
+        if (t_pushed[kind].empty()) continue;
+        CUpti_ActivityExternalCorrelation record{};
+        record.kind = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
+        record.externalKind = static_cast<CUpti_ExternalCorrelationKind>(kind);
+        record.externalId = t_pushed[kind].back();
+        record.correlationId = correlation;
+        WriteLocked(s, record);
+      }
+    }
+    full.swap(s.full);
+  }
+  Deliver(std::move(full));
+  return correlation;
+}
+
+template <typename Record>
+void Fill(Record* record, CUpti_ActivityKind kind, uint32_t correlation, uint64_t start,
+          uint64_t end, uint32_t stream) {
+  record->kind = kind;
+  record->start = start;
+  record->end = end;
+  record->streamId = stream;
+  record->correlationId = correlation;
+}
+
+void Ran(int kind, uint32_t correlation, uint64_t start, uint64_t end, uint32_t stream,
+         uint64_t bytes) {
+  State& s = Get();
+  std::vector<std::pair<uint8_t*, size_t>> full;
+  {
+    std::lock_guard lock(s.mutex);
+    if (kind == kNdtActivityKernel && s.enabled[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL]) {
+      CUpti_ActivityKernel10 record{};
+      Fill(&record, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, correlation, start, end, stream);
+      record.completed = end;
+      WriteLocked(s, record);
+    } else if (kind == kNdtActivityMemcpy && s.enabled[CUPTI_ACTIVITY_KIND_MEMCPY]) {
+      CUpti_ActivityMemcpy6 record{};
+      Fill(&record, CUPTI_ACTIVITY_KIND_MEMCPY, correlation, start, end, stream);
+      record.bytes = bytes;
+      WriteLocked(s, record);
+    } else if (kind == kNdtActivityMemset && s.enabled[CUPTI_ACTIVITY_KIND_MEMSET]) {
+      CUpti_ActivityMemset4 record{};
+      Fill(&record, CUPTI_ACTIVITY_KIND_MEMSET, correlation, start, end, stream);
+      record.bytes = bytes;
+      WriteLocked(s, record);
+    }
+    full.swap(s.full);
+  }
+  Deliver(std::move(full));
+}
+
+const NdtStandinActivitySink kSink{ApiCall, Ran};
+
+// Tells the stand-in driver (already loaded by the program) to report to us.
+bool ListenToDriver(bool on) {
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (driver == nullptr) return false;
+  auto set = reinterpret_cast<void (*)(const NdtStandinActivitySink*)>(
+      dlsym(driver, "ndt_standin_set_activity_sink"));
+  dlclose(driver);
+  if (set == nullptr) return false;
+  set(on ? &kSink : nullptr);
+  return true;
+}
+
+}  // namespace
+
+extern "C" {
+
+// Marks this libcupti as ndtrace's stand-in: on a stand-in device the tracer uses no other.
+__attribute__((visibility("default"))) extern const int ndt_standin_cupti;
+const int ndt_standin_cupti = 1;
+
+CUptiResult cuptiGetVersion(uint32_t* version) {
+  if (version == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
+  *version = CUPTI_API_VERSION;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiGetResultString(CUptiResult result, const char** text) {
+  if (text == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
+  *text = result == CUPTI_SUCCESS ? "CUPTI_SUCCESS" : "CUPTI_ERROR (stand-in)";
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiGetTimestamp(uint64_t* timestamp) {
+  if (timestamp == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
+  *timestamp = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                         std::chrono::steady_clock::now().time_since_epoch())
+                                         .count());
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc request,
+                                           CUpti_BuffersCallbackCompleteFunc complete) {
+  if (request == nullptr || complete == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
+  std::lock_guard lock(Get().mutex);
+  Get().request = request;
+  Get().complete = complete;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) {
+  if (RecordSize(kind) == 0) return CUPTI_ERROR_NOT_SUPPORTED;
+  if (!ListenToDriver(true)) return CUPTI_ERROR_NOT_INITIALIZED;
+  std::lock_guard lock(Get().mutex);
+  Get().enabled[kind] = true;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) {
+  if (RecordSize(kind) == 0) return CUPTI_ERROR_NOT_SUPPORTED;
+  std::lock_guard lock(Get().mutex);
+  Get().enabled[kind] = false;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiActivityFlushAll(uint32_t) {
+  std::vector<std::pair<uint8_t*, size_t>> full;
+  {
+    std::lock_guard lock(Get().mutex);
+    State& s = Get();
+    if (s.buffer != nullptr) {
+      s.full.emplace_back(s.buffer, s.used);
+      s.buffer = nullptr;
+    }
+    full.swap(s.full);
+  }
+  Deliver(std::move(full));
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiActivityGetNextRecord(uint8_t* buffer, size_t valid, CUpti_Activity** record) {
+  if (buffer == nullptr || record == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
+  uint8_t* next = buffer;
+  if (*record != nullptr) {
+    const size_t size = RecordSize((*record)->kind);
+    if (size == 0) return CUPTI_ERROR_INVALID_KIND;
+    next = reinterpret_cast<uint8_t*>(*record) + Padded(size);
+  }
+  if (next + sizeof(CUpti_Activity) > buffer + valid) return CUPTI_ERROR_MAX_LIMIT_REACHED;
+  const size_t size = RecordSize(reinterpret_cast<CUpti_Activity*>(next)->kind);
+  if (size == 0 || next + size > buffer + valid) return CUPTI_ERROR_MAX_LIMIT_REACHED;
+  *record = reinterpret_cast<CUpti_Activity*>(next);
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiActivityPushExternalCorrelationId(CUpti_ExternalCorrelationKind kind,
+                                                   uint64_t id) {
+  if (kind <= CUPTI_EXTERNAL_CORRELATION_KIND_INVALID || kind >= CUPTI_EXTERNAL_CORRELATION_KIND_SIZE) {
+    return CUPTI_ERROR_INVALID_PARAMETER;
+  }
+  t_pushed[kind].push_back(id);
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiActivityPopExternalCorrelationId(CUpti_ExternalCorrelationKind kind,
+                                                  uint64_t* id) {
+  if (kind <= CUPTI_EXTERNAL_CORRELATION_KIND_INVALID || kind >= CUPTI_EXTERNAL_CORRELATION_KIND_SIZE) {
+    return CUPTI_ERROR_INVALID_PARAMETER;
+  }
+  if (t_pushed[kind].empty()) return CUPTI_ERROR_QUEUE_EMPTY;
+  if (id != nullptr) *id = t_pushed[kind].back();
+  t_pushed[kind].pop_back();
+  return CUPTI_SUCCESS;
+}
+
+}  // extern "C"

@@ -1,0 +1,136 @@
+// GPU time from CUPTI (tracer/gpu_time.h) on the stand-in device and its stand-in libcupti
+// (tests/standin/standin_cupti.cc): every kernel, copy and memset a program starts is recorded
+// with its GPU start and end, tied to the op that started it, a library's kernels to the library
+// op; `--no-gpu-time` turns it off; the Perfetto export draws GPU tracks from it.
+#include <catch2/catch.hpp>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "formats/records.h"
+#include "support/traced_program.h"
+
+namespace {
+
+using namespace ndt::test;  // NOLINT(google-build-using-namespace): the shared test helpers
+
+using ndt::format::GpuActivityKind;
+using ndt::format::GpuActivityRecord;
+using ndt::format::OpKind;
+using ndt::format::OpRecord;
+using ndt::format::Record;
+using ndt::format::TracerNote;
+
+std::vector<GpuActivityRecord> Activities(const std::vector<Record>& records) {
+  std::vector<GpuActivityRecord> activities;
+  for (const Record& record : records) {
+    if (const auto* a = std::get_if<GpuActivityRecord>(&record)) activities.push_back(*a);
+  }
+  return activities;
+}
+
+std::string GpuTimeNote(const std::vector<Record>& records) {
+  for (const Record& record : records) {
+    const auto* note = std::get_if<TracerNote>(&record);
+    if (note != nullptr && note->text.rfind("GPU time: ", 0) == 0) return note->text;
+  }
+  return "";
+}
+
+uint64_t UnsignedArg(const OpRecord& op, const std::string& name) {
+  for (const auto& argument : op.args) {
+    if (argument.name != name) continue;
+    if (const auto* value = std::get_if<uint64_t>(&argument.value)) return *value;
+  }
+  return 0;
+}
+
+TEST_CASE("every kernel, copy and memset gets its GPU time, tied to its op", "[tracer][gpu_time]") {
+  const std::string trace = TempPath("gpu_time.ndt");
+  const RunResult run = Run(std::string("NDT_STANDIN_ASYNC=1 '") + NDTRACE_BIN + "' record -o '" +
+                            trace + "' -- '" + CORPUS_TRAIN_LOOP + "'");
+  REQUIRE(run.status == 0);
+  const std::vector<Record> records = ReadAll(trace);
+  CHECK(GpuTimeNote(records).rfind("GPU time: on", 0) == 0);
+  std::map<uint64_t, OpRecord> ops;
+  for (const OpRecord& op : Ops(records)) ops[op.sequence] = op;
+  std::map<uint64_t, int> timed;  // op -> activities
+  for (const GpuActivityRecord& activity : Activities(records)) {
+    CHECK(activity.start_ns <= activity.end_ns);
+    if (!activity.op_sequence) continue;  // ndtrace's own exit digest
+    const auto op = ops.find(*activity.op_sequence);
+    REQUIRE(op != ops.end());
+    ++timed[op->first];
+    const OpKind expected = activity.kind == GpuActivityKind::kKernel ? OpKind::kKernelLaunch
+                            : activity.kind == GpuActivityKind::kMemcpy ? OpKind::kMemcpy
+                                                                        : OpKind::kMemset;
+    CHECK(op->second.kind == expected);
+    // The GPU starts the work after the call that enqueued it began (the clocks are mapped at
+    // start; allow for the mapping's error).
+    CHECK(activity.start_ns + 50'000 >= op->second.start_ns);
+  }
+  int expected = 0;
+  for (const auto& [sequence, op] : ops) {
+    const bool work = op.kind == OpKind::kKernelLaunch || op.kind == OpKind::kMemset ||
+                      (op.kind == OpKind::kMemcpy && UnsignedArg(op, "bytes") != 0);
+    if (!work || op.status != 0) continue;
+    ++expected;
+    INFO("op " << sequence << " " << op.name);
+    CHECK(timed.count(sequence) == 1);
+  }
+  CHECK(expected > 50);
+  std::remove(trace.c_str());
+}
+
+TEST_CASE("a library's kernels are timed as its op's", "[tracer][gpu_time]") {
+  const std::string trace = TempPath("gpu_time_library.ndt");
+  REQUIRE(RecordRun(trace, PROG_CONV_LEGACY).status == 0);
+  const std::vector<Record> records = ReadAll(trace);
+  std::map<uint64_t, uint64_t> gpu_ns;  // library op -> GPU ns
+  for (const GpuActivityRecord& activity : Activities(records)) {
+    if (activity.library_op_sequence) {
+      gpu_ns[*activity.library_op_sequence] += activity.end_ns - activity.start_ns;
+    }
+  }
+  int convolutions = 0;
+  for (const OpRecord& op : Ops(records)) {
+    if (op.kind != OpKind::kCudnnConvolution) continue;
+    ++convolutions;
+    INFO(op.name);
+    CHECK(gpu_ns.count(op.sequence) == 1);
+  }
+  CHECK(convolutions >= 3);
+  std::remove(trace.c_str());
+}
+
+TEST_CASE("a recording with --no-gpu-time has no GPU time and says so", "[tracer][gpu_time]") {
+  const std::string trace = TempPath("gpu_time_off.ndt");
+  REQUIRE(RecordRun(trace, PROG_VECTOR_ADD, "--no-gpu-time").status == 0);
+  const std::vector<Record> records = ReadAll(trace);
+  CHECK(Activities(records).empty());
+  CHECK(GpuTimeNote(records) == "GPU time: off (NDTRACE_GPU_TIME=0)");
+  std::remove(trace.c_str());
+}
+
+TEST_CASE("the Perfetto export has GPU tracks with GPU times, and says when it has none",
+          "[tracer][gpu_time]") {
+  const std::string trace = TempPath("gpu_time_export.ndt");
+  const std::string json = TempPath("gpu_time_export.json");
+  for (const bool gpu_time : {true, false}) {
+    REQUIRE(RecordRun(trace, PROG_CONV_LEGACY, gpu_time ? "" : "--no-gpu-time").status == 0);
+    REQUIRE(Run(std::string("'") + NDTRACE_BIN + "' export '" + trace +
+                "' --format perfetto -o '" + json + "'")
+                .status == 0);
+    const std::string text = Slurp(json);
+    INFO("GPU time " << gpu_time);
+    CHECK(Contains(text, "· host call times") );
+    CHECK(Contains(text, "\"cat\":\"gpu_kernel\"") == gpu_time);
+    CHECK(Contains(text, "· GPU\"") == gpu_time);
+    CHECK(Contains(text, "no GPU times in this trace") == !gpu_time);
+  }
+  std::remove(trace.c_str());
+  std::remove(json.c_str());
+}
+
+}  // namespace

@@ -1,0 +1,54 @@
+// GPU time from CUPTI's activity API (tracer/README.md, "GPU time"): when libcupti.so.13 can
+// be loaded, the GPU start and end of every kernel, copy and memset are recorded as
+// GpuActivityRecords tied to the ops that started them.
+//
+// How ops are tied: around the real call of a recorded driver op (launch, copy, memset, graph
+// launch) the op's sequence is pushed as CUPTI's external correlation id of kind CUSTOM0, and
+// around the real call of a library op (cuDNN, cuBLAS, ...) the library op's as CUSTOM1; CUPTI
+// then writes, for every API call made while they are pushed, a record joining its correlation
+// id to them, and the activity records carry that correlation id. Kernels are taken with
+// CONCURRENT_KERNEL, which does not serialise the GPU (KERNEL would).
+//
+// Off with NDTRACE_GPU_TIME=0 (`--no-gpu-time`). On a stand-in device only ndtrace's stand-in
+// libcupti is used (a real one would drive a driver that is not there). In a forked child, GPU
+// time stays off.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace ndt::tracer {
+
+class Session;
+
+namespace gpu_time {
+
+// Starts taking GPU times for `session` (records are appended to it as CUPTI delivers them).
+// Returns what happened, for a note in the trace: "on (...)" or why it is off.
+std::string Start(Session* session, bool simulated_device);
+// Delivers every activity CUPTI holds (a forced flush) and stops taking GPU times. Call before
+// the session's trace is closed.
+void Stop();
+// In a forked child: forget the parent's session (CUPTI is not used there).
+void ForgetAfterFork();
+
+// Whether GPU times are being taken (one relaxed load: the hooks' fast path).
+bool Active();
+
+// Marks the GPU work the calling thread starts while it lives as op `sequence`'s: a driver op
+// (`library` false) or a library op. Nothing when GPU times are off or there is no op.
+class Scope {
+ public:
+  Scope(std::optional<uint64_t> sequence, bool library);
+  ~Scope();
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  bool pushed_ = false;
+  bool library_ = false;
+};
+
+}  // namespace gpu_time
+}  // namespace ndt::tracer
