@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -39,6 +40,30 @@ bool ValidWindow(std::string_view text) {
   const std::string_view rest = text.substr(colon + 1);
   if (!rest.empty() && !parse(rest, &last)) return false;
   return first <= last;
+}
+
+// NVTX_INJECTION64_PATH and the variable that chains the injection it named before.
+bool IsNvtxVariable(std::string_view entry) {
+  return entry.rfind("NVTX_INJECTION64_PATH=", 0) == 0 || entry.rfind("NDTRACE_NVTX_NEXT=", 0) == 0;
+}
+
+// Makes the tracer the program's NVTX injection library (tracer/nvtx.h). An injection library
+// the environment already names (Nsight's) is chained: the tracer loads it and passes every
+// NVTX call on to it, so both see the ranges.
+void AddNvtxInjection(const std::string& library, std::vector<std::string>* environment) {
+  const char* current = std::getenv("NVTX_INJECTION64_PATH");
+  const char* chained = std::getenv("NDTRACE_NVTX_NEXT");
+  std::error_code error;
+  const bool current_is_ours = current != nullptr && *current != '\0' &&
+                               std::filesystem::equivalent(current, library, error);
+  std::string next;
+  if (current != nullptr && *current != '\0' && !current_is_ours) {
+    next = current;
+  } else if (current_is_ours && chained != nullptr) {
+    next = chained;  // ndtrace under ndtrace: keep the chain it was given
+  }
+  if (!next.empty()) environment->push_back("NDTRACE_NVTX_NEXT=" + next);
+  environment->push_back("NVTX_INJECTION64_PATH=" + library);
 }
 
 }  // namespace
@@ -139,11 +164,12 @@ StatusOr<TracedRun> RunTraced(const std::string& context, const std::vector<std:
     if (text.rfind("LD_PRELOAD=", 0) == 0) {
       if (text.size() > 11) preload += ":" + std::string(text.substr(11));
     } else if (text.rfind("NDTRACE_OUTPUT=", 0) != 0 &&
-               text.rfind("NDTRACE_LAUNCHER_PID=", 0) != 0) {
+               text.rfind("NDTRACE_LAUNCHER_PID=", 0) != 0 && !IsNvtxVariable(text)) {
       environment.emplace_back(text);
     }
   }
   environment.push_back("LD_PRELOAD=" + preload);
+  AddNvtxInjection(library, &environment);
   // The process spawned here writes `trace_path`; the others of its run write companions.
   environment.push_back("NDTRACE_LAUNCHER_PID=" + std::to_string(getpid()));
   if (!trace_path.empty()) {
