@@ -22,6 +22,16 @@ void NvtxPaths::Observe(const NvtxRangeRecord& range) {
   }
 }
 
+namespace {
+
+// A range's name in a path: PyTorch's domains go without saying (the names say what they are).
+std::string PathLabel(const std::string& domain, const std::string& name) {
+  if (domain.empty() || domain == kModuleDomain || domain == kOpDomain) return name;
+  return domain + ": " + name;
+}
+
+}  // namespace
+
 std::string NvtxPaths::Label(const NvtxRangeRecord& range) {
   return range.domain.empty() ? range.name : range.domain + ": " + range.name;
 }
@@ -46,7 +56,7 @@ RangeContext NvtxPaths::Resolve(uint64_t id) const {
   }
   for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
     const Range& range = **it;
-    context.path.push_back(range.domain.empty() ? range.name : range.domain + ": " + range.name);
+    context.path.push_back(PathLabel(range.domain, range.name));
   }
   for (const Range* range : chain) {  // innermost first
     if (context.framework_op.empty()) context.framework_op = FrameworkOp(range->domain, range->name);

@@ -15,7 +15,8 @@ namespace ndt::format {
 
 // What an op's ranges say in the user's terms.
 struct RangeContext {
-  std::vector<std::string> path;  // outermost first, as "name" or "domain: name"
+  std::vector<std::string> path;  // outermost first, as "name" or "domain: name" (PyTorch's
+                                  // domains left out)
   std::string framework_op;       // innermost PyTorch op range ("aten::index_add_"), if any
   std::string module;             // innermost PyTorch module range ("model.layer1.0"), if any
   bool empty() const { return path.empty(); }

@@ -36,6 +36,7 @@ struct CheckOptions {
   std::string directory;
   DigestOptions digests;
   PolicyOptions policy;
+  PythonOptions python;
   int progress_every = 10;  // seconds; 0: no progress while a run goes on
   std::vector<std::string> command;
 };
@@ -148,6 +149,7 @@ int RunCheck(const CheckOptions& options) {
   }
   if (!ApplyDigestOptions("check", options.digests)) return kExitUsage;
   if (!ApplyPolicyOptions("check", options.policy)) return kExitUsage;
+  ApplyPythonOptions(options.python);
   const std::filesystem::path directory =
       options.directory.empty() ? DefaultDirectory() : options.directory;
   std::error_code error;
@@ -336,6 +338,7 @@ Command AddCheckCommand(CLI::App& parent) {
                   "(default 10; 0: only when it ends)");
   AddDigestOptions(app, &options->digests);
   AddPolicyOptions(app, &options->policy);
+  AddPythonOptions(app, &options->python);
   app->add_option("command", options->command, "The program and its arguments, after --")
       ->required();
   return {app, [options] { return RunCheck(*options); }};

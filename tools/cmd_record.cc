@@ -26,6 +26,7 @@ struct RecordOptions {
   bool strict = false;  // NDTRACE_STRICT for the tracer: fail closed
   DigestOptions digests;
   PolicyOptions policy;
+  PythonOptions python;
   std::string capture;  // NDTRACE_CAPTURE for the tracer (tools/README.md)
   std::vector<std::string> command;
 };
@@ -37,6 +38,7 @@ int RunRecord(const RecordOptions& options) {
   }
   if (!ApplyDigestOptions("record", options.digests)) return kExitUsage;
   if (!ApplyPolicyOptions("record", options.policy)) return kExitUsage;
+  ApplyPythonOptions(options.python);
   if (!options.capture.empty()) setenv("NDTRACE_CAPTURE", options.capture.c_str(), 1);
   if (options.strict) setenv("NDTRACE_STRICT", "1", 1);
   StatusOr<TracedRun> run = RunTraced("record", options.command, options.output);
@@ -88,6 +90,7 @@ Command AddRecordCommand(CLI::App& parent) {
                 "program's CUDA calls fail instead of running untraced");
   AddDigestOptions(app, &options->digests);
   AddPolicyOptions(app, &options->policy);
+  AddPythonOptions(app, &options->python);
   app->add_option("--capture", options->capture,
                   "Store the full inputs and outputs of these ops for `replay --op`: a comma list "
                   "of op numbers, ranges A-B, kernel:GLOB and op kinds (cudnn_convolution)");

@@ -8,6 +8,7 @@ packages=(
   capnproto libcapnp-dev libzstd-dev zstd libxxhash-dev
   catch2 libcli11-dev libfmt-dev nlohmann-json3-dev
   clang libclang-rt-14-dev  # libFuzzer and the sanitizers
+  python3-torch  # a real (CPU-only) PyTorch for /usr/bin/python3: tests/python/
 )
 
 missing=()
