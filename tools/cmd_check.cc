@@ -101,6 +101,22 @@ StatusOr<RunFacts> ReadRunFacts(const std::string& trace, uint64_t* processes) {
   return facts;
 }
 
+// "; in aten::index_add_ (module Net.embed)" when NVTX ranges named the divergent op's PyTorch
+// op or module; else the innermost range ("; in \"reduce\""); else nothing.
+std::string FrameworkOpText(const replay::Divergence& d) {
+  if (!d.ranges || d.ranges->path.empty()) return "";
+  const format::RangeContext& ranges = *d.ranges;
+  if (ranges.framework_op.empty() && ranges.module.empty()) {
+    return "; in \"" + ranges.path.back() + "\"";
+  }
+  std::string text = "; in " + (ranges.framework_op.empty() ? "module " + ranges.module
+                                                            : ranges.framework_op);
+  if (!ranges.framework_op.empty() && !ranges.module.empty()) {
+    text += " (module " + ranges.module + ")";
+  }
+  return text;
+}
+
 // One line naming the first divergence, for the verdict: the same facts the report shows.
 std::string DivergenceLine(const replay::DiffReport& report) {
   if (!report.first_divergence) {
@@ -114,6 +130,7 @@ std::string DivergenceLine(const replay::DiffReport& report) {
   } else if (d.klass != replay::DivergenceClass::kUncovered) {
     line += "; " + d.op.name;
   }
+  line += FrameworkOpText(d);
   if (d.hint && d.hint->framework_op.rfind('(', 0) != 0) line += "; " + d.hint->framework_op;
   if (std::find(d.evidence.begin(), d.evidence.end(), "outputs identical in both runs") !=
       d.evidence.end()) {

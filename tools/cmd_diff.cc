@@ -32,7 +32,7 @@ Command AddDiffCommand(CLI::App& parent) {
       ->required();
   app->add_option("B", options->b, "the run to compare with it, process by process")
       ->required();
-  app->add_flag("--json", options->json, "print the ndtrace.diff/1 JSON document");
+  app->add_flag("--json", options->json, "print the ndtrace.diff/2 JSON document");
   app->add_option("-o,--output", options->output, "write the report here instead of stdout");
   app->add_flag("--force", options->force,
                 "compare op by op even when the runs are of another program, command line or "

@@ -91,7 +91,7 @@ void Worker(const Annotations& annotations, int worker, int step, bool plant,
   cudaStream_t stream;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   std::vector<float> host(kN);
-  for (int i = 0; i < kN; ++i) host[i] = static_cast<float>((i * (worker + 3) + step) % 97) / 8;
+  for (int i = 0; i < kN; ++i) host[i] = static_cast<float>((i * (worker + 3) + step) % 97) / 7;
   float* values = nullptr;
   float* sums = nullptr;
   Check(cudaMalloc(&values, kN * sizeof(float)), "cudaMalloc");

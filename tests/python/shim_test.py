@@ -89,5 +89,15 @@ with tempfile.TemporaryDirectory() as directory:
                           PYTHON, script], capture_output=True, text=True)
     check(run.stdout == "[]\n", "no torch module is loaded by the shim (%r)" % run.stdout)
 
+    # 5. check names the PyTorch op and module of the op that breaks reproducibility.
+    check_run = subprocess.run([NDTRACE, "check", "-n", "3", "-o", os.path.join(directory, "chk"),
+                                "--", PYTHON, PROGRAM, "--plant"], capture_output=True, text=True)
+    check(check_run.returncode == 1, "check --plant exits 1 (%d)" % check_run.returncode)
+    verdict = [line for line in check_run.stdout.splitlines() if line.startswith("ndtrace check:")]
+    check(verdict and "cublasSgemm_v2; in ndt::device_mm (module Net.blocks.1.proj)" in verdict[-1],
+          "the verdict names the op and module: %r" % verdict)
+    check("   = pytorch: ndt::device_mm in module Net.blocks.1.proj\n" in check_run.stdout,
+          "the report names the op and module")
+
 print("%d failure(s)" % len(failures))
 sys.exit(1 if failures else 0)

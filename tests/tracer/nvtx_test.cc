@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <variant>
 #include <vector>
@@ -113,6 +114,38 @@ TEST_CASE("every op of an NVTX-annotated program names the ranges that enclosed 
   CHECK(marks == std::set<std::string>{"step done"});
   REQUIRE(start_end.size() == 1);
   CHECK(start_end.begin()->second == 3);  // started and ended, same id
+
+  // show prints each op's ranges under it.
+  const RunResult show = Run("'" NDTRACE_BIN "' show --stable '" + trace + "'");
+  REQUIRE(show.status == 0);
+  CHECK_THAT(show.out, Catch::Contains("in \"worker 1\" > \"reduce\" > \"minilib: minilib::reduce\""));
+  CHECK_THAT(show.out, Catch::Contains("nvtx t0 mark \"step done\""));
+  // Perfetto: push/pop ranges as slices on their thread's track, the run as an async slice.
+  const RunResult perfetto = Run("'" NDTRACE_BIN "' export --format perfetto '" + trace + "'");
+  REQUIRE(perfetto.status == 0);
+  std::istringstream lines(perfetto.out);
+  int begins = 0, ends = 0, scale_slices = 0, async = 0, ops_with_ranges = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("\"ph\":\"B\"") != std::string::npos) ++begins;
+    if (line.find("\"ph\":\"E\"") != std::string::npos) ++ends;
+    if (line.find("\"ph\":\"B\"") != std::string::npos &&
+        line.find("\"name\":\"minilib: minilib::scale\"") != std::string::npos) {
+      ++scale_slices;
+    }
+    if (line.find("\"ph\":\"b\"") != std::string::npos ||
+        line.find("\"ph\":\"e\"") != std::string::npos) {
+      ++async;
+    }
+    if (line.find("\"ph\":\"X\"") != std::string::npos &&
+        line.find("\"nvtx_ranges\":[\"worker ") != std::string::npos) {
+      ++ops_with_ranges;
+    }
+  }
+  CHECK(begins == pushes);
+  CHECK(ends == pops);
+  CHECK(scale_slices == 4);
+  CHECK(async == 2);
+  CHECK(ops_with_ranges == worker_ops);
   std::remove(trace.c_str());
 }
 
