@@ -134,10 +134,8 @@ int main(int argc, char** argv) {
   const Result op_in_range = Measure(argv[0], "op_in_range", batches / 4, true);
   std::printf("NVTX range push+pop, %ld batches of %d pairs per process\n", batches, kBatch);
   std::printf("%-40s %10s %10s\n", "", "median ns", "p99 ns");
-  std::printf("%-40s %10.1f %10.1f\n", "no injection (NVTX's empty call)", empty.median,
-              empty.p99);
-  std::printf("%-40s %10.1f %10.1f\n", "libndtrace.so injected", injected.median,
-              injected.p99);
+  std::printf("%-40s %10.1f %10.1f\n", "no injection (NVTX's empty call)", empty.median, empty.p99);
+  std::printf("%-40s %10.1f %10.1f\n", "libndtrace.so injected", injected.median, injected.p99);
   std::printf("%-40s %10.1f %10.1f\n", "overhead per push+pop", injected.median - empty.median,
               injected.p99 - empty.p99);
   std::printf("target: overhead median <= 100 ns\n\n");
@@ -146,7 +144,7 @@ int main(int argc, char** argv) {
   std::printf("%-40s %10.1f %10.1f\n", "op alone", op.median, op.p99);
   std::printf("%-40s %10.1f %10.1f\n", "op inside its own range", op_in_range.median,
               op_in_range.p99);
-  std::printf("%-40s %10.1f %10.1f\n", "range records around an op",
-              op_in_range.median - op.median, op_in_range.p99 - op.p99);
+  std::printf("%-40s %10.1f %10.1f\n", "range records around an op", op_in_range.median - op.median,
+              op_in_range.p99 - op.p99);
   return 0;
 }

@@ -39,7 +39,8 @@ std::string NvtxPaths::Label(const NvtxRangeRecord& range) {
 std::string NvtxPaths::FrameworkOp(const std::string& domain, const std::string& name) {
   const size_t comma = name.find(", seq = ");
   const bool emit_nvtx_shape = comma != std::string::npos && name.find("::") < comma;
-  if (domain == kOpDomain || (domain.empty() && (emit_nvtx_shape || name.rfind("aten::", 0) == 0))) {
+  if (domain == kOpDomain ||
+      (domain.empty() && (emit_nvtx_shape || name.rfind("aten::", 0) == 0))) {
     return name.substr(0, name.find(','));
   }
   return "";
@@ -59,7 +60,8 @@ RangeContext NvtxPaths::Resolve(uint64_t id) const {
     context.path.push_back(PathLabel(range.domain, range.name));
   }
   for (const Range* range : chain) {  // innermost first
-    if (context.framework_op.empty()) context.framework_op = FrameworkOp(range->domain, range->name);
+    if (context.framework_op.empty())
+      context.framework_op = FrameworkOp(range->domain, range->name);
     if (context.module.empty() && range->domain == kModuleDomain) context.module = range->name;
   }
   return context;

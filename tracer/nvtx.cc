@@ -40,9 +40,9 @@ struct nvtxStringRegistration_st {
 namespace ndt::tracer {
 namespace {
 
-constexpr uint32_t kMaxDepth = 64;         // deeper pushes are counted, not kept
-constexpr uint32_t kArenaBytes = 8192;     // names of one thread's open ranges
-constexpr uint32_t kMaxNameBytes = 1024;   // longer names are cut
+constexpr uint32_t kMaxDepth = 64;        // deeper pushes are counted, not kept
+constexpr uint32_t kArenaBytes = 8192;    // names of one thread's open ranges
+constexpr uint32_t kMaxNameBytes = 1024;  // longer names are cut
 
 struct OpenRange {
   uint64_t id;
@@ -169,7 +169,9 @@ uint32_t CategoryOf(const nvtxEventAttributes_t* attributes) {
 // ---- records ------------------------------------------------------------------------------
 
 // The session to write into, never starting one (an NVTX call is no CUDA call).
-Session* Active() { return CurrentSessionIfRecording(); }
+Session* Active() {
+  return CurrentSessionIfRecording();
+}
 
 void Write(Session& session, format::NvtxEvent kind, uint64_t range_id, uint64_t parent,
            const nvtxDomainRegistration_st* domain, uint32_t category, Message message,
@@ -442,8 +444,8 @@ void CoreRangeEnd(nvtxRangeId_t id) {
 }
 
 int CoreRangePushEx(const nvtxEventAttributes_t* attributes) {
-  const int depth = Push(nullptr, CategoryOf(attributes),
-                         FromAttributes(attributes, t_scratch, kMaxNameBytes));
+  const int depth =
+      Push(nullptr, CategoryOf(attributes), FromAttributes(attributes, t_scratch, kMaxNameBytes));
   if (auto next = NextCore<decltype(&CoreRangePushEx)>(NVTX_CBID_CORE_RangePushEx)) {
     const nvtxEventAttributes_t copy = ForNext(attributes);
     next(&copy);
@@ -517,8 +519,8 @@ void DomainRangeEnd(nvtxDomainHandle_t domain, nvtxRangeId_t id) {
   }
 }
 int DomainRangePushEx(nvtxDomainHandle_t domain, const nvtxEventAttributes_t* attributes) {
-  const int depth = Push(domain, CategoryOf(attributes),
-                         FromAttributes(attributes, t_scratch, kMaxNameBytes));
+  const int depth =
+      Push(domain, CategoryOf(attributes), FromAttributes(attributes, t_scratch, kMaxNameBytes));
   if (auto next = NextCore2<decltype(&DomainRangePushEx)>(NVTX_CBID_CORE2_DomainRangePushEx)) {
     const nvtxEventAttributes_t copy = ForNext(attributes);
     next(NextDomain(domain), &copy);
@@ -541,8 +543,7 @@ void DomainNameCategoryA(nvtxDomainHandle_t domain, uint32_t category, const cha
     NameCategory(domain, category, FromAscii(name));
   } catch (...) {
   }
-  if (auto next =
-          NextCore2<decltype(&DomainNameCategoryA)>(NVTX_CBID_CORE2_DomainNameCategoryA)) {
+  if (auto next = NextCore2<decltype(&DomainNameCategoryA)>(NVTX_CBID_CORE2_DomainNameCategoryA)) {
     next(NextDomain(domain), category, name);
   }
 }
@@ -551,8 +552,7 @@ void DomainNameCategoryW(nvtxDomainHandle_t domain, uint32_t category, const wch
     NameCategory(domain, category, FromWide(name, t_scratch, kMaxNameBytes));
   } catch (...) {
   }
-  if (auto next =
-          NextCore2<decltype(&DomainNameCategoryW)>(NVTX_CBID_CORE2_DomainNameCategoryW)) {
+  if (auto next = NextCore2<decltype(&DomainNameCategoryW)>(NVTX_CBID_CORE2_DomainNameCategoryW)) {
     next(NextDomain(domain), category, name);
   }
 }
@@ -622,7 +622,8 @@ struct Slot {
   NvtxFunctionPointer function;
 };
 
-#define NDT_NVTX_SLOT(id, fn) {id, reinterpret_cast<NvtxFunctionPointer>(&fn)}
+#define NDT_NVTX_SLOT(id, fn) \
+  { id, reinterpret_cast<NvtxFunctionPointer>(&fn) }
 const Slot kCoreSlots[] = {
     NDT_NVTX_SLOT(NVTX_CBID_CORE_MarkEx, CoreMarkEx),
     NDT_NVTX_SLOT(NVTX_CBID_CORE_MarkA, CoreMarkA),
@@ -678,8 +679,10 @@ NvtxInitializeInjectionNvtxFunc_t NextInit() {
                         : nullptr;
     if (init_fn == nullptr || init_fn == reinterpret_cast<void*>(&InitializeInjectionNvtx2)) {
       if (std::getenv("NDTRACE_QUIET") == nullptr) {
-        std::fprintf(stderr, "ndtrace: cannot chain the NVTX injection library %s; NVTX "
-                     "ranges reach only ndtrace\n", path);
+        std::fprintf(stderr,
+                     "ndtrace: cannot chain the NVTX injection library %s; NVTX "
+                     "ranges reach only ndtrace\n",
+                     path);
       }
       return nullptr;
     }
@@ -733,9 +736,8 @@ void WriteOpenNvtxRanges(Session& session, uint64_t before_op) {
   for (uint32_t i = t.written; i < t.depth; ++i) {
     const OpenRange& range = t.stack[i];
     if (range.closed) continue;
-    Write(session, format::NvtxEvent::kPush, range.id, range.parent, range.domain,
-          range.category, {t.arena + range.name_offset, range.name_bytes}, range.steady_ns,
-          before_op);
+    Write(session, format::NvtxEvent::kPush, range.id, range.parent, range.domain, range.category,
+          {t.arena + range.name_offset, range.name_bytes}, range.steady_ns, before_op);
   }
   t.written = t.depth;
 }
@@ -771,8 +773,8 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
     NvtxGetExportTableFunc_t get_export_table) {
   try {
     if (get_export_table == nullptr) return 0;
-    const auto* callbacks = static_cast<const NvtxExportTableCallbacks*>(
-        get_export_table(NVTX_ETID_CALLBACKS));
+    const auto* callbacks =
+        static_cast<const NvtxExportTableCallbacks*>(get_export_table(NVTX_ETID_CALLBACKS));
     if (callbacks == nullptr || callbacks->struct_size < sizeof(NvtxExportTableCallbacks) ||
         callbacks->GetModuleFunctionTable == nullptr) {
       return 0;

@@ -14,16 +14,26 @@ namespace {
 
 std::atomic<int> g_pushes{0}, g_pops{0}, g_domain_pushes{0}, g_domains{0};
 
-int PushA(const char*) { return g_pushes++; }
-int PushW(const wchar_t*) { return g_pushes++; }
-int PushEx(const nvtxEventAttributes_t*) { return g_pushes++; }
-int Pop() { return --g_pops; }
+int PushA(const char*) {
+  return g_pushes++;
+}
+int PushW(const wchar_t*) {
+  return g_pushes++;
+}
+int PushEx(const nvtxEventAttributes_t*) {
+  return g_pushes++;
+}
+int Pop() {
+  return --g_pops;
+}
 int DomainPushEx(nvtxDomainHandle_t domain, const nvtxEventAttributes_t*) {
   // The handle must be one this library made (ndtrace hands each tool its own).
   if (domain != reinterpret_cast<nvtxDomainHandle_t>(&g_domains)) std::abort();
   return g_domain_pushes++;
 }
-int DomainPop(nvtxDomainHandle_t) { return 0; }
+int DomainPop(nvtxDomainHandle_t) {
+  return 0;
+}
 nvtxDomainHandle_t DomainCreateA(const char*) {
   ++g_domains;
   return reinterpret_cast<nvtxDomainHandle_t>(&g_domains);
@@ -58,8 +68,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
   }
   Set(core, core_size, NVTX_CBID_CORE_RangePushA, reinterpret_cast<NvtxFunctionPointer>(&PushA));
   Set(core, core_size, NVTX_CBID_CORE_RangePushW, reinterpret_cast<NvtxFunctionPointer>(&PushW));
-  Set(core, core_size, NVTX_CBID_CORE_RangePushEx,
-      reinterpret_cast<NvtxFunctionPointer>(&PushEx));
+  Set(core, core_size, NVTX_CBID_CORE_RangePushEx, reinterpret_cast<NvtxFunctionPointer>(&PushEx));
   Set(core, core_size, NVTX_CBID_CORE_RangePop, reinterpret_cast<NvtxFunctionPointer>(&Pop));
   Set(core2, core2_size, NVTX_CBID_CORE2_DomainRangePushEx,
       reinterpret_cast<NvtxFunctionPointer>(&DomainPushEx));

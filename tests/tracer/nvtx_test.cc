@@ -77,7 +77,8 @@ TEST_CASE("every op of an NVTX-annotated program names the ranges that enclosed 
     if (op.kind == OpKind::kKernelLaunch) ++kernels_by_path[ndt::format::JoinPath(shown)];
     if (op.name.rfind("Step(", 0) == 0) CHECK(shown == scale);
     if (op.name.rfind("CorpusRowSum(", 0) == 0) CHECK(shown == reduce);
-    if (op.name == "cuMemcpyHtoDAsync_v2") CHECK(shown == std::vector<std::string>{"worker 0", "upload"});
+    if (op.name == "cuMemcpyHtoDAsync_v2")
+      CHECK(shown == std::vector<std::string>{"worker 0", "upload"});
     if (op.name == "cuMemsetD8Async") CHECK(shown == reduce);
     if (op.name == "cuMemcpyDtoHAsync_v2") {
       CHECK(shown == std::vector<std::string>{"worker 0", "download"});
@@ -99,11 +100,22 @@ TEST_CASE("every op of an NVTX-annotated program names the ranges that enclosed 
         CHECK(range.range_id >> 32 == range.thread_id);
         if (range.domain == "minilib") CHECK(range.category == 1);  // "compute"
         break;
-      case NvtxEvent::kPop: ++pops; break;
-      case NvtxEvent::kCategoryName: categories.insert(range.name); break;
-      case NvtxEvent::kMark: marks.insert(range.name); break;
-      case NvtxEvent::kStart: start_end[range.range_id] += 1; CHECK(range.name == "run"); break;
-      case NvtxEvent::kEnd: start_end[range.range_id] += 2; break;
+      case NvtxEvent::kPop:
+        ++pops;
+        break;
+      case NvtxEvent::kCategoryName:
+        categories.insert(range.name);
+        break;
+      case NvtxEvent::kMark:
+        marks.insert(range.name);
+        break;
+      case NvtxEvent::kStart:
+        start_end[range.range_id] += 1;
+        CHECK(range.name == "run");
+        break;
+      case NvtxEvent::kEnd:
+        start_end[range.range_id] += 2;
+        break;
     }
   }
   CHECK(pushes == pops);  // every range written was closed
@@ -118,7 +130,8 @@ TEST_CASE("every op of an NVTX-annotated program names the ranges that enclosed 
   // show prints each op's ranges under it.
   const RunResult show = Run("'" NDTRACE_BIN "' show --stable '" + trace + "'");
   REQUIRE(show.status == 0);
-  CHECK_THAT(show.out, Catch::Contains("in \"worker 1\" > \"reduce\" > \"minilib: minilib::reduce\""));
+  CHECK_THAT(show.out,
+             Catch::Contains("in \"worker 1\" > \"reduce\" > \"minilib: minilib::reduce\""));
   CHECK_THAT(show.out, Catch::Contains("nvtx t0 mark \"step done\""));
   // Perfetto: push/pop ranges as slices on their thread's track, the run as an async slice.
   const RunResult perfetto = Run("'" NDTRACE_BIN "' export --format perfetto '" + trace + "'");
@@ -154,9 +167,9 @@ TEST_CASE("an NVTX injection library already set (another tool's) is chained, no
   const std::string trace = TempPath("nvtx_chain.ndt");
   const std::string counts = TempPath("nvtx_counts.txt");
   std::remove(counts.c_str());
-  const RunResult run = Run(std::string("NVTX_INJECTION64_PATH='") + NVTX_COUNTER +
-                            "' NVTX_COUNTER_OUT='" + counts + "' '" NDTRACE_BIN "' record -o '" +
-                            trace + "' -- '" + PROG_NVTX_RANGES + "' --steps 3");
+  const RunResult run =
+      Run(std::string("NVTX_INJECTION64_PATH='") + NVTX_COUNTER + "' NVTX_COUNTER_OUT='" + counts +
+          "' '" NDTRACE_BIN "' record -o '" + trace + "' -- '" + PROG_NVTX_RANGES + "' --steps 3");
   INFO(run.err);
   REQUIRE(run.status == 0);
   // The other tool saw every range: each step pushes "step N", and each of its two workers

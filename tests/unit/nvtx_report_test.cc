@@ -22,7 +22,9 @@ using format::OpKind;
 using format::OpRecord;
 using format::Record;
 
-constexpr uint64_t Id(uint32_t thread, uint32_t k) { return (uint64_t{thread} << 32) | k; }
+constexpr uint64_t Id(uint32_t thread, uint32_t k) {
+  return (uint64_t{thread} << 32) | k;
+}
 
 NvtxRangeRecord Push(uint64_t id, uint64_t parent, std::string name, std::string domain = "") {
   NvtxRangeRecord r;
@@ -91,9 +93,10 @@ TEST_CASE("fix hints are looked up by the aten op before the kernel name", "[hin
   OpRecord op;
   op.kind = OpKind::kKernelLaunch;
   // A template kernel whose name says nothing about the op that launched it.
-  op.name = "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, "
-            "float, float, at::native::binary_internal::MulFunctor<float>>, "
-            "std::array<char*, 2ul>>(int, ...)";
+  op.name =
+      "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, "
+      "float, float, at::native::binary_internal::MulFunctor<float>>, "
+      "std::array<char*, 2ul>>(int, ...)";
   const auto generic = FindFixHint(op, DivergenceClass::kNondeterministicOp);
   REQUIRE(generic.has_value());
   CHECK_THAT(generic->framework_op, Catch::Contains("not in ndtrace's table"));
@@ -189,7 +192,8 @@ TEST_CASE("an op in no range has no ranges in the report", "[replayer][nvtx]") {
   REQUIRE(report.ok());
   REQUIRE(report->first_divergence.has_value());
   CHECK_FALSE(report->first_divergence->ranges.has_value());
-  CHECK(nlohmann::json::parse(RenderDiffJson(*report)).at("first_divergence").at("ranges").is_null());
+  CHECK(
+      nlohmann::json::parse(RenderDiffJson(*report)).at("first_divergence").at("ranges").is_null());
 }
 
 }  // namespace
