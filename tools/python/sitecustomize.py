@@ -72,7 +72,10 @@ class _NdtraceTorchWatcher(object):
             except Exception as error:  # never the program's problem
                 _ndtrace_say("PyTorch ops and modules are not annotated: %r" % (error,))
 
-        spec.loader.exec_module = exec_module
+        try:
+            spec.loader.exec_module = exec_module
+        except (AttributeError, TypeError):
+            _ndtrace_say("cannot watch the import of torch; PyTorch ops and modules are not annotated")
         return spec
 
 
@@ -141,7 +144,14 @@ def _ndtrace_annotate_torch(torch):
     # ---- ops ----
     if getattr(torch.version, "cuda", None) and hasattr(torch._C, "_nvtx"):
         # PyTorch's own per-op ranges ("aten::op, seq = N"); kept on for the whole run.
-        torch.autograd.profiler.emit_nvtx(record_shapes=False).__enter__()
+        # emit_nvtx's __enter__ calls torch.cuda.synchronize(), which would initialise CUDA at
+        # import time (a program may still set CUDA_VISIBLE_DEVICES or fork workers): skipped.
+        synchronize = torch.cuda.synchronize
+        torch.cuda.synchronize = lambda *args, **kwargs: None
+        try:
+            torch.autograd.profiler.emit_nvtx(record_shapes=False).__enter__()
+        finally:
+            torch.cuda.synchronize = synchronize
         return
     from torch.utils._python_dispatch import TorchDispatchMode
 
