@@ -150,6 +150,7 @@ void Write(const OpRecord& r, wire::Record::Builder root) {
   b.setEndNs(r.end_ns);
   b.setModuleId(r.module_id);
   b.setDeviceOrdinal(r.device_ordinal);
+  b.setNvtxRangeId(r.nvtx_range_id);
 }
 
 void Write(const AllocationRecord& r, wire::Record::Builder root) {
@@ -183,6 +184,11 @@ void Write(const NvtxRangeRecord& r, wire::Record::Builder root) {
   NDT_SET_TEXT(b, Name, r.name);
   b.setBeforeOp(r.before_op);
   b.setTimeNs(r.time_ns);
+  b.setKind(static_cast<wire::NvtxEvent>(r.kind));
+  b.setRangeId(r.range_id);
+  b.setParentId(r.parent_id);
+  NDT_SET_TEXT(b, Domain, r.domain);
+  b.setCategory(r.category);
 }
 
 void Write(const PythonStackRecord& r, wire::Record::Builder root) {
@@ -515,6 +521,7 @@ void ReadOpInto(wire::OpRecord::Reader r, OpRecord* op) {
   op->end_ns = r.getEndNs();
   op->module_id = r.getModuleId();
   op->device_ordinal = r.getDeviceOrdinal();
+  op->nvtx_range_id = r.getNvtxRangeId();
 }
 
 Status ReadAllocation(wire::AllocationRecord::Reader r, AllocationRecord* out) {
@@ -551,6 +558,15 @@ NvtxRangeRecord ReadNvtxRange(wire::NvtxRangeRecord::Reader r) {
   n.name = FromText(r.getName());
   n.before_op = r.getBeforeOp();
   n.time_ns = r.getTimeNs();
+  const auto kind = static_cast<uint16_t>(r.getKind());
+  n.kind = kind <= static_cast<uint16_t>(NvtxEvent::kCategoryName)
+               ? static_cast<NvtxEvent>(kind)
+               : NvtxEvent::kMark;  // a newer kind: shown as a mark
+  if (n.kind == NvtxEvent::kPush && !n.push) n.kind = NvtxEvent::kPop;  // older traces
+  n.range_id = r.getRangeId();
+  n.parent_id = r.getParentId();
+  n.domain = FromText(r.getDomain());
+  n.category = r.getCategory();
   return n;
 }
 

@@ -216,6 +216,7 @@ struct OpRecord {
   uint64_t end_ns = 0;
   uint64_t module_id = 0;
   uint32_t device_ordinal = 0;
+  uint64_t nvtx_range_id = 0;  // innermost enclosing push/pop range; never compared
   bool operator==(const OpRecord&) const = default;
 };
 
@@ -242,12 +243,26 @@ struct ModuleLoadRecord {
   bool operator==(const ModuleLoadRecord&) const = default;
 };
 
+enum class NvtxEvent : uint16_t {
+  kPush = 0,
+  kPop = 1,
+  kStart = 2,
+  kEnd = 3,
+  kMark = 4,
+  kCategoryName = 5,
+};
+
 struct NvtxRangeRecord {
   uint32_t thread_id = 0;
   bool push = true;
   std::string name;
   uint64_t before_op = 0;
   uint64_t time_ns = 0;
+  NvtxEvent kind = NvtxEvent::kPush;
+  uint64_t range_id = 0;
+  uint64_t parent_id = 0;
+  std::string domain;
+  uint32_t category = 0;
   bool operator==(const NvtxRangeRecord&) const = default;
 };
 

@@ -237,7 +237,7 @@ struct NumericSummary {
 
 # One GPU op: what the program asked for, with the facts that decide its result.
 struct OpRecord {
-  # Next ordinal: @15
+  # Next ordinal: @16
   sequence @0 :UInt64;             # op index in issue order across the process, dense from 0
   threadId @1 :UInt32;             # the thread's lineage (README "Identities"); before format
                                    # version 2: ordinal by order of first op
@@ -255,6 +255,9 @@ struct OpRecord {
   endNs @12 :UInt64;               # host time the call returned, ns since trace start
   moduleId @13 :UInt64;            # ModuleLoadRecord.moduleId of the kernel; 0 if n/a
   deviceOrdinal @14 :UInt32;       # device the op ran on
+  nvtxRangeId @15 :UInt64;         # NvtxRangeRecord.rangeId of the innermost push/pop range
+                                   # open on the op's thread when it was issued; 0 = none.
+                                   # Never compared between runs
 }
 
 enum AllocationEvent {
@@ -288,14 +291,33 @@ struct ModuleLoadRecord {
   kernels @5 :List(Text);          # demangled kernel names found in the module, if known
 }
 
-# An NVTX range push or pop (framework op names reach ndtrace this way).
+# An NVTX event of the program (the tracer is its NVTX injection library): a range pushed or
+# popped on a thread, a start/end range, a mark. Only push/pop ranges that enclose an op (or a
+# range that does) are written; start/end ranges and marks are written when they happen.
 struct NvtxRangeRecord {
-  # Next ordinal: @5
-  threadId @0 :UInt32;
-  push @1 :Bool;                   # true for push, false for pop
-  name @2 :Text;                   # range name (empty on pop)
+  # Next ordinal: @10
+  threadId @0 :UInt32;             # lineage id of the thread that called NVTX
+  push @1 :Bool;                   # true for a push (kind = push)
+  name @2 :Text;                   # the message (registered strings resolved, UTF-8); empty on
+                                   # pop and end
   beforeOp @3 :UInt64;             # sequence of the next op issued after this event
-  timeNs @4 :UInt64;               # ns since trace start
+  timeNs @4 :UInt64;               # ns since trace start, when the program called NVTX
+  kind @5 :NvtxEvent;              # what happened; a reader takes push = false with kind = push
+                                   # (older traces) as a pop
+  rangeId @6 :UInt64;              # the range's id: (thread lineage << 32) | ordinal of the
+                                   # range among its thread's ranges (1, 2, ...); 0 for marks
+  parentId @7 :UInt64;             # push: the range it opened inside (0 = outermost); else 0
+  domain @8 :Text;                 # the NVTX domain's name; empty = the default domain
+  category @9 :UInt32;             # the event attribute's category (0 = none)
+}
+
+enum NvtxEvent {
+  push @0;                         # nvtxRangePush*, nvtxDomainRangePushEx
+  pop @1;                          # nvtxRangePop, nvtxDomainRangePop
+  start @2;                        # nvtxRangeStart*, nvtxDomainRangeStartEx
+  end @3;                          # nvtxRangeEnd, nvtxDomainRangeEnd
+  mark @4;                         # nvtxMark*, nvtxDomainMarkEx
+  categoryName @5;                 # nvtx[Domain]NameCategory*: `category` is called `name`
 }
 
 # A decision the policy took, e.g. "replaced bwd-filter algo 0 by 1".

@@ -225,6 +225,7 @@ std::vector<OpLocation> WritersOfInputs(const std::vector<LaunchFacts>& launches
 // its outputs vary; nullopt (with a step line) otherwise.
 std::optional<Divergence> ConfirmSuspect(const BisectOptions& options, const OpLocation& suspect,
                                          const Divergence& found, const RunWith& run,
+                                         const std::string& trace_a,
                                          std::vector<std::string>* steps) {
   BisectRun settings;
   settings.capture = "kernel:" + ExactGlob(suspect.name);
@@ -283,10 +284,12 @@ std::optional<Divergence> ConfirmSuspect(const BisectOptions& options, const OpL
       runs.runs, runs.distinct_outputs));
   named.evidence.push_back(fmt::format("its output reached op {} ({}) already different: {}",
                                        found.op.sequence, found.op.name, found.what));
+  named.ranges = FindOpRanges(trace_a, suspect.sequence);
   format::OpRecord as_op;
   as_op.kind = suspect.kind;
   as_op.name = suspect.name;
-  named.hint = FindFixHint(as_op, DivergenceClass::kNondeterministicOp);
+  named.hint = FindFixHint(as_op, DivergenceClass::kNondeterministicOp,
+                           named.ranges ? named.ranges->framework_op : "");
   return named;
 }
 
@@ -553,7 +556,8 @@ StatusOr<NarrowResult> Narrow(const BisectOptions& options, const DiffReport& re
       const OpLocation suspect = queue.front();
       queue.pop_front();
       if (!tried.insert(suspect.sequence).second) continue;
-      std::optional<Divergence> named = ConfirmSuspect(options, suspect, d, run, &result.steps);
+      std::optional<Divergence> named =
+          ConfirmSuspect(options, suspect, d, run, report.path_a, &result.steps);
       progress(result.steps.back());
       if (named) {
         result.report.first_divergence = std::move(named);

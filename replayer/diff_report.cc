@@ -96,6 +96,30 @@ nlohmann::json OpJson(const OpLocation& op) {
 
 }  // namespace
 
+// "   = in: a > b > aten::x\n   = pytorch: aten::x in module Net.layer1\n" for the divergent op.
+std::string RangesText(const Divergence& d) {
+  if (!d.ranges) return "";
+  const format::RangeContext& ranges = *d.ranges;
+  std::string out = fmt::format("   = in: {}\n", format::JoinPath(ranges.path));
+  if (!ranges.framework_op.empty() || !ranges.module.empty()) {
+    out += "   = pytorch: ";
+    out += ranges.framework_op.empty() ? std::string("an op") : ranges.framework_op;
+    if (!ranges.module.empty()) out += " in module " + ranges.module;
+    out += "\n";
+  }
+  return out;
+}
+
+// The "ranges" object of the JSON report, or null.
+nlohmann::json RangesJson(const Divergence& d) {
+  if (!d.ranges) return nullptr;
+  return {{"path", d.ranges->path},
+          {"framework_op", d.ranges->framework_op.empty() ? nlohmann::json(nullptr)
+                                                          : nlohmann::json(d.ranges->framework_op)},
+          {"module", d.ranges->module.empty() ? nlohmann::json(nullptr)
+                                              : nlohmann::json(d.ranges->module)}};
+}
+
 std::string RenderDiffText(const DiffReport& r, bool color) {
   const Style s{color};
   std::string out;
@@ -118,6 +142,7 @@ std::string RenderDiffText(const DiffReport& r, bool color) {
         out += fmt::format("      (op {} in run B)\n", d.sequence_b);
       }
     }
+    out += RangesText(d);
     out += fmt::format("   = {}\n", d.what);
     for (const auto& line : d.evidence) out += "   = " + line + "\n";
     if (d.size) {
@@ -179,7 +204,7 @@ std::string RenderDiffText(const DiffReport& r, bool color) {
 
 std::string RenderDiffJson(const DiffReport& r) {
   nlohmann::json j;
-  j["schema"] = "ndtrace.diff/1";
+  j["schema"] = "ndtrace.diff/2";
   j["a"] = r.path_a;
   j["b"] = r.path_b;
   j["verdict"] = r.identical() ? "identical" : "diverged";
@@ -196,6 +221,7 @@ std::string RenderDiffJson(const DiffReport& r) {
     v["class"] = DivergenceClassName(d.klass);
     v["op"] = OpJson(d.op);
     v["sequence_b"] = d.sequence_b;
+    v["ranges"] = RangesJson(d);
     v["what"] = d.what;
     v["evidence"] = d.evidence;
     v["root"] = d.root ? nlohmann::json{{"sequence", d.root->sequence},

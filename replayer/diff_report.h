@@ -1,5 +1,5 @@
 // How a DiffReport is shown: a text report in the style of a compiler error (what, where,
-// why, evidence, fix) and a JSON document with a stable schema ("ndtrace.diff/1",
+// why, evidence, fix) and a JSON document with a stable schema ("ndtrace.diff/2",
 // documented in replayer/README.md).
 #pragma once
 

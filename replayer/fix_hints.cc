@@ -648,7 +648,97 @@ const char* DivergenceClassName(DivergenceClass c) {
   return "unknown";
 }
 
-std::optional<FixHint> FindFixHint(const format::OpRecord& op, DivergenceClass klass) {
+namespace {
+
+// PyTorch's aten op names (the names emit_nvtx and the dispatcher give, overload left out) of
+// the ops whose CUDA kernels are the table's rows: the ops torch.use_deterministic_algorithms
+// lists. An op name says which op ran whatever kernel template it launched, so it is looked up
+// first when a report knows it.
+struct AtenHint {
+  std::string_view op;
+  HintId hint;
+};
+constexpr AtenHint kAtenHints[] = {
+    {"aten::index_add_", kIndexAdd},
+    {"aten::index_add", kIndexAdd},
+    {"aten::index_select_backward", kIndexAdd},
+    {"aten::index_reduce_", kIndexReduceProd},
+    {"aten::index_reduce", kIndexReduceProd},
+    {"aten::scatter_add_", kScatterAdd},
+    {"aten::scatter_add", kScatterAdd},
+    {"aten::scatter_reduce_", kScatterAdd},
+    {"aten::scatter_reduce", kScatterAdd},
+    {"aten::gather_backward", kScatterAdd},
+    {"aten::scatter_", kScatterAssign},
+    {"aten::scatter", kScatterAssign},
+    {"aten::index_put_", kIndexPut},
+    {"aten::index_put", kIndexPut},
+    {"aten::_index_put_impl_", kIndexPut},
+    {"aten::index_copy_", kIndexCopy},
+    {"aten::index_copy", kIndexCopy},
+    {"aten::put_", kPut},
+    {"aten::put", kPut},
+    {"aten::_embedding_bag_backward", kEmbeddingBagMax},
+    {"aten::_embedding_bag_dense_backward", kEmbeddingBagMax},
+    {"aten::_ctc_loss_backward", kCtcLoss},
+    {"aten::adaptive_avg_pool2d_backward", kAdaptiveAvgPool},
+    {"aten::_adaptive_avg_pool2d_backward", kAdaptiveAvgPool},
+    {"aten::adaptive_avg_pool3d_backward", kAdaptiveAvgPool},
+    {"aten::_adaptive_avg_pool3d_backward", kAdaptiveAvgPool},
+    {"aten::adaptive_max_pool2d_backward", kAdaptiveMaxPool},
+    {"aten::adaptive_max_pool3d_backward", kAdaptiveMaxPool},
+    {"aten::avg_pool3d_backward", kAvgPool3d},
+    {"aten::max_pool3d_with_indices_backward", kMaxPool3d},
+    {"aten::fractional_max_pool2d_backward", kFractionalMaxPool},
+    {"aten::fractional_max_pool3d_backward", kFractionalMaxPool},
+    {"aten::max_unpool2d", kMaxUnpool},
+    {"aten::max_unpool3d", kMaxUnpool},
+    {"aten::upsample_linear1d_backward", kInterpolate},
+    {"aten::upsample_bilinear2d_backward", kInterpolate},
+    {"aten::upsample_bicubic2d_backward", kInterpolate},
+    {"aten::upsample_trilinear3d_backward", kInterpolate},
+    {"aten::grid_sampler_2d_backward", kGridSample},
+    {"aten::grid_sampler_3d_backward", kGridSample},
+    {"aten::reflection_pad1d_backward", kReflectionPad},
+    {"aten::reflection_pad2d_backward", kReflectionPad},
+    {"aten::reflection_pad3d_backward", kReflectionPad},
+    {"aten::replication_pad1d_backward", kReplicationPad},
+    {"aten::replication_pad2d_backward", kReplicationPad},
+    {"aten::replication_pad3d_backward", kReplicationPad},
+    {"aten::nll_loss2d_forward", kNllLoss2d},
+    {"aten::histc", kHistc},
+    {"aten::bincount", kBincountWeights},
+    {"aten::median", kMedian},
+    {"aten::nanmedian", kMedian},
+    {"aten::kthvalue", kKthvalue},
+    {"aten::cumsum", kCumsum},
+    {"aten::cumsum_", kCumsum},
+    {"aten::_scaled_dot_product_flash_attention_backward", kFlashAttentionBackward},
+    {"aten::_flash_attention_backward", kFlashAttentionBackward},
+    {"aten::_scaled_dot_product_efficient_attention_backward", kMemEfficientAttentionBackward},
+    {"aten::_efficient_attention_backward", kMemEfficientAttentionBackward},
+};
+
+}  // namespace
+
+std::optional<FixHint> FindFrameworkOpHint(std::string_view framework_op) {
+  for (const AtenHint& row : kAtenHints) {
+    if (row.op == framework_op) {
+      const KernelHint& hint = KernelHints()[row.hint];
+      return Hint(hint.framework_op, hint.mechanism, hint.fix);
+    }
+  }
+  return std::nullopt;
+}
+
+size_t FrameworkOpHintCount() { return std::size(kAtenHints); }
+
+std::optional<FixHint> FindFixHint(const format::OpRecord& op, DivergenceClass klass,
+                                   std::string_view framework_op) {
+  // The op that ran, when the report knows it, before any guess from the kernel's name.
+  if (klass == DivergenceClass::kNondeterministicOp && !framework_op.empty()) {
+    if (auto hint = FindFrameworkOpHint(framework_op)) return hint;
+  }
   // cuDNN RNN and dropout ops: their own entry (fix_hints_cudnn_rnn.cc).
   if (auto hint = CudnnRnnFixHint(op, klass)) return hint;
   if (klass == DivergenceClass::kRngState && op.kind == format::OpKind::kGraphLaunch) {

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "formats/records.h"
 
@@ -33,7 +34,17 @@ struct FixHint {
 // table knows as deterministic gets a hint whose framework_op ends in "(a deterministic
 // kernel, not a suspect)" and that points before it; a kernel not in the table gets a generic
 // hint when it diverged itself (kNondeterministicOp).
-std::optional<FixHint> FindFixHint(const format::OpRecord& op, DivergenceClass klass);
+// `framework_op`, when known (the PyTorch op whose NVTX range enclosed `op`, e.g.
+// "aten::index_add_"), is looked up first: an op name is more reliable than kernel-name
+// patterns.
+std::optional<FixHint> FindFixHint(const format::OpRecord& op, DivergenceClass klass,
+                                   std::string_view framework_op = {});
+
+// The hint for a PyTorch op by its aten name ("aten::scatter_add_"), or nullopt when the op
+// is not one torch.use_deterministic_algorithms lists.
+std::optional<FixHint> FindFrameworkOpHint(std::string_view framework_op);
+// Number of aten op names the table knows; tests check each is reached.
+size_t FrameworkOpHintCount();
 
 // Number of distinct kernel hints (suspect ops) in the table; tests check each is reached.
 size_t KernelHintCount();

@@ -47,7 +47,7 @@ StatusOr<RunDiff> DiffRuns(const std::string& path_a, const std::string& path_b,
 // Text: a plain diff report for a single process; otherwise one section per process
 // ("== rank 0: A vs B"), then the processes present in one run only.
 std::string RenderRunDiffText(const RunDiff& diff, bool color = false);
-// JSON: the ndtrace.diff/1 document for a single process; otherwise an ndtrace.diff-set/1
+// JSON: the ndtrace.diff/2 document for a single process; otherwise an ndtrace.diff-set/1
 // document (replayer/README.md).
 std::string RenderRunDiffJson(const RunDiff& diff);
 

@@ -181,14 +181,16 @@ class Differ {
         root.name = d.root->name;
         d.hint = FindFixHint(root, DivergenceClass::kNondeterministicOp);
       } else if (d.klass != DivergenceClass::kUncovered && first_op_ && !d.hint) {
-        d.hint = FindFixHint(*first_op_, d.klass);
+        d.hint = FindFixHint(*first_op_, d.klass, d.ranges ? d.ranges->framework_op : "");
       }
     }
   }
 
  private:
   void Take(format::Record&& record, bool run_a) {
-    if (auto* op = std::get_if<OpRecord>(&record)) {
+    if (auto* range = std::get_if<format::NvtxRangeRecord>(&record)) {
+      (run_a ? ranges_a_ : ranges_b_).Observe(*range);
+    } else if (auto* op = std::get_if<OpRecord>(&record)) {
       (run_a ? report_.ops_a : report_.ops_b)++;
       if (IsLifecycleOp(*op)) return;
       threads_.insert(op->thread_id);
@@ -684,6 +686,9 @@ class Differ {
     divergence_key_ = a.sequence;
     first_op_ = std::make_unique<OpRecord>(a);
     first_op_b_ = std::make_unique<OpRecord>(b);
+    if (format::RangeContext ranges = ranges_a_.Resolve(a.nvtx_range_id); !ranges.empty()) {
+      d.ranges = std::move(ranges);
+    }
     report_.first_divergence = std::move(d);
   }
 
@@ -932,6 +937,8 @@ class Differ {
   uint64_t divergence_key_ = 0;
   uint64_t pair_index_b_ = 0;  // the lane index in run B of the pair ComparePair compares
   uint64_t structural_key_ = 0;
+  format::NvtxPaths ranges_a_;  // each run's NVTX ranges, to name the divergent op's
+  format::NvtxPaths ranges_b_;
   std::unique_ptr<OpRecord> first_op_;    // the first divergent op of run A, for its hint
   std::unique_ptr<OpRecord> first_op_b_;  // and of run B
   uint64_t dropped_a_ = 0;
@@ -963,6 +970,22 @@ StatusOr<DiffReport> DiffTraces(const std::string& path_a, const std::string& pa
   Differ differ(std::move(a).value(), std::move(b).value(), &report, options);
   differ.Run();
   return report;
+}
+
+std::optional<format::RangeContext> FindOpRanges(const std::string& path, uint64_t sequence) {
+  StatusOr<std::unique_ptr<format::TraceReader>> reader = format::TraceReader::Open(path);
+  if (!reader.ok()) return std::nullopt;
+  format::NvtxPaths ranges;
+  format::Record record;
+  while ((*reader)->Next(&record)) {
+    ranges.Observe(record);
+    const auto* op = std::get_if<OpRecord>(&record);
+    if (op == nullptr || op->sequence != sequence) continue;
+    format::RangeContext context = ranges.Resolve(op->nvtx_range_id);
+    if (context.empty()) return std::nullopt;
+    return context;
+  }
+  return std::nullopt;
 }
 
 }  // namespace ndt::replay

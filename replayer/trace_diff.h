@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/nvtx_paths.h"
 #include "formats/records.h"
 #include "formats/status.h"
 #include "replayer/fix_hints.h"
@@ -83,6 +84,10 @@ struct Divergence {
   std::optional<format::PythonStackRecord> python_stack;
   std::optional<format::PythonStackRecord> root_python_stack;
   std::string python_stack_trace;
+  // The NVTX ranges that enclosed `op` in run A (formats/nvtx_paths.h): the range path, and the
+  // PyTorch op and module when ndtrace's Python shim or emit_nvtx named them. Absent when no
+  // range enclosed it.
+  std::optional<format::RangeContext> ranges;
 };
 
 struct DiffReport {
@@ -138,5 +143,9 @@ struct DiffOptions {
 // damage inside a trace becomes a warning in the report.
 StatusOr<DiffReport> DiffTraces(const std::string& path_a, const std::string& path_b,
                                 const DiffOptions& options = {});
+
+// The NVTX ranges that enclosed op `sequence` of the trace at `path` (read from its start up
+// to that op); nullopt when none did, or the trace or op cannot be read.
+std::optional<format::RangeContext> FindOpRanges(const std::string& path, uint64_t sequence);
 
 }  // namespace ndt::replay

@@ -61,10 +61,12 @@ copy_stripped() {
 
 copy_stripped "$build/tools/ndtrace" "$out/bin"
 copy_stripped "$build/tracer/libndtrace.so" "$out/bin"
+mkdir -p "$out/bin/python"  # the Python shim, where ndtrace looks for it: beside itself
+cp tools/python/sitecustomize.py "$out/bin/python/"
 
 programs=(vector_add vector_add_static racy_sum driver_only conv_legacy conv_backend gemm
   dlopen_cublas curand_sample philox_dropout streams_graphs many_ops workers allreduce
-  thread_streams lstm_train gpu_probe)
+  thread_streams lstm_train gpu_probe nvtx_ranges)
 missing=()
 for name in "${programs[@]}"; do
   if [ -x "$build/tests/programs/$name" ]; then

@@ -39,6 +39,7 @@ struct CheckOptions {
   std::string directory;
   DigestOptions digests;
   PolicyOptions policy;
+  PythonOptions python;
   int progress_every = 10;  // seconds; 0: no progress while a run goes on
   std::string html;         // --html FILE: the report as a page too
   bool no_cost = false;     // --no-cost: no plain run to measure what the policy costs
@@ -105,6 +106,22 @@ StatusOr<RunFacts> ReadRunFacts(const std::string& trace, uint64_t* processes) {
   return facts;
 }
 
+// "; in aten::index_add_ (module Net.embed)" when NVTX ranges named the divergent op's PyTorch
+// op or module; else the innermost range ("; in \"reduce\""); else nothing.
+std::string FrameworkOpText(const replay::Divergence& d) {
+  if (!d.ranges || d.ranges->path.empty()) return "";
+  const format::RangeContext& ranges = *d.ranges;
+  if (ranges.framework_op.empty() && ranges.module.empty()) {
+    return "; in \"" + ranges.path.back() + "\"";
+  }
+  std::string text = "; in " + (ranges.framework_op.empty() ? "module " + ranges.module
+                                                            : ranges.framework_op);
+  if (!ranges.framework_op.empty() && !ranges.module.empty()) {
+    text += " (module " + ranges.module + ")";
+  }
+  return text;
+}
+
 // One line naming the first divergence, for the verdict: the same facts the report shows.
 std::string DivergenceLine(const replay::DiffReport& report) {
   if (!report.first_divergence) {
@@ -118,6 +135,7 @@ std::string DivergenceLine(const replay::DiffReport& report) {
   } else if (d.klass != replay::DivergenceClass::kUncovered) {
     line += "; " + d.op.name;
   }
+  line += FrameworkOpText(d);
   // "cublasSgemm_v2 at train.py:42 in forward", "cublasSgemm_v2; no Python stack: ...".
   const auto python = [&](const format::PythonStackRecord& stack) {
     line += (stack.status == format::PythonStackStatus::kCaptured ? " " : "; ") +
@@ -163,6 +181,7 @@ int RunCheck(const CheckOptions& options) {
   }
   if (!ApplyDigestOptions("check", options.digests)) return kExitUsage;
   if (!ApplyPolicyOptions("check", options.policy)) return kExitUsage;
+  ApplyPythonOptions(options.python);
   const std::filesystem::path directory =
       options.directory.empty() ? DefaultDirectory() : options.directory;
   std::error_code error;
@@ -423,6 +442,7 @@ Command AddCheckCommand(CLI::App& parent) {
                   "(default 10; 0: only when it ends)");
   AddDigestOptions(app, &options->digests);
   AddPolicyOptions(app, &options->policy);
+  AddPythonOptions(app, &options->python);
   app->add_option("command", options->command, "The program and its arguments, after --")
       ->required();
   return {app, [options] { return RunCheck(*options); }};

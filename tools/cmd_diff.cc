@@ -34,7 +34,7 @@ Command AddDiffCommand(CLI::App& parent) {
       ->required();
   app->add_option("B", options->b, "the run to compare with it, process by process")
       ->required();
-  app->add_flag("--json", options->json, "print the ndtrace.diff/1 JSON document");
+  app->add_flag("--json", options->json, "print the ndtrace.diff/2 JSON document");
   app->add_option("-o,--output", options->output, "write the report here instead of stdout");
   app->add_option("--html", options->html,
                   "also write the report as one self-contained HTML page (tools/README.md)");

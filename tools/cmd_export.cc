@@ -23,6 +23,7 @@
 #include <string>
 
 #include "formats/check.h"
+#include "formats/nvtx_paths.h"
 #include "formats/trace_reader.h"
 #include "replayer/trace_diff.h"
 #include "tools/cli_support.h"
@@ -64,9 +65,14 @@ void ExportJson(format::TraceReader& reader, const ExportOptions& options, Outpu
   WriteHeaderJson(reader.header(), json_options, /*type=*/false, json);
   json.Key("records").BeginArray();
   format::Record record;
+  format::NvtxPaths ranges;
   while (reader.Next(&record)) {
     buffer.push_back('\n');
-    WriteRecordJson(record, json_options, json);
+    ranges.Observe(record);
+    const auto* op = std::get_if<format::OpRecord>(&record);
+    const format::RangeContext context =
+        op != nullptr ? ranges.Resolve(op->nvtx_range_id) : format::RangeContext{};
+    WriteRecordJson(record, json_options, json, &context);
     if (buffer.size() >= kFlushBytes) {
       out.Write(buffer);
       buffer.clear();
@@ -104,6 +110,8 @@ class PerfettoWriter {
     recent_ops_.clear();
     recent_order_.clear();
     named_tracks_.clear();
+    ranges_ = format::NvtxPaths();
+    start_names_.clear();
     marked_ = marked;
     mark_ = mark;
     BeginEvent("M", 0).Key("name").String("process_name");
@@ -114,15 +122,12 @@ class PerfettoWriter {
 
   void Add(const format::Record& record) {
     if (const auto* op = std::get_if<format::OpRecord>(&record)) {
-      AddOp(*op);
+      AddOp(*op, ranges_.Resolve(op->nvtx_range_id));
     } else if (const auto* activity = std::get_if<format::GpuActivityRecord>(&record)) {
       AddGpuActivity(*activity);
     } else if (const auto* range = std::get_if<format::NvtxRangeRecord>(&record)) {
-      const uint64_t tid = (kThreadTidBase + range->thread_id) & 0x7fffffff;
-      NameTrack(tid, fmt::format("thread {}", range->thread_id));
-      BeginEvent(range->push ? "B" : "E", tid).Key("ts").Double(Microseconds(range->time_ns));
-      if (range->push) json_.Key("name").String(range->name);
-      EndEvent();
+      ranges_.Observe(*range);
+      AddRange(*range);
     } else if (const auto* note = std::get_if<format::TracerNote>(&record)) {
       Instant(fmt::format("{}: {}", SeverityName(note->severity), note->text), note->time_ns);
       json_.Key("before_op").Uint(note->before_op);
@@ -145,7 +150,45 @@ class PerfettoWriter {
   }
 
  private:
-  void AddOp(const format::OpRecord& op) {
+  // An NVTX event on its thread's track: push/pop as a "B"/"E" slice, start/end as an async
+  // slice (it may end on another thread), a mark as an instant; category names are not drawn.
+  void AddRange(const format::NvtxRangeRecord& range) {
+    const uint64_t tid = (kThreadTidBase + range.thread_id) & 0x7fffffff;
+    const std::string name = format::NvtxPaths::Label(range);
+    NameTrack(tid, fmt::format("thread {}", format::ThreadLabel(range.thread_id)));
+    switch (range.kind) {
+      case format::NvtxEvent::kPush:
+        BeginEvent("B", tid).Key("ts").Double(Microseconds(range.time_ns));
+        json_.Key("name").String(name);
+        if (!range.domain.empty()) json_.Key("cat").String(range.domain);
+        break;
+      case format::NvtxEvent::kPop:
+        BeginEvent("E", tid).Key("ts").Double(Microseconds(range.time_ns));
+        break;
+      case format::NvtxEvent::kStart:
+      case format::NvtxEvent::kEnd:
+        BeginEvent(range.kind == format::NvtxEvent::kStart ? "b" : "e", tid)
+            .Key("ts")
+            .Double(Microseconds(range.time_ns));
+        json_.Key("cat").String(range.domain.empty() ? "nvtx" : range.domain);
+        json_.Key("id").String(fmt::format("{:#x}", range.range_id));
+        json_.Key("name").String(range.kind == format::NvtxEvent::kStart
+                                     ? name
+                                     : start_names_[range.range_id]);
+        if (range.kind == format::NvtxEvent::kStart) start_names_[range.range_id] = name;
+        else start_names_.erase(range.range_id);
+        break;
+      case format::NvtxEvent::kMark:
+        BeginEvent("i", tid).Key("s").String("t").Key("name").String(name);
+        json_.Key("ts").Double(Microseconds(range.time_ns));
+        break;
+      case format::NvtxEvent::kCategoryName:
+        return;
+    }
+    EndEvent();
+  }
+
+  void AddOp(const format::OpRecord& op, const format::RangeContext& context) {
     NameTrack(op.stream_id, fmt::format("stream {} · host call times", format::StreamLabel(op.stream_id)));
     recent_ops_[op.sequence] = {op.stream_id, op.name};
     recent_order_.push_back(op.sequence);
@@ -197,6 +240,7 @@ class PerfettoWriter {
       json_.EndArray();
     }
     if (op.status != 0) json_.Key("status").Int(op.status);
+    if (!context.empty()) WriteRangeContextJson(context, json_);
     if (marked) json_.Key("divergence").String(mark_);
     json_.EndObject();
     EndEvent();
@@ -306,6 +350,8 @@ class PerfettoWriter {
   std::string buffer_;
   JsonWriter json_;
   std::set<uint64_t> named_tracks_;
+  format::NvtxPaths ranges_;  // this process's open NVTX ranges
+  std::map<uint64_t, std::string> start_names_;  // open start/end ranges, for their end event
   std::optional<uint64_t> marked_;
   std::string mark_;
   bool in_process_ = false;

@@ -28,6 +28,7 @@ struct RecordOptions {
   bool strict = false;  // NDTRACE_STRICT for the tracer: fail closed
   DigestOptions digests;
   PolicyOptions policy;
+  PythonOptions python;
   std::string capture;  // NDTRACE_CAPTURE for the tracer (tools/README.md)
   std::vector<std::string> windows;  // --window A:B: captured as ranges for window replay
   std::vector<std::string> command;
@@ -40,6 +41,7 @@ int RunRecord(const RecordOptions& options) {
   }
   if (!ApplyDigestOptions("record", options.digests)) return kExitUsage;
   if (!ApplyPolicyOptions("record", options.policy)) return kExitUsage;
+  ApplyPythonOptions(options.python);
   std::string capture = options.capture;
   for (const std::string& text : options.windows) {
     const std::optional<WindowSpec> window = ParseWindowSpec(text);
@@ -102,6 +104,7 @@ Command AddRecordCommand(CLI::App& parent) {
                 "program's CUDA calls fail instead of running untraced");
   AddDigestOptions(app, &options->digests);
   AddPolicyOptions(app, &options->policy);
+  AddPythonOptions(app, &options->python);
   app->add_option("--capture", options->capture,
                   "Store the full inputs and outputs of these ops for `replay --op`: a comma list "
                   "of op numbers, ranges A-B, kernel:GLOB and op kinds (cudnn_convolution)");

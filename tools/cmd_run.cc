@@ -23,6 +23,7 @@ namespace {
 
 struct RunOptions {
   PolicyOptions policy;
+  PythonOptions python;
   size_t show = 10;
   std::vector<std::string> command;
 };
@@ -66,6 +67,7 @@ int RunRun(const RunOptions& options) {
     return kExitUsage;
   }
   if (!ApplyPolicyOptions("run", options.policy)) return kExitUsage;
+  ApplyPythonOptions(options.python);
   // Metadata only: the policy needs no digests.
   setenv("NDTRACE_LIBRARY_DIGESTS", "0", 1);
   setenv("NDTRACE_DIGEST_EXIT", "0", 1);
@@ -98,6 +100,7 @@ Command AddRunCommand(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand(
       "run", "Run CMD under a policy (--deterministic or --pin TRACE) without keeping a trace.");
   AddPolicyOptions(app, &options->policy);
+  AddPythonOptions(app, &options->python);
   app->add_option("--show-decisions", options->show,
                   "List at most N policy decisions when CMD ends (default 10)")
       ->check(WholeNumber(0, 1000000));

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "formats/nvtx_paths.h"
 #include "formats/trace_reader.h"
 #include "tools/cli_support.h"
 #include "tools/ndtrace_commands.h"
@@ -96,16 +97,22 @@ int RunShow(const ShowOptions& options) {
   if (options.from != 0) reader->SeekToOp(options.from);
   uint64_t ops_shown = 0;
   format::Record record;
+  format::NvtxPaths ranges;  // an op's enclosing NVTX ranges, resolved as it is read
   while (reader->Next(&record)) {
-    const bool is_op = std::holds_alternative<format::OpRecord>(record);
+    ranges.Observe(record);
+    const auto* op = std::get_if<format::OpRecord>(&record);
+    const bool is_op = op != nullptr;
     if (ops_shown == window_ops && (is_op || !window.Holds(record))) break;
     if (!window.Holds(record)) continue;
     if (is_op) ++ops_shown;
+    const format::RangeContext context =
+        is_op ? ranges.Resolve(op->nvtx_range_id) : format::RangeContext{};
     if (options.json) {
-      WriteRecordJson(record, json_options, json);
+      WriteRecordJson(record, json_options, json, &context);
       buffer.push_back('\n');
     } else {
       AppendRecordText(record, text_options, &buffer);
+      AppendRangeContextText(context, text_options, &buffer);
     }
     if (buffer.size() >= kFlushBytes) {
       (*out)->Write(buffer);

@@ -459,6 +459,20 @@ if wants pytorch; then
       comparison=DIFFER
     fi
     say "kernel launches: trace ${traced:-?}, torch.profiler ${profiled:-?}: $comparison"
+    say ""
+    say "### train_step.py: aten ops and modules (the Python shim turned on emit_nvtx)"
+    # How many of the trace's kernel launches name their aten op and module, and a sample.
+    run 120 '^launches|^sample|Error' "$python" -c '
+import collections, json, subprocess, sys
+records = json.loads(subprocess.run([sys.argv[1], "export", "--format", "json", sys.argv[2]],
+                                    capture_output=True, text=True).stdout)["records"]
+launches = [r for r in records if r["type"] == "op" and r["kind"] == "kernel_launch"]
+named = [r for r in launches if r.get("framework_op", "").startswith("aten::")]
+moduled = [r for r in launches if r.get("module")]
+print("launches", len(launches), "with an aten op", len(named), "with a module", len(moduled))
+for r in collections.OrderedDict((r["framework_op"], r) for r in named).values():
+    print("sample", r["framework_op"], "|", r.get("module", "-"), "|", r["name"][:80])
+' "$ndtrace" "$work/train.ndt"
     cd "$bundle" || true
   fi
 fi

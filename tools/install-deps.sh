@@ -9,6 +9,7 @@ packages=(
   catch2 libcli11-dev libfmt-dev nlohmann-json3-dev
   clang libclang-rt-14-dev  # libFuzzer and the sanitizers
   chromium                  # renders the HTML report in tests/report/
+  python3-torch  # a real (CPU-only) PyTorch for /usr/bin/python3: tests/python/
 )
 
 missing=()

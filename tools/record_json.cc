@@ -287,6 +287,7 @@ void WriteFields(const format::OpRecord& op, const JsonOptions& options, JsonWri
   }
   json.Key("module_id").Uint(op.module_id);
   json.Key("device_ordinal").Uint(op.device_ordinal);
+  if (op.nvtx_range_id != 0) json.Key("nvtx_range_id").Uint(op.nvtx_range_id);
 }
 
 void WriteFields(const format::AllocationRecord& allocation, const JsonOptions& options,
@@ -317,6 +318,15 @@ void WriteFields(const format::NvtxRangeRecord& range, const JsonOptions& option
   json.Key("name").String(range.name);
   json.Key("before_op").Uint(range.before_op);
   if (!options.stable) json.Key("time_ns").Uint(range.time_ns);
+  if (range.range_id == 0 && range.domain.empty() && range.category == 0 &&
+      (range.kind == format::NvtxEvent::kPush || range.kind == format::NvtxEvent::kPop)) {
+    return;  // a range as format version 2 first wrote them: nothing more to say
+  }
+  json.Key("kind").String(NvtxEventName(range.kind));
+  json.Key("range_id").Uint(range.range_id);
+  json.Key("parent_id").Uint(range.parent_id);
+  json.Key("domain").String(range.domain);
+  json.Key("category").Uint(range.category);
 }
 
 void WriteFields(const format::PythonStackRecord& stack, const JsonOptions&, JsonWriter& json) {
@@ -443,11 +453,32 @@ void WriteHeaderJson(const format::TraceHeader& header, const JsonOptions& optio
   json.EndObject();
 }
 
-void WriteRecordJson(const format::Record& record, const JsonOptions& options, JsonWriter& json) {
+void WriteRecordJson(const format::Record& record, const JsonOptions& options, JsonWriter& json,
+                     const format::RangeContext* context) {
   json.BeginObject();
   json.Key("type").String(format::RecordTypeName(record));
   std::visit([&](const auto& value) { WriteFields(value, options, json); }, record);
+  if (context != nullptr && !context->empty()) WriteRangeContextJson(*context, json);
   json.EndObject();
+}
+
+void WriteRangeContextJson(const format::RangeContext& context, JsonWriter& json) {
+  json.Key("nvtx_ranges");
+  WriteStrings(context.path, json);
+  if (!context.framework_op.empty()) json.Key("framework_op").String(context.framework_op);
+  if (!context.module.empty()) json.Key("module").String(context.module);
+}
+
+const char* NvtxEventName(format::NvtxEvent kind) {
+  switch (kind) {
+    case format::NvtxEvent::kPush: return "push";
+    case format::NvtxEvent::kPop: return "pop";
+    case format::NvtxEvent::kStart: return "start";
+    case format::NvtxEvent::kEnd: return "end";
+    case format::NvtxEvent::kMark: return "mark";
+    case format::NvtxEvent::kCategoryName: return "category_name";
+  }
+  return "unknown";
 }
 
 void WriteAlgorithmJson(const format::AlgorithmChoice& algorithm, JsonWriter& json) {

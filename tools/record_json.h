@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "formats/nvtx_paths.h"
 #include "formats/records.h"
 #include "formats/trace_reader.h"
 
@@ -64,7 +65,14 @@ struct JsonOptions {
 // Each writes one JSON object. The header's starts with "type": "header" when `type` is set.
 void WriteHeaderJson(const format::TraceHeader& header, const JsonOptions& options, bool type,
                      JsonWriter& json);
-void WriteRecordJson(const format::Record& record, const JsonOptions& options, JsonWriter& json);
+// With `context`, an op's object also says which NVTX ranges enclosed it: "nvtx_ranges"
+// (outermost first) and, when known, "framework_op" and "module".
+void WriteRecordJson(const format::Record& record, const JsonOptions& options, JsonWriter& json,
+                     const format::RangeContext* context = nullptr);
+// Those keys alone, into the object being written.
+void WriteRangeContextJson(const format::RangeContext& context, JsonWriter& json);
+// "push", "pop", "start", "end", "mark", "category_name".
+const char* NvtxEventName(format::NvtxEvent kind);
 void WriteAlgorithmJson(const format::AlgorithmChoice& algorithm, JsonWriter& json);
 void WriteBufferDigestJson(const format::BufferDigest& buffer, const JsonOptions& options,
                            JsonWriter& json);

@@ -74,6 +74,12 @@ void AppendBuffers(const char* label, const std::vector<format::BufferDigest>& b
   }
 }
 
+// "r2/5": range 5 of thread 2 (formats/README.md, "NVTX ranges").
+std::string RangeIdText(uint64_t id) {
+  return fmt::format("r{}/{}", format::ThreadLabel(static_cast<uint32_t>(id >> 32)),
+                     id & 0xffffffffu);
+}
+
 void AppendOp(const format::OpRecord& op, const TextOptions& options, std::string* out) {
   AppendTimeColumn(op.start_ns, true, options, out);
   Append(out, "op {:<7} t{:<2} s{:<3} {:<21}  {}", op.sequence, format::ThreadLabel(op.thread_id),
@@ -91,6 +97,7 @@ void AppendOp(const format::OpRecord& op, const TextOptions& options, std::strin
   if (op.status != 0) Append(out, "  status={}", op.status);
   if (op.module_id != 0) Append(out, "  module=m{}", op.module_id);
   if (op.device_ordinal != 0) Append(out, "  device={}", op.device_ordinal);
+  if (op.nvtx_range_id != 0) Append(out, "  nvtx={}", RangeIdText(op.nvtx_range_id));
   if (!options.stable) Append(out, "  +{}", DurationText(op.start_ns, op.end_ns));
   out->push_back('\n');
 }
@@ -117,13 +124,35 @@ void AppendModule(const format::ModuleLoadRecord& module, const TextOptions& opt
 void AppendNvtx(const format::NvtxRangeRecord& range, const TextOptions& options,
                 std::string* out) {
   AppendTimeColumn(range.time_ns, true, options, out);
-  if (range.push) {
-    Append(out, "nvtx t{} push {} (before op {})\n", format::ThreadLabel(range.thread_id),
-           Quoted(range.name), range.before_op);
-  } else {
-    Append(out, "nvtx t{} pop (before op {})\n", format::ThreadLabel(range.thread_id),
-           range.before_op);
+  const std::string thread = format::ThreadLabel(range.thread_id);
+  const std::string domain = range.domain.empty() ? "" : EscapeControl(range.domain) + ": ";
+  switch (range.kind) {
+    case format::NvtxEvent::kPush:
+      Append(out, "nvtx t{} push {}{}", thread, domain, Quoted(range.name));
+      break;
+    case format::NvtxEvent::kPop:
+      Append(out, "nvtx t{} pop", thread);
+      break;
+    case format::NvtxEvent::kStart:
+      Append(out, "nvtx t{} start {}{}", thread, domain, Quoted(range.name));
+      break;
+    case format::NvtxEvent::kEnd:
+      Append(out, "nvtx t{} end", thread);
+      break;
+    case format::NvtxEvent::kMark:
+      Append(out, "nvtx t{} mark {}{}", thread, domain, Quoted(range.name));
+      break;
+    case format::NvtxEvent::kCategoryName:
+      Append(out, "nvtx t{} category {}{} = {}", thread, domain, range.category,
+             Quoted(range.name));
+      break;
   }
+  if (range.range_id != 0) Append(out, " {}", RangeIdText(range.range_id));
+  if (range.parent_id != 0) Append(out, " in {}", RangeIdText(range.parent_id));
+  if (range.category != 0 && range.kind != format::NvtxEvent::kCategoryName) {
+    Append(out, " category={}", range.category);
+  }
+  Append(out, " (before op {})\n", range.before_op);
 }
 
 void AppendPythonStack(const format::PythonStackRecord& stack, const TextOptions& options,
@@ -451,6 +480,20 @@ void AppendHeaderText(const format::TraceHeader& header, const TextOptions& opti
   }
   if (!header.python.empty()) line("python", "CPython " + EscapeControl(header.python));
   for (const std::string& note : header.notes) line("note", EscapeControl(note));
+}
+
+void AppendRangeContextText(const format::RangeContext& context, const TextOptions& options,
+                            std::string* out) {
+  if (context.empty()) return;
+  AppendTimeColumn(0, false, options, out);
+  out->append("   in ");
+  for (size_t i = 0; i < context.path.size(); ++i) {
+    if (i != 0) out->append(" > ");
+    out->append(Quoted(context.path[i]));
+  }
+  if (!context.framework_op.empty()) Append(out, "  op={}", EscapeControl(context.framework_op));
+  if (!context.module.empty()) Append(out, "  module={}", EscapeControl(context.module));
+  out->push_back('\n');
 }
 
 void AppendRecordText(const format::Record& record, const TextOptions& options, std::string* out) {

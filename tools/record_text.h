@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "formats/nvtx_paths.h"
 #include "formats/records.h"
 
 namespace ndt::tools {
@@ -60,5 +61,9 @@ void AppendHeaderText(const format::TraceHeader& header, const TextOptions& opti
 // One record, newline-terminated. Without stable, lines start with a time column (blank
 // for records that carry no time).
 void AppendRecordText(const format::Record& record, const TextOptions& options, std::string* out);
+// The NVTX ranges that enclosed an op, as the indented line `show` prints under it:
+// `in "a" > "b"  op=aten::x  module=Net.layer1`. Nothing when `context` is empty.
+void AppendRangeContextText(const format::RangeContext& context, const TextOptions& options,
+                            std::string* out);
 
 }  // namespace ndt::tools

@@ -319,6 +319,7 @@ class ThreadEmitter {
     format::NvtxRangeRecord range;
     range.thread_id = static_cast<uint32_t>(thread_);
     range.push = push;
+    range.kind = push ? format::NvtxEvent::kPush : format::NvtxEvent::kPop;
     range.name = std::move(name);
     range.before_op = next_sequence_.load(std::memory_order_relaxed);
     range.time_ns = Advance(200);

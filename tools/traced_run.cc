@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -42,6 +43,47 @@ bool ValidWindow(std::string_view text) {
   const std::string_view rest = text.substr(colon + 1);
   if (!rest.empty() && !parse(rest, &last)) return false;
   return first <= last;
+}
+
+// NVTX_INJECTION64_PATH and the variable that chains the injection it named before.
+bool IsNvtxVariable(std::string_view entry) {
+  return entry.rfind("NVTX_INJECTION64_PATH=", 0) == 0 || entry.rfind("NDTRACE_NVTX_NEXT=", 0) == 0;
+}
+
+// Makes the tracer the program's NVTX injection library (tracer/nvtx.h). An injection library
+// the environment already names (Nsight's) is chained: the tracer loads it and passes every
+// NVTX call on to it, so both see the ranges.
+void AddNvtxInjection(const std::string& library, std::vector<std::string>* environment) {
+  const char* current = std::getenv("NVTX_INJECTION64_PATH");
+  const char* chained = std::getenv("NDTRACE_NVTX_NEXT");
+  std::error_code error;
+  const bool current_is_ours = current != nullptr && *current != '\0' &&
+                               std::filesystem::equivalent(current, library, error);
+  std::string next;
+  if (current != nullptr && *current != '\0' && !current_is_ours) {
+    next = current;
+  } else if (current_is_ours && chained != nullptr) {
+    next = chained;  // ndtrace under ndtrace: keep the chain it was given
+  }
+  if (!next.empty()) environment->push_back("NDTRACE_NVTX_NEXT=" + next);
+  environment->push_back("NVTX_INJECTION64_PATH=" + library);
+}
+
+// Puts the Python shim's directory first on PYTHONPATH (the program's own entries after it),
+// unless NDTRACE_PYTHON=0. Every command gets it, so Python started by a shell script or a
+// launcher (torchrun) is covered too; the shim does nothing in a Python that never imports
+// torch.
+void AddPythonShim(std::vector<std::string>* environment) {
+  const char* enabled = std::getenv("NDTRACE_PYTHON");
+  const std::string shim =
+      enabled != nullptr && std::string_view(enabled) == "0" ? "" : PythonShimDirectory();
+  const char* current = std::getenv("PYTHONPATH");
+  const bool has_current = current != nullptr && *current != '\0';
+  if (shim.empty()) {
+    if (current != nullptr) environment->push_back(std::string("PYTHONPATH=") + current);
+    return;
+  }
+  environment->push_back("PYTHONPATH=" + shim + (has_current ? ":" + std::string(current) : ""));
 }
 
 }  // namespace
@@ -120,6 +162,28 @@ bool HasSeparator(std::string_view subcommand) {
   return false;
 }
 
+void AddPythonOptions(CLI::App* app, PythonOptions* options) {
+  app->add_flag("--no-python", options->no_python,
+                "Do not put ndtrace's Python shim on PYTHONPATH (it names PyTorch ops and "
+                "modules in NVTX ranges when the program imports torch)");
+}
+
+void ApplyPythonOptions(const PythonOptions& options) {
+  if (options.no_python) setenv("NDTRACE_PYTHON", "0", 1);
+}
+
+std::string PythonShimDirectory() {
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    const std::filesystem::path beside = self.parent_path() / "python";
+    if (std::filesystem::exists(beside / "sitecustomize.py", error)) return beside.string();
+  }
+  const std::string source = NDT_PYTHON_SHIM_DIR;
+  return !source.empty() && access((source + "/sitecustomize.py").c_str(), R_OK) == 0 ? source
+                                                                                     : "";
+}
+
 std::string TracerLibrary() {
   std::error_code error;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
@@ -145,11 +209,14 @@ StatusOr<TracedRun> RunTraced(const std::string& context, const std::vector<std:
     if (text.rfind("LD_PRELOAD=", 0) == 0) {
       if (text.size() > 11) preload += ":" + std::string(text.substr(11));
     } else if (text.rfind("NDTRACE_OUTPUT=", 0) != 0 &&
-               text.rfind("NDTRACE_LAUNCHER_PID=", 0) != 0) {
+               text.rfind("NDTRACE_LAUNCHER_PID=", 0) != 0 && !IsNvtxVariable(text) &&
+               text.rfind("PYTHONPATH=", 0) != 0) {
       environment.emplace_back(text);
     }
   }
   environment.push_back("LD_PRELOAD=" + preload);
+  AddNvtxInjection(library, &environment);
+  AddPythonShim(&environment);
   // The process spawned here writes `trace_path`; the others of its run write companions.
   environment.push_back("NDTRACE_LAUNCHER_PID=" + std::to_string(getpid()));
   if (!trace_path.empty()) {

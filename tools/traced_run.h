@@ -52,6 +52,22 @@ void AddPolicyOptions(CLI::App* app, PolicyOptions* options);
 // False, after printing an `error:` line, when it is not.
 bool ApplyPolicyOptions(const std::string& context, const PolicyOptions& options);
 
+// The Python startup shim (tools/python/sitecustomize.py): the option of `record`, `check`
+// and `run` that turns it off.
+struct PythonOptions {
+  bool no_python = false;  // --no-python
+};
+
+// Adds --no-python to `app`.
+void AddPythonOptions(CLI::App* app, PythonOptions* options);
+
+// With --no-python, sets NDTRACE_PYTHON=0, which RunTraced and the shim obey.
+void ApplyPythonOptions(const PythonOptions& options);
+
+// The directory holding the Python shim: `python/` beside this executable (the build tree and
+// a bundle have it there), else the source tree's tools/python; empty when neither exists.
+std::string PythonShimDirectory();
+
 // Whether our own command line has a `--` after the word `subcommand` (CLI11 accepts a
 // command without it, but an option of CMD would then be taken for one of ours).
 bool HasSeparator(std::string_view subcommand);

@@ -32,6 +32,7 @@
 #include "tracer/driver_table.h"
 #include "tracer/gpu_time.h"
 #include "tracer/library_support.h"
+#include "tracer/nvtx.h"
 #include "tracer/real_dl.h"
 #include "tracer/signals.h"
 
@@ -307,6 +308,9 @@ class Recorder {
     return Start();
   }
 
+  // The session, without starting one.
+  Session* IfRecording() const { return session_.load(std::memory_order_acquire); }
+
   bool strict() const { return strict_; }
   bool failed() const { return state_.load(std::memory_order_acquire) == State::kFailed; }
 
@@ -497,6 +501,7 @@ class Recorder {
     gpu_time_note.text = "GPU time: " + gpu_time::Start(session, simulated);
     gpu_time_note.time_ns = session->NowNs();
     session->Append(gpu_time_note);
+    WriteNvtxPreamble(*session);
     session_.store(session, std::memory_order_release);
     state_.store(State::kRecording, std::memory_order_release);
     InstallSignalFlush([] { Get().Close(); });
@@ -607,6 +612,10 @@ void HookScope::Restore() noexcept {
   if (entered_) t_in_hook = true;
 }
 
+Session* CurrentSessionIfRecording() noexcept {
+  return Recorder::Get().IfRecording();
+}
+
 void ReportHookFailure(const char* hook) noexcept {
   try {
     Recorder::Get().Fail(std::string("internal error in ") + hook);
@@ -645,6 +654,8 @@ format::OpRecord Session::BeginOp(format::OpKind kind, std::string name, uint32_
   op.name = std::move(name);
   op.args.reserve(8);  // most ops have fewer arguments: one allocation instead of several
   op.start_ns = NowNs();
+  WriteOpenNvtxRanges(*this, op.sequence);
+  op.nvtx_range_id = CurrentNvtxRange();
   return op;
 }
 
@@ -671,6 +682,10 @@ void Session::Decide(const format::PolicyDecisionRecord& decision) {
 uint64_t Session::NowNs() const {
   const uint64_t now = SteadyNs();
   return now > start_steady_ns_ ? now - start_steady_ns_ : 0;
+}
+
+uint64_t Session::SinceStart(uint64_t steady_ns) const {
+  return steady_ns > start_steady_ns_ ? steady_ns - start_steady_ns_ : 0;
 }
 
 uint32_t Session::ThreadId() {

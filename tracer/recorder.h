@@ -114,6 +114,8 @@ class Session {
 
   // ns since the trace started.
   uint64_t NowNs() const;
+  // The same for `steady_ns`, a CLOCK_MONOTONIC time taken earlier (0 if before the start).
+  uint64_t SinceStart(uint64_t steady_ns) const;
   // This thread's lineage id (lineage.h): the same in every run however threads interleave.
   uint32_t ThreadId();
   // The stable id of a stream handle: 0 for the legacy default stream (null handle in a
@@ -317,6 +319,10 @@ class HookScope {
   Session* session_ = nullptr;
   LibraryCallScope library_call_;  // threads created meanwhile are the library's (lineage.h)
 };
+
+// The session being recorded into, or null; never starts one (for NVTX callbacks, which are
+// no CUDA calls). Any thread.
+Session* CurrentSessionIfRecording() noexcept;
 
 // Logs an internal failure of a hook (an exception caught at the boundary) once per process,
 // and stops recording.

@@ -84,7 +84,8 @@ inline std::vector<format::Record> EveryRecordType() {
                                              "cuMemFreeAsync", 1, 0x7f00deadbeef, 12, 2});
   records.push_back(format::ModuleLoadRecord{2, "cuModuleLoadData", 9000, {11, 12},
                                              {"kernel_a", "kernel_b"}});
-  records.push_back(format::NvtxRangeRecord{1, true, "aten::conv2d", 40, 5000});
+  records.push_back(format::NvtxRangeRecord{1, true, "aten::conv2d", 40, 5000,
+                                            format::NvtxEvent::kPush, (1ull << 32) | 1, 0, "", 0});
   records.push_back(format::PolicyDecisionRecord{
       812, "cudnn", "replaced bwd-filter algo 0 by 1",
       format::AlgorithmChoice{"cudnn", 0, "ALGO_0", {}, {}, format::Determinism::kNondeterministic,

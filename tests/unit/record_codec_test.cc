@@ -91,6 +91,7 @@ OpRecord FullOp() {
   op.end_ns = 2000;
   op.module_id = 4;
   op.device_ordinal = 1;
+  op.nvtx_range_id = (2ull << 32) | 7;
   return op;
 }
 
@@ -109,7 +110,10 @@ std::vector<Record> SampleRecords() {
                                      0x7f00deadbeef, 99, 6});
   records.push_back(ModuleLoadRecord{
       2, "cuLibraryLoadData", 65536, {17, 18}, {"kernel_a(float*)", "", "kernel_b<int>(int)"}});
-  records.push_back(NvtxRangeRecord{4, false, "forward", 7, 8});
+  records.push_back(
+      NvtxRangeRecord{4, false, "", 7, 8, NvtxEvent::kPop, (4ull << 32) | 3, 0, "", 0});
+  records.push_back(NvtxRangeRecord{4, true, "minilib::scale", 9, 10, NvtxEvent::kPush,
+                                    (4ull << 32) | 5, (4ull << 32) | 4, "minilib", 2});
   records.push_back(PolicyDecisionRecord{12, "cudnn", "replaced bwd-filter algo 0 by 1",
                                          FullChoice(), std::nullopt, false});
   records.push_back(

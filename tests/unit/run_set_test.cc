@@ -118,7 +118,7 @@ TEST_CASE("two runs are compared rank by rank", "[run_set]") {
   CHECK(json["schema"] == "ndtrace.diff-set/1");
   CHECK(json["identical"] == false);
   CHECK(json["processes"][1]["process"] == "rank 1");
-  CHECK(json["processes"][1]["report"]["schema"] == "ndtrace.diff/1");
+  CHECK(json["processes"][1]["report"]["schema"] == "ndtrace.diff/2");
 
   SECTION("a rank present in one run only") {
     WriteProcess(b + ".rank2", 2, 5, 7);
@@ -141,5 +141,5 @@ TEST_CASE("one process on each side is a plain diff", "[run_set]") {
   CHECK(diff->single());
   CHECK(diff->identical());
   CHECK(nlohmann::json::parse(ndt::replay::RenderRunDiffJson(*diff))["schema"] ==
-        "ndtrace.diff/1");
+        "ndtrace.diff/2");
 }

@@ -510,12 +510,12 @@ TEST_CASE("the text report of every other divergence class matches its golden fi
   }
 }
 
-TEST_CASE("the JSON report follows the ndtrace.diff/1 schema", "[replayer]") {
+TEST_CASE("the JSON report follows the ndtrace.diff/2 schema", "[replayer]") {
   TempDir dir;
   const DiffReport report =
       Diff(dir, Program(), Program([](auto& ops) { ops[3].rng->seed = 43; }));
   const auto j = nlohmann::json::parse(RenderDiffJson(report));
-  CHECK(j.at("schema") == "ndtrace.diff/1");
+  CHECK(j.at("schema") == "ndtrace.diff/2");
   CHECK(j.at("verdict") == "diverged");
   CHECK(j.at("comparable").is_boolean());
   CHECK(j.at("header_differences").is_array());

@@ -1,0 +1,173 @@
+# ndtrace's Python startup shim (tools/README.md, "The Python shim").
+#
+# `ndtrace record`/`check`/`run` put this file's directory first on PYTHONPATH, so Python runs
+# it at startup as `sitecustomize`. It never changes what the program computes or prints:
+#   1. it loads the user's own `sitecustomize` (the next one on sys.path), as Python would have;
+#   2. only if and when the program imports torch, and only while libndtrace.so is preloaded,
+#      it names PyTorch's work in NVTX ranges that the tracer records around each GPU op:
+#      - module ranges in the NVTX domain "pytorch.module", named by qualified name
+#        ("ResNet.layer1.0.conv2": the root module's class, then named_modules() paths), from
+#        global module forward pre/post hooks;
+#      - op ranges: PyTorch's own per-op NVTX ranges ("aten::addmm, seq = 12", from
+#        torch.autograd.profiler.emit_nvtx) on a PyTorch built with CUDA; on one without NVTX
+#        (CPU-only builds) a TorchDispatchMode names each aten op in the domain "pytorch.op".
+#      Ranges reach the tracer through its C functions ndtrace_range_push/pop (ctypes).
+# Any failure of the shim is said once on stderr (unless NDTRACE_QUIET=1) and the program goes on
+# unannotated. NDTRACE_PYTHON=0 (what --no-python sets) turns all of it off but step 1.
+import os
+import sys
+
+
+def _ndtrace_say(message):
+    if os.environ.get("NDTRACE_QUIET", "") in ("", "0"):
+        sys.stderr.write("ndtrace: python shim: %s\n" % message)
+
+
+def _ndtrace_chain_user_sitecustomize():
+    import importlib.machinery
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = module
+    spec.loader.exec_module(module)  # its errors are the program's, as without ndtrace
+
+
+def _ndtrace_active():
+    if os.environ.get("NDTRACE_PYTHON", "1") == "0":
+        return False
+    return "libndtrace" in os.environ.get("LD_PRELOAD", "")
+
+
+class _NdtraceTorchWatcher(object):
+    """Finds `torch` like the finders after it, and runs the annotation once torch is loaded."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        spec = None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                break
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        original = spec.loader.exec_module
+
+        def exec_module(module):
+            original(module)
+            try:
+                _ndtrace_annotate_torch(module)
+            except Exception as error:  # never the program's problem
+                _ndtrace_say("PyTorch ops and modules are not annotated: %r" % (error,))
+
+        try:
+            spec.loader.exec_module = exec_module
+        except (AttributeError, TypeError):
+            _ndtrace_say("cannot watch the import of torch; PyTorch ops and modules are not annotated")
+        return spec
+
+
+def _ndtrace_annotate_torch(torch):
+    import ctypes
+    import threading
+    import weakref
+
+    library = ctypes.CDLL(None)
+    push = library.ndtrace_range_push
+    pop = library.ndtrace_range_pop
+    push.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    push.restype = ctypes.c_int
+    pop.argtypes = [ctypes.c_char_p]
+    pop.restype = ctypes.c_int
+    module_domain = b"pytorch.module"
+    op_domain = b"pytorch.op"
+
+    # ---- modules ----
+    names = weakref.WeakKeyDictionary()  # module -> qualified name
+    local = threading.local()
+
+    def name_of(module):
+        try:
+            return names[module]
+        except (KeyError, TypeError):
+            pass
+        stack = getattr(local, "stack", None)
+        if stack:  # a submodule no root listed: its parent's name and its class
+            name = "%s.%s" % (stack[-1], type(module).__name__)
+        else:  # a root: its class, then every submodule by its named_modules() path
+            name = type(module).__name__
+            try:
+                for qualified, child in module.named_modules():
+                    if qualified and child not in names:
+                        names[child] = "%s.%s" % (name, qualified)
+            except Exception:
+                pass
+        try:
+            names[module] = name
+        except TypeError:
+            pass
+        return name
+
+    def pre_hook(module, inputs):
+        name = name_of(module)
+        stack = getattr(local, "stack", None)
+        if stack is None:
+            stack = local.stack = []
+        stack.append(name)
+        push(module_domain, name.encode("utf-8", "replace"))
+
+    def post_hook(module, inputs, output):
+        stack = getattr(local, "stack", None)
+        if stack:
+            stack.pop()
+            pop(module_domain)
+
+    hooks = torch.nn.modules.module
+    hooks.register_module_forward_pre_hook(pre_hook)
+    try:
+        hooks.register_module_forward_hook(post_hook, always_call=True)  # pops on exceptions too
+    except TypeError:
+        hooks.register_module_forward_hook(post_hook)
+
+    # ---- ops ----
+    if getattr(torch.version, "cuda", None) and hasattr(torch._C, "_nvtx"):
+        # PyTorch's own per-op ranges ("aten::op, seq = N"); kept on for the whole run.
+        # emit_nvtx's __enter__ calls torch.cuda.synchronize(), which would initialise CUDA at
+        # import time (a program may still set CUDA_VISIBLE_DEVICES or fork workers): skipped.
+        synchronize = torch.cuda.synchronize
+        torch.cuda.synchronize = lambda *args, **kwargs: None
+        try:
+            torch.autograd.profiler.emit_nvtx(record_shapes=False).__enter__()
+        finally:
+            torch.cuda.synchronize = synchronize
+        return
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _NdtraceOpRanges(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            schema = getattr(func, "_schema", None)
+            name = schema.name if schema is not None else str(func)
+            push(op_domain, name.encode("utf-8", "replace"))
+            try:
+                return func(*args, **(kwargs or {}))
+            finally:
+                pop(op_domain)
+
+    _NdtraceOpRanges().__enter__()  # the main thread's dispatch mode stack, for the whole run
+
+
+if _ndtrace_active():
+    sys.meta_path.insert(0, _NdtraceTorchWatcher())
+_ndtrace_chain_user_sitecustomize()
