@@ -61,7 +61,7 @@ TEST_CASE("the page embeds the report so that no text in it ends the script", "[
   DiffTimeline timeline;
   const OpLocation a = d.op;
   timeline.Pair({PairOutcome::Kind::kDiverged, &a, &a, DivergenceClass::kNondeterministicOp});
-  const std::string page = RenderDiffHtml(report, timeline, {"title", "NOT deterministic", {}});
+  const std::string page = RenderDiffHtml(report, timeline, {"title", "NOT deterministic", {}, std::nullopt});
   CHECK(page.find("alert(1)</script>") == std::string::npos);
   const nlohmann::json data = PageData(page);
   CHECK(data["verdict"] == "NOT deterministic");
