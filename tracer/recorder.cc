@@ -560,6 +560,12 @@ HookScope::HookScope() noexcept {
   try {
     Recorder& recorder = Recorder::Get();
     session_ = recorder.Current();
+    if (session_ != nullptr && session_->writer().failed()) {
+      // The trace can no longer be written (EFBIG under `ulimit -f`, ENOSPC, EIO, out of
+      // memory): recording stops, said once, and the program goes on untouched.
+      recorder.Fail(session_->writer().status().message());
+      session_ = nullptr;
+    }
     fail_closed_ = session_ == nullptr && recorder.strict() && recorder.failed();
   } catch (...) {
     session_ = nullptr;
