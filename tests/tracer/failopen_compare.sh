@@ -5,7 +5,8 @@
 # same exit status or signal. Cases: every program of tests/programs run as its tests run it,
 # and shell-level cases (tests/programs/lifecycle.cc: raise and kill of SIGTERM/INT/HUP/PIPE,
 # code after raise, blocked and ignored signals, the program's own handlers before and after
-# ours, exit from a thread, fork, vfork, exec, abort, a crash, `ulimit -f`).
+# ours, exit from a thread, fork, vfork, exec, abort, a crash, `ulimit -f`), and hostile
+# NDTRACE_* settings (a FIFO, a device or a directory as the --pin reference, bad numbers).
 #
 # Usage: failopen_compare.sh TRACER_LIB STANDIN_DIR LIFECYCLE PROGRAM...
 # Cases run REPEAT times each (FAILOPEN_REPEAT, default 3; a race shows in some runs only).
@@ -67,12 +68,24 @@ too_large='^ndtrace: .*: write failed: File too large; recording stopped, calls 
 add "ulimit -f 8 (8 KiB)" "ulimit -f 8; exec '$lifecycle' ops 20000" "$too_large"
 add "ulimit -f 64 (64 KiB)" "ulimit -f 64; exec '$lifecycle' ops 200000" "$too_large"
 
-# run DIR COMMAND [ENV...]: stdout, stderr and status into DIR.
+# Hostile environment: what the tracer reads from it (NDTRACE_*) never changes the program.
+mkfifo "$work/fifo"
+for setting in "NDTRACE_PIN=$work/fifo" NDTRACE_PIN=/dev/zero NDTRACE_PIN=/dev/urandom \
+    NDTRACE_PIN=/ NDTRACE_PIN=/nonexistent NDTRACE_POLICY=bogus NDTRACE_DIGEST_EVERY=-1 \
+    NDTRACE_DIGEST_EVERY=99999999999999999999999 NDTRACE_DIGEST_WINDOW=9:1 \
+    NDTRACE_DIGEST_RING=0 NDTRACE_DIGEST_DEVICE=bogus NDTRACE_CAPTURE=%%%,, \
+    NDTRACE_OUTPUT=/dev/full NDTRACE_OUTPUT=/proc/nonexistent/t.ndt NDTRACE_OUTPUT=/; do
+  add "environment $setting" "export $setting; exec '$lifecycle' ops 100"
+done
+
+# run DIR COMMAND [ENV...]: stdout, stderr and status into DIR (a hang is killed after 60 s:
+# status 124).
 run() {
   local dir="$1" command="$2"
   shift 2
   mkdir -p "$dir"
-  (cd "$dir" && env "$@" bash -c "$command" >"$dir/out" 2>"$dir/err" </dev/null) 2>/dev/null
+  (cd "$dir" && timeout 60 env "$@" bash -c "$command" >"$dir/out" 2>"$dir/err" </dev/null) \
+    2>/dev/null
   echo $? >"$dir/status"
   # Timings are never the same twice: vector_add's "stream 0 took 0.057 ms".
   grep -v '^ndtrace: ' "$dir/err" | sed -E 's/took [0-9.]+ ms/took T ms/' >"$dir/err.program"
@@ -95,7 +108,7 @@ for index in "${!cases[@]}"; do
   for attempt in $(seq 1 "$repeat"); do
     base="$work/$index.$attempt"
     run "$base/plain" "$command"
-    run "$base/traced" "$command" LD_PRELOAD="$tracer" NDTRACE_OUTPUT="$base/traced/t.ndt"
+    run "$base/traced" "$command" NDTRACE_OUTPUT="$base/traced/t.ndt" LD_PRELOAD="$tracer"
     compared=$((compared + 1))
     if ! same "$base/plain" "$base/traced"; then
       run "$base/plain2" "$command"
