@@ -379,7 +379,13 @@ class Recorder {
     gpu_digests_ = GpuDigestConfigFromEnvironment(&digest_problems_);
     policy_ = PolicyFromEnvironment(&digest_problems_);
     owner_pid_ = getpid();
-    pthread_atfork(nullptr, nullptr, [] { Get().OnForkChild(); });
+    pthread_atfork(nullptr, nullptr, [] {
+      try {
+        Get().OnForkChild();
+      } catch (...) {  // out of memory in the child: it records nothing
+        Get().ForgetInChild();
+      }
+    });
   }
 
   // Also writes the records still waiting for GPU digests, while the context is alive.
@@ -397,6 +403,13 @@ class Recorder {
     } catch (...) {
     }
     t_in_hook = false;
+  }
+
+  // The child of fork() when OnForkChild failed: never records (no allocation here).
+  void ForgetInChild() noexcept {
+    session_.store(nullptr, std::memory_order_relaxed);
+    state_.store(State::kClosed, std::memory_order_relaxed);
+    owner_pid_ = getpid();
   }
 
   // In the child of fork(), single-threaded: forget (leak, never touch) the parent's
@@ -466,11 +479,16 @@ class Recorder {
     }
     if (!atexit_registered_) {
       atexit_registered_ = true;
-      std::atexit([] { Get().Close(); });
+      std::atexit([] {
+        try {
+          Get().Close();
+        } catch (...) {  // nothing may escape an exit handler: it would terminate the program
+        }
+      });
     }
     session_.store(session, std::memory_order_release);
     state_.store(State::kRecording, std::memory_order_release);
-    InstallSignalFlush([] { Get().Close(); });
+    InstallSignalFlush([] { Get().Close(); }, [] { return t_in_hook; });
     return session;
   }
 
@@ -573,11 +591,15 @@ HookScope::HookScope() noexcept {
 }
 
 HookScope::~HookScope() {
-  if (entered_) t_in_hook = false;
+  if (!entered_) return;
+  t_in_hook = false;
+  TakeDeferredSignal();  // a SIGTERM/INT/HUP that came while this hook ran
 }
 
 void HookScope::Lift() noexcept {
-  if (entered_) t_in_hook = false;
+  if (!entered_) return;
+  t_in_hook = false;
+  TakeDeferredSignal();  // no lock is held across the real call about to be made
 }
 
 void HookScope::Restore() noexcept {

@@ -34,6 +34,10 @@ std::atomic<int> g_write_fd{-1};
 std::atomic<pid_t> g_owner{0};
 std::atomic<bool> g_closed{false};
 void (*g_close)() = nullptr;
+bool (*g_in_hook)() = nullptr;
+// A termination signal that arrived while this thread was inside a hook (which may hold a lock
+// the close needs): taken when the hook returns (TakeDeferredSignal), before the program runs.
+thread_local volatile sig_atomic_t t_deferred_signal = 0;
 
 bool IsFatal(int signal_number) {
   for (int fatal : kFatal) {
@@ -59,6 +63,12 @@ void DefaultEffectNow(int signal_number) {
 
 void Handler(int signal_number) {
   const int saved_errno = errno;
+  if (getpid() == g_owner.load() && !IsFatal(signal_number) && g_in_hook != nullptr &&
+      g_in_hook() && t_deferred_signal == 0) {
+    t_deferred_signal = signal_number;
+    errno = saved_errno;
+    return;
+  }
   if (getpid() == g_owner.load()) {
     const auto byte = static_cast<unsigned char>(signal_number);
     if (write(g_write_fd.load(), &byte, 1) == 1) {
@@ -102,11 +112,19 @@ bool IsOurs(void (*handler)(int), int flags) {
 
 }  // namespace
 
-void InstallSignalFlush(void (*close)()) noexcept {
+void TakeDeferredSignal() noexcept {
+  const int signal_number = t_deferred_signal;
+  if (signal_number == 0) return;
+  t_deferred_signal = 0;
+  Handler(signal_number);
+}
+
+void InstallSignalFlush(void (*close)(), bool (*in_hook)()) noexcept {
   try {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) return;
     g_close = close;
+    g_in_hook = in_hook;
     g_closed.store(false);
     g_write_fd.store(fds[1]);
     g_owner.store(getpid());

@@ -11,6 +11,12 @@ namespace ndt::tracer {
 // are left alone. Call when this process's trace is created (again in a forked child: it gets
 // its own watcher). The exported `sigaction` and `signal` (signals.cc) report SIG_DFL where
 // this handler is installed.
-void InstallSignalFlush(void (*close)()) noexcept;
+// A termination signal arriving while `in_hook()` (this thread is inside a hook, which may
+// hold a lock the close needs) is deferred to TakeDeferredSignal, which the hook calls as it
+// returns: the signal then takes effect before the program's next instruction.
+void InstallSignalFlush(void (*close)(), bool (*in_hook)()) noexcept;
+
+// Takes the termination signal deferred on this thread, if any (does not return then).
+void TakeDeferredSignal() noexcept;
 
 }  // namespace ndt::tracer
