@@ -735,6 +735,21 @@ Status ReadHeader(wire::TraceHeader::Reader r, TraceHeader* out) {
   return Status::Ok();
 }
 
+// Collects, while it lives on this thread's stack, the recoverable exceptions Cap'n Proto
+// raises for malformed content instead of letting them be thrown; Cap'n Proto then goes on
+// with default values, which the caller discards.
+class DecodeErrors final : public kj::ExceptionCallback {
+ public:
+  void onRecoverableException(kj::Exception&& exception) override {
+    if (first_.empty()) first_ = exception.getDescription().cStr();
+    if (first_.empty()) first_ = "malformed message";
+  }
+  const std::string& first() const { return first_; }
+
+ private:
+  std::string first_;
+};
+
 // Validates the frame at words[0..word_count) and hands its message to `read`, which gets a
 // capnp::MessageReader and returns a Status. `expect_header` selects which record_type
 // values are acceptable. Never throws: Cap'n Proto exceptions become Status.
@@ -765,6 +780,32 @@ Status DecodeFrame(const uint64_t* words, size_t word_count, bool expect_header,
     return Status::Error("record: message declares " + std::to_string(segments) +
                          " segments, more than the limit of " + std::to_string(kMaxSegments));
   }
+  // The segment table, checked here so Cap'n Proto is never handed one it would refuse:
+  // every segment inside the payload, together exactly filling it, the first holding at
+  // least the root pointer.
+  const uint64_t table_words = segments / 2 + 1;
+  if (table_words >= payload_words) {
+    return Status::Error("record: segment table of " + std::to_string(segments) +
+                         " segments leaves no room in a payload of " +
+                         std::to_string(payload_words) + " words");
+  }
+  const auto* table = reinterpret_cast<const char*>(words + 1);
+  uint64_t segment_words = 0;
+  for (uint64_t i = 0; i < segments; ++i) {
+    const uint32_t size = LoadLe32(table + 4 * (i + 1));
+    if (i == 0 && size == 0) return Status::Error("record: first segment is empty");
+    segment_words += size;
+  }
+  if (segment_words != payload_words - table_words) {
+    return Status::Error("record: segments of " + std::to_string(segment_words) +
+                         " words in a payload of " + std::to_string(payload_words - table_words) +
+                         " words after the segment table");
+  }
+  // Cap'n Proto reports malformed content through kj's exception callback. Recoverable ones
+  // (every check of message content) are collected here instead of thrown: an exception
+  // thrown inside the shared libcapnp may not be catchable where this code is linked with its
+  // own runtime (libndtrace.so: static libstdc++ and libgcc), and would end the host program.
+  DecodeErrors errors;
   try {
     capnp::ReaderOptions options;
     options.traversalLimitInWords = 8 * uint64_t{payload_words} + 64;
@@ -780,6 +821,7 @@ Status DecodeFrame(const uint64_t* words, size_t word_count, bool expect_header,
   } catch (const kj::Exception& e) {
     return Status::Error("record: " + std::string(e.getDescription().cStr()));
   }
+  if (!errors.first().empty()) return Status::Error("record: " + errors.first());
   *consumed = 1 + size_t{payload_words};
   return Status::Ok();
 }

@@ -11,6 +11,8 @@
 #include "formats/trace_writer.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -24,6 +26,7 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <new>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -142,10 +145,22 @@ class TraceWriter::Impl {
     return CompressAndWrite(self_cctx_, &self_compressed_, chunk, frame);
   }
 
+  // The workers start with every signal blocked: a signal meant for the program (one it
+  // blocks in its own threads included) is never delivered to them, and a write past
+  // RLIMIT_FSIZE there never raises SIGXFSZ (WriteAllLocked).
   void Start() {
-    for (size_t i = 0; i < workers_.size(); ++i) {
-      workers_[i]->thread = std::thread([this, i] { Run(i); });
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &previous);
+    try {
+      for (size_t i = 0; i < workers_.size(); ++i) {
+        workers_[i]->thread = std::thread([this, i] { Run(i); });
+      }
+    } catch (...) {
+      pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+      throw;
     }
+    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   }
 
   // RecordLike: Record or OpRecord (codec::AppendRecord takes both). `buffer`: the calling
@@ -246,6 +261,8 @@ class TraceWriter::Impl {
     std::lock_guard status_lock(status_mu_);
     return status_;
   }
+
+  bool failed() const { return failed_.load(std::memory_order_relaxed); }
 
   WriterStats stats() const {
     WriterStats stats;
@@ -381,7 +398,35 @@ class TraceWriter::Impl {
 
   // Worker i's loop. Worker 0 also seals idle buffers every flush interval and writes the
   // DroppedRecords records.
+  // Nothing escapes a worker (an exception there would end the process): a failure, out of
+  // memory included, fails the writer, and the worker goes on draining its queue, so Flush and
+  // Close never wait for a chunk nobody writes.
   void Run(size_t i) {
+    while (true) {
+      try {
+        RunLoop(i);
+        return;
+      } catch (...) {
+        FailFromException();
+      }
+    }
+  }
+
+  void FailFromException() noexcept {
+    try {
+      try {
+        throw;
+      } catch (const std::bad_alloc&) {
+        SetError(path_ + ": out of memory");
+      } catch (...) {
+        SetError(path_ + ": internal error in the writer");
+      }
+    } catch (...) {
+      SetError("");  // no memory even for the message
+    }
+  }
+
+  void RunLoop(size_t i) {
     Worker& worker = *workers_[i];
     std::unique_lock queue_lock(queue_mu_);
     auto next_seal = Clock::now() + options_.flush_interval;
@@ -391,8 +436,12 @@ class TraceWriter::Impl {
       if (worker.queue.empty() && stopping_) break;
       if (i == 0 && Clock::now() >= next_seal) {
         queue_lock.unlock();
-        SealAll(/*blocking=*/false);
-        WriteDropRecords();
+        try {
+          SealAll(/*blocking=*/false);
+          WriteDropRecords();
+        } catch (...) {
+          FailFromException();
+        }
         queue_lock.lock();
         next_seal = Clock::now() + options_.flush_interval;
       }
@@ -400,12 +449,20 @@ class TraceWriter::Impl {
         SealedChunk chunk = std::move(worker.queue.front());
         worker.queue.pop_front();
         queue_lock.unlock();
-        WriteRecordsChunk(worker, chunk);
+        try {
+          WriteRecordsChunk(worker, chunk);
+        } catch (...) {
+          FailFromException();
+          CountLost(chunk.count, chunk.data.size());
+        }
         queue_lock.lock();
         buffered_bytes_ -= chunk.data.size();
         if (recycled_.size() < kMaxRecycledBuffers) {
           chunk.data.clear();
-          recycled_.push_back(std::move(chunk.data));
+          try {
+            recycled_.push_back(std::move(chunk.data));
+          } catch (...) {
+          }
         }
         if (--in_flight_ == 0) idle_cv_.notify_all();
         space_cv_.notify_all();
@@ -509,7 +566,31 @@ class TraceWriter::Impl {
 
   // Writes both buffers at the end of the file with one writev where possible, so a
   // chunk reaches the file whole unless the process dies inside the call. Needs file_mu_.
+  // A write past the file size limit (RLIMIT_FSIZE, `ulimit -f`) fails with EFBIG and raises
+  // SIGXFSZ, whose default effect ends the process: the signal is blocked around the write in
+  // this thread and the one the write raised is taken back, so the program never sees it.
   Status WriteAllLocked(const char* a, size_t a_size, const char* b, size_t b_size) {
+    sigset_t xfsz, previous;
+    sigemptyset(&xfsz);
+    sigaddset(&xfsz, SIGXFSZ);
+    pthread_sigmask(SIG_BLOCK, &xfsz, &previous);
+    sigset_t pending_before;
+    sigemptyset(&pending_before);
+    sigpending(&pending_before);
+    const bool already_pending = sigismember(&pending_before, SIGXFSZ) == 1;
+    Status result = WriteAllSignalsBlocked(a, a_size, b, b_size);
+    if (!already_pending) {
+      sigset_t pending;
+      sigemptyset(&pending);
+      const timespec now{0, 0};
+      sigpending(&pending);
+      if (sigismember(&pending, SIGXFSZ) == 1) (void)sigtimedwait(&xfsz, nullptr, &now);
+    }
+    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+    return result;
+  }
+
+  Status WriteAllSignalsBlocked(const char* a, size_t a_size, const char* b, size_t b_size) {
     iovec parts[2] = {{const_cast<char*>(a), a_size}, {const_cast<char*>(b), b_size}};
     int first = 0;
     const int count = b_size > 0 ? 2 : 1;
@@ -518,6 +599,10 @@ class TraceWriter::Impl {
       if (written < 0) {
         if (errno == EINTR) continue;
         SetError(path_ + ": write failed: " + ErrnoText(errno));
+        return status();
+      }
+      if (written == 0) {
+        SetError(path_ + ": write failed: no progress");
         return status();
       }
       offset_ += static_cast<uint64_t>(written);
@@ -534,10 +619,15 @@ class TraceWriter::Impl {
     return Status::Ok();
   }
 
-  void SetError(const std::string& message) {
+  void SetError(const std::string& message) noexcept {
     {
       std::lock_guard status_lock(status_mu_);
-      if (status_.ok()) status_ = Status::Error(message);
+      if (status_.ok()) {
+        try {
+          status_ = Status::Error(message.empty() ? "writer failed: out of memory" : message);
+        } catch (...) {
+        }
+      }
       failed_.store(true);
     }
     std::lock_guard queue_lock(queue_mu_);  // no stalled appender misses the wake-up
@@ -640,6 +730,7 @@ StatusOr<BlobId> TraceWriter::PutBlob(std::span<const std::byte> bytes) {
 Status TraceWriter::Flush() { return impl_->Flush(); }
 Status TraceWriter::Close() { return impl_->Close(); }
 Status TraceWriter::status() const { return impl_->status(); }
+bool TraceWriter::failed() const { return impl_->failed(); }
 WriterStats TraceWriter::stats() const { return impl_->stats(); }
 const std::string& TraceWriter::path() const { return impl_->path(); }
 

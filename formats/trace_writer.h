@@ -88,6 +88,9 @@ class TraceWriter {
 
   // The first failure, or ok.
   Status status() const;
+  // True once the writer has failed (a write error: EFBIG, ENOSPC, EIO...; out of memory):
+  // status() says why. One atomic load.
+  bool failed() const;
   WriterStats stats() const;
   const std::string& path() const;
 

@@ -1,8 +1,10 @@
 #include "tracer/policy.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -50,13 +52,25 @@ void NotPinned(std::string action) {
   AtLoad().nccl_problems.push_back(std::move(decision));
 }
 
+// The reference must be a regular file before anything opens it: opening a FIFO (or a
+// device) would block or read without end inside the traced process, before main.
+Status CheckRegularFile(const std::string& path) {
+  struct stat info{};
+  if (::stat(path.c_str(), &info) != 0) {
+    return Status::Error(path + ": cannot open: " + std::strerror(errno));
+  }
+  if (!S_ISREG(info.st_mode)) return Status::Error(path + ": not a regular file");
+  return Status::Ok();
+}
+
 // --pin: NCCL reads its algorithm, protocol and channel variables when a communicator is
 // created, with no per-call API to force them, so the reference's values are put in the
 // environment now. Only the reference's header is read (its recorded environment). An
 // unreadable reference is said when recording starts (no pins at all), not here.
 void PinNcclEnvironment(const std::string& pin_path) {
-  const StatusOr<format::TraceHeader> reference =
-      format::TraceReader::ReadHeader(ReferenceTracePath(pin_path));
+  const std::string path = ReferenceTracePath(pin_path);
+  if (!CheckRegularFile(path).ok()) return;
+  const StatusOr<format::TraceHeader> reference = format::TraceReader::ReadHeader(path);
   if (!reference.ok()) return;
   const auto recorded = [&](const std::string& name) -> const std::string* {
     for (const format::EnvVar& variable : reference->environment) {
@@ -200,6 +214,7 @@ std::string ReferenceTracePath(const std::string& pin_path) {
 }
 
 StatusOr<PinTable> PinTable::Load(const std::string& path) {
+  NDT_RETURN_IF_ERROR(CheckRegularFile(path));
   StatusOr<std::unique_ptr<format::TraceReader>> opened = format::TraceReader::Open(path);
   if (!opened.ok()) return opened.status();
   format::TraceReader& reader = **opened;

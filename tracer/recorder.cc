@@ -387,7 +387,13 @@ class Recorder {
     gpu_digests_ = GpuDigestConfigFromEnvironment(&digest_problems_);
     policy_ = PolicyFromEnvironment(&digest_problems_);
     owner_pid_ = getpid();
-    pthread_atfork(nullptr, nullptr, [] { Get().OnForkChild(); });
+    pthread_atfork(nullptr, nullptr, [] {
+      try {
+        Get().OnForkChild();
+      } catch (...) {  // out of memory in the child: it records nothing
+        Get().ForgetInChild();
+      }
+    });
   }
 
   // Also writes the records still waiting for GPU digests, while the context is alive.
@@ -405,6 +411,13 @@ class Recorder {
     } catch (...) {
     }
     t_in_hook = false;
+  }
+
+  // The child of fork() when OnForkChild failed: never records (no allocation here).
+  void ForgetInChild() noexcept {
+    session_.store(nullptr, std::memory_order_relaxed);
+    state_.store(State::kClosed, std::memory_order_relaxed);
+    owner_pid_ = getpid();
   }
 
   // In the child of fork(), single-threaded: forget (leak, never touch) the parent's
@@ -475,7 +488,12 @@ class Recorder {
     }
     if (!atexit_registered_) {
       atexit_registered_ = true;
-      std::atexit([] { Get().Close(); });
+      std::atexit([] {
+        try {
+          Get().Close();
+        } catch (...) {  // nothing may escape an exit handler: it would terminate the program
+        }
+      });
     }
     if (const char* request = std::getenv("NDTRACE_PYTHON_STACK");
         request != nullptr && *request != '\0') {
@@ -504,7 +522,7 @@ class Recorder {
     WriteNvtxPreamble(*session);
     session_.store(session, std::memory_order_release);
     state_.store(State::kRecording, std::memory_order_release);
-    InstallSignalFlush([] { Get().Close(); });
+    InstallSignalFlush([] { Get().Close(); }, [] { return t_in_hook; });
     return session;
   }
 
@@ -594,6 +612,12 @@ HookScope::HookScope() noexcept {
   try {
     Recorder& recorder = Recorder::Get();
     session_ = recorder.Current();
+    if (session_ != nullptr && session_->writer().failed()) {
+      // The trace can no longer be written (EFBIG under `ulimit -f`, ENOSPC, EIO, out of
+      // memory): recording stops, said once, and the program goes on untouched.
+      recorder.Fail(session_->writer().status().message());
+      session_ = nullptr;
+    }
     fail_closed_ = session_ == nullptr && recorder.strict() && recorder.failed();
   } catch (...) {
     session_ = nullptr;
@@ -601,11 +625,15 @@ HookScope::HookScope() noexcept {
 }
 
 HookScope::~HookScope() {
-  if (entered_) t_in_hook = false;
+  if (!entered_) return;
+  t_in_hook = false;
+  TakeDeferredSignal();  // a SIGTERM/INT/HUP that came while this hook ran
 }
 
 void HookScope::Lift() noexcept {
-  if (entered_) t_in_hook = false;
+  if (!entered_) return;
+  t_in_hook = false;
+  TakeDeferredSignal();  // no lock is held across the real call about to be made
 }
 
 void HookScope::Restore() noexcept {

@@ -2,6 +2,9 @@
 //   DIR/trace_file/    synthetic traces (closed, cut short, with blobs)
 //   DIR/trace_index/   the decompressed index payloads of those traces
 //   DIR/record_decode/ single record frames of every record type
+//   DIR/pin_table/     the synthetic traces and a pin reference (fingerprinted ops with their
+//                      algorithm choices and RNG states, as the library hooks record them)
+//   DIR/live_verify/   the same, read as live verify's reference
 // Usage: make_fuzz_seeds DIR
 #include <zstd.h>
 
@@ -48,8 +51,43 @@ std::string IndexPayload(const std::string& file) {
   return ZSTD_isError(n) ? std::string() : payload;
 }
 
+// A reference as `--pin` reads it: library ops with fingerprints, algorithm choices (one
+// fingerprint timed with several candidates, then kept) and RNG states.
+bool WritePinReference(const fs::path& path) {
+  tools::SyntheticOptions options;
+  format::WriterOptions writer_options;
+  writer_options.chunk_bytes = 1024;
+  auto writer = format::TraceWriter::Create(path, tools::SyntheticHeader(options), writer_options);
+  if (!writer.ok()) return false;
+  for (uint64_t i = 0; i < 24; ++i) {
+    format::OpRecord op;
+    op.sequence = i;
+    op.kind = format::OpKind::kCublasGemm;
+    op.name = i % 3 == 2 ? "curandGenerateUniform" : "cublasGemmEx";
+    op.args.push_back({"fingerprint", "m=" + std::to_string(64 << (i % 4)) + " n=64 k=64 f32"});
+    if (i % 3 == 2) {
+      format::RngState rng;
+      rng.generator = "philox4_32_10";
+      rng.seed = 1234;
+      rng.offset = 4096 * i;
+      op.rng = rng;
+    } else {
+      format::AlgorithmChoice choice;
+      choice.library = "cublas";
+      choice.id = static_cast<int64_t>(i % 5);
+      choice.name = "algo" + std::to_string(i % 5);
+      choice.determinism =
+          i % 2 == 0 ? format::Determinism::kDeterministic : format::Determinism::kNondeterministic;
+      op.algorithm = choice;
+    }
+    (*writer)->Append(op);
+  }
+  return (*writer)->Close().ok();
+}
+
 int Run(const fs::path& dir) {
-  for (const char* sub : {"trace_file", "trace_index", "record_decode"}) {
+  for (const char* sub :
+       {"trace_file", "trace_index", "record_decode", "pin_table", "live_verify"}) {
     fs::create_directories(dir / sub);
   }
   const fs::path scratch = dir / "scratch.ndt";
@@ -82,6 +120,8 @@ int Run(const fs::path& dir) {
     const std::string bytes = ReadFile(scratch);
     const std::string name = "synthetic_" + std::to_string(variant);
     WriteFile(dir / "trace_file" / name, bytes);
+    WriteFile(dir / "pin_table" / name, bytes);
+    WriteFile(dir / "live_verify" / name, bytes);
     WriteFile(dir / "trace_file" / (name + "_cut"), bytes.substr(0, bytes.size() * 2 / 3));
     WriteFile(dir / "trace_index" / name, IndexPayload(bytes));
     ++traces;
@@ -100,6 +140,10 @@ int Run(const fs::path& dir) {
                 frame);
     }
   }
+  if (!WritePinReference(scratch)) return 2;
+  const std::string pin = ReadFile(scratch);
+  WriteFile(dir / "pin_table" / "pin_reference", pin);
+  WriteFile(dir / "live_verify" / "pin_reference", pin);
   fs::remove(scratch);
   std::fprintf(stderr, "wrote seeds from %d synthetic traces under %s\n", traces,
                dir.c_str());

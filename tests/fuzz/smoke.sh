@@ -11,7 +11,7 @@ artifacts="$build/fuzz-artifacts"
 rm -rf "$corpus"
 mkdir -p "$artifacts"
 "$build/tests/fuzz/make_fuzz_seeds" "$corpus"
-for target in trace_file trace_index record_decode; do
+for target in trace_file trace_index record_decode pin_table live_verify; do
   echo "fuzz: $target for ${seconds}s"
   "$build/tests/fuzz/fuzz_$target" "$corpus/$target" -max_total_time="$seconds" -timeout=2 \
     -malloc_limit_mb=128 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \

@@ -376,18 +376,19 @@ TEST_CASE("libndtrace.so exports only its hooks", "[tracer]") {
     const std::string name = line.substr(line.rfind(' ') + 1);
     names.insert(name);
     INFO("exported: " << name);
-    // The dl, exit, exec and thread-creation functions, the driver (cu*) and the libraries
-    // (cudnn*, cublas*, curand*: "cu" too; nccl*), the NVTX injection's entry point and the
-    // range functions of the Python shim.
+    // The dl, exit, exec, thread-creation and signal-disposition functions, the driver (cu*)
+    // and the libraries (cudnn*, cublas*, curand*: "cu" too; nccl*), the NVTX injection's entry
+    // point and the range functions of the Python shim.
     CHECK((name == "dlsym" || name == "dlvsym" || name == "_exit" || name == "_Exit" ||
-           name == "pthread_create" || name.rfind("exec", 0) == 0 || name.rfind("cu", 0) == 0 ||
+           name == "pthread_create" || name == "sigaction" || name == "signal" ||
+           name.rfind("exec", 0) == 0 || name.rfind("cu", 0) == 0 ||
            name.rfind("nccl", 0) == 0 || name == "InitializeInjectionNvtx2" ||
            name == "ndtrace_range_push" || name == "ndtrace_range_pop"));
   }
   for (const char* hook :
        {"dlsym", "dlvsym", "cuGetProcAddress", "cuGetProcAddress_v2", "cuLaunchKernel",
         "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuMemAlloc_v2", "cuMemcpyHtoD_v2",
-        "cuLibraryLoadData", "pthread_create", "InitializeInjectionNvtx2"}) {
+        "cuLibraryLoadData", "pthread_create", "InitializeInjectionNvtx2", "sigaction", "signal"}) {
     CHECK(names.count(hook) == 1);
   }
   // Unversioned: a version script with a node name would version every hook.

@@ -217,6 +217,62 @@ TEST_CASE("a full disk stops the writer, counts what was lost and keeps whole ch
   for (size_t i = 0; i < records.size(); ++i) REQUIRE(records[i] == Record{SampleOp(i)});
 }
 
+TEST_CASE("a write past the file size limit never raises SIGXFSZ in the process", "[formats]") {
+  // SIGXFSZ at its default ends the process: the writer blocks it around each write and takes
+  // back the one the failing write raised, on its own threads and on the caller's (Close).
+  TempPath path("xfsz.ndt");
+  struct sigaction saved_action{}, default_action{};
+  default_action.sa_handler = SIG_DFL;
+  sigemptyset(&default_action.sa_mask);
+  REQUIRE(::sigaction(SIGXFSZ, &default_action, &saved_action) == 0);
+  rlimit saved{};
+  ::getrlimit(RLIMIT_FSIZE, &saved);
+  rlimit limited = saved;
+  limited.rlim_cur = 16 << 10;
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &limited) == 0);
+  WriterOptions options;
+  options.chunk_bytes = 4 << 10;
+  options.compression_level = -5;
+  auto writer = MustCreate(path.str(), options);
+  for (uint64_t i = 0; i < 20000; ++i) writer->Append(SampleOp(i));
+  (void)writer->Flush();
+  const bool failed = !writer->status().ok();
+  const Status closed = writer->Close();
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  sigset_t pending;
+  sigemptyset(&pending);
+  sigpending(&pending);
+  const bool xfsz_pending = sigismember(&pending, SIGXFSZ) == 1;
+  ::sigaction(SIGXFSZ, &saved_action, nullptr);
+
+  CHECK(failed);
+  REQUIRE_FALSE(closed.ok());
+  CHECK_THAT(closed.message(), Catch::Contains("File too large"));
+  CHECK_FALSE(xfsz_pending);
+  auto reader = MustOpen(path.str());
+  CHECK(ReadAll(*reader).size() > 0);
+}
+
+TEST_CASE("a signal the program blocks in its threads is never delivered to the writer's",
+          "[formats]") {
+  // Created on a thread that blocks SIGUSR1 or not, the writer's threads block every signal:
+  // a process-directed SIGUSR1 (default: terminate) stays pending until the program takes it.
+  TempPath path("blocked.ndt");
+  auto writer = MustCreate(path.str());
+  sigset_t usr1, previous;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  REQUIRE(pthread_sigmask(SIG_BLOCK, &usr1, &previous) == 0);
+  for (uint64_t i = 0; i < 1000; ++i) writer->Append(SampleOp(i));
+  REQUIRE(::kill(::getpid(), SIGUSR1) == 0);
+  REQUIRE(writer->Flush().ok());
+  const timespec wait{2, 0};
+  const int taken = sigtimedwait(&usr1, nullptr, &wait);  // still pending for this thread
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  CHECK(taken == SIGUSR1);
+  REQUIRE(writer->Close().ok());
+}
+
 TEST_CASE("a trace flushed but never closed is readable and reported incomplete", "[formats]") {
   TempPath path("open.ndt");
   TempPath copy("open-copy.ndt");
