@@ -325,15 +325,18 @@ Command AddCheckCommand(CLI::App& parent) {
       "bitwise reproducible; if not, name the first divergent op and why. "
       "Exit 0 deterministic, 1 not, 2 error, 4 the program failed in every run.");
   app->add_option("-n,--runs", options->runs,
-                  "At most this many runs (default 6); stops at the first that differs");
+                  "At most this many runs (default 6); stops at the first that differs")
+      ->check(WholeNumber(2, 100));
   app->add_option("--narrow-runs", options->narrow_runs,
                   "When the first report names no op (propagated, uncovered), at most this many "
-                  "more runs to narrow it down to one (default 8; 0: none)");
+                  "more runs to narrow it down to one (default 8; 0: none)")
+      ->check(WholeNumber(0, 100));
   app->add_option("-o,--output", options->directory,
                   "Directory for the traces and program logs (default ndtrace-check-<time>)");
   app->add_option("--progress-every", options->progress_every,
                   "While a run goes on, say every S seconds how many ops it has recorded "
-                  "(default 10; 0: only when it ends)");
+                  "(default 10; 0: only when it ends)")
+      ->check(WholeNumber(0, 86400));
   AddDigestOptions(app, &options->digests);
   AddPolicyOptions(app, &options->policy);
   app->add_option("command", options->command, "The program and its arguments, after --")

@@ -30,7 +30,8 @@ namespace {
 bool ValidWindow(std::string_view text) {
   const auto parse = [](std::string_view digits, uint64_t* value) {
     const char* end = digits.data() + digits.size();
-    return !digits.empty() && std::from_chars(digits.data(), end, *value).ptr == end;
+    const auto [stop, error] = std::from_chars(digits.data(), end, *value);
+    return !digits.empty() && error == std::errc() && stop == end;  // no overflow
   };
   const size_t colon = text.find(':');
   if (colon == std::string_view::npos) return false;

@@ -323,9 +323,31 @@ TEST_CASE("numeric options refuse signs, overflow and a zero that makes no sense
        "--repeat: must be a whole number, 1..100000"},
       {{"check", "--digest-every", "0", "--", "true"},
        "--digest-every: must be a whole number, 1 or more"},
+      // CLI11 alone took hex (16 runs) and a window bound past 2^64 (read as 0).
+      {{"check", "-n", "0x10", "--", "true"}, "--runs: must be a whole number, 2..100"},
+      {{"check", "--narrow-runs", "0x5", "--", "true"},
+       "--narrow-runs: must be a whole number, 0..100"},
+      {{"check", "--progress-every", "-1", "--", "true"},
+       "--progress-every: must be a whole number, 0..86400"},
+      {{"bisect", "--confirm-runs", "0x3", "--", "true"},
+       "--confirm-runs: must be a whole number, 0..1000"},
+      {{"bisect", "-n", "1", "--", "true"}, "--runs: must be a whole number, 2..100"},
+      {{"check", "--digest-window", "99999999999999999999:", "--", "true"},
+       "check: --digest-window must be A:B or A: with A <= B"},
   };
   for (const Case& c : cases) {
     const RunResult result = Ndtrace(c.args, dir);
+    INFO(result.err);
+    CHECK(result.exit_code == 2);
+    CHECK_THAT(result.err, Catch::StartsWith("error: " + c.message));
+  }
+  for (const Case& c : std::vector<Case>{
+           {{"--threads", "0x10"}, "--threads: must be a whole number, 1..256"},
+           {{"--seed", "-1"}, "--seed: must be a whole number, 0 or more"},
+           {{"--steps", "18446744073709551616"}, "--steps: must be a whole number"}}) {
+    std::vector<std::string> args = {"-o", (dir / "synth.ndt").string()};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const RunResult result = RunProgram(NDTRACE_SYNTH_BIN, args, dir);
     INFO(result.err);
     CHECK(result.exit_code == 2);
     CHECK_THAT(result.err, Catch::StartsWith("error: " + c.message));
@@ -494,6 +516,74 @@ TEST_CASE("a trace with a flipped byte in a records chunk exits 2 naming the byt
   const RunResult stats = Ndtrace({"stats", "--json", trace.string()}, dir);
   CHECK(stats.exit_code == 2);
   CHECK(nlohmann::json::parse(stats.out).at("damage").get<int>() >= 1);
+}
+
+TEST_CASE("an unreadable trace and an unwritable output say permission denied", "[cli]") {
+  // Root reads and writes whatever the mode bits say: as root the commands run as `nobody`
+  // (setpriv), which the modes below do deny.
+  std::vector<std::string> as_user;
+  if (::geteuid() == 0) {
+    if (!fs::exists("/usr/bin/setpriv")) {
+      WARN("skipped: running as root, and no /usr/bin/setpriv to run ndtrace unprivileged");
+      return;
+    }
+    as_user = {"--reuid=65534", "--regid=65534", "--clear-groups", NDTRACE_BIN};
+  }
+  const auto run = [&](std::vector<std::string> args, const TempDir& dir) {
+    if (as_user.empty()) return Ndtrace(args, dir);
+    args.insert(args.begin(), as_user.begin(), as_user.end());
+    return RunProgram("/usr/bin/setpriv", args, dir);
+  };
+  TempDir dir;
+  fs::permissions(dir.path(), fs::perms::owner_all | fs::perms::group_read |
+                                  fs::perms::group_exec | fs::perms::others_read |
+                                  fs::perms::others_exec);
+  const fs::path readable = dir / "readable.ndt";
+  const fs::path secret = dir / "secret.ndt";
+  WriteTrace(readable, GoldenOptions());
+  WriteTrace(secret, GoldenOptions());
+  fs::permissions(readable, fs::perms::owner_read | fs::perms::owner_write |
+                                fs::perms::group_read | fs::perms::others_read);
+  fs::permissions(secret, fs::perms::owner_write);  // nobody may read it
+  if (!as_user.empty()) {
+    // The unprivileged user must reach the binary and the readable trace at all.
+    const RunResult reachable = run({"stats", readable.string()}, dir);
+    if (reachable.exit_code != 0) {
+      WARN("skipped: the unprivileged user cannot run ndtrace here: " << reachable.err);
+      return;
+    }
+  }
+  const fs::path locked = dir / "locked";  // a directory no one but root may write in
+  fs::create_directory(locked);
+  fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_exec |
+                              fs::perms::group_read | fs::perms::group_exec |
+                              fs::perms::others_read | fs::perms::others_exec);
+  const fs::path unwritable = locked / "out.json";
+  const std::vector<std::vector<std::string>> unreadable_cases = {
+      {"show", secret.string()},
+      {"stats", secret.string()},
+      {"export", secret.string(), "--format", "json"},
+      {"diff", readable.string(), secret.string()},
+      {"export", readable.string(), "--format", "perfetto", "--diff", secret.string()},
+      {"replay", "--op", "1", secret.string()},
+      {"run", "--pin", secret.string(), "--", "/bin/true"},
+  };
+  for (const auto& args : unreadable_cases) {
+    const RunResult result = run(args, dir);
+    INFO(args[0] << ": " << result.err);
+    CHECK(result.exit_code == 2);
+    CHECK_THAT(result.err, Catch::Contains(secret.string()) &&
+                               Catch::Contains("Permission denied"));
+  }
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"export", readable.string(), "--format", "json", "-o", unwritable.string()},
+           {"diff", readable.string(), readable.string(), "-o", unwritable.string()}}) {
+    const RunResult result = run(args, dir);
+    INFO(args[0] << ": " << result.err);
+    CHECK(result.exit_code == 2);
+    CHECK_THAT(result.err, Catch::Contains(unwritable.string()) &&
+                               Catch::Contains("Permission denied"));
+  }
 }
 
 TEST_CASE("a trace cut short is shown with an incomplete warning and exit 0", "[cli]") {
