@@ -166,8 +166,8 @@ class Differ {
     CompareHeaders();
     if (!options_.force && !report_.other_program.empty()) {
       report_.refused = true;  // not compared op by op: DiffOptions::force
-      Warnings(*a_, report_.path_a, "A");
-      Warnings(*b_, report_.path_b, "B");
+      Warnings(*a_, "A");
+      Warnings(*b_, "B");
       return;
     }
     bool more_a = true;
@@ -187,8 +187,8 @@ class Differ {
     DecideUncovered();
     ApplyRootQuery();
     AddExactDifference();
-    Warnings(*a_, report_.path_a, "A");
-    Warnings(*b_, report_.path_b, "B");
+    Warnings(*a_, "A");
+    Warnings(*b_, "B");
     if (report_.first_divergence) {
       auto& d = *report_.first_divergence;
       if (d.root && d.root->kind == format::OpKind::kKernelLaunch) {
@@ -854,17 +854,12 @@ class Differ {
     }
   }
 
-  void Warnings(const format::TraceReader& reader, const std::string& path, const char* run) {
+  void Warnings(const format::TraceReader& reader, const char* run) {
     if (!reader.complete()) {
-      report_.warnings.push_back(std::string("run ") + run + " (" + path +
-                                 ") is incomplete: it was never closed; ops after its last "
-                                 "whole chunk are missing");
+      (run[0] == 'A' ? report_.incomplete_a : report_.incomplete_b) =
+          reader.truncated_tail_bytes();
     }
-    for (const auto& damage : reader.damage()) {
-      report_.warnings.push_back(std::string("run ") + run + " (" + path + "): " + damage.what +
-                                 " (bytes " + std::to_string(damage.begin) + ".." +
-                                 std::to_string(damage.end) + ")");
-    }
+    (run[0] == 'A' ? report_.damage_a : report_.damage_b) = reader.damage();
     const uint64_t dropped = run[0] == 'A' ? dropped_a_ : dropped_b_;
     if (dropped) {
       report_.warnings.push_back(std::string("run ") + run + " dropped " + std::to_string(dropped) +
@@ -917,6 +912,18 @@ bool DiffReport::comparable() const {
     if (h.blocking) return false;
   }
   return true;
+}
+
+std::string DamageText(const DiffReport& report) {
+  const bool in_a = !report.damage_a.empty();
+  const format::TraceDamage* first = in_a    ? &report.damage_a.front()
+                                     : !report.damage_b.empty() ? &report.damage_b.front()
+                                                                : nullptr;
+  if (first == nullptr) return std::string();
+  const size_t more = report.damage_a.size() + report.damage_b.size() - 1;
+  return (in_a ? report.path_a : report.path_b) + ": damaged trace: " + first->what + " (bytes " +
+         std::to_string(first->begin) + ".." + std::to_string(first->end) + ")" +
+         (more != 0 ? " and " + std::to_string(more) + " more damaged range(s)" : "");
 }
 
 bool DiffReport::identical() const {

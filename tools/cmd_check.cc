@@ -37,6 +37,7 @@ struct CheckOptions {
   DigestOptions digests;
   PolicyOptions policy;
   int progress_every = 10;  // seconds; 0: no progress while a run goes on
+  bool allow_damage = false;  // compare what is intact in a damaged trace
   std::vector<std::string> command;
 };
 
@@ -221,6 +222,12 @@ int RunCheck(const CheckOptions& options) {
       PrintError(diff.status().message());
       return kExitUsage;
     }
+    if (ReportRunDamage(*diff, options.allow_damage) != kExitOk) {
+      PrintError(fmt::format("check: a trace of run 1 or run {} is damaged; no verdict "
+                             "(--allow-damage compares what is intact)",
+                             i));
+      return kExitUsage;
+    }
     if (!diff->identical()) diverged = std::move(diff).value();
   }
 
@@ -337,6 +344,9 @@ Command AddCheckCommand(CLI::App& parent) {
                   "While a run goes on, say every S seconds how many ops it has recorded "
                   "(default 10; 0: only when it ends)")
       ->check(WholeNumber(0, 86400));
+  app->add_flag("--allow-damage", options->allow_damage,
+                "When a run's trace is damaged, compare what is intact (the damage is printed "
+                "as warnings) instead of stopping with exit 2");
   AddDigestOptions(app, &options->digests);
   AddPolicyOptions(app, &options->policy);
   app->add_option("command", options->command, "The program and its arguments, after --")

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <set>
@@ -256,8 +257,9 @@ int RunExport(const ExportOptions& options) {
     PrintError(out.status().message());
     return kExitUsage;
   }
+  std::unique_ptr<format::TraceReader> other;
   if (!options.diff_with.empty()) {
-    std::unique_ptr<format::TraceReader> other = OpenTraceOrReport(options.diff_with);
+    other = OpenTraceOrReport(options.diff_with);
     if (other == nullptr) return kExitUsage;
     StatusOr<replay::DiffReport> report = replay::DiffTraces(options.trace, options.diff_with);
     if (!report.ok()) {
@@ -274,7 +276,9 @@ int RunExport(const ExportOptions& options) {
     PrintError(closed.message());
     return kExitUsage;
   }
-  return ReportTraceState(options.trace, *reader);
+  // Both traces were read to their end: the damage of either is reported.
+  const int state = ReportTraceState(options.trace, *reader);
+  return other ? std::max(state, ReportTraceState(options.diff_with, *other)) : state;
 }
 
 }  // namespace

@@ -92,6 +92,13 @@ bool ApplyPolicyOptions(const std::string& context, const PolicyOptions& options
       PrintError(fmt::format("{}: --pin: {}", context, reader.status().message()));
       return false;
     }
+    // Read to its end, as the tracer will: a damaged reference is refused here, with the
+    // damage named, before the program starts.
+    ReadWholeTrace(**reader);
+    if (ReportTraceState(options.pin, **reader) != kExitOk) {  // an incomplete one is a warning
+      PrintError(fmt::format("{}: --pin: {} is damaged; not used", context, options.pin));
+      return false;
+    }
     std::error_code error;
     const std::string absolute = std::filesystem::absolute(options.pin, error).string();
     setenv("NDTRACE_PIN", (error ? options.pin : absolute).c_str(), 1);
@@ -262,6 +269,19 @@ replay::RunProgram MakeRunProgram(const std::string& context,
     }
     return trace;
   };
+}
+
+int ReportRunDamage(const replay::RunDiff& diff, bool allow_damage) {
+  int code = kExitOk;
+  for (const auto& [process, single] : diff.processes) {
+    for (const auto& [path, incomplete] :
+         {std::pair(single.path_a, single.incomplete_a), {single.path_b, single.incomplete_b}}) {
+      if (incomplete) PrintWarning(fmt::format("{} is incomplete: {}", path, IncompleteText(*incomplete)));
+    }
+    code = std::max(code, ReportDamage(single.path_a, single.damage_a, allow_damage));
+    code = std::max(code, ReportDamage(single.path_b, single.damage_b, allow_damage));
+  }
+  return code;
 }
 
 }  // namespace ndt::tools

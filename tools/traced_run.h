@@ -11,6 +11,7 @@
 
 #include "formats/status.h"
 #include "replayer/bisect.h"
+#include "replayer/run_set.h"
 
 namespace CLI {
 class App;
@@ -86,6 +87,12 @@ replay::RunProgram MakeRunProgram(const std::string& context,
 // How many ops the trace at `path` holds so far, from its chunk headers alone (cheap on a trace
 // still being written); nullopt while there is no readable trace there.
 std::optional<uint64_t> OpsSoFar(const std::string& path);
+
+// Prints what the comparison of two runs met in their traces, on stderr as show and stats do
+// (cli_support.h): a warning per incomplete trace, and per damaged range an `error:` line, or
+// a `warning:` line with `allow_damage`.
+// Returns kExitUsage when there was damage and it is not allowed, else kExitOk.
+int ReportRunDamage(const replay::RunDiff& diff, bool allow_damage);
 
 struct TraceSummary {
   uint64_t ops = 0;

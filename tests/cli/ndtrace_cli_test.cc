@@ -518,6 +518,120 @@ TEST_CASE("a trace with a flipped byte in a records chunk exits 2 naming the byt
   CHECK(nlohmann::json::parse(stats.out).at("damage").get<int>() >= 1);
 }
 
+// A closed synthetic trace with a captured buffer (a blob of `blob_bytes` pseudo-random bytes)
+// after its ops. Returns the file range of the blob's one chunk.
+std::pair<uint64_t, uint64_t> WriteTraceWithBlob(const fs::path& path, size_t blob_bytes) {
+  SyntheticOptions options = GoldenOptions();
+  ndt::format::TraceHeader header = ndt::tools::SyntheticHeader(options);
+  WriterOptions writer_options;
+  writer_options.when_full = ndt::format::FullPolicy::kStall;
+  auto writer = TraceWriter::Create(path.string(), header, writer_options);
+  REQUIRE(writer.ok());
+  REQUIRE(ndt::tools::WriteSyntheticTrace(**writer, options).ok());
+  std::vector<std::byte> blob(blob_bytes);
+  uint64_t state = 12345;
+  for (std::byte& b : blob) {
+    state = state * 6364136223846793005u + 1442695040888963407u;
+    b = static_cast<std::byte>(state >> 56);
+  }
+  REQUIRE((*writer)->PutBlob(blob).ok());
+  REQUIRE((*writer)->Close().ok());
+  auto reader = TraceReader::Open(path.string());
+  REQUIRE(reader.ok());
+  for (const auto& chunk : (*reader)->chunks()) {
+    if (chunk.kind == ndt::format::ChunkKind::kBlob) return {chunk.offset, chunk.end()};
+  }
+  FAIL("no blob chunk");
+  return {};
+}
+
+TEST_CASE("damage in a blob chunk is reported by every reader, on stderr, with exit 2", "[cli]") {
+  TempDir dir;
+  const fs::path trace = dir / "blob.ndt";
+  const fs::path damaged = dir / "blob-damaged.ndt";
+  const auto [begin, end] = WriteTraceWithBlob(trace, 4000);
+  std::string bytes = ReadFile(trace);
+  const uint64_t flipped = (begin + end) / 2;  // inside the compressed captured bytes
+  bytes[flipped] = static_cast<char>(bytes[flipped] ^ 0x04);
+  WriteFile(damaged, bytes);
+  const std::regex damage_line("error: " + damaged.string() +
+                               R"(: blob chunk: .* \(bytes (\d+)\.\.(\d+)\))");
+
+  const std::vector<std::vector<std::string>> readers = {
+      {"show", damaged.string()},
+      {"show", "--json", damaged.string()},
+      {"stats", damaged.string()},
+      {"stats", "--json", damaged.string()},
+      {"export", damaged.string(), "--format", "json"},
+      {"export", damaged.string(), "--format", "perfetto"},
+      {"export", trace.string(), "--format", "perfetto", "--diff", damaged.string()},
+      {"diff", trace.string(), damaged.string()},
+      {"diff", damaged.string(), trace.string()},
+      {"diff", "--json", trace.string(), damaged.string()},
+      {"run", "--pin", damaged.string(), "--", "/bin/true"},
+  };
+  for (const std::vector<std::string>& args : readers) {
+    const RunResult result = Ndtrace(args, dir);
+    INFO(args[0] << " " << args[1] << "\nstdout: " << result.out << "\nstderr: " << result.err);
+    CHECK(result.exit_code == 2);
+    std::smatch match;
+    REQUIRE(std::regex_search(result.err, match, damage_line));
+    CHECK(std::stoull(match[1]) <= flipped);
+    CHECK(flipped < std::stoull(match[2]));
+    CHECK(result.out.find("(bytes ") == std::string::npos);  // never inside the report
+  }
+  // The intact original is read without a word by the same readers.
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"stats", trace.string()},
+                                             {"diff", trace.string(), trace.string()}}) {
+    const RunResult result = Ndtrace(args, dir);
+    CHECK(result.exit_code == 0);
+    CHECK(result.err.empty());
+  }
+}
+
+TEST_CASE("diff refuses a damaged trace with exit 2 unless --allow-damage compares what is intact",
+          "[cli]") {
+  TempDir dir;
+  const fs::path a = dir / "a.ndt";
+  const fs::path b = dir / "b.ndt";
+  WriterOptions writer_options;
+  writer_options.chunk_bytes = 4096;
+  SyntheticOptions options = GoldenOptions();
+  options.steps = 6;
+  WriteTrace(a, options, writer_options);
+  WriteTrace(b, options, writer_options);
+  uint64_t flipped = 0;
+  {
+    auto reader = TraceReader::Open(b.string());
+    REQUIRE(reader.ok());
+    std::vector<ndt::format::ChunkInfo> records;
+    for (const auto& chunk : (*reader)->chunks()) {
+      if (chunk.kind == ndt::format::ChunkKind::kRecords) records.push_back(chunk);
+    }
+    REQUIRE(records.size() >= 3);
+    flipped = records[1].end() - records[1].compressed_size / 2;
+  }
+  std::string bytes = ReadFile(b);
+  bytes[flipped] = static_cast<char>(bytes[flipped] ^ 0x40);
+  WriteFile(b, bytes);
+
+  const RunResult refused = Ndtrace({"diff", a.string(), b.string()}, dir);
+  INFO(refused.out << refused.err);
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.out.empty());  // no report of a comparison that was not made
+  CHECK_THAT(refused.err, Catch::StartsWith("error: " + b.string() + ": records chunk"));
+  CHECK_THAT(refused.err, Catch::Contains("--allow-damage"));
+
+  const RunResult allowed = Ndtrace({"diff", "--allow-damage", a.string(), b.string()}, dir);
+  INFO(allowed.out << allowed.err);
+  CHECK(allowed.exit_code == 1);  // B lacks the ops of its damaged chunk
+  CHECK_THAT(allowed.err, Catch::StartsWith("warning: " + b.string() + ": records chunk"));
+  CHECK(allowed.err.find("error:") == std::string::npos);
+  CHECK_THAT(allowed.out, Catch::Contains("structural differences"));
+  CHECK(allowed.out.find("(bytes ") == std::string::npos);
+}
+
 TEST_CASE("an unreadable trace and an unwritable output say permission denied", "[cli]") {
   // Root reads and writes whatever the mode bits say: as root the commands run as `nobody`
   // (setpriv), which the modes below do deny.

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <functional>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -417,6 +418,28 @@ TEST_CASE("ops of several threads align by lane whatever their order in the file
   REQUIRE(report.ok());
   CHECK(report->identical());
   CHECK(report->ops_compared == 8000);
+}
+
+TEST_CASE("damage is listed apart from the report, whichever run it is in", "[replayer]") {
+  TempDir dir;
+  const std::string a = Write(dir, "a.ndt", Program());
+  const std::string b = Write(dir, "b.ndt", Program());
+  std::string bytes;
+  {
+    std::ifstream in(b, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  bytes[bytes.size() / 2] ^= 0x10;
+  std::ofstream(b, std::ios::binary | std::ios::trunc) << bytes;
+  const auto report = DiffTraces(a, b);
+  REQUIRE(report.ok());
+  CHECK(report->damage_a.empty());
+  REQUIRE(report->damage_b.size() >= 1);
+  CHECK(report->damaged());
+  CHECK(report->damage_b.front().begin <= bytes.size() / 2);
+  CHECK(report->warnings.empty());
+  CHECK_THAT(DamageText(*report), Catch::StartsWith(b + ": damaged trace: "));
+  CHECK(RenderDiffText(*report).find("bytes ") == std::string::npos);
 }
 
 TEST_CASE("another GPU model makes the runs not comparable", "[replayer]") {
