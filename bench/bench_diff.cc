@@ -136,7 +136,12 @@ int main(int argc, char** argv) {
   for (uint64_t ops : sizes) {
     const std::string a = (dir / "ndt_bench_diff_a.ndt").string();
     const std::string b = (dir / "ndt_bench_diff_b.ndt").string();
-    WriteTrace(a, ops);
+    // Traces are written by child processes too: the writer's buffers would otherwise stay in
+    // this process, and every later child would start with them.
+    InChild([&] {
+      WriteTrace(a, ops);
+      return true;
+    });
     const uint64_t bytes = UncompressedBytes(a);
     const Measured read = InChild([&] {
       auto reader = format::TraceReader::Open(a);
@@ -146,7 +151,10 @@ int main(int argc, char** argv) {
       return n > 0;
     });
     for (const Pair& pair : kPairs) {
-      pair.make(a, b, ops);
+      InChild([&] {
+        pair.make(a, b, ops);
+        return true;
+      });
       const uint64_t bytes_b = UncompressedBytes(b);
       const Measured diff = InChild([&] {
         auto report = replay::DiffTraces(a, b);
