@@ -246,7 +246,8 @@ class TraceReader::Impl {
     TraceDamage& rest = damage_.back();
     rest.begin = std::min(rest.begin, begin);
     rest.end = std::max(rest.end, end);
-    rest.what = std::to_string(++unlisted_damage_ + 1) + " more damaged ranges, not listed one by one";
+    rest.what =
+        std::to_string(++unlisted_damage_ + 1) + " more damaged ranges, not listed one by one";
   }
 
   // Reads and checks the chunk header at `offset`: the header must decode and the chunk
@@ -348,8 +349,10 @@ class TraceReader::Impl {
     const uint64_t offset = LoadLe64(p + 8);
     const uint64_t bytes = chunk.uncompressed_size - container::kBlobPartPrefixBytes;
     // The writer fills every part but the last.
-    if (offset > total || bytes != std::min<uint64_t>(container::kBlobPartBytes, total - offset) ||
-        (offset != 0 && bytes == 0) || offset != uint64_t{chunk.count} * container::kBlobPartBytes) {
+    if (offset > total ||
+        bytes != std::min<uint64_t>(container::kBlobPartBytes, total - offset) ||
+        (offset != 0 && bytes == 0) ||
+        offset != uint64_t{chunk.count} * container::kBlobPartBytes) {
       return damage("part " + std::to_string(chunk.count) + " (" + std::to_string(bytes) +
                     " bytes at " + std::to_string(offset) + ") does not fit a blob of " +
                     std::to_string(total) + " bytes");
@@ -362,8 +365,9 @@ class TraceReader::Impl {
     } else if (!blob_.open || !(blob_.id == chunk.blob) || blob_.total != total ||
                blob_.next_offset != offset) {
       const bool broken = blob_.open && blob_.broken && blob_.id == chunk.blob;
-      if (!broken) damage("part " + std::to_string(chunk.count) + " does not follow its blob's "
-                          "previous part");
+      if (!broken) {
+        damage("part " + std::to_string(chunk.count) + " does not follow its blob's previous part");
+      }
       return;
     }
     blob_.end = chunk.end();
@@ -372,7 +376,8 @@ class TraceReader::Impl {
     blob_.next_offset = offset + bytes;
     if (blob_.next_offset == blob_.total) {
       const XXH128_hash_t hash = XXH3_128bits_digest(blob_hash_);
-      if (hash.low64 != blob_.id.lo || hash.high64 != blob_.id.hi) {
+      if ((hash.low64 != blob_.id.lo || hash.high64 != blob_.id.hi) &&
+          damaged_chunks_.insert_unique(blob_.begin)) {  // once, however often iterated
         AddDamage(blob_.begin, blob_.end, "blob: its bytes do not match its id");
       }
       blob_.open = false;
@@ -386,7 +391,7 @@ class TraceReader::Impl {
       blob_.open = false;
       return;
     }
-    if (!(at_end && !complete_)) {
+    if (!(at_end && !complete_) && damaged_chunks_.insert_unique(blob_.begin)) {
       AddDamage(blob_.begin, blob_.end,
                 "blob: ends after " + std::to_string(blob_.next_offset) + " of its " +
                     std::to_string(blob_.total) + " bytes");

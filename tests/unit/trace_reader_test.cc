@@ -162,7 +162,9 @@ TEST_CASE("every byte of a trace with blobs is checked: any change is reported a
   auto full_reader = TraceReader::Open(path.str());
   REQUIRE(full_reader.ok());
   size_t blob_chunks = 0;
-  for (const ChunkInfo& chunk : (*full_reader)->chunks()) blob_chunks += chunk.kind == ChunkKind::kBlob;
+  for (const ChunkInfo& chunk : (*full_reader)->chunks()) {
+    blob_chunks += chunk.kind == ChunkKind::kBlob;
+  }
   REQUIRE(blob_chunks == 3);
   REQUIRE(ReadAll(**full_reader).size() == 30);
   REQUIRE((*full_reader)->damage().empty());
