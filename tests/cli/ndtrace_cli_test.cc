@@ -334,6 +334,11 @@ TEST_CASE("numeric options refuse signs, overflow and a zero that makes no sense
       {{"bisect", "-n", "1", "--", "true"}, "--runs: must be a whole number, 2..100"},
       {{"check", "--digest-window", "99999999999999999999:", "--", "true"},
        "check: --digest-window must be A:B or A: with A <= B"},
+      // The tracer took a number past 2^64 for an API name and ignored a reversed range.
+      {{"record", "--capture", "3,99999999999999999999", "--", "true"},
+       "--capture: '99999999999999999999' is not an op number N, a range A-B"},
+      {{"record", "--capture", "kernel:*Gemm*,5-3", "--", "true"},
+       "--capture: '5-3' is not an op number N, a range A-B"},
   };
   for (const Case& c : cases) {
     const RunResult result = Ndtrace(c.args, dir);
