@@ -82,8 +82,8 @@ struct Pair {
 };
 
 const Pair kPairs[] = {
-    {"identical", [](const std::string&, const std::string& b, uint64_t ops) { WriteTrace(b, ops); },
-     true},
+    {"identical",
+     [](const std::string&, const std::string& b, uint64_t ops) { WriteTrace(b, ops); }, true},
     // Every digest differs: every aligned pair diverges.
     {"diverging",
      [](const std::string&, const std::string& b, uint64_t ops) { WriteTrace(b, ops, 2); }, false},

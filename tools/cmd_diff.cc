@@ -1,8 +1,9 @@
-// `ndtrace diff A B [--json] [--force] [--allow-damage] [-o OUT]`: names the first op where two traces of the
-// same program stop being bitwise identical, and why (replayer/trace_diff.h); runs of several
-// processes are compared rank by rank (replayer/run_set.h). Traces of another program, command
-// line or input file are not compared op by op without --force (exit 2), nor damaged traces
-// without --allow-damage (exit 2; the damage is printed on stderr, never in the report).
+// `ndtrace diff A B [--json] [--force] [--allow-damage] [-o OUT]`: names the first op where two
+// traces of the same program stop being bitwise identical, and why (replayer/trace_diff.h);
+// runs of several processes are compared rank by rank (replayer/run_set.h). Traces of another
+// program, command line or input file are not compared op by op without --force (exit 2), nor
+// damaged traces without --allow-damage (exit 2; the damage is printed on stderr, never in the
+// report).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>

@@ -276,7 +276,9 @@ int ReportRunDamage(const replay::RunDiff& diff, bool allow_damage) {
   for (const auto& [process, single] : diff.processes) {
     for (const auto& [path, incomplete] :
          {std::pair(single.path_a, single.incomplete_a), {single.path_b, single.incomplete_b}}) {
-      if (incomplete) PrintWarning(fmt::format("{} is incomplete: {}", path, IncompleteText(*incomplete)));
+      if (incomplete) {
+        PrintWarning(fmt::format("{} is incomplete: {}", path, IncompleteText(*incomplete)));
+      }
     }
     code = std::max(code, ReportDamage(single.path_a, single.damage_a, allow_damage));
     code = std::max(code, ReportDamage(single.path_b, single.damage_b, allow_damage));
