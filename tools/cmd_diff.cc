@@ -29,7 +29,8 @@ Command AddDiffCommand(CLI::App& parent) {
       "diff",
       "Compare two traces: the first divergent op, its class, the evidence and a fix. "
       "Exit 0 identical, 1 diverged, 2 error (including runs of another program, "
-      "command line or input file, unless --force).");
+      "command line or input file, unless --force, and damaged traces, unless "
+      "--allow-damage).");
   app->add_option("A", options->a,
                   "the reference run: a trace (with its per-process companions A.rank<R>, "
                   "A.<pid>), or a directory of traces")
