@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <unordered_set>
 
 #include "formats/byte_order.h"
 #include "formats/record_codec.h"
@@ -58,8 +59,10 @@ class TraceReader::Impl {
   Impl(std::string path, int fd, uint64_t size) : path_(std::move(path)), fd_(fd), size_(size) {
     dctx_ = ZSTD_createDCtx();
     ZSTD_DCtx_setParameter(dctx_, ZSTD_d_windowLogMax, container::kZstdWindowLogMax);
+    blob_hash_ = XXH3_createState();
   }
   ~Impl() {
+    XXH3_freeState(blob_hash_);
     ZSTD_freeDCtx(dctx_);
     ::close(fd_);
   }
@@ -69,7 +72,16 @@ class TraceReader::Impl {
     std::string preamble;
     NDT_RETURN_IF_ERROR(ReadAt(0, std::min<uint64_t>(size_, container::kPreambleBytes), &preamble));
     NDT_RETURN_IF_ERROR(container::CheckPreamble(preamble));
-    return ReadHeaderChunk(header_end);
+    NDT_RETURN_IF_ERROR(ReadHeaderChunk(header_end));
+    // The preamble's version is outside every hash: the header (format version 1 on) says it
+    // again, under its chunk's hash.
+    const uint32_t version = LoadLe32(preamble.data() + 8);
+    if (header_.format_version != version) {
+      return Status::Error(path_ + ": trace header damaged: the preamble says format version " +
+                           std::to_string(version) + ", the header " +
+                           std::to_string(header_.format_version));
+    }
+    return Status::Ok();
   }
 
   Status Open() {
@@ -116,11 +128,14 @@ class TraceReader::Impl {
     frames_.clear();
     frame_pos_ = 0;
     skip_below_ = 0;
+    blob_ = OpenBlob{};
+    blobs_from_start_ = true;
   }
 
   void SeekToOp(uint64_t sequence) {
     Rewind();
     skip_below_ = sequence;
+    blobs_from_start_ = false;  // the parts of a blob before the seek go unseen
     while (chunk_pos_ < chunks_.size()) {
       const ChunkInfo& chunk = chunks_[chunk_pos_];
       if (chunk.kind == ChunkKind::kRecords && chunk.first_op != kNoOp &&
@@ -221,8 +236,18 @@ class TraceReader::Impl {
     return Status::Ok();
   }
 
+  // Lists damage; past kMaxDamageListed ranges (a file of garbage), the last entry stands for
+  // all the rest, so memory stays bounded.
   void AddDamage(uint64_t begin, uint64_t end, std::string what) {
-    damage_.push_back({begin, end, std::move(what)});
+    if (damage_.size() < kMaxDamageListed) {
+      damage_.push_back({begin, end, std::move(what)});
+      return;
+    }
+    TraceDamage& rest = damage_.back();
+    rest.begin = std::min(rest.begin, begin);
+    rest.end = std::max(rest.end, end);
+    rest.what =
+        std::to_string(++unlisted_damage_ + 1) + " more damaged ranges, not listed one by one";
   }
 
   // Reads and checks the chunk header at `offset`: the header must decode and the chunk
@@ -286,13 +311,92 @@ class TraceReader::Impl {
     frame_pos_ = 0;
     while (chunk_pos_ < chunks_.size()) {
       const ChunkInfo& chunk = chunks_[chunk_pos_++];
+      if (chunk.kind == ChunkKind::kBlob) CheckBlobPart(chunk);
       if (chunk.kind != ChunkKind::kRecords) continue;
       if (LoadPayload(chunk, &frames_)) {
         frames_.resize(chunk.uncompressed_size / 8);  // frames are whole words
         return true;
       }
     }
+    EndBlob(/*at_end=*/true);
     return false;
+  }
+
+  // Blobs are checked as iteration passes them, like records: every part's hash, size and
+  // place in its blob, and each whole blob against its id. The writer stores a blob's parts
+  // one after another under one lock (records of other threads may fall between them), so
+  // one running hash suffices.
+  void CheckBlobPart(const ChunkInfo& chunk) {
+    if (!LoadPayload(chunk, &blob_payload_)) {  // reported there
+      if (!blob_.open || !(blob_.id == chunk.blob)) {
+        EndBlob(/*at_end=*/false);
+        blob_ = OpenBlob{.open = true, .id = chunk.blob};
+      }
+      blob_.broken = true;  // its later parts are not reported again
+      return;
+    }
+    const auto damage = [&](const std::string& why) {
+      if (damaged_chunks_.insert_unique(chunk.offset)) {
+        AddDamage(chunk.offset, chunk.end(), "blob chunk: " + why);
+      }
+      blob_.broken = true;
+    };
+    if (chunk.uncompressed_size < container::kBlobPartPrefixBytes) {
+      return damage("part too short for its prefix");
+    }
+    const char* p = reinterpret_cast<const char*>(blob_payload_.data());
+    const uint64_t total = LoadLe64(p);
+    const uint64_t offset = LoadLe64(p + 8);
+    const uint64_t bytes = chunk.uncompressed_size - container::kBlobPartPrefixBytes;
+    // The writer fills every part but the last.
+    if (offset > total ||
+        bytes != std::min<uint64_t>(container::kBlobPartBytes, total - offset) ||
+        (offset != 0 && bytes == 0) ||
+        offset != uint64_t{chunk.count} * container::kBlobPartBytes) {
+      return damage("part " + std::to_string(chunk.count) + " (" + std::to_string(bytes) +
+                    " bytes at " + std::to_string(offset) + ") does not fit a blob of " +
+                    std::to_string(total) + " bytes");
+    }
+    if (!blobs_from_start_) return;  // parts before a seek were not seen
+    if (offset == 0) {
+      EndBlob(/*at_end=*/false);
+      blob_ = OpenBlob{true, chunk.blob, total, 0, chunk.offset, 0, false};
+      XXH3_128bits_reset(blob_hash_);
+    } else if (!blob_.open || !(blob_.id == chunk.blob) || blob_.total != total ||
+               blob_.next_offset != offset) {
+      const bool broken = blob_.open && blob_.broken && blob_.id == chunk.blob;
+      if (!broken) {
+        damage("part " + std::to_string(chunk.count) + " does not follow its blob's previous part");
+      }
+      return;
+    }
+    blob_.end = chunk.end();
+    if (blob_.broken) return;
+    XXH3_128bits_update(blob_hash_, p + container::kBlobPartPrefixBytes, bytes);
+    blob_.next_offset = offset + bytes;
+    if (blob_.next_offset == blob_.total) {
+      const XXH128_hash_t hash = XXH3_128bits_digest(blob_hash_);
+      if ((hash.low64 != blob_.id.lo || hash.high64 != blob_.id.hi) &&
+          damaged_chunks_.insert_unique(blob_.begin)) {  // once, however often iterated
+        AddDamage(blob_.begin, blob_.end, "blob: its bytes do not match its id");
+      }
+      blob_.open = false;
+    }
+  }
+
+  // Closes the blob being checked: one that is not whole is damage, unless it is the cut-off
+  // end of a trace that was never closed.
+  void EndBlob(bool at_end) {
+    if (!blobs_from_start_ || !blob_.open || blob_.broken) {
+      blob_.open = false;
+      return;
+    }
+    if (!(at_end && !complete_) && damaged_chunks_.insert_unique(blob_.begin)) {
+      AddDamage(blob_.begin, blob_.end,
+                "blob: ends after " + std::to_string(blob_.next_offset) + " of its " +
+                    std::to_string(blob_.total) + " bytes");
+    }
+    blob_.open = false;
   }
 
   Status ReadHeaderChunk(uint64_t* header_end) {
@@ -456,15 +560,13 @@ class TraceReader::Impl {
     return size_;
   }
 
-  // A set of offsets small enough to scan linearly (damage is rare).
+  // Offsets of chunks already reported damaged.
   struct OffsetSet {
-    std::vector<uint64_t> offsets;
-    bool insert_unique(uint64_t offset) {
-      if (std::find(offsets.begin(), offsets.end(), offset) != offsets.end()) return false;
-      offsets.push_back(offset);
-      return true;
-    }
+    std::unordered_set<uint64_t> offsets;
+    bool insert_unique(uint64_t offset) { return offsets.insert(offset).second; }
   };
+  static constexpr size_t kMaxDamageListed = 1000;
+  uint64_t unlisted_damage_ = 0;
 
   const std::string path_;
   const int fd_;
@@ -477,6 +579,21 @@ class TraceReader::Impl {
   std::vector<TraceDamage> damage_;
   OffsetSet damaged_chunks_;
   std::string compressed_;
+
+  // The blob whose parts iteration is passing (CheckBlobPart).
+  struct OpenBlob {
+    bool open = false;
+    BlobId id;
+    uint64_t total = 0;
+    uint64_t next_offset = 0;  // bytes hashed so far
+    uint64_t begin = 0;        // file range of its parts so far
+    uint64_t end = 0;
+    bool broken = false;       // a part was damaged (reported there)
+  };
+  OpenBlob blob_;
+  bool blobs_from_start_ = true;  // iteration started at the first chunk (not SeekToOp)
+  XXH3_state_t* blob_hash_ = nullptr;
+  std::vector<uint64_t> blob_payload_;
 
   size_t chunk_pos_ = 0;          // next chunk Next() will load
   std::vector<uint64_t> frames_;  // the loaded chunk's record frames

@@ -422,6 +422,7 @@ StatusOr<BisectResult> Search(const BisectOptions& options, uint64_t begin, uint
       }
       StatusOr<DiffReport> diff = DiffTraces(step_first, *trace);
       if (!diff.ok()) return diff.status();
+      if (diff->damaged()) return Status::Error(DamageText(*diff));
       if (diff->first_divergence || diff->first_structural || !diff->comparable()) {
         diverged = std::move(diff).value();
         break;

@@ -148,18 +148,30 @@ class Differ {
     CompareHeaders();
     if (!options_.force && !report_.other_program.empty()) {
       report_.refused = true;  // not compared op by op: DiffOptions::force
-      Warnings(*a_, report_.path_a, "A");
-      Warnings(*b_, report_.path_b, "B");
+      Warnings(*a_, "A");
+      Warnings(*b_, "B");
       return;
     }
-    bool more_a = true;
-    bool more_b = true;
+    // The run whose reading is behind in op sequence reads next, so the two advance together
+    // whatever their lengths; a run read to the end makes the other's ops in lanes it has
+    // no more of `only in run X` at once (Match), so nothing waits for ops that cannot come.
     format::Record record;
-    while (more_a || more_b) {
-      if (more_a && (more_a = a_->Next(&record))) Take(std::move(record), /*run_a=*/true);
-      if (more_b && (more_b = b_->Next(&record))) Take(std::move(record), /*run_a=*/false);
+    while (!done_a_ || !done_b_) {
+      const bool run_a = done_b_ || (!done_a_ && last_sequence_a_ <= last_sequence_b_);
+      if ((run_a ? a_ : b_)->Next(&record)) {
+        Take(std::move(record), run_a);
+        continue;
+      }
+      (run_a ? done_a_ : done_b_) = true;
+      for (auto& [key, lane] : lanes_) Match(lane);
+      CompareStateDigests();
     }
-    finished_ = true;
+    if (given_up_ != 0) {
+      report_.notes.push_back(
+          std::to_string(given_up_) + " op(s) were called one run's own after " +
+          std::to_string(kMaxWaitingOps) + " ops of their lane waited for the other run's: the "
+          "two files' chunk orders drift further apart than that");
+    }
     for (auto& [key, lane] : lanes_) Match(lane);
     for (auto& [key, lane] : lanes_) {
       for (const OpRecord& op : lane.a) Structural(&op, lane.next_index_a++, nullptr, 0, "only in run A");
@@ -170,8 +182,8 @@ class Differ {
     ApplyRootQuery();
     AddExactDifference();
     AttachPythonStacks();
-    Warnings(*a_, report_.path_a, "A");
-    Warnings(*b_, report_.path_b, "B");
+    Warnings(*a_, "A");
+    Warnings(*b_, "B");
     if (report_.first_divergence) {
       auto& d = *report_.first_divergence;
       if (d.root && d.root->kind == format::OpKind::kKernelLaunch) {
@@ -192,6 +204,7 @@ class Differ {
       (run_a ? ranges_a_ : ranges_b_).Observe(*range);
     } else if (auto* op = std::get_if<OpRecord>(&record)) {
       (run_a ? report_.ops_a : report_.ops_b)++;
+      (run_a ? last_sequence_a_ : last_sequence_b_) = op->sequence;
       if (IsLifecycleOp(*op)) return;
       threads_.insert(op->thread_id);
       Lane& lane = lanes_[(run_a ? lane_keys_a_ : lane_keys_b_).Key(*op)];
@@ -233,7 +246,32 @@ class Differ {
 
   // Compares heads of the lane while both runs have one, resynchronising on mismatch.
   void Match(Lane& lane) {
-    while (!lane.a.empty() && !lane.b.empty()) {
+    while (true) {
+      if (lane.a.empty() || lane.b.empty()) {
+        // A run read to the end has no more ops in this lane: the other's are its own.
+        if (lane.a.empty() && done_a_ && !lane.b.empty()) {
+          Structural(nullptr, 0, &lane.b.front(), lane.next_index_b, "only in run B");
+          Pop(lane, false);
+          continue;
+        }
+        if (lane.b.empty() && done_b_ && !lane.a.empty()) {
+          Structural(&lane.a.front(), lane.next_index_a, nullptr, 0, "only in run A");
+          Pop(lane, true);
+          continue;
+        }
+        if (lane.a.size() + lane.b.size() <= kMaxWaitingOps) return;
+        // The other run's ops in this lane are further away in its file than any two runs'
+        // chunk interleavings drift apart: give up waiting for them.
+        ++given_up_;
+        if (lane.a.empty()) {
+          Structural(nullptr, 0, &lane.b.front(), lane.next_index_b, "only in run B");
+          Pop(lane, false);
+        } else {
+          Structural(&lane.a.front(), lane.next_index_a, nullptr, 0, "only in run A");
+          Pop(lane, true);
+        }
+        continue;
+      }
       if (SameShape(lane.a.front(), lane.b.front())) {
         ComparePair(lane.a.front(), lane.next_index_a, lane.b.front(), lane.next_index_b);
         Pop(lane, true);
@@ -241,7 +279,12 @@ class Differ {
         continue;
       }
       const size_t window = options_.resync_window;
-      if (!finished_ && (lane.a.size() < window || lane.b.size() < window)) return;  // wait
+      // Wait for a whole window on each side, unless that run has no more ops (or the lane
+      // holds as many as it may: then resynchronise on what is there).
+      if (((lane.a.size() < window && !done_a_) || (lane.b.size() < window && !done_b_)) &&
+          lane.a.size() + lane.b.size() <= kMaxWaitingOps) {
+        return;
+      }
       size_t best_i = 0, best_j = 0;
       bool found = false;
       for (size_t sum = 1; !found && sum < 2 * window; ++sum) {
@@ -775,23 +818,35 @@ class Differ {
           d.evidence.push_back("taken after op " + std::to_string(x.after_op) + " in run A, " +
                                std::to_string(y.after_op) + " in run B");
         }
-        uncovered_.emplace_back(std::move(d), at_exit);
-      } else if (uncovered_.empty()) {
+        ++uncovered_count_;
+        // Only the earliest of each kind can become the first divergence (DecideUncovered).
+        std::optional<Divergence>& earliest = at_exit ? uncovered_at_exit_ : uncovered_mid_run_;
+        if (!at_exit) ++uncovered_mid_run_count_;
+        if (!earliest || d.op.sequence < earliest->op.sequence) earliest = std::move(d);
+        if (at_exit) ++uncovered_at_exit_count_;
+      } else if (uncovered_count_ == 0) {
         last_equal_state_ = x.after_op;
       }
       states_a_.pop_front();
       states_b_.pop_front();
     }
+    // State digests the other run, read to the end, has no counterpart for.
+    if (done_b_) states_a_.clear();
+    if (done_a_) states_b_.clear();
   }
 
   void DecideUncovered() {
     uint64_t mid_run = 0;
-    for (auto& [d, at_exit] : uncovered_) {
-      if (!at_exit && threads_.size() > 1) {
-        ++mid_run;
-        continue;
-      }
-      ++report_.divergent_ops;
+    if (threads_.size() > 1) {
+      mid_run = uncovered_mid_run_count_;
+      uncovered_mid_run_.reset();
+    } else {
+      report_.divergent_ops += uncovered_mid_run_count_;
+    }
+    report_.divergent_ops += uncovered_at_exit_count_;
+    for (std::optional<Divergence>* uncovered : {&uncovered_mid_run_, &uncovered_at_exit_}) {
+      if (!*uncovered) continue;
+      Divergence& d = **uncovered;
       if (options_.observer != nullptr) {
         options_.observer->Pair({PairOutcome::Kind::kDiverged, &d.op, nullptr, d.klass});
       }
@@ -885,17 +940,12 @@ class Differ {
     }
   }
 
-  void Warnings(const format::TraceReader& reader, const std::string& path, const char* run) {
+  void Warnings(const format::TraceReader& reader, const char* run) {
     if (!reader.complete()) {
-      report_.warnings.push_back(std::string("run ") + run + " (" + path +
-                                 ") is incomplete: it was never closed; ops after its last "
-                                 "whole chunk are missing");
+      (run[0] == 'A' ? report_.incomplete_a : report_.incomplete_b) =
+          reader.truncated_tail_bytes();
     }
-    for (const auto& damage : reader.damage()) {
-      report_.warnings.push_back(std::string("run ") + run + " (" + path + "): " + damage.what +
-                                 " (bytes " + std::to_string(damage.begin) + ".." +
-                                 std::to_string(damage.end) + ")");
-    }
+    (run[0] == 'A' ? report_.damage_a : report_.damage_b) = reader.damage();
     const uint64_t dropped = run[0] == 'A' ? dropped_a_ : dropped_b_;
     if (dropped) {
       report_.warnings.push_back(std::string("run ") + run + " dropped " + std::to_string(dropped) +
@@ -908,7 +958,6 @@ class Differ {
   std::unique_ptr<format::TraceReader> b_;
   DiffReport& report_;
   const DiffOptions options_;
-  bool finished_ = false;
   std::map<uint64_t, Lane> lanes_;
   LaneKeys lane_keys_a_;
   LaneKeys lane_keys_b_;
@@ -932,8 +981,22 @@ class Differ {
   std::optional<RootQuery> root_query_;     // of the first divergence
   uint64_t placement_differences_ = 0;
   std::set<uint32_t> threads_;  // thread ids seen in either run
-  // Differing state digests taken while the program ran, decided at the end (below).
-  std::vector<std::pair<Divergence, bool>> uncovered_;  // (divergence, taken at exit)
+  // Differing state digests, decided at the end (DecideUncovered): the earliest taken while
+  // the program ran and the earliest taken at exit, and how many of each.
+  uint64_t uncovered_count_ = 0;
+  std::optional<Divergence> uncovered_mid_run_;
+  std::optional<Divergence> uncovered_at_exit_;
+  uint64_t uncovered_mid_run_count_ = 0;
+  uint64_t uncovered_at_exit_count_ = 0;
+  // Reading: a run read to the end, and the op sequence each run's reading has reached.
+  bool done_a_ = false;
+  bool done_b_ = false;
+  uint64_t last_sequence_a_ = 0;
+  uint64_t last_sequence_b_ = 0;
+  // Ops one lane may hold waiting for the other run's (memory bound; Match), and how many
+  // were declared one run's own for it.
+  static constexpr size_t kMaxWaitingOps = 16384;
+  uint64_t given_up_ = 0;
   uint64_t divergence_key_ = 0;
   uint64_t pair_index_b_ = 0;  // the lane index in run B of the pair ComparePair compares
   uint64_t structural_key_ = 0;
@@ -952,6 +1015,18 @@ bool DiffReport::comparable() const {
     if (h.blocking) return false;
   }
   return true;
+}
+
+std::string DamageText(const DiffReport& report) {
+  const bool in_a = !report.damage_a.empty();
+  const format::TraceDamage* first = in_a    ? &report.damage_a.front()
+                                     : !report.damage_b.empty() ? &report.damage_b.front()
+                                                                : nullptr;
+  if (first == nullptr) return std::string();
+  const size_t more = report.damage_a.size() + report.damage_b.size() - 1;
+  return (in_a ? report.path_a : report.path_b) + ": damaged trace: " + first->what + " (bytes " +
+         std::to_string(first->begin) + ".." + std::to_string(first->end) + ")" +
+         (more != 0 ? " and " + std::to_string(more) + " more damaged range(s)" : "");
 }
 
 bool DiffReport::identical() const {

@@ -26,6 +26,7 @@
 #include "formats/nvtx_paths.h"
 #include "formats/records.h"
 #include "formats/status.h"
+#include "formats/trace_reader.h"
 #include "replayer/fix_hints.h"
 #include "replayer/op_compare.h"
 
@@ -101,7 +102,16 @@ struct DiffReport {
   uint64_t ops_a = 0;
   uint64_t ops_b = 0;
   uint64_t ops_compared = 0;       // aligned pairs
-  std::vector<std::string> warnings;  // damage, incomplete traces, dropped records
+  std::vector<std::string> warnings;  // dropped records
+  // The byte ranges of each trace its reader found damaged. Not part of the report: the
+  // commands print them on stderr and exit 2 unless told to compare what is intact
+  // (tools/README.md, "Damaged traces").
+  std::vector<format::TraceDamage> damage_a;
+  std::vector<format::TraceDamage> damage_b;
+  // Set when a trace was never closed (its writer was killed): the bytes at its end that form
+  // no whole chunk. Printed on stderr with the damage, not part of the report either.
+  std::optional<uint64_t> incomplete_a;
+  std::optional<uint64_t> incomplete_b;
   std::vector<std::string> notes;     // differences that are not divergences, and why
   // Header fields that say the runs are of another program, command line or input file
   // (they are in `header` too, as warnings); `refused`: for that, the ops were not compared.
@@ -110,6 +120,7 @@ struct DiffReport {
 
   bool comparable() const;  // no blocking header difference
   bool identical() const;   // comparable, not refused, no divergence, no structural difference
+  bool damaged() const { return !damage_a.empty() || !damage_b.empty(); }
 };
 
 // What the diff decided about one aligned pair of ops or one op present in one run only, told
@@ -139,8 +150,12 @@ struct DiffOptions {
   DiffObserver* observer = nullptr;  // told every pair's outcome; not owned
 };
 
-// Compares the traces at `path_a` and `path_b`. Fails only when a trace cannot be opened;
-// damage inside a trace becomes a warning in the report.
+// "PATH: what (bytes B..E)" for the first damaged range of either trace, and how many more.
+std::string DamageText(const DiffReport& report);
+
+// Compares the traces at `path_a` and `path_b`, each read to its end. Fails only when a trace
+// cannot be opened; damage inside a trace is listed in damage_a / damage_b, and the rest of
+// it compared.
 StatusOr<DiffReport> DiffTraces(const std::string& path_a, const std::string& path_b,
                                 const DiffOptions& options = {});
 

@@ -80,18 +80,40 @@ std::unique_ptr<format::TraceReader> OpenTraceOrReport(const std::string& path) 
 }
 
 std::string IncompleteText(const format::TraceReader& reader) {
+  return IncompleteText(reader.truncated_tail_bytes());
+}
+
+std::string IncompleteText(uint64_t truncated_tail_bytes) {
   return fmt::format("it was never closed ({} bytes at the end form no whole chunk)",
-                     reader.truncated_tail_bytes());
+                     truncated_tail_bytes);
 }
 
 int ReportTraceState(const std::string& path, const format::TraceReader& reader) {
   if (!reader.complete()) {
     PrintWarning(fmt::format("{} is incomplete: {}", path, IncompleteText(reader)));
   }
-  for (const format::TraceDamage& damage : reader.damage()) {
-    PrintError(fmt::format("{}: {} (bytes {}..{})", path, damage.what, damage.begin, damage.end));
+  return ReportDamage(path, reader.damage());
+}
+
+void ReadWholeTrace(format::TraceReader& reader) {
+  reader.Rewind();
+  format::Record record;
+  while (reader.Next(&record)) {
   }
-  return reader.damage().empty() ? kExitOk : kExitUsage;
+  reader.Rewind();
+}
+
+int ReportDamage(const std::string& path, const std::vector<format::TraceDamage>& damage,
+                 bool allow_damage) {
+  for (const format::TraceDamage& range : damage) {
+    const std::string line =
+        fmt::format("{}: {} (bytes {}..{})", path, range.what, range.begin, range.end);
+    allow_damage ? PrintWarning(line) : PrintError(line);
+  }
+  if (damage.empty()) return kExitOk;
+  if (!allow_damage) return kExitUsage;
+  PrintWarning(path + ": damaged; only its intact chunks were compared (--allow-damage)");
+  return kExitOk;
 }
 
 StatusOr<std::unique_ptr<OutputFile>> OutputFile::Open(const std::string& path) {

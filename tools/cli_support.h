@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "formats/status.h"
 #include "formats/trace_reader.h"
@@ -62,8 +63,22 @@ std::unique_ptr<format::TraceReader> OpenTraceOrReport(const std::string& path);
 // was damage, else kExitOk.
 int ReportTraceState(const std::string& path, const format::TraceReader& reader);
 
-// The one-line description of an incomplete trace used by the warning and by show.
+// Prints the damaged ranges of the trace at `path`, one "error: PATH: <what> (bytes B..E)"
+// line each on stderr, and returns kExitUsage when there are any. With `allow_damage`
+// (`diff`/`check --allow-damage`) the lines are `warning:` lines, followed by one saying that
+// only the intact parts were used, and it returns kExitOk.
+int ReportDamage(const std::string& path, const std::vector<format::TraceDamage>& damage,
+                 bool allow_damage = false);
+
+// Reads `reader` from its first record to its end, so that damage() lists every damaged range
+// of the file (record and blob chunks alike), and rewinds it. For commands that need only part
+// of a trace but refuse a damaged one (replay, --pin).
+void ReadWholeTrace(format::TraceReader& reader);
+
+// The one-line description of an incomplete trace used by the warning and by show, from the
+// trace or from the bytes at its end that form no whole chunk.
 std::string IncompleteText(const format::TraceReader& reader);
+std::string IncompleteText(uint64_t truncated_tail_bytes);
 
 // Where a command writes its output: stdout, or a file it creates. Buffered; Close()
 // reports a failed write (full disk, closed pipe) as a Status.

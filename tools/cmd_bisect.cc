@@ -127,17 +127,19 @@ Command AddBisectCommand(CLI::App& parent) {
                 "no divergence, 1 found, 2 error.");
   app->add_option("-n,--runs", options->runs,
                   "Runs one step may record before deciding the op does not diverge there "
-                  "(default 4)");
+                  "(default 4)")
+      ->check(WholeNumber(2, 100));
   app->add_option("--max-runs", options->max_runs, "Program runs in all (default 40)")
       ->check(WholeNumber(3, 10000));
   app->add_option("--confirm-runs", options->confirm_runs,
                   "Replay the op found alone this many times, from one more run that captures "
-                  "it (default 10; 0: no confirmation)");
+                  "it (default 10; 0: no confirmation)")
+      ->check(WholeNumber(0, 1000));
   app->add_option("--window-replays", options->window_replays,
                   "Once the window is narrow enough to digest op by op, record it once captured "
                   "and replay it from the trace alone up to this many times instead (default 2; "
                   "0: per-op digest runs of the program)")
-      ->check(CLI::Range(0, 100));
+      ->check(WholeNumber(0, 100));
   app->add_option("-o,--output", options->directory,
                   "Directory for the traces and program logs (default ndtrace-bisect-<time>)");
   app->add_option("command", options->command, "The program and its arguments, after --")

@@ -43,6 +43,7 @@ struct CheckOptions {
   int progress_every = 10;  // seconds; 0: no progress while a run goes on
   std::string html;         // --html FILE: the report as a page too
   bool no_cost = false;     // --no-cost: no plain run to measure what the policy costs
+  bool allow_damage = false;  // compare what is intact in a damaged trace
   std::vector<std::string> command;
 };
 
@@ -256,6 +257,12 @@ int RunCheck(const CheckOptions& options) {
       PrintError(diff.status().message());
       return kExitUsage;
     }
+    if (ReportRunDamage(*diff, options.allow_damage) != kExitOk) {
+      PrintError(fmt::format("check: a trace of run 1 or run {} is damaged; no verdict "
+                             "(--allow-damage compares what is intact)",
+                             i));
+      return kExitUsage;
+    }
     if (!diff->identical()) {
       diverged = std::move(diff).value();
     } else {
@@ -426,10 +433,12 @@ Command AddCheckCommand(CLI::App& parent) {
       "bitwise reproducible; if not, name the first divergent op and why. "
       "Exit 0 deterministic, 1 not, 2 error, 4 the program failed in every run.");
   app->add_option("-n,--runs", options->runs,
-                  "At most this many runs (default 6); stops at the first that differs");
+                  "At most this many runs (default 6); stops at the first that differs")
+      ->check(WholeNumber(2, 100));
   app->add_option("--narrow-runs", options->narrow_runs,
                   "When the first report names no op (propagated, uncovered), at most this many "
-                  "more runs to narrow it down to one (default 8; 0: none)");
+                  "more runs to narrow it down to one (default 8; 0: none)")
+      ->check(WholeNumber(0, 100));
   app->add_option("-o,--output", options->directory,
                   "Directory for the traces and program logs (default ndtrace-check-<time>)");
   app->add_option("--html", options->html,
@@ -439,7 +448,11 @@ Command AddCheckCommand(CLI::App& parent) {
                 "that measures what determinism costs in GPU time");
   app->add_option("--progress-every", options->progress_every,
                   "While a run goes on, say every S seconds how many ops it has recorded "
-                  "(default 10; 0: only when it ends)");
+                  "(default 10; 0: only when it ends)")
+      ->check(WholeNumber(0, 86400));
+  app->add_flag("--allow-damage", options->allow_damage,
+                "When a run's trace is damaged, compare what is intact (the damage is printed "
+                "as warnings) instead of stopping with exit 2");
   AddDigestOptions(app, &options->digests);
   AddPolicyOptions(app, &options->policy);
   AddPythonOptions(app, &options->python);

@@ -1,7 +1,9 @@
-// `ndtrace diff A B [--json] [--force] [-o OUT]`: names the first op where two traces of the
-// same program stop being bitwise identical, and why (replayer/trace_diff.h); runs of several
-// processes are compared rank by rank (replayer/run_set.h). Traces of another program, command
-// line or input file are not compared op by op without --force (exit 2).
+// `ndtrace diff A B [--json] [--force] [--allow-damage] [-o OUT]`: names the first op where two
+// traces of the same program stop being bitwise identical, and why (replayer/trace_diff.h);
+// runs of several processes are compared rank by rank (replayer/run_set.h). Traces of another
+// program, command line or input file are not compared op by op without --force (exit 2), nor
+// damaged traces without --allow-damage (exit 2; the damage is printed on stderr, never in the
+// report).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -10,6 +12,7 @@
 #include "replayer/run_set.h"
 #include "tools/cli_support.h"
 #include "tools/ndtrace_commands.h"
+#include "tools/traced_run.h"
 
 namespace ndt::tools {
 
@@ -19,6 +22,7 @@ Command AddDiffCommand(CLI::App& parent) {
     std::string b;
     bool json = false;
     bool force = false;
+    bool allow_damage = false;
     std::string output;
     std::string html;
   };
@@ -27,7 +31,8 @@ Command AddDiffCommand(CLI::App& parent) {
       "diff",
       "Compare two traces: the first divergent op, its class, the evidence and a fix. "
       "Exit 0 identical, 1 diverged, 2 error (including runs of another program, "
-      "command line or input file, unless --force).");
+      "command line or input file, unless --force, and damaged traces, unless "
+      "--allow-damage).");
   app->add_option("A", options->a,
                   "the reference run: a trace (with its per-process companions A.rank<R>, "
                   "A.<pid>), or a directory of traces")
@@ -41,12 +46,22 @@ Command AddDiffCommand(CLI::App& parent) {
   app->add_flag("--force", options->force,
                 "compare op by op even when the runs are of another program, command line or "
                 "input file");
+  app->add_flag("--allow-damage", options->allow_damage,
+                "compare what is intact in a damaged trace (its damage is printed as warnings) "
+                "instead of refusing it with exit 2");
   return {app, [options] {
             replay::DiffOptions diff;
             diff.force = options->force;
             auto report = replay::DiffRuns(options->a, options->b, diff);
             if (!report.ok()) {
               PrintError(report.status().message());
+              return kExitUsage;
+            }
+            // Damage goes to stderr before anything else, never into the report; unless told
+            // otherwise, a damaged run is not compared (exit 2).
+            if (ReportRunDamage(*report, options->allow_damage) != kExitOk) {
+              PrintError("diff: a trace is damaged; not compared (--allow-damage compares what "
+                         "is intact)");
               return kExitUsage;
             }
             auto out = OutputFile::Open(options->output);

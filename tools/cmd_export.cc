@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <memory>
@@ -415,8 +416,9 @@ int RunExport(const ExportOptions& options) {
     PrintError(out.status().message());
     return kExitUsage;
   }
+  std::unique_ptr<format::TraceReader> other;
   if (!options.diff_with.empty()) {
-    std::unique_ptr<format::TraceReader> other = OpenTraceOrReport(options.diff_with);
+    other = OpenTraceOrReport(options.diff_with);
     if (other == nullptr) return kExitUsage;
     StatusOr<replay::DiffReport> report = replay::DiffTraces(options.trace, options.diff_with);
     if (!report.ok()) {
@@ -433,7 +435,9 @@ int RunExport(const ExportOptions& options) {
     PrintError(closed.message());
     return kExitUsage;
   }
-  return ReportTraceState(options.trace, *reader);
+  // Both traces were read to their end: the damage of either is reported.
+  const int state = ReportTraceState(options.trace, *reader);
+  return other ? std::max(state, ReportTraceState(options.diff_with, *other)) : state;
 }
 
 }  // namespace

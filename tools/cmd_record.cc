@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -21,6 +23,57 @@
 namespace ndt::tools {
 
 namespace {
+
+// A check for --capture OPSET (tracer/capture.h): a comma list of op numbers N and ranges A-B
+// (decimal, 64 bits, A <= B), kernel:GLOB, op kinds and API names. The tracer ignores a token
+// it cannot use; here it is an error, so that `--capture 99999999999999999999` (a number too
+// large, which the tracer would take for a name) or `--capture 5-3` is said, not ignored.
+CLI::Validator CaptureSet() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const auto number = [](std::string_view digits) {
+          uint64_t value = 0;
+          const char* end = digits.data() + digits.size();
+          const auto [stop, error] = std::from_chars(digits.data(), end, value);
+          return !digits.empty() && error == std::errc() && stop == end
+                     ? std::optional<uint64_t>(value)
+                     : std::nullopt;
+        };
+        size_t start = 0;
+        while (start <= text.size()) {
+          const size_t comma = std::min(text.find(',', start), text.size());
+          std::string_view token = std::string_view(text).substr(start, comma - start);
+          start = comma + 1;
+          while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+          while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
+          if (token.empty()) continue;
+          const size_t dash = token.find('-');
+          const bool digit_first = token.front() >= '0' && token.front() <= '9';
+          bool ok = false;
+          if (dash == std::string_view::npos && digit_first) {
+            ok = number(token).has_value();
+          } else if (dash != std::string_view::npos && digit_first) {
+            const auto first = number(token.substr(0, dash));
+            const auto last = number(token.substr(dash + 1));
+            ok = first && last && *first <= *last;
+          } else if (token.rfind("kernel:", 0) == 0) {
+            ok = token.size() > 7;
+          } else {
+            ok = std::all_of(token.begin(), token.end(), [](char c) {
+              return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                     c == '_';
+            });
+          }
+          if (!ok) {
+            return "'" + std::string(token) +
+                   "' is not an op number N, a range A-B (A <= B, each below 2^64), kernel:GLOB, "
+                   "an op kind or an API name";
+          }
+        }
+        return std::string();
+      },
+      "OPSET", "CaptureSet");
+}
 
 struct RecordOptions {
   std::string output;
@@ -107,7 +160,8 @@ Command AddRecordCommand(CLI::App& parent) {
   AddPythonOptions(app, &options->python);
   app->add_option("--capture", options->capture,
                   "Store the full inputs and outputs of these ops for `replay --op`: a comma list "
-                  "of op numbers, ranges A-B, kernel:GLOB and op kinds (cudnn_convolution)");
+                  "of op numbers, ranges A-B, kernel:GLOB and op kinds (cudnn_convolution)")
+      ->check(CaptureSet());
   app->add_option("--window", options->windows,
                   "Keep what a standalone replay of ops A..B needs (`replay TRACE --window "
                   "A:B`): A:B, or A: to the end; may be given several times")

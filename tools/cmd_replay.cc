@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -132,7 +133,17 @@ bool ChooseDigests(const ReplayOptions& options, const std::string& reference,
   *chosen = options.digests;
   const bool user_chose = options.digests.every != 0 || options.digests.sync ||
                           !options.digests.window.empty() || options.digests.no_exit;
-  // Read the whole reference once: a damaged one is refused before the program starts.
+  // Read the whole reference once: a damaged one is refused, its damage named, before the
+  // program starts.
+  if (std::unique_ptr<format::TraceReader> reader = OpenTraceOrReport(reference)) {
+    ReadWholeTrace(*reader);
+    if (ReportDamage(reference, reader->damage()) != kExitOk) {
+      PrintError("replay: " + reference + ": damaged trace; not replayed");
+      return false;
+    }
+  } else {
+    return false;
+  }
   StatusOr<replay::RecordedDigests> recorded = replay::FindRecordedDigests(reference);
   if (!recorded.ok()) {
     PrintError("replay: " + recorded.status().message());
@@ -163,6 +174,14 @@ int PrintReport(const replay::LiveVerifier& verifier, bool finished,
   if (!report.ok()) {
     PrintError("replay: " + report.status().message());
     return kExitUsage;
+  }
+  if (finished) {  // while the program runs, its trace's last chunk may be half written
+    int damaged = ReportDamage(report->path_a, report->damage_a);
+    damaged = std::max(damaged, ReportDamage(report->path_b, report->damage_b));
+    if (damaged != kExitOk) {
+      PrintError("replay: a trace is damaged; not compared");
+      return kExitUsage;
+    }
   }
   if (report->identical()) return kExitOk;
   fmt::print("{}{}", heading, replay::RenderDiffText(*report, ::isatty(STDOUT_FILENO)));
@@ -322,6 +341,10 @@ int RunLiveVerify(const ReplayOptions& options) {
     StatusOr<replay::RunDiff> run = replay::DiffRuns(options.trace, output);
     if (!run.ok()) {
       PrintError("replay: " + run.status().message());
+      return kExitUsage;
+    }
+    if (ReportRunDamage(*run, /*allow_damage=*/false) != kExitOk) {
+      PrintError("replay: a trace is damaged; not compared");
       return kExitUsage;
     }
     if (reported == nullptr)

@@ -66,6 +66,12 @@ int RunReplayOp(const ReplayOpOptions& options) {
   }
   std::unique_ptr<format::TraceReader> reader = OpenTraceOrReport(options.trace);
   if (reader == nullptr) return kExitUsage;
+  // A damaged trace is refused whole, wherever the damage lies (every reader reports it).
+  ReadWholeTrace(*reader);
+  if (ReportTraceState(options.trace, *reader) != kExitOk) {
+    PrintError(fmt::format("replay: {}: damaged trace; not replayed", options.trace));
+    return kExitUsage;
+  }
   const std::optional<format::OpRecord> op = reader->FindOp(options.op);
   if (!op) {
     PrintError(fmt::format("replay: {}: there is no op {} in this trace{}", options.trace,

@@ -65,12 +65,17 @@ int main(int argc, char** argv) {
     std::string path;
     SyntheticOptions options;
     app.add_option("-o,--output", path, "Trace file to write")->required()->type_name("PATH");
-    app.add_option("--steps", options.steps, "Training steps per thread")->capture_default_str();
+    app.add_option("--steps", options.steps, "Training steps per thread")
+        ->check(WholeNumber(0, uint64_t{1} << 40))
+        ->capture_default_str();
     app.add_option("--threads", options.threads, "Threads appending concurrently (1..256)")
+        ->check(WholeNumber(1, 256))
         ->capture_default_str();
     app.add_option("--streams", options.streams, "CUDA streams per thread (1..64)")
+        ->check(WholeNumber(1, 64))
         ->capture_default_str();
     app.add_option("--seed", options.seed, "Seed of every digest and RNG state")
+        ->check(WholeNumber(0))
         ->capture_default_str();
     app.add_flag("--kernel-digests", options.kernel_digests,
                  "Digest raw kernels' buffers too, as inside a window being bisected");

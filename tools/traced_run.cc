@@ -34,7 +34,8 @@ namespace {
 bool ValidWindow(std::string_view text) {
   const auto parse = [](std::string_view digits, uint64_t* value) {
     const char* end = digits.data() + digits.size();
-    return !digits.empty() && std::from_chars(digits.data(), end, *value).ptr == end;
+    const auto [stop, error] = std::from_chars(digits.data(), end, *value);
+    return !digits.empty() && error == std::errc() && stop == end;  // no overflow
   };
   const size_t colon = text.find(':');
   if (colon == std::string_view::npos) return false;
@@ -137,6 +138,13 @@ bool ApplyPolicyOptions(const std::string& context, const PolicyOptions& options
         format::TraceReader::Open(options.pin);
     if (!reader.ok()) {
       PrintError(fmt::format("{}: --pin: {}", context, reader.status().message()));
+      return false;
+    }
+    // Read to its end, as the tracer will: a damaged reference is refused here, with the
+    // damage named, before the program starts.
+    ReadWholeTrace(**reader);
+    if (ReportTraceState(options.pin, **reader) != kExitOk) {  // an incomplete one is a warning
+      PrintError(fmt::format("{}: --pin: {} is damaged; not used", context, options.pin));
       return false;
     }
     std::error_code error;
@@ -404,6 +412,21 @@ void TakePythonStacks(const std::string& context, const std::vector<std::string>
     (i == 0 ? d.python_stack : d.root_python_stack) = std::move(**stack);
   }
   d.python_stack_trace = process->path;
+}
+
+int ReportRunDamage(const replay::RunDiff& diff, bool allow_damage) {
+  int code = kExitOk;
+  for (const auto& [process, single] : diff.processes) {
+    for (const auto& [path, incomplete] :
+         {std::pair(single.path_a, single.incomplete_a), {single.path_b, single.incomplete_b}}) {
+      if (incomplete) {
+        PrintWarning(fmt::format("{} is incomplete: {}", path, IncompleteText(*incomplete)));
+      }
+    }
+    code = std::max(code, ReportDamage(single.path_a, single.damage_a, allow_damage));
+    code = std::max(code, ReportDamage(single.path_b, single.damage_b, allow_damage));
+  }
+  return code;
 }
 
 }  // namespace ndt::tools

@@ -13,6 +13,7 @@
 #include "formats/records.h"
 #include "formats/status.h"
 #include "replayer/bisect.h"
+#include "replayer/run_set.h"
 #include "replayer/trace_diff.h"
 
 namespace CLI {
@@ -106,6 +107,12 @@ replay::RunProgram MakeRunProgram(const std::string& context,
 // How many ops the trace at `path` holds so far, from its chunk headers alone (cheap on a trace
 // still being written); nullopt while there is no readable trace there.
 std::optional<uint64_t> OpsSoFar(const std::string& path);
+
+// Prints what the comparison of two runs met in their traces, on stderr as show and stats do
+// (cli_support.h): a warning per incomplete trace, and per damaged range an `error:` line, or
+// a `warning:` line with `allow_damage`.
+// Returns kExitUsage when there was damage and it is not allowed, else kExitOk.
+int ReportRunDamage(const replay::RunDiff& diff, bool allow_damage);
 
 struct TraceSummary {
   uint64_t ops = 0;

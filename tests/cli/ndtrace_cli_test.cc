@@ -323,9 +323,36 @@ TEST_CASE("numeric options refuse signs, overflow and a zero that makes no sense
        "--repeat: must be a whole number, 1..100000"},
       {{"check", "--digest-every", "0", "--", "true"},
        "--digest-every: must be a whole number, 1 or more"},
+      // CLI11 alone took hex (16 runs) and a window bound past 2^64 (read as 0).
+      {{"check", "-n", "0x10", "--", "true"}, "--runs: must be a whole number, 2..100"},
+      {{"check", "--narrow-runs", "0x5", "--", "true"},
+       "--narrow-runs: must be a whole number, 0..100"},
+      {{"check", "--progress-every", "-1", "--", "true"},
+       "--progress-every: must be a whole number, 0..86400"},
+      {{"bisect", "--confirm-runs", "0x3", "--", "true"},
+       "--confirm-runs: must be a whole number, 0..1000"},
+      {{"bisect", "-n", "1", "--", "true"}, "--runs: must be a whole number, 2..100"},
+      {{"check", "--digest-window", "99999999999999999999:", "--", "true"},
+       "check: --digest-window must be A:B or A: with A <= B"},
+      // The tracer took a number past 2^64 for an API name and ignored a reversed range.
+      {{"record", "--capture", "3,99999999999999999999", "--", "true"},
+       "--capture: '99999999999999999999' is not an op number N, a range A-B"},
+      {{"record", "--capture", "kernel:*Gemm*,5-3", "--", "true"},
+       "--capture: '5-3' is not an op number N, a range A-B"},
   };
   for (const Case& c : cases) {
     const RunResult result = Ndtrace(c.args, dir);
+    INFO(result.err);
+    CHECK(result.exit_code == 2);
+    CHECK_THAT(result.err, Catch::StartsWith("error: " + c.message));
+  }
+  for (const Case& c : std::vector<Case>{
+           {{"--threads", "0x10"}, "--threads: must be a whole number, 1..256"},
+           {{"--seed", "-1"}, "--seed: must be a whole number, 0 or more"},
+           {{"--steps", "18446744073709551616"}, "--steps: must be a whole number"}}) {
+    std::vector<std::string> args = {"-o", (dir / "synth.ndt").string()};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const RunResult result = RunProgram(NDTRACE_SYNTH_BIN, args, dir);
     INFO(result.err);
     CHECK(result.exit_code == 2);
     CHECK_THAT(result.err, Catch::StartsWith("error: " + c.message));
@@ -503,6 +530,188 @@ TEST_CASE("a trace with a flipped byte in a records chunk exits 2 naming the byt
   const RunResult stats = Ndtrace({"stats", "--json", trace.string()}, dir);
   CHECK(stats.exit_code == 2);
   CHECK(nlohmann::json::parse(stats.out).at("damage").get<int>() >= 1);
+}
+
+// A closed synthetic trace with a captured buffer (a blob of `blob_bytes` pseudo-random bytes)
+// after its ops. Returns the file range of the blob's one chunk.
+std::pair<uint64_t, uint64_t> WriteTraceWithBlob(const fs::path& path, size_t blob_bytes) {
+  SyntheticOptions options = GoldenOptions();
+  ndt::format::TraceHeader header = ndt::tools::SyntheticHeader(options);
+  WriterOptions writer_options;
+  writer_options.when_full = ndt::format::FullPolicy::kStall;
+  auto writer = TraceWriter::Create(path.string(), header, writer_options);
+  REQUIRE(writer.ok());
+  REQUIRE(ndt::tools::WriteSyntheticTrace(**writer, options).ok());
+  std::vector<std::byte> blob(blob_bytes);
+  uint64_t state = 12345;
+  for (std::byte& b : blob) {
+    state = state * 6364136223846793005u + 1442695040888963407u;
+    b = static_cast<std::byte>(state >> 56);
+  }
+  REQUIRE((*writer)->PutBlob(blob).ok());
+  REQUIRE((*writer)->Close().ok());
+  auto reader = TraceReader::Open(path.string());
+  REQUIRE(reader.ok());
+  for (const auto& chunk : (*reader)->chunks()) {
+    if (chunk.kind == ndt::format::ChunkKind::kBlob) return {chunk.offset, chunk.end()};
+  }
+  FAIL("no blob chunk");
+  return {};
+}
+
+TEST_CASE("damage in a blob chunk is reported by every reader, on stderr, with exit 2", "[cli]") {
+  TempDir dir;
+  const fs::path trace = dir / "blob.ndt";
+  const fs::path damaged = dir / "blob-damaged.ndt";
+  const auto [begin, end] = WriteTraceWithBlob(trace, 4000);
+  std::string bytes = ReadFile(trace);
+  const uint64_t flipped = (begin + end) / 2;  // inside the compressed captured bytes
+  bytes[flipped] = static_cast<char>(bytes[flipped] ^ 0x04);
+  WriteFile(damaged, bytes);
+  const std::regex damage_line("error: " + damaged.string() +
+                               R"(: blob chunk: .* \(bytes (\d+)\.\.(\d+)\))");
+
+  const std::vector<std::vector<std::string>> readers = {
+      {"show", damaged.string()},
+      {"show", "--json", damaged.string()},
+      {"stats", damaged.string()},
+      {"stats", "--json", damaged.string()},
+      {"export", damaged.string(), "--format", "json"},
+      {"export", damaged.string(), "--format", "perfetto"},
+      {"export", trace.string(), "--format", "perfetto", "--diff", damaged.string()},
+      {"diff", trace.string(), damaged.string()},
+      {"diff", damaged.string(), trace.string()},
+      {"diff", "--json", trace.string(), damaged.string()},
+      {"run", "--pin", damaged.string(), "--", "/bin/true"},
+  };
+  for (const std::vector<std::string>& args : readers) {
+    const RunResult result = Ndtrace(args, dir);
+    INFO(args[0] << " " << args[1] << "\nstdout: " << result.out << "\nstderr: " << result.err);
+    CHECK(result.exit_code == 2);
+    std::smatch match;
+    REQUIRE(std::regex_search(result.err, match, damage_line));
+    CHECK(std::stoull(match[1]) <= flipped);
+    CHECK(flipped < std::stoull(match[2]));
+    CHECK(result.out.find("(bytes ") == std::string::npos);  // never inside the report
+  }
+  // The intact original is read without a word by the same readers.
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"stats", trace.string()},
+                                             {"diff", trace.string(), trace.string()}}) {
+    const RunResult result = Ndtrace(args, dir);
+    CHECK(result.exit_code == 0);
+    CHECK(result.err.empty());
+  }
+}
+
+TEST_CASE("diff refuses a damaged trace with exit 2 unless --allow-damage compares what is intact",
+          "[cli]") {
+  TempDir dir;
+  const fs::path a = dir / "a.ndt";
+  const fs::path b = dir / "b.ndt";
+  WriterOptions writer_options;
+  writer_options.chunk_bytes = 4096;
+  SyntheticOptions options = GoldenOptions();
+  options.steps = 6;
+  WriteTrace(a, options, writer_options);
+  WriteTrace(b, options, writer_options);
+  uint64_t flipped = 0;
+  {
+    auto reader = TraceReader::Open(b.string());
+    REQUIRE(reader.ok());
+    std::vector<ndt::format::ChunkInfo> records;
+    for (const auto& chunk : (*reader)->chunks()) {
+      if (chunk.kind == ndt::format::ChunkKind::kRecords) records.push_back(chunk);
+    }
+    REQUIRE(records.size() >= 3);
+    flipped = records[1].end() - records[1].compressed_size / 2;
+  }
+  std::string bytes = ReadFile(b);
+  bytes[flipped] = static_cast<char>(bytes[flipped] ^ 0x40);
+  WriteFile(b, bytes);
+
+  const RunResult refused = Ndtrace({"diff", a.string(), b.string()}, dir);
+  INFO(refused.out << refused.err);
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.out.empty());  // no report of a comparison that was not made
+  CHECK_THAT(refused.err, Catch::StartsWith("error: " + b.string() + ": records chunk"));
+  CHECK_THAT(refused.err, Catch::Contains("--allow-damage"));
+
+  const RunResult allowed = Ndtrace({"diff", "--allow-damage", a.string(), b.string()}, dir);
+  INFO(allowed.out << allowed.err);
+  CHECK(allowed.exit_code == 1);  // B lacks the ops of its damaged chunk
+  CHECK_THAT(allowed.err, Catch::StartsWith("warning: " + b.string() + ": records chunk"));
+  CHECK(allowed.err.find("error:") == std::string::npos);
+  CHECK_THAT(allowed.out, Catch::Contains("structural differences"));
+  CHECK(allowed.out.find("(bytes ") == std::string::npos);
+}
+
+TEST_CASE("an unreadable trace and an unwritable output say permission denied", "[cli]") {
+  // Root reads and writes whatever the mode bits say: as root the commands run as `nobody`
+  // (setpriv), which the modes below do deny.
+  std::vector<std::string> as_user;
+  if (::geteuid() == 0) {
+    if (!fs::exists("/usr/bin/setpriv")) {
+      WARN("skipped: running as root, and no /usr/bin/setpriv to run ndtrace unprivileged");
+      return;
+    }
+    as_user = {"--reuid=65534", "--regid=65534", "--clear-groups", NDTRACE_BIN};
+  }
+  const auto run = [&](std::vector<std::string> args, const TempDir& dir) {
+    if (as_user.empty()) return Ndtrace(args, dir);
+    args.insert(args.begin(), as_user.begin(), as_user.end());
+    return RunProgram("/usr/bin/setpriv", args, dir);
+  };
+  TempDir dir;
+  fs::permissions(dir.path(), fs::perms::owner_all | fs::perms::group_read |
+                                  fs::perms::group_exec | fs::perms::others_read |
+                                  fs::perms::others_exec);
+  const fs::path readable = dir / "readable.ndt";
+  const fs::path secret = dir / "secret.ndt";
+  WriteTrace(readable, GoldenOptions());
+  WriteTrace(secret, GoldenOptions());
+  fs::permissions(readable, fs::perms::owner_read | fs::perms::owner_write |
+                                fs::perms::group_read | fs::perms::others_read);
+  fs::permissions(secret, fs::perms::owner_write);  // nobody may read it
+  if (!as_user.empty()) {
+    // The unprivileged user must reach the binary and the readable trace at all.
+    const RunResult reachable = run({"stats", readable.string()}, dir);
+    if (reachable.exit_code != 0) {
+      WARN("skipped: the unprivileged user cannot run ndtrace here: " << reachable.err);
+      return;
+    }
+  }
+  const fs::path locked = dir / "locked";  // a directory no one but root may write in
+  fs::create_directory(locked);
+  fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_exec |
+                              fs::perms::group_read | fs::perms::group_exec |
+                              fs::perms::others_read | fs::perms::others_exec);
+  const fs::path unwritable = locked / "out.json";
+  const std::vector<std::vector<std::string>> unreadable_cases = {
+      {"show", secret.string()},
+      {"stats", secret.string()},
+      {"export", secret.string(), "--format", "json"},
+      {"diff", readable.string(), secret.string()},
+      {"export", readable.string(), "--format", "perfetto", "--diff", secret.string()},
+      {"replay", "--op", "1", secret.string()},
+      {"run", "--pin", secret.string(), "--", "/bin/true"},
+  };
+  for (const auto& args : unreadable_cases) {
+    const RunResult result = run(args, dir);
+    INFO(args[0] << ": " << result.err);
+    CHECK(result.exit_code == 2);
+    CHECK_THAT(result.err, Catch::Contains(secret.string()) &&
+                               Catch::Contains("Permission denied"));
+  }
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"export", readable.string(), "--format", "json", "-o", unwritable.string()},
+           {"diff", readable.string(), readable.string(), "-o", unwritable.string()}}) {
+    const RunResult result = run(args, dir);
+    INFO(args[0] << ": " << result.err);
+    CHECK(result.exit_code == 2);
+    CHECK_THAT(result.err, Catch::Contains(unwritable.string()) &&
+                               Catch::Contains("Permission denied"));
+  }
 }
 
 TEST_CASE("a trace cut short is shown with an incomplete warning and exit 0", "[cli]") {

@@ -286,7 +286,8 @@ TEST_CASE("ndtrace check refuses a bad run count or a missing --", "[tracer]") {
   const RunResult negative = Run(std::string("'" NDTRACE_BIN "' check --progress-every -1 -- '")
                                  + PROG_VECTOR_ADD + "'");
   CHECK(negative.status == 2);
-  CHECK_THAT(negative.err, Catch::Contains("error: check: --progress-every must be 0 or more"));
+  CHECK_THAT(negative.err,
+             Catch::Contains("error: --progress-every: must be a whole number, 0..86400"));
 }
 
 TEST_CASE("ndtrace check says while a run goes on how many ops it has recorded so far",

@@ -1,7 +1,13 @@
 // ndtrace diff on traces written through the writer: one test per divergence class, the
 // structural and header differences, the text report against golden files and the JSON
 // against its schema.
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <iterator>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -417,6 +423,84 @@ TEST_CASE("ops of several threads align by lane whatever their order in the file
   REQUIRE(report.ok());
   CHECK(report->identical());
   CHECK(report->ops_compared == 8000);
+}
+
+// Peak RSS, in KiB, of a child process that diffs `a` with `b` (a fresh process: its peak is
+// its own, from the same starting point as every other such child of this test).
+long DiffPeakRssKib(const std::string& a, const std::string& b) {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const StatusOr<DiffReport> report = DiffTraces(a, b);
+    ::_exit(report.ok() ? 0 : 1);
+  }
+  int status = 0;
+  rusage usage{};
+  REQUIRE(::wait4(child, &status, 0, &usage) == child);
+  REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  return usage.ru_maxrss;
+}
+
+TEST_CASE("diff of a run against a cut or shorter copy takes no more memory than an identical pair",
+          "[replayer]") {
+  TempDir dir;
+  constexpr uint64_t kOps = 150000;
+  const auto write = [&](const std::string& name, uint64_t ops) {
+    const std::string path = dir / name;
+    auto writer = format::TraceWriter::Create(path, testing::SampleHeader());
+    REQUIRE(writer.ok());
+    for (uint64_t i = 0; i < ops; ++i) (*writer)->Append(testing::SampleOp(i));
+    REQUIRE((*writer)->Close().ok());
+    return path;
+  };
+  const std::string a = write("a.ndt", kOps);
+  const std::string same = write("same.ndt", kOps);
+  const std::string shorter = write("shorter.ndt", kOps / 10);
+  const std::string cut = dir / "cut.ndt";
+  std::filesystem::copy_file(a, cut);
+  std::filesystem::resize_file(cut, std::filesystem::file_size(a) / 2);
+
+  // Measured first, each in a child process (this process has not read a trace yet). Before,
+  // the ops of the longer run waited for partners that never came: tens of thousands held at
+  // once, tens of MiB.
+  const long identical = DiffPeakRssKib(a, same);
+  const long against_cut = DiffPeakRssKib(a, cut);
+  const long against_shorter = DiffPeakRssKib(shorter, a);
+  INFO("peak RSS KiB: identical " << identical << ", cut " << against_cut << ", shorter "
+                                  << against_shorter);
+  CHECK(against_cut < identical + 16 * 1024);
+  CHECK(against_shorter < identical + 16 * 1024);
+
+  const auto cut_report = DiffTraces(a, cut);
+  REQUIRE(cut_report.ok());
+  CHECK(cut_report->incomplete_b.has_value());
+  CHECK(cut_report->ops_compared == cut_report->ops_b);
+  CHECK(cut_report->structural_differences == kOps - cut_report->ops_b);
+  const auto shorter_report = DiffTraces(shorter, a);
+  REQUIRE(shorter_report.ok());
+  CHECK(shorter_report->ops_compared == kOps / 10);
+  CHECK(shorter_report->structural_differences == kOps - kOps / 10);
+}
+
+TEST_CASE("damage is listed apart from the report, whichever run it is in", "[replayer]") {
+  TempDir dir;
+  const std::string a = Write(dir, "a.ndt", Program());
+  const std::string b = Write(dir, "b.ndt", Program());
+  std::string bytes;
+  {
+    std::ifstream in(b, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  bytes[bytes.size() / 2] ^= 0x10;
+  std::ofstream(b, std::ios::binary | std::ios::trunc) << bytes;
+  const auto report = DiffTraces(a, b);
+  REQUIRE(report.ok());
+  CHECK(report->damage_a.empty());
+  REQUIRE(report->damage_b.size() >= 1);
+  CHECK(report->damaged());
+  CHECK(report->damage_b.front().begin <= bytes.size() / 2);
+  CHECK(report->warnings.empty());
+  CHECK_THAT(DamageText(*report), Catch::StartsWith(b + ": damaged trace: "));
+  CHECK(RenderDiffText(*report).find("bytes ") == std::string::npos);
 }
 
 TEST_CASE("another GPU model makes the runs not comparable", "[replayer]") {
