@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <string>
 #include <system_error>
+#include <vector>
+
+#include "support/sample_records.h"
 
 namespace ndt::testing {
 
@@ -30,5 +33,16 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// Writes `records` as the closed trace `name` in `dir`, with the sample header; its path.
+inline std::string WriteTrace(const TempDir& dir, const std::string& name,
+                              const std::vector<format::Record>& records) {
+  const std::string path = (dir / name).string();
+  auto writer = format::TraceWriter::Create(path, SampleHeader());
+  REQUIRE(writer.ok());
+  for (const format::Record& record : records) (*writer)->Append(record);
+  REQUIRE((*writer)->Close().ok());
+  return path;
+}
 
 }  // namespace ndt::testing

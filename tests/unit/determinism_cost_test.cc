@@ -19,15 +19,6 @@ using format::OpRecord;
 using format::Record;
 using testing::TempDir;
 
-std::string Write(const TempDir& dir, const std::string& name, const std::vector<Record>& records) {
-  const std::string path = dir / name;
-  auto writer = format::TraceWriter::Create(path, testing::SampleHeader());
-  REQUIRE(writer.ok());
-  for (const Record& record : records) (*writer)->Append(record);
-  REQUIRE((*writer)->Close().ok());
-  return path;
-}
-
 OpRecord Op(uint64_t sequence, uint32_t thread, OpKind kind, const std::string& name) {
   OpRecord op;
   op.sequence = sequence;
@@ -72,7 +63,7 @@ TEST_CASE("the replaced ops' GPU time is compared at their place in the plain ru
       Op(3, 1, OpKind::kCudnnConvolution, "cudnnConvolutionBackwardFilter"),  // not replaced
       Kernel(std::nullopt, 3, 1000)};
   StatusOr<DeterminismCost> cost =
-      MeasureDeterminismCost(Write(dir, "policy.ndt", policy), Write(dir, "plain.ndt", plain));
+      MeasureDeterminismCost(testing::WriteTrace(dir, "policy.ndt", policy), testing::WriteTrace(dir, "plain.ndt", plain));
   REQUIRE(cost.ok());
   REQUIRE(cost->measured);
   REQUIRE(cost->replaced.size() == 1);
@@ -94,7 +85,7 @@ TEST_CASE("without GPU times the cost is not measured, and says why", "[replayer
   const std::vector<Record> run = {Op(0, 1, OpKind::kCudnnConvolution, "cudnnConvolutionForward"),
                                    Replaced(0)};
   StatusOr<DeterminismCost> cost =
-      MeasureDeterminismCost(Write(dir, "policy.ndt", run), Write(dir, "plain.ndt", run));
+      MeasureDeterminismCost(testing::WriteTrace(dir, "policy.ndt", run), testing::WriteTrace(dir, "plain.ndt", run));
   REQUIRE(cost.ok());
   CHECK_FALSE(cost->measured);
   CHECK(RenderCostText(*cost).find("not measured: the runs have no GPU times") != std::string::npos);

@@ -41,18 +41,9 @@ OpRecord Op(uint64_t sequence, uint32_t thread, OpKind kind, std::string name) {
   return op;
 }
 
-std::string Write(const TempDir& dir, const std::string& name, const std::vector<Record>& records) {
-  const std::string path = dir / name;
-  auto writer = format::TraceWriter::Create(path, testing::SampleHeader());
-  REQUIRE(writer.ok());
-  for (const Record& record : records) (*writer)->Append(record);
-  REQUIRE((*writer)->Close().ok());
-  return path;
-}
-
 DiffReport Diff(const std::vector<Record>& a, const std::vector<Record>& b) {
   TempDir dir;
-  auto report = DiffTraces(Write(dir, "a.ndt", a), Write(dir, "b.ndt", b));
+  auto report = DiffTraces(testing::WriteTrace(dir, "a.ndt", a), testing::WriteTrace(dir, "b.ndt", b));
   REQUIRE(report.ok());
   return std::move(report).value();
 }

@@ -139,20 +139,10 @@ std::vector<Record> Run(uint64_t output_digest) {
   return records;
 }
 
-std::string Write(const testing::TempDir& dir, const std::string& name,
-                  const std::vector<Record>& records) {
-  const std::string path = dir / name;
-  auto writer = format::TraceWriter::Create(path, testing::SampleHeader());
-  REQUIRE(writer.ok());
-  for (const Record& record : records) (*writer)->Append(record);
-  REQUIRE((*writer)->Close().ok());
-  return path;
-}
-
 TEST_CASE("diff names the ranges, aten op and module of the divergent op", "[replayer][nvtx]") {
   testing::TempDir dir;
-  const std::string a = Write(dir, "a.ndt", Run(7));
-  auto report = DiffTraces(a, Write(dir, "b.ndt", Run(8)));
+  const std::string a = testing::WriteTrace(dir, "a.ndt", Run(7));
+  auto report = DiffTraces(a, testing::WriteTrace(dir, "b.ndt", Run(8)));
   REQUIRE(report.ok());
   REQUIRE(report->first_divergence.has_value());
   const Divergence& d = *report->first_divergence;
@@ -188,7 +178,7 @@ TEST_CASE("an op in no range has no ranges in the report", "[replayer][nvtx]") {
     }
     return ops;
   };
-  auto report = DiffTraces(Write(dir, "a.ndt", strip(Run(7))), Write(dir, "b.ndt", strip(Run(8))));
+  auto report = DiffTraces(testing::WriteTrace(dir, "a.ndt", strip(Run(7))), testing::WriteTrace(dir, "b.ndt", strip(Run(8))));
   REQUIRE(report.ok());
   REQUIRE(report->first_divergence.has_value());
   CHECK_FALSE(report->first_divergence->ranges.has_value());

@@ -97,20 +97,11 @@ std::vector<Record> Program(bool diverge, bool with_stack) {
   return records;
 }
 
-std::string Write(const TempDir& dir, const std::string& name, const std::vector<Record>& records) {
-  const std::string path = dir / name;
-  auto writer = format::TraceWriter::Create(path, testing::SampleHeader());
-  REQUIRE(writer.ok());
-  for (const Record& record : records) (*writer)->Append(record);
-  REQUIRE((*writer)->Close().ok());
-  return path;
-}
-
 TEST_CASE("diff shows the Python stack run A holds for the divergent op, in text and JSON",
           "[replayer]") {
   TempDir dir;
-  const std::string a = Write(dir, "a.ndt", Program(false, true));
-  const std::string b = Write(dir, "b.ndt", Program(true, false));
+  const std::string a = testing::WriteTrace(dir, "a.ndt", Program(false, true));
+  const std::string b = testing::WriteTrace(dir, "b.ndt", Program(true, false));
   StatusOr<DiffReport> report = DiffTraces(a, b);
   REQUIRE(report.ok());
   REQUIRE(report->first_divergence.has_value());
@@ -146,8 +137,8 @@ TEST_CASE("diff shows the Python stack run A holds for the divergent op, in text
 TEST_CASE("FindPythonStack finds a stack by the op's place in its lane, not its sequence",
           "[replayer]") {
   TempDir dir;
-  StatusOr<DiffReport> report = DiffTraces(Write(dir, "a.ndt", Program(false, false)),
-                                           Write(dir, "b.ndt", Program(true, false)));
+  StatusOr<DiffReport> report = DiffTraces(testing::WriteTrace(dir, "a.ndt", Program(false, false)),
+                                           testing::WriteTrace(dir, "b.ndt", Program(true, false)));
   REQUIRE(report.ok());
   REQUIRE(report->first_divergence.has_value());
   const OpLocation op = report->first_divergence->op;
@@ -161,7 +152,7 @@ TEST_CASE("FindPythonStack finds a stack by the op's place in its lane, not its 
   std::get<OpRecord>(other[3]).sequence = 5;
   std::get<PythonStackRecord>(other[4]).op_sequence = 5;
   StatusOr<std::optional<PythonStackRecord>> found =
-      FindPythonStack(Write(dir, "c.ndt", other), op);
+      FindPythonStack(testing::WriteTrace(dir, "c.ndt", other), op);
   REQUIRE(found.ok());
   REQUIRE(found->has_value());
   CHECK(format::PythonStackSummary(**found) == "/home/me/model.py:42 in forward");
@@ -170,13 +161,13 @@ TEST_CASE("FindPythonStack finds a stack by the op's place in its lane, not its 
   std::vector<Record> changed = Program(false, true);
   std::get<OpRecord>(changed[3]).name = "cublasDgemm_v2";
   StatusOr<std::optional<PythonStackRecord>> refused =
-      FindPythonStack(Write(dir, "d.ndt", changed), op);
+      FindPythonStack(testing::WriteTrace(dir, "d.ndt", changed), op);
   REQUIRE_FALSE(refused.ok());
   CHECK_THAT(refused.status().message(), Catch::Contains("not cublasSgemmEx"));
 
   // No stack taken: none found, no error.
   StatusOr<std::optional<PythonStackRecord>> none =
-      FindPythonStack(Write(dir, "e.ndt", Program(false, false)), op);
+      FindPythonStack(testing::WriteTrace(dir, "e.ndt", Program(false, false)), op);
   REQUIRE(none.ok());
   CHECK_FALSE(none->has_value());
 }
