@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "formats/byte_order.h"
@@ -129,7 +130,7 @@ int Run(const fs::path& dir) {
     auto reader = format::TraceReader::Open(scratch);
     if (!reader.ok()) return 2;
     format::Record record;
-    bool seen[8] = {};
+    bool seen[std::variant_size_v<format::Record>] = {};
     while ((*reader)->Next(&record)) {
       if (seen[record.index()]) continue;
       seen[record.index()] = true;
