@@ -6,6 +6,8 @@
 #include <cstring>
 #include <vector>
 
+#include "libfacts/knob_names.h"
+
 namespace ndt::replay {
 namespace {
 
@@ -263,9 +265,7 @@ std::string ChoiceText(const format::AlgorithmChoice& c) {
   std::string text = c.library + " " + (c.name.empty() ? "algo " + std::to_string(c.id) : c.name);
   if (!c.knobs.empty()) {
     text += " knobs";
-    for (const auto& knob : c.knobs) {
-      text += " " + std::to_string(knob.type) + "=" + std::to_string(knob.value);
-    }
+    for (const auto& knob : c.knobs) text += " " + libfacts::KnobText(c.library, knob.type, knob.value);
   }
   if (c.determinism == format::Determinism::kNondeterministic) text += " [nondeterministic]";
   switch (c.source) {

@@ -150,7 +150,9 @@ Command AddRecordCommand(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand(
       "record", "Run CMD with the tracer preloaded and write a trace of its GPU work.");
   app->add_option("-o,--output", options->output,
-                  "Trace path (default: ndtrace-<pid>.ndt in the program's directory)");
+                  "Trace path (default: ndtrace-<pid>.ndt, <pid> the traced program's process id, in the "
+                  "directory the program is in when it makes its first CUDA call: this one unless "
+                  "it changes directory)");
   app->add_flag("--quiet", options->quiet, "Do not print the summary line");
   app->add_flag("--strict", options->strict,
                 "Fail closed: when the tracer cannot record (unwritable path, full disk), the "

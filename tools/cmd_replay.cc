@@ -154,12 +154,14 @@ bool ChooseDigests(const ReplayOptions& options, const std::string& reference,
     chosen->sync = recorded->sync;
     chosen->window = recorded->window;
     chosen->no_exit = !recorded->exit;
-    fmt::print(stderr,
-               "ndtrace replay: digests as the reference was recorded: every {} ops, at syncs "
-               "{}, window {}, at exit {}\n",
-               chosen->every == 0 ? std::string("-") : std::to_string(chosen->every),
-               chosen->sync ? "yes" : "no", chosen->window.empty() ? "-" : chosen->window,
-               chosen->no_exit ? "no" : "yes");
+    std::string taken;
+    const auto add = [&taken](const std::string& what) { taken += (taken.empty() ? "" : ", ") + what; };
+    if (chosen->every != 0) add(fmt::format("of all memory every {} ops", chosen->every));
+    if (chosen->sync) add("of all memory at every host synchronisation");
+    if (!chosen->window.empty()) add("before and after each op of " + chosen->window);
+    if (!chosen->no_exit) add("of all memory at exit");
+    fmt::print(stderr, "ndtrace replay: taking the digests the reference took: {}\n",
+               taken.empty() ? std::string("none") : taken);
   }
   for (const char* name : {"NDTRACE_DIGEST_EVERY", "NDTRACE_DIGEST_SYNC", "NDTRACE_DIGEST_WINDOW",
                            "NDTRACE_DIGEST_EXIT"}) {

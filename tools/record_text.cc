@@ -8,6 +8,8 @@
 #include <type_traits>
 #include <variant>
 
+#include "libfacts/knob_names.h"
+
 namespace ndt::tools {
 namespace {
 
@@ -363,8 +365,9 @@ std::string AlgorithmText(const format::AlgorithmChoice& algorithm) {
   if (!algorithm.knobs.empty()) {
     text.append(" knobs=[");
     for (size_t i = 0; i < algorithm.knobs.size(); ++i) {
-      Append(&text, "{}{}={}", i == 0 ? "" : ",", algorithm.knobs[i].type,
-             algorithm.knobs[i].value);
+      Append(&text, "{}{}", i == 0 ? "" : ",",
+             libfacts::KnobText(algorithm.library, algorithm.knobs[i].type,
+                                algorithm.knobs[i].value));
     }
     text.push_back(']');
   }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what is needed, then
-#   1. a short fuzz smoke run of every trace-reader entry point (clang, libFuzzer, ASan+UBSan);
+#   1. a short fuzz smoke run of every trace-reader entry point and of what the tracer reads in
+#      the traced process (clang, libFuzzer, ASan+UBSan);
 #   2. the whole suite under ASan+UBSan, and the writer's concurrency tests under TSan;
 #   3. the whole suite in the dev build (warnings are errors) — its summary closes the output.
 # FUZZ_SECONDS (default 20) sets the fuzzing time per target; 0 skips fuzzing.
@@ -14,7 +15,7 @@ fuzz_seconds="${FUZZ_SECONDS:-20}"
 if [ "$fuzz_seconds" != 0 ]; then
   cmake --preset fuzz
   cmake --build --preset fuzz --target make_fuzz_seeds fuzz_trace_file fuzz_trace_index \
-    fuzz_record_decode
+    fuzz_record_decode fuzz_pin_table fuzz_live_verify
   tests/fuzz/smoke.sh build/fuzz "$fuzz_seconds"
 fi
 

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "libfacts/knob_names.h"
 #include "replayer/op_replay/op_replay_cudnn_types.h"
 #include "replayer/op_replay/op_replay_internal.h"
 
@@ -613,7 +614,7 @@ std::string EngineName(int64_t index, const std::vector<format::Knob>& knobs) {
   std::string name = fmt::format("engine {}", index);
   if (knobs.empty()) return name + " default knobs";
   name += " knobs";
-  for (const format::Knob& knob : knobs) name += fmt::format(" {}={}", knob.type, knob.value);
+  for (const format::Knob& knob : knobs) name += " " + libfacts::KnobText("cudnn", knob.type, knob.value);
   return name;
 }
 

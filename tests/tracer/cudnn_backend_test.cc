@@ -273,7 +273,7 @@ TEST_CASE("a plan on a requested engine is recorded as requested, and --determin
     }
   }
   CHECK(refusals == std::vector<std::string>{
-                        "refused to finalize a plan with cudnn engine 1 knobs 17=2 "
+                        "refused to finalize a plan with cudnn engine 1 knobs split_k_slc=2 "
                         "(nondeterministic)"});
   std::remove(trace.c_str());
 }
@@ -387,7 +387,7 @@ TEST_CASE("a choice that cannot be pinned is said once on stderr and the program
   CHECK(result.out.find("engine 1 knobs 17=4") != std::string::npos);  // its own choice
   int said = 0;
   for (const std::string& line : PolicyLines(result.err)) {
-    if (line.find("cannot pin cudnn engine 2 knobs 17=8") != std::string::npos &&
+    if (line.find("cannot pin cudnn engine 2 knobs split_k_slc=8") != std::string::npos &&
         line.find(expected_reason) != std::string::npos) {
       ++said;
     }

@@ -107,7 +107,7 @@ TEST_CASE(
   const RunResult replayed = Replay(trace, op.sequence, "--repeat 10");
   INFO(replayed.out << replayed.err);
   CHECK(replayed.status == 1);
-  CHECK(Contains(replayed.out, "VARIES on its own: 10 runs of engine 1 knobs 17=4"));
+  CHECK(Contains(replayed.out, "VARIES on its own: 10 runs of engine 1 knobs split_k_slc=4"));
 
   const RunResult tried = Replay(trace, op.sequence, "--repeat 10 --try-deterministic");
   INFO(tried.out << tried.err);
@@ -119,7 +119,7 @@ TEST_CASE(
   // The recorded engine, then engines 0, 2 and 3 with their default knobs (the stand-in
   // numbers four engines; engine 1 is noted nondeterministic and is no alternative).
   REQUIRE(rows.size() == 4);
-  CHECK(Contains(rows[0], "1 engine 1 knobs 17=4 (recorded)"));
+  CHECK(Contains(rows[0], "1 engine 1 knobs split_k_slc=4 (recorded)"));
   CHECK(Contains(rows[0], "nondeterministic"));
   CHECK(Contains(rows[0], "VARIES"));
   for (const char* engine : {"0", "2", "3"}) {
@@ -173,7 +173,7 @@ TEST_CASE("replay --op rebuilds backward-data and backward-filter graphs: the ra
     INFO(tried.out << tried.err);
     CHECK(tried.status == 1);
     CHECK(Contains(tried.out, std::string("output compared: ") + output + " ("));
-    CHECK(Contains(tried.out, "VARIES on its own: 10 runs of engine 1 knobs 17=4"));
+    CHECK(Contains(tried.out, "VARIES on its own: 10 runs of engine 1 knobs split_k_slc=4"));
     CHECK(Contains(tried.out, "deterministic alternatives with stable output: engine 0 default "
                               "knobs ("));
     // The stand-in's engine 3 has no backward-filter kernel: listed, not run.

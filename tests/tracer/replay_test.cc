@@ -42,7 +42,7 @@ TEST_CASE("replay of a deterministic program runs to the end identical to its re
   CHECK(replay.status == 0);
   CHECK(Contains(replay.out, "identical to the reference"));
   // The digest window the reference was recorded with is used again.
-  CHECK(Contains(replay.err, "window 0:"));
+  CHECK(Contains(replay.err, "before and after each op of 0:"));
   CHECK(CountOps(replayed) == CountOps(reference));
 }
 

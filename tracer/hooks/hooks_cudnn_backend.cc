@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "formats/records.h"
+#include "libfacts/knob_names.h"
 #include "tracer/capture.h"
 #include "tracer/cudnn_types.h"
 #include "tracer/library_support.h"
@@ -488,7 +489,7 @@ std::string ChoiceText(const format::AlgorithmChoice& choice) {
   if (!choice.knobs.empty()) {
     text += " knobs";
     for (const format::Knob& knob : choice.knobs) {
-      text += " " + std::to_string(knob.type) + "=" + std::to_string(knob.value);
+      text += " " + libfacts::KnobText("cudnn", knob.type, knob.value);
     }
   }
   if (choice.determinism == format::Determinism::kNondeterministic) text += " (nondeterministic)";
