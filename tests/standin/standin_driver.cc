@@ -41,6 +41,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -428,6 +429,24 @@ CUresult LoadModuleLocked(Driver& d, CUmodule* module, const void* image) {
   return CUDA_SUCCESS;
 }
 
+// The host implementation of kernel `name`; null, said once per name on stderr, when the
+// stand-in has none: such a kernel cannot run here (never a silent skip).
+const HostKernel* HostKernelOrSay(std::string_view name) {
+  const HostKernel* kernel = FindHostKernel(name);
+  if (kernel != nullptr) return kernel;
+  static std::mutex mutex;
+  static std::set<std::string, std::less<>>* said = new std::set<std::string, std::less<>>();
+  std::lock_guard lock(mutex);
+  if (said->emplace(name).second) {
+    std::fprintf(stderr,
+                 "ndtrace stand-in device: kernel %.*s has no host implementation, so it cannot "
+                 "run here (CUDA_ERROR_NOT_FOUND); the stand-in runs only the kernels "
+                 "tests/standin/README.md lists: run this program on a GPU\n",
+                 static_cast<int>(name.size()), name.data());
+  }
+  return nullptr;
+}
+
 // The function `name` of `module`, created on first request (later requests return the same
 // handle, as the driver does). NOT_FOUND when no host implementation has that name.
 CUresult GetFunctionLocked(Driver& d, CUmod_st* module, std::string_view name, CUfunction* out) {
@@ -435,7 +454,7 @@ CUresult GetFunctionLocked(Driver& d, CUmod_st* module, std::string_view name, C
     *out = it->second.get();
     return CUDA_SUCCESS;
   }
-  const HostKernel* kernel = FindHostKernel(name);
+  const HostKernel* kernel = HostKernelOrSay(name);
   if (kernel == nullptr) return CUDA_ERROR_NOT_FOUND;
   auto function = std::make_unique<CUfunc_st>();
   function->module = module;
@@ -2306,7 +2325,7 @@ CUresult cuLibraryGetKernel(CUkernel* pKernel, CUlibrary library, const char* na
       *pKernel = found->second.get();
       return CUDA_SUCCESS;
     }
-    const ndt::standin::HostKernel* host = ndt::standin::FindHostKernel(name);
+    const ndt::standin::HostKernel* host = ndt::standin::HostKernelOrSay(name);
     if (host == nullptr) return CUDA_ERROR_NOT_FOUND;
     auto kernel = std::make_unique<CUkern_st>();
     kernel->library = &lib;

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <iterator>
 #include <set>
@@ -426,7 +427,32 @@ TEST_CASE("modules find kernels by mangled name and run their host implementatio
   CUfunction add = nullptr;
   REQUIRE(api.cuModuleGetFunction(&add, module, kVectorAdd) == CUDA_SUCCESS);
   CUfunction missing = nullptr;
-  CHECK(api.cuModuleGetFunction(&missing, module, "_Z7MissingPf") == CUDA_ERROR_NOT_FOUND);
+  // A kernel with no host implementation cannot run here: an error, and stderr names it, once.
+  char stderr_path[] = "/tmp/ndt_standin_stderr_XXXXXX";
+  const int captured = mkstemp(stderr_path);
+  REQUIRE(captured >= 0);
+  std::fflush(stderr);
+  const int saved = dup(STDERR_FILENO);
+  dup2(captured, STDERR_FILENO);
+  const CUresult first = api.cuModuleGetFunction(&missing, module, "_Z7MissingPf");
+  const CUresult again = api.cuModuleGetFunction(&missing, module, "_Z7MissingPf");
+  std::fflush(stderr);
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  close(captured);
+  CHECK(first == CUDA_ERROR_NOT_FOUND);
+  CHECK(again == CUDA_ERROR_NOT_FOUND);
+  std::FILE* said = std::fopen(stderr_path, "r");
+  REQUIRE(said != nullptr);
+  char line[512] = {};
+  std::string text;
+  while (std::fgets(line, sizeof(line), said) != nullptr) text += line;
+  std::fclose(said);
+  std::remove(stderr_path);
+  CHECK(text ==
+        "ndtrace stand-in device: kernel _Z7MissingPf has no host implementation, so it cannot run "
+        "here (CUDA_ERROR_NOT_FOUND); the stand-in runs only the kernels tests/standin/README.md "
+        "lists: run this program on a GPU\n");
   const char* name = nullptr;
   CHECK(api.cuFuncGetName(&name, add) == CUDA_SUCCESS);
   CHECK(std::string(name) == kVectorAdd);
