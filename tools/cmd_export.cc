@@ -18,14 +18,17 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <unordered_map>
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
 
 #include "formats/check.h"
 #include "formats/nvtx_paths.h"
 #include "formats/trace_reader.h"
+#include "replayer/run_set.h"
 #include "replayer/trace_diff.h"
 #include "tools/cli_support.h"
 #include "tools/ndtrace_commands.h"
@@ -379,25 +382,53 @@ void ExportPerfetto(format::TraceReader& reader, OutputFile& out) {
 
 // Both runs of a diff on one timeline (process 1: run A, process 2: run B; both from their
 // trace's start), the first divergent op flagged in each.
-void ExportPerfettoDiff(format::TraceReader& a, format::TraceReader& b,
-                        const replay::DiffReport& report, OutputFile& out) {
-  std::optional<uint64_t> marked_a, marked_b;
-  std::string mark;
-  if (report.first_divergence) {
-    const replay::Divergence& d = *report.first_divergence;
-    mark = std::string(replay::DivergenceClassName(d.klass)) + ": " + d.what;
-    if (d.klass != replay::DivergenceClass::kUncovered) {
-      marked_a = d.op.sequence;
-      marked_b = d.sequence_b;
+// Both runs on one timeline, every process of each (run_set.h): for the i-th pair, process 2i+1
+// is run A's and 2i+2 run B's, all from their trace's start, the first divergent op flagged in
+// each; then the processes present in one run only. Returns the worst trace state (damage).
+int ExportPerfettoDiff(const ExportOptions& options, const replay::RunDiff& diff, OutputFile& out) {
+  PerfettoWriter writer(out);
+  uint32_t pid = 0;
+  int state = kExitOk;
+  const auto add = [&](const std::string& path, const std::string& name,
+                       std::optional<uint64_t> marked, const std::string& mark) {
+    std::unique_ptr<format::TraceReader> reader = OpenTraceOrReport(path);
+    if (reader == nullptr) {
+      state = std::max(state, static_cast<int>(kExitUsage));
+      return;
+    }
+    writer.BeginProcess(++pid, name, marked, mark);
+    format::Record record;
+    while (reader->Next(&record)) writer.Add(record);
+    state = std::max(state, ReportTraceState(path, *reader));
+  };
+  for (const auto& [key, report] : diff.processes) {
+    std::optional<uint64_t> marked_a, marked_b;
+    std::string mark;
+    if (report.first_divergence) {
+      const replay::Divergence& d = *report.first_divergence;
+      mark = std::string(replay::DivergenceClassName(d.klass)) + ": " + d.what;
+      if (d.klass != replay::DivergenceClass::kUncovered) {
+        marked_a = d.op.sequence;
+        marked_b = d.sequence_b;
+      }
+    }
+    const std::string process = diff.single() ? std::string() : " (" + key + ")";
+    add(report.path_a, "run A" + process + ": " + report.path_a, marked_a, mark);
+    add(report.path_b, "run B" + process + ": " + report.path_b, marked_b, mark);
+  }
+  for (const auto& [run, path, keys] :
+       {std::tuple{"A", options.trace, &diff.only_in_a}, {"B", options.diff_with, &diff.only_in_b}}) {
+    if (keys->empty()) continue;
+    StatusOr<std::vector<replay::ProcessTrace>> traces = replay::FindProcessTraces(path);
+    if (!traces.ok()) continue;
+    for (const replay::ProcessTrace& trace : *traces) {
+      if (std::find(keys->begin(), keys->end(), trace.key) == keys->end()) continue;
+      add(trace.path, std::string("run ") + run + " only (" + trace.key + "): " + trace.path,
+          std::nullopt, "");
     }
   }
-  PerfettoWriter writer(out);
-  format::Record record;
-  writer.BeginProcess(1, "run A: " + report.path_a, marked_a, mark);
-  while (a.Next(&record)) writer.Add(record);
-  writer.BeginProcess(2, "run B: " + report.path_b, marked_b, mark);
-  while (b.Next(&record)) writer.Add(record);
   writer.Finish();
+  return state;
 }
 
 int RunExport(const ExportOptions& options) {
@@ -409,35 +440,43 @@ int RunExport(const ExportOptions& options) {
     PrintError("--diff applies to --format perfetto only");
     return kExitUsage;
   }
-  std::unique_ptr<format::TraceReader> reader = OpenTraceOrReport(options.trace);
-  if (reader == nullptr) return kExitUsage;
-  StatusOr<std::unique_ptr<OutputFile>> out = OutputFile::Open(options.output);
-  if (!out.ok()) {
-    PrintError(out.status().message());
-    return kExitUsage;
-  }
-  std::unique_ptr<format::TraceReader> other;
+  const auto open_output = [&]() -> std::unique_ptr<OutputFile> {
+    StatusOr<std::unique_ptr<OutputFile>> out = OutputFile::Open(options.output);
+    if (!out.ok()) {
+      PrintError(out.status().message());
+      return nullptr;
+    }
+    return std::move(out).value();
+  };
   if (!options.diff_with.empty()) {
-    other = OpenTraceOrReport(options.diff_with);
-    if (other == nullptr) return kExitUsage;
-    StatusOr<replay::DiffReport> report = replay::DiffTraces(options.trace, options.diff_with);
-    if (!report.ok()) {
-      PrintError(report.status().message());
+    StatusOr<replay::RunDiff> diff = replay::DiffRuns(options.trace, options.diff_with);
+    if (!diff.ok()) {
+      PrintError(diff.status().message());
       return kExitUsage;
     }
-    ExportPerfettoDiff(*reader, *other, *report, **out);
-  } else if (options.format == "json") {
-    ExportJson(*reader, options, **out);
-  } else {
-    ExportPerfetto(*reader, **out);
+    std::unique_ptr<OutputFile> out = open_output();
+    if (out == nullptr) return kExitUsage;
+    const int state = ExportPerfettoDiff(options, *diff, *out);
+    if (Status closed = out->Close(); !closed.ok()) {
+      PrintError(closed.message());
+      return kExitUsage;
+    }
+    return state;
   }
-  if (Status closed = (*out)->Close(); !closed.ok()) {
+  std::unique_ptr<format::TraceReader> reader = OpenTraceOrReport(options.trace);
+  if (reader == nullptr) return kExitUsage;
+  std::unique_ptr<OutputFile> out = open_output();
+  if (out == nullptr) return kExitUsage;
+  if (options.format == "json") {
+    ExportJson(*reader, options, *out);
+  } else {
+    ExportPerfetto(*reader, *out);
+  }
+  if (Status closed = out->Close(); !closed.ok()) {
     PrintError(closed.message());
     return kExitUsage;
   }
-  // Both traces were read to their end: the damage of either is reported.
-  const int state = ReportTraceState(options.trace, *reader);
-  return other ? std::max(state, ReportTraceState(options.diff_with, *other)) : state;
+  return ReportTraceState(options.trace, *reader);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -190,6 +191,58 @@ TEST_CASE("ndtrace refuses a file that is not a trace with exit 2", "[cli]") {
   CHECK(result.exit_code == 2);
   CHECK(result.out.empty());
   CHECK(result.err.rfind("error: " + text.string(), 0) == 0);
+}
+
+TEST_CASE("show lists ops in op order however threads interleave in the file", "[cli]") {
+  TempDir dir;
+  const fs::path trace = dir / "threads.ndt";
+  SyntheticOptions options = GoldenOptions();
+  options.threads = 3;  // three threads' chunks interleave in the file
+  WriteTrace(trace, options);
+  const RunResult result = Ndtrace({"show", "--stable", trace.string()}, dir);
+  REQUIRE(result.exit_code == 0);
+  std::vector<uint64_t> sequences;
+  for (const std::string& line : Lines(result.out)) {
+    if (line.rfind("op ", 0) == 0) sequences.push_back(std::stoull(line.substr(3)));
+  }
+  CHECK(sequences.size() == ndt::tools::SyntheticOpCount(options));
+  CHECK(std::is_sorted(sequences.begin(), sequences.end()));
+}
+
+TEST_CASE("show cuts lines to the terminal's width, and --wide prints them whole", "[cli]") {
+  TempDir dir;
+  const fs::path trace = dir / "synthetic.ndt";
+  WriteTrace(trace, GoldenOptions());
+  // On a terminal 60 columns wide (`script` gives the command one, `stty` sets its width).
+  const auto on_terminal = [&](const std::string& flags) {
+    const fs::path out = dir / "terminal.txt";
+    const std::string command = "script -qec \"stty cols 60; '" NDTRACE_BIN "' show " + flags +
+                                " '" + trace.string() + "'\" /dev/null > '" + out.string() + "'";
+    REQUIRE(std::system(command.c_str()) == 0);
+    std::string text = ReadFile(out);
+    text.erase(std::remove(text.begin(), text.end(), '\r'), text.end());
+    return Lines(text);
+  };
+  const auto columns = [](const std::string& line) {
+    return static_cast<size_t>(std::count_if(line.begin(), line.end(), [](char c) {
+      return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+    }));
+  };
+  size_t cut = 0, longest = 0;
+  for (const std::string& line : on_terminal("")) {
+    longest = std::max(longest, columns(line));
+    if (line.size() >= 3 && line.compare(line.size() - 3, 3, "…") == 0) ++cut;
+  }
+  CHECK(longest <= 60);
+  CHECK(cut > 10);
+  longest = 0;
+  for (const std::string& line : on_terminal("--wide")) longest = std::max(longest, columns(line));
+  CHECK(longest > 60);
+  // Piped, lines are whole without --wide.
+  const RunResult piped = Ndtrace({"show", trace.string()}, dir);
+  longest = 0;
+  for (const std::string& line : Lines(piped.out)) longest = std::max(longest, columns(line));
+  CHECK(longest > 60);
 }
 
 TEST_CASE("show --stable of a synthetic trace matches the golden file", "[cli]") {

@@ -60,6 +60,25 @@ TEST_CASE("check compares two runs rank by rank and names the rank that diverged
   const RunResult diff = Run(kNdtrace + " diff --json '" + a + "' '" + b + "'");
   CHECK(diff.status == 1);
   CHECK(diff.out.find("\"schema\": \"ndtrace.diff-set/1\"") != std::string::npos);
+
+  // export --diff puts every process of both runs on the timeline, paired by rank, and flags
+  // the first divergence in the rank that diverged.
+  const std::string json = (dir / "both.json").string();
+  const RunResult exported = Run(kNdtrace + " export '" + a + "' --format perfetto --diff '" +
+                                 b + "' -o '" + json + "'");
+  CHECK(exported.status == 0);
+  const std::string timeline = Slurp(json);
+  for (const char* process : {"\"run A (rank 0): ", "\"run B (rank 0): ", "\"run A (rank 1): ",
+                              "\"run B (rank 1): "}) {
+    INFO(process);
+    CHECK(timeline.find(process) != std::string::npos);
+  }
+  size_t flagged = 0;
+  for (size_t at = timeline.find("\"FIRST DIVERGENCE: "); at != std::string::npos;
+       at = timeline.find("\"FIRST DIVERGENCE: ", at + 1)) {
+    ++flagged;
+  }
+  CHECK(flagged == 2);  // rank 1's op, in run A and in run B
 }
 
 TEST_CASE("check: two deterministic ranks are identical", "[multi]") {
