@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <memory>
 #include <optional>
 #include <set>
@@ -130,6 +131,27 @@ std::string ChangeText(uint64_t before, uint64_t after) {
                         static_cast<double>(before);
   if (std::fabs(change) < 0.5) return "±0 %";
   return fmt::format("{:+.0f} %", change);
+}
+
+std::string RenderCostJson(const DeterminismCost& cost) {
+  nlohmann::json lines = nlohmann::json::array();
+  for (const CostLine& line : cost.replaced) {
+    lines.push_back({{"name", line.name},
+                     {"ops", line.ops},
+                     {"plain_ns", line.plain_ns},
+                     {"policy_ns", line.policy_ns},
+                     {"change", ChangeText(line.plain_ns, line.policy_ns)}});
+  }
+  const nlohmann::json document = {
+      {"schema", "ndtrace.cost/1"},
+      {"measured", cost.measured},
+      {"why_not", cost.why_not},
+      {"replaced", std::move(lines)},
+      {"unmatched", cost.unmatched},
+      {"plain_total_ns", cost.plain_total_ns},
+      {"policy_total_ns", cost.policy_total_ns},
+      {"total_change", ChangeText(cost.plain_total_ns, cost.policy_total_ns)}};
+  return document.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string RenderCostText(const DeterminismCost& cost) {

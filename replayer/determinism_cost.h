@@ -37,6 +37,9 @@ StatusOr<DeterminismCost> MeasureDeterminismCost(const std::string& policy_trace
 // "+41 %", "-3 %", "±0 %"; "n/a" when `before` is 0.
 std::string ChangeText(uint64_t before, uint64_t after);
 
+// The JSON document ("ndtrace.cost/1", replayer/README.md), one line.
+std::string RenderCostJson(const DeterminismCost& cost);
+
 // The lines `check` prints: "cost of determinism (GPU time): ..." then one per op name and the
 // total; or why it was not measured.
 std::string RenderCostText(const DeterminismCost& cost);

@@ -124,25 +124,7 @@ std::string RenderDiffHtml(const DiffReport& report, const DiffTimeline& timelin
   data["ops"] = std::move(ops);
   data["ops_omitted"] = timeline.omitted();
   data["policy"] = PolicyDecisions(report.path_a, &notes);
-  data["cost"] = nullptr;
-  if (text.cost) {
-    nlohmann::json lines = nlohmann::json::array();
-    for (const CostLine& line : text.cost->replaced) {
-      lines.push_back({{"name", line.name},
-                       {"ops", line.ops},
-                       {"plain_ns", line.plain_ns},
-                       {"policy_ns", line.policy_ns},
-                       {"change", ChangeText(line.plain_ns, line.policy_ns)}});
-    }
-    data["cost"] = {{"measured", text.cost->measured},
-                    {"why_not", text.cost->why_not},
-                    {"replaced", std::move(lines)},
-                    {"unmatched", text.cost->unmatched},
-                    {"plain_total_ns", text.cost->plain_total_ns},
-                    {"policy_total_ns", text.cost->policy_total_ns},
-                    {"total_change",
-                     ChangeText(text.cost->plain_total_ns, text.cost->policy_total_ns)}};
-  }
+  data["cost"] = text.cost ? nlohmann::json::parse(RenderCostJson(*text.cost)) : nlohmann::json(nullptr);
   data["notes"] = notes;
   std::string page = kReportPage;
   const size_t marker = page.find(kDataMarker);

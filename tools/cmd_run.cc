@@ -1,4 +1,4 @@
-// `ndtrace run [--deterministic | --pin TRACE] [--show-decisions N] -- CMD...`: runs CMD with the
+// `ndtrace run [--deterministic | --pin TRACE] [--show-decisions N] [--report] [--report-json FILE] -- CMD...`: runs CMD with the
 // tracer applying a policy, without keeping a trace. The tracer records into a temporary trace
 // (metadata only: no digests) so that the policy's decisions can be listed when CMD ends; the
 // trace is then deleted.
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "formats/trace_reader.h"
+#include "replayer/determinism_cost.h"
 #include "tools/cli_support.h"
 #include "tools/ndtrace_commands.h"
 #include "tools/record_text.h"
@@ -25,8 +26,22 @@ struct RunOptions {
   PolicyOptions policy;
   PythonOptions python;
   size_t show = 10;
+  bool report = false;      // --report: what the policy costs in GPU time (one more, plain run)
+  std::string report_json;  // --report-json FILE: the same as an ndtrace.cost/1 document
   std::vector<std::string> command;
 };
+
+// `text`'s lines, without their newlines.
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  for (size_t end = text.find('\n'); end != std::string::npos; end = text.find('\n', start)) {
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  if (start < text.size()) lines.push_back(text.substr(start));
+  return lines;
+}
 
 // Prints the policy decisions of the trace at `path`: a count, then the first `show` of them.
 void PrintDecisions(const std::string& path, size_t show) {
@@ -82,15 +97,52 @@ int RunRun(const RunOptions& options) {
     return kExitUsage;
   }
   PrintDecisions(trace, options.show);
-  // Children of the program (fork) write <trace>.<pid>: remove those too.
-  const std::string prefix = std::filesystem::path(trace).filename().string();
-  for (const auto& entry : std::filesystem::directory_iterator(
-           std::filesystem::path(trace).parent_path(), error)) {
-    if (entry.path().filename().string().rfind(prefix, 0) == 0) {
-      std::filesystem::remove(entry.path(), error);
+  int status = run->exit_code;
+  // --report: the program once more without the policy, and the GPU time of what it replaced.
+  const std::string plain = trace.substr(0, trace.size() - 4) + "-plain.ndt";
+  if (options.report || !options.report_json.empty()) {
+    fmt::print(stderr, "ndtrace: one run without the policy, to measure what it costs\n");
+    unsetenv("NDTRACE_POLICY");
+    unsetenv("NDTRACE_PIN");
+    // Its output goes to a log (removed below): the program's own output is the first run's.
+    StatusOr<TracedRun> without = RunTraced("run", options.command, plain, plain + ".log");
+    StatusOr<replay::DeterminismCost> cost =
+        without.ok() ? replay::MeasureDeterminismCost(trace, plain)
+                     : StatusOr<replay::DeterminismCost>(without.status());
+    if (!cost.ok()) {
+      PrintError("run: cost of determinism not measured: " + cost.status().message());
+      status = kExitUsage;
+    } else {
+      if (options.report) {
+        for (const std::string& line : Lines(replay::RenderCostText(*cost))) {
+          fmt::print(stderr, "ndtrace: {}\n", line);
+        }
+      }
+      if (!options.report_json.empty()) {
+        StatusOr<std::unique_ptr<OutputFile>> out = OutputFile::Open(options.report_json);
+        Status written = out.ok() ? Status::Ok() : out.status();
+        if (out.ok()) {
+          (*out)->Write(replay::RenderCostJson(*cost) + "\n");
+          written = (*out)->Close();
+        }
+        if (!written.ok()) {
+          PrintError("run: --report-json: " + written.message());
+          status = kExitUsage;
+        }
+      }
     }
   }
-  return run->exit_code;
+  // Children of the program (fork) write <trace>.<pid>: remove those too.
+  for (const std::string& path : {trace, plain}) {
+    const std::string prefix = std::filesystem::path(path).filename().string();
+    for (const auto& entry : std::filesystem::directory_iterator(
+             std::filesystem::path(path).parent_path(), error)) {
+      if (entry.path().filename().string().rfind(prefix, 0) == 0) {
+        std::filesystem::remove(entry.path(), error);
+      }
+    }
+  }
+  return status;
 }
 
 }  // namespace
@@ -101,6 +153,12 @@ Command AddRunCommand(CLI::App& parent) {
       "run", "Run CMD under a policy (--deterministic or --pin TRACE) without keeping a trace.");
   AddPolicyOptions(app, &options->policy);
   AddPythonOptions(app, &options->python);
+  app->add_flag("--report", options->report,
+                "Run CMD once more without the policy and say what determinism costs in GPU time "
+                "(CUPTI), per replaced op name and for the whole run");
+  app->add_option("--report-json", options->report_json,
+                  "The same, written to FILE as an ndtrace.cost/1 JSON document")
+      ->type_name("FILE");
   app->add_option("--show-decisions", options->show,
                   "List at most N policy decisions when CMD ends (default 10)")
       ->check(WholeNumber(0, 1000000));

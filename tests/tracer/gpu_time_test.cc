@@ -133,4 +133,24 @@ TEST_CASE("the Perfetto export has GPU tracks with GPU times, and says when it h
   std::remove(json.c_str());
 }
 
+TEST_CASE("run --report says what determinism costs in GPU time, in text and JSON",
+          "[tracer][gpu_time]") {
+  const std::string json = TempPath("cost.json");
+  const RunResult run = Run(std::string("'") + NDTRACE_BIN + "' run --deterministic --report " +
+                            "--report-json '" + json + "' -- '" + PROG_CONV_LEGACY + "'");
+  REQUIRE(run.status == 0);
+  // The program's output is its policy run's, once.
+  size_t checksums = 0;
+  for (const std::string& line : Lines(run.out)) checksums += line.rfind("checksum ", 0) == 0;
+  CHECK(checksums == 1);
+  CHECK(Contains(run.err, "ndtrace: cost of determinism (GPU time"));
+  CHECK(Contains(run.err, "ndtrace:   cudnnConvolutionBackwardFilter (1 replaced op): "));
+  CHECK(Contains(run.err, "ndtrace:   whole run: "));
+  const std::string document = Slurp(json);
+  CHECK(Contains(document, "\"schema\":\"ndtrace.cost/1\""));
+  CHECK(Contains(document, "\"measured\":true"));
+  CHECK(Contains(document, "\"name\":\"cudnnConvolutionBackwardFilter\""));
+  std::remove(json.c_str());
+}
+
 }  // namespace
