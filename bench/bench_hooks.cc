@@ -23,27 +23,11 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using ndt::bench::ResolveDriver;
 
 // Reaches the driver the way cudart does (dlopen + cuGetProcAddress_v2), times `calls`
 // memsets one by one and prints "median_ns p99_ns".
 int Child(long calls) {
-  void* gpa = ndt::bench::DriverProcAddress();
-  auto init = ResolveDriver<CUresult (*)(unsigned)>(gpa, "cuInit");
-  auto device_get = ResolveDriver<CUresult (*)(CUdevice*, int)>(gpa, "cuDeviceGet");
-  auto retain = ResolveDriver<CUresult (*)(CUcontext*, CUdevice)>(gpa, "cuDevicePrimaryCtxRetain");
-  auto set_current = ResolveDriver<CUresult (*)(CUcontext)>(gpa, "cuCtxSetCurrent");
-  auto alloc = ResolveDriver<CUresult (*)(CUdeviceptr*, size_t)>(gpa, "cuMemAlloc");
-  auto memset = ResolveDriver<CUresult (*)(CUdeviceptr, unsigned char, size_t)>(gpa, "cuMemsetD8");
-  CUdevice device;
-  CUcontext context;
-  CUdeviceptr buffer;
-  if (init(0) != CUDA_SUCCESS || device_get(&device, 0) != CUDA_SUCCESS ||
-      retain(&context, device) != CUDA_SUCCESS || set_current(context) != CUDA_SUCCESS ||
-      alloc(&buffer, 16) != CUDA_SUCCESS) {
-    std::fprintf(stderr, "error: driver setup failed\n");
-    return 3;
-  }
+  const auto [memset, buffer] = ndt::bench::SetUpMemset();
   std::vector<long> ns(calls);
   for (long i = 0; i < calls; ++i) {
     const auto start = Clock::now();

@@ -25,7 +25,6 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using ndt::bench::ResolveDriver;
 
 constexpr int kBatch = 64;
 
@@ -60,22 +59,7 @@ int ChildRanges(long batches) {
 
 // One cuMemsetD8 per iteration, inside a fresh range (mode "op_in_range") or not ("op").
 int ChildOps(long batches, bool ranges) {
-  void* gpa = ndt::bench::DriverProcAddress();
-  auto init = ResolveDriver<CUresult (*)(unsigned)>(gpa, "cuInit");
-  auto device_get = ResolveDriver<CUresult (*)(CUdevice*, int)>(gpa, "cuDeviceGet");
-  auto retain = ResolveDriver<CUresult (*)(CUcontext*, CUdevice)>(gpa, "cuDevicePrimaryCtxRetain");
-  auto set_current = ResolveDriver<CUresult (*)(CUcontext)>(gpa, "cuCtxSetCurrent");
-  auto alloc = ResolveDriver<CUresult (*)(CUdeviceptr*, size_t)>(gpa, "cuMemAlloc");
-  auto memset = ResolveDriver<CUresult (*)(CUdeviceptr, unsigned char, size_t)>(gpa, "cuMemsetD8");
-  CUdevice device;
-  CUcontext context;
-  CUdeviceptr buffer;
-  if (init(0) != CUDA_SUCCESS || device_get(&device, 0) != CUDA_SUCCESS ||
-      retain(&context, device) != CUDA_SUCCESS || set_current(context) != CUDA_SUCCESS ||
-      alloc(&buffer, 16) != CUDA_SUCCESS) {
-    std::fprintf(stderr, "error: driver setup failed\n");
-    return 3;
-  }
+  const auto [memset, buffer] = ndt::bench::SetUpMemset();
   std::vector<double> per_op(batches);
   for (long b = 0; b < batches; ++b) {
     const auto start = Clock::now();

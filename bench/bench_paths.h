@@ -62,4 +62,33 @@ T ResolveDriver(void* cuGetProcAddress_v2, const char* name) {
   return reinterpret_cast<T>(fn);
 }
 
+// The driver's cuMemsetD8 and a 16-byte device buffer for it, in device 0's primary context,
+// reached as cudart reaches the driver: what the hook benchmarks time. Exits (status 3) when the
+// driver cannot be set up.
+struct MemsetTarget {
+  CUresult (*memset)(CUdeviceptr, unsigned char, size_t) = nullptr;
+  CUdeviceptr buffer = 0;
+};
+
+inline MemsetTarget SetUpMemset() {
+  void* gpa = DriverProcAddress();
+  auto init = ResolveDriver<CUresult (*)(unsigned)>(gpa, "cuInit");
+  auto device_get = ResolveDriver<CUresult (*)(CUdevice*, int)>(gpa, "cuDeviceGet");
+  auto retain = ResolveDriver<CUresult (*)(CUcontext*, CUdevice)>(gpa, "cuDevicePrimaryCtxRetain");
+  auto set_current = ResolveDriver<CUresult (*)(CUcontext)>(gpa, "cuCtxSetCurrent");
+  auto alloc = ResolveDriver<CUresult (*)(CUdeviceptr*, size_t)>(gpa, "cuMemAlloc");
+  MemsetTarget target;
+  target.memset =
+      ResolveDriver<CUresult (*)(CUdeviceptr, unsigned char, size_t)>(gpa, "cuMemsetD8");
+  CUdevice device;
+  CUcontext context;
+  if (init(0) != CUDA_SUCCESS || device_get(&device, 0) != CUDA_SUCCESS ||
+      retain(&context, device) != CUDA_SUCCESS || set_current(context) != CUDA_SUCCESS ||
+      alloc(&target.buffer, 16) != CUDA_SUCCESS) {
+    std::fprintf(stderr, "error: driver setup failed\n");
+    std::exit(3);
+  }
+  return target;
+}
+
 }  // namespace ndt::bench
