@@ -467,8 +467,14 @@ TEST_CASE("diff of a run against a cut or shorter copy takes no more memory than
   const long against_shorter = DiffPeakRssKib(shorter, a);
   INFO("peak RSS KiB: identical " << identical << ", cut " << against_cut << ", shorter "
                                   << against_shorter);
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan keeps freed blocks in quarantine (up to 256 MiB) and pads every block, so its peak
+  // follows how much was freed, not how much was held at once: the dev build checks the bound.
+  WARN("peak RSS bound not checked under AddressSanitizer");
+#else
   CHECK(against_cut < identical + 16 * 1024);
   CHECK(against_shorter < identical + 16 * 1024);
+#endif
 
   const auto cut_report = DiffTraces(a, cut);
   REQUIRE(cut_report.ok());
