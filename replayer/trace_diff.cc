@@ -26,6 +26,7 @@
 
 #include "formats/trace_reader.h"
 #include "kernels/digest_v1.h"
+#include "replayer/capture_placement.h"
 #include "replayer/op_compare.h"
 
 namespace ndt::replay {
@@ -138,6 +139,35 @@ struct RootQuery {
   bool exact = false;
 };
 
+// A kernel launch's captured whole allocation whose bytes differ between the runs
+// (capture_placement.h): where they differ, and where the op's pointer parameters point into it.
+struct CaptureCheck {
+  std::string name;  // the blob argument: "blob:in:alloc<id>" or "blob:out:alloc<id>"
+  uint64_t allocation = 0;
+  uint64_t bytes = 0;             // the longer of the two blobs
+  std::vector<uint64_t> offsets;  // ascending; the same in both runs
+  std::vector<ByteRange> differing;
+  bool checked = false;  // false: the op may reach bytes other than its tensors (see CheckCaptures)
+};
+
+enum class CaptureVerdict : uint8_t {
+  kUnchecked,  // not known which bytes the op reaches: the difference counts
+  kInside,     // a differing byte lies in a tensor the op points at
+  kOutside,    // every differing byte lies outside them: placement
+};
+
+// An aligned pair whose classification waits for the end of the diff (Differ::Defer).
+struct Deferred {
+  OpRecord a;
+  OpRecord b;
+  uint64_t lane_index = 0;
+  uint64_t lane_index_b = 0;
+  Divergence d;  // located, nothing classified yet
+  std::vector<CaptureCheck> checks;
+  std::string input;               // the captured input that differed where the op reads it
+  std::optional<RootQuery> query;  // its root, asked for as the pair was compared, refined since
+};
+
 class Differ {
  public:
   Differ(std::unique_ptr<format::TraceReader> a, std::unique_ptr<format::TraceReader> b,
@@ -178,6 +208,7 @@ class Differ {
       for (const OpRecord& op : lane.b) Structural(nullptr, 0, &op, lane.next_index_b++, "only in run B");
     }
     CompareStateDigests();
+    ResolveDeferred();
     DecideUncovered();
     ApplyRootQuery();
     AddExactDifference();
@@ -206,6 +237,7 @@ class Differ {
       (run_a ? report_.ops_a : report_.ops_b)++;
       (run_a ? last_sequence_a_ : last_sequence_b_) = op->sequence;
       if (IsLifecycleOp(*op)) return;
+      (run_a ? starts_a_ : starts_b_).Observe(*op);
       threads_.insert(op->thread_id);
       Lane& lane = lanes_[(run_a ? lane_keys_a_ : lane_keys_b_).Key(*op)];
       (run_a ? lane.a : lane.b).push_back(std::move(*op));
@@ -429,6 +461,8 @@ class Differ {
     ++report_.ops_compared;
     pair_index_b_ = lane_index_b;
     pending_query_.reset();
+    pending_placement_.clear();
+    pending_checks_.clear();
     Divergence d;
     d.op = Locate(a, lane_index, lane_keys_a_);
     d.sequence_b = b.sequence;
@@ -515,18 +549,67 @@ class Differ {
       AddOutputEvidence(a, b, &d);
       return Found(std::move(d), a, b);
     }
-    if (const std::vector<std::string> captured = DifferingCaptures(a, b, "in");
-        !captured.empty()) {
+    // Captured whole allocations are read only for a pair that may be the first divergence.
+    std::vector<CaptureCheck> checks;
+    if (!report_.first_divergence || a.sequence < divergence_key_) checks = CheckCaptures(a, b);
+    ClassifyByData(a, lane_index, b, lane_index_b, std::move(d), std::move(checks), nullptr);
+  }
+
+  // The rest of ComparePair, from the op's captured buffers on. A kernel's captured whole
+  // allocation that differs only outside the tensors the op points at (`checks`, Verdict) is
+  // placement: not an input or output that differs. Such a verdict is final, but one that
+  // finds differing bytes inside may change as the diff learns where further tensors start
+  // (TensorStarts): while the pair could still be the first divergence it waits (Defer) and is
+  // decided at the end (ResolveDeferred: `deferred` is then its entry).
+  void ClassifyByData(const OpRecord& a, uint64_t lane_index, const OpRecord& b,
+                      uint64_t lane_index_b, Divergence d, std::vector<CaptureCheck> checks,
+                      Deferred* deferred) {
+    std::set<std::string> placement;  // blob arguments whose differences are placement
+    bool inside = false;
+    for (const CaptureCheck& check : checks) {
+      switch (Verdict(check, a, b)) {
+        case CaptureVerdict::kOutside:
+          placement.insert(check.name);
+          break;
+        case CaptureVerdict::kInside:
+          inside = true;
+          break;
+        case CaptureVerdict::kUnchecked:
+          break;
+      }
+    }
+    std::vector<std::string> captured;  // inputs that differ where the op reads them
+    for (std::string& name : DifferingCaptures(a, b, "in")) {
+      if (!placement.count(name)) captured.push_back(std::move(name));
+    }
+    std::optional<Divergence> propagated;
+    if (!captured.empty()) {
       const std::string role = captured.front().substr(8);
-      d.klass = DivergenceClass::kPropagated;
-      d.evidence.push_back("captured input `" + role + "` differs: blob " +
-                           *TextOf(a, captured.front()) + " in run A, " +
-                           *TextOf(b, captured.front()) + " in run B");
+      propagated = d;
+      propagated->klass = DivergenceClass::kPropagated;
+      propagated->evidence.push_back("captured input `" + role + "` differs: blob " +
+                                     *TextOf(a, captured.front()) + " in run A, " +
+                                     *TextOf(b, captured.front()) + " in run B");
       const auto* base = FindArgument(a, role);  // a launch's `alloc<id>`
       const auto* allocation = base ? std::get_if<format::DevicePointer>(&base->value) : nullptr;
-      PointBack(allocation ? *allocation : format::DevicePointer{}, a.sequence, &d);
-      AddOutputEvidence(a, b, &d);
-      return Found(std::move(d), a, b);
+      PointBack(allocation ? *allocation : format::DevicePointer{}, a.sequence, &*propagated);
+      if (deferred != nullptr && deferred->input == captured.front()) {
+        // Its root was asked for as the pair was compared (the writers before it may since
+        // have been forgotten), and refined as later-read writers arrived.
+        pending_query_ = std::move(deferred->query);
+      }
+      AddOutputEvidence(a, b, &*propagated, &placement);
+    }
+    if (inside && deferred == nullptr &&
+        Defer(a, lane_index, b, lane_index_b, d, checks,
+              captured.empty() ? std::string() : captured.front())) {
+      return;
+    }
+    NotePlacement(a, checks, placement, propagated ? &*propagated : &d);
+    if (propagated) {
+      pending_placement_ = std::move(placement);
+      pending_checks_ = std::move(checks);
+      return Found(std::move(*propagated), a, b);
     }
     if (a.status != b.status) {
       Structural(&a, lane_index, &b, lane_index,
@@ -576,7 +659,7 @@ class Differ {
       return Found(std::move(d), a, b);
     }
     d.klass = DivergenceClass::kNondeterministicOp;
-    if (AddOutputEvidence(a, b, &d)) {
+    if (AddOutputEvidence(a, b, &d, &placement)) {
       const bool inputs_known =
           !a.inputs.empty() || std::any_of(a.args.begin(), a.args.end(), [&](const auto& arg) {
             return arg.name.rfind("blob:in:", 0) == 0 && CapturedBlob(a, arg.name) &&
@@ -585,11 +668,202 @@ class Differ {
       d.what = inputs_known ? "the op gave different results from identical inputs"
                             : "the op gave different results in the two runs";
       if (a.algorithm) d.evidence.push_back("algorithm (same in both runs): " + ChoiceText(*a.algorithm));
+      pending_placement_ = std::move(placement);
+      pending_checks_ = std::move(checks);
       return Found(std::move(d), a, b);
     }
     if (options_.observer != nullptr) {
       const OpLocation location_b = Locate(b, lane_index_b, lane_keys_b_);
       options_.observer->Pair({PairOutcome::Kind::kIdentical, &d.op, &location_b});
+    }
+  }
+
+  // The differing captured whole allocations of a kernel launch, with where they differ. One is
+  // left unchecked (its difference counts, as before) when the op may reach bytes of it other
+  // than where its pointer parameters point: a parameter passed as bytes (a struct) or a
+  // captured allocation (a table of pointers) holds an address in it; or when no pointer
+  // parameter points into it, they point at other offsets in the two runs, or a blob is larger
+  // than kMaxExactCompareBytes or cannot be read.
+  std::vector<CaptureCheck> CheckCaptures(const OpRecord& a, const OpRecord& b) {
+    std::vector<CaptureCheck> checks;
+    if (a.kind != format::OpKind::kKernelLaunch) return checks;
+    std::vector<std::string> names = DifferingCaptures(a, b, "in");
+    for (std::string& name : DifferingCaptures(a, b, "out")) names.push_back(std::move(name));
+    if (names.empty()) return checks;
+    // The bytes of every captured input allocation of each run, read once, for the pointer scan.
+    InputBlobs inputs_a, inputs_b;
+    for (const std::string& name : names) {
+      CaptureCheck check;
+      check.name = name;
+      const std::string role = name.substr(name.find(':', 5) + 1);
+      const auto* base_a = PointerOf(a, role);
+      const auto* base_b = PointerOf(b, role);
+      if (base_a == nullptr || base_b == nullptr || base_a->allocation_id == 0 ||
+          base_a->allocation_id != base_b->allocation_id) {
+        continue;  // not a whole allocation: the buffer is the tensor
+      }
+      check.allocation = base_a->allocation_id;
+      check.offsets = ParameterOffsets(a, check.allocation);
+      if (!check.offsets.empty() && check.offsets == ParameterOffsets(b, check.allocation) &&
+          !PointedAtFromBytes(a, *base_a, role, &inputs_a, *a_) &&
+          !PointedAtFromBytes(b, *base_b, role, &inputs_b, *b_)) {
+        StatusOr<std::string> bytes_a = a_->ReadBlob(*CapturedBlob(a, name), kMaxExactCompareBytes);
+        StatusOr<std::string> bytes_b = b_->ReadBlob(*CapturedBlob(b, name), kMaxExactCompareBytes);
+        if (bytes_a.ok() && bytes_b.ok()) {
+          check.bytes = std::max(bytes_a->size(), bytes_b->size());
+          check.differing = DifferingRanges(*bytes_a, *bytes_b);
+          check.checked = true;
+        }
+      }
+      checks.push_back(std::move(check));
+    }
+    return checks;
+  }
+
+  static const format::DevicePointer* PointerOf(const OpRecord& op, std::string_view name) {
+    const format::Argument* argument = FindArgument(op, name);
+    return argument ? std::get_if<format::DevicePointer>(&argument->value) : nullptr;
+  }
+
+  // Where a launch's pointer parameters (`arg<i>`) point into `allocation`, ascending.
+  static std::vector<uint64_t> ParameterOffsets(const OpRecord& op, uint64_t allocation) {
+    std::set<uint64_t> offsets;
+    for (const format::Argument& argument : op.args) {
+      if (argument.name.rfind("arg", 0) != 0) continue;
+      const auto* p = std::get_if<format::DevicePointer>(&argument.value);
+      if (p != nullptr && p->allocation_id == allocation) offsets.insert(p->offset);
+    }
+    return {offsets.begin(), offsets.end()};
+  }
+
+  // The captured input allocations of one run's launch, read once (PointedAtFromBytes).
+  struct InputBlobs {
+    bool read = false;
+    bool failed = false;  // a blob could not be read, or they exceed kMaxExactCompareBytes
+    std::vector<std::string> blobs;
+  };
+
+  // Whether launch `op` may find an address in allocation `base` (captured as `role`) other than
+  // through its pointer parameters: in a parameter passed as bytes, or in the bytes of one of its
+  // captured input allocations (`inputs`, read from `reader` on first use; unreadable: yes).
+  static bool PointedAtFromBytes(const OpRecord& op, const format::DevicePointer& base,
+                                 const std::string& role, InputBlobs* inputs,
+                                 format::TraceReader& reader) {
+    const uint64_t* size = nullptr;
+    if (const auto* argument = FindArgument(op, role + ".bytes")) {
+      size = std::get_if<uint64_t>(&argument->value);
+    }
+    if (size == nullptr || base.raw_address == 0) return true;
+    for (const format::Argument& argument : op.args) {
+      const auto* bytes = std::get_if<format::Argument::Bytes>(&argument.value);
+      if (bytes != nullptr && HoldsPointerInto(bytes->data, base.raw_address, *size)) return true;
+    }
+    if (!inputs->read) {
+      inputs->read = true;
+      uint64_t total = 0;
+      for (const format::Argument& argument : op.args) {
+        if (argument.name.rfind("blob:in:", 0) != 0) continue;
+        const auto id = CapturedBlob(op, argument.name);
+        if (!id) {
+          inputs->failed = true;
+          break;
+        }
+        StatusOr<std::string> blob = reader.ReadBlob(*id, kMaxExactCompareBytes - total);
+        if (!blob.ok()) {
+          inputs->failed = true;
+          break;
+        }
+        total += blob->size();
+        inputs->blobs.push_back(std::move(*blob));
+      }
+      if (inputs->failed) inputs->blobs.clear();
+    }
+    if (inputs->failed) return true;
+    for (const std::string& blob : inputs->blobs) {
+      if (HoldsPointerInto(blob, base.raw_address, *size)) return true;
+    }
+    return false;
+  }
+
+  // Where op a/b's tensors in the checked allocation lie: from each pointer parameter's offset
+  // to the next tensor start either run counts for it (the further of the two: a start only one
+  // run knows may not bound the other's tensor), or the allocation's end.
+  std::vector<ByteRange> Regions(const CaptureCheck& check, const OpRecord& a,
+                                 const OpRecord& b) const {
+    std::vector<ByteRange> regions;
+    for (const uint64_t offset : check.offsets) {
+      const uint64_t end =
+          std::max(starts_a_.NextStart(check.allocation, offset, a.sequence, a.stream_id),
+                   starts_b_.NextStart(check.allocation, offset, b.sequence, b.stream_id));
+      regions.push_back({offset, std::min(end, check.bytes)});
+    }
+    return regions;
+  }
+
+  CaptureVerdict Verdict(const CaptureCheck& check, const OpRecord& a, const OpRecord& b) const {
+    if (!check.checked) return CaptureVerdict::kUnchecked;
+    for (const ByteRange& region : Regions(check, a, b)) {
+      for (const ByteRange& range : check.differing) {
+        if (range.begin < region.end && range.end > region.begin) return CaptureVerdict::kInside;
+      }
+    }
+    return CaptureVerdict::kOutside;
+  }
+
+  // Keeps the pair for the end, when the diff knows every tensor start of both runs: a start
+  // the diff has not read yet (a prefetch issued after the op, written while it was captured)
+  // can only shrink the op's tensors. Only while the pair could be the first divergence, and
+  // for at most kMaxDeferred pairs; otherwise (false) it is decided now, on the starts known.
+  bool Defer(const OpRecord& a, uint64_t lane_index, const OpRecord& b, uint64_t lane_index_b,
+             const Divergence& d, std::vector<CaptureCheck>& checks, const std::string& input) {
+    if (deferred_.size() >= kMaxDeferred ||
+        (report_.first_divergence && a.sequence >= divergence_key_)) {
+      return false;
+    }
+    deferred_.push_back(Deferred{a, b, lane_index, lane_index_b, d, std::move(checks), input,
+                                 std::move(pending_query_)});
+    pending_query_.reset();
+    return true;
+  }
+
+  void ResolveDeferred() {
+    std::sort(deferred_.begin(), deferred_.end(),
+              [](const Deferred& x, const Deferred& y) { return x.a.sequence < y.a.sequence; });
+    std::vector<Deferred> deferred = std::move(deferred_);
+    deferred_.clear();
+    for (Deferred& entry : deferred) {
+      pending_query_.reset();
+      pair_index_b_ = entry.lane_index_b;
+      ClassifyByData(entry.a, entry.lane_index, entry.b, entry.lane_index_b, std::move(entry.d),
+                     std::move(entry.checks), &entry);
+    }
+  }
+
+  // Counts the captured buffers of op `a` whose differences are placement (for the note) and
+  // says so in the op's evidence.
+  void NotePlacement(const OpRecord& a, const std::vector<CaptureCheck>& checks,
+                     const std::set<std::string>& placement, Divergence* d) {
+    for (const CaptureCheck& check : checks) {
+      if (!placement.count(check.name)) continue;
+      const bool input = check.name.rfind("blob:in:", 0) == 0;
+      const std::string role = check.name.substr(input ? 8 : 9);
+      d->evidence.push_back(std::string("captured ") + (input ? "input" : "output") + " `" + role +
+                            "` differs only outside the tensors the op points at "
+                            "(placement, not counted)");
+      ++capture_placement_;
+      if (check.differing.empty() ||
+          (!capture_placement_example_.empty() && a.sequence >= capture_placement_sequence_)) {
+        continue;
+      }
+      capture_placement_sequence_ = a.sequence;
+      std::string where;
+      for (const uint64_t offset : check.offsets) {
+        where += (where.empty() ? "+" : ", +") + std::to_string(offset);
+      }
+      const ByteRange& first = check.differing.front();
+      capture_placement_example_ = "op " + std::to_string(a.sequence) + ", `" + role + "`: bytes " +
+                                   std::to_string(first.begin) + ".." + std::to_string(first.end) +
+                                   " differ first; it points at " + where;
     }
   }
 
@@ -648,16 +922,22 @@ class Differ {
   }
 
   void RefineRootQuery(const LastWriter& writer, const format::DevicePointer& written) {
-    if (!root_query_ || written.allocation_id != root_query_->pointer.allocation_id ||
-        writer.at >= root_query_->before) {
+    if (root_query_) Refine(writer, written, &*root_query_);
+    for (Deferred& deferred : deferred_) {
+      if (deferred.query) Refine(writer, written, &*deferred.query);
+    }
+  }
+
+  static void Refine(const LastWriter& writer, const format::DevicePointer& written,
+                     RootQuery* query) {
+    if (written.allocation_id != query->pointer.allocation_id || writer.at >= query->before) {
       return;
     }
-    RootQuery& query = *root_query_;
-    const bool exact = written.offset == query.pointer.offset;
-    if (query.exact && !exact) return;
-    if (query.best && query.exact == exact && writer.at <= query.best->at) return;
-    query.best = writer;
-    query.exact = exact;
+    const bool exact = written.offset == query->pointer.offset;
+    if (query->exact && !exact) return;
+    if (query->best && query->exact == exact && writer.at <= query->best->at) return;
+    query->best = writer;
+    query->exact = exact;
   }
 
   void ApplyRootQuery() {
@@ -690,7 +970,9 @@ class Differ {
 
   // Adds one evidence line per differing output and the size of the first numeric one;
   // returns whether any output differs.
-  bool AddOutputEvidence(const OpRecord& a, const OpRecord& b, Divergence* d) {
+  // `placement`: captured outputs whose differences are placement (ClassifyByData), left out.
+  bool AddOutputEvidence(const OpRecord& a, const OpRecord& b, Divergence* d,
+                         const std::set<std::string>* placement = nullptr) {
     bool differs = false;
     for (size_t i = 0; i < std::min(a.outputs.size(), b.outputs.size()); ++i) {
       const auto& x = a.outputs[i];
@@ -705,6 +987,7 @@ class Differ {
       }
     }
     for (const std::string& name : DifferingCaptures(a, b, "out")) {
+      if (placement != nullptr && placement->count(name)) continue;
       differs = true;
       d->evidence.push_back("captured output `" + name.substr(9) + "`: blob " + *TextOf(a, name) +
                             " in run A, " + *TextOf(b, name) + " in run B");
@@ -724,8 +1007,14 @@ class Differ {
     }
     std::optional<RootQuery> query = std::move(pending_query_);
     pending_query_.reset();
+    std::set<std::string> placement = std::move(pending_placement_);
+    pending_placement_.clear();
+    std::vector<CaptureCheck> checks = std::move(pending_checks_);
+    pending_checks_.clear();
     if (report_.first_divergence && a.sequence >= divergence_key_) return;
     root_query_ = std::move(query);
+    first_placement_ = std::move(placement);
+    first_checks_ = std::move(checks);
     divergence_key_ = a.sequence;
     first_op_ = std::make_unique<OpRecord>(a);
     first_op_b_ = std::make_unique<OpRecord>(b);
@@ -742,7 +1031,8 @@ class Differ {
     const OpRecord& a = *first_op_;
     const OpRecord& b = *first_op_b_;
     Divergence& d = *report_.first_divergence;
-    const std::vector<std::string> captured = DifferingCaptures(a, b, "out");
+    std::vector<std::string> captured = DifferingCaptures(a, b, "out");
+    std::erase_if(captured, [&](const std::string& name) { return first_placement_.count(name); });
     if (captured.empty()) return;
     const std::string& name = captured.front();
     const std::string role = name.substr(9);
@@ -752,6 +1042,20 @@ class Differ {
       d.evidence.push_back("captured output `" + role + "` not compared element by element: " +
                            (bytes_a.ok() ? bytes_b : bytes_a).status().message());
       return;
+    }
+    // A whole allocation: only the op's tensors are compared (the other tensors of its segment
+    // are placement), when the diff knows where they lie.
+    for (const CaptureCheck& check : first_checks_) {
+      if (check.name != name || !check.checked || bytes_a->size() != bytes_b->size()) continue;
+      uint64_t at = 0;
+      for (const ByteRange& region : Regions(check, a, b)) {
+        if (region.begin > at) {
+          std::copy(bytes_a->begin() + at, bytes_a->begin() + region.begin, bytes_b->begin() + at);
+        }
+        at = std::max(at, region.end);
+      }
+      if (at < bytes_a->size())
+        std::copy(bytes_a->begin() + at, bytes_a->end(), bytes_b->begin() + at);
     }
     d.exact = CompareBuffers(*bytes_a, *bytes_b, CapturedDType(a, role));
     d.exact->role = role;
@@ -871,6 +1175,15 @@ class Differ {
           "not counted: where tensors lie in a segment, and the stale bytes between them, may "
           "differ in a deterministic program");
     }
+    if (capture_placement_ != 0) {
+      report_.notes.push_back(
+          std::to_string(capture_placement_) +
+          " captured whole allocation(s) of kernel launches differ only outside the tensors "
+          "their ops point at; not counted: the rest of a caching allocator's segment holds "
+          "other tensors, which may already differ or be written by other streams while the op "
+          "is captured (first: " +
+          capture_placement_example_ + ")");
+    }
   }
 
   void CompareHeaders() {
@@ -980,6 +1293,22 @@ class Differ {
   std::optional<RootQuery> pending_query_;  // of the pair being compared
   std::optional<RootQuery> root_query_;     // of the first divergence
   uint64_t placement_differences_ = 0;
+  // Where tensors start in each run's allocations, from every op read (ClassifyByData).
+  TensorStarts starts_a_;
+  TensorStarts starts_b_;
+  // Pairs whose captured allocations wait for the end to be classified (Defer), at most
+  // kMaxDeferred.
+  static constexpr size_t kMaxDeferred = 16;
+  std::vector<Deferred> deferred_;
+  // Of the pair being compared and of the first divergence: captured outputs whose differences
+  // are placement, and the checks of its captured allocations (AddExactDifference).
+  std::set<std::string> pending_placement_;
+  std::vector<CaptureCheck> pending_checks_;
+  std::set<std::string> first_placement_;
+  std::vector<CaptureCheck> first_checks_;
+  uint64_t capture_placement_ = 0;         // captured allocations whose difference is placement
+  std::string capture_placement_example_;  // of the earliest such op
+  uint64_t capture_placement_sequence_ = 0;
   std::set<uint32_t> threads_;  // thread ids seen in either run
   // Differing state digests, decided at the end (DecideUncovered): the earliest taken while
   // the program ran and the earliest taken at exit, and how many of each.

@@ -12,7 +12,9 @@
 // Classification of an aligned pair whose outputs (or consumed state) differ:
 //   algorithm selection  the library chose a different algorithm/engine
 //   RNG state            seed/offset/ordering of the random state consumed differ
-//   propagated           the op's inputs already differ (root: host data, or an earlier op)
+//   propagated           the op's inputs already differ (root: host data, or an earlier op);
+//                        a kernel's captured whole allocation counts only where its bytes
+//                        differ inside the op's tensors (capture_placement.h)
 //   nondeterministic op  inputs equal (or none), outputs differ
 //   uncovered            a state digest differs with no op-level divergence before it
 // The first divergence is the one with the smallest op sequence in run A.

@@ -1,18 +1,22 @@
 // ndtrace diff on traces written through the writer: one test per divergence class, the
 // structural and header differences, the text report against golden files and the JSON
 // against its schema.
+#include "replayer/trace_diff.h"
+
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
-#include <filesystem>
-#include <iterator>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
-#include <set>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <span>
 #include <sstream>
 #include <thread>
@@ -20,7 +24,6 @@
 #include "formats/trace_writer.h"
 #include "kernels/digest_v1.h"
 #include "replayer/diff_report.h"
-#include "replayer/trace_diff.h"
 #include "support/sample_records.h"
 #include "support/temp_dir.h"
 
@@ -318,6 +321,222 @@ TEST_CASE("identical captures of the same op are identical runs", "[replayer]") 
                            WriteCaptured(dir, "b.ndt", {1, 2}, {3, 4}));
   REQUIRE(report.ok());
   CHECK(report->identical());
+}
+
+// A training step shaped as train_loop.cu: a data-loader thread stages batches with copies on
+// its own stream into one segment of a caching allocator (allocation 5: the op's batch at +0, the
+// next batch at +1024), and a launch on the compute stream captured whole allocations
+// (`blob:in:alloc5`, `blob:out:alloc6`, tracer/capture.h). `segment_*`: allocation 5's bytes in
+// and out; `out`: allocation 6's after the launch. `next` places the op that points at the next
+// batch: its sequence (before or after the launch) and stream.
+struct NextBatch {
+  uint64_t sequence = 3;  // after the launch (2): issued later, written while it was captured
+  uint32_t stream = 2;    // the copy stream
+  uint64_t offset = 1024;
+  uint64_t allocation = 5;
+};
+
+std::string WriteStagedLaunch(const TempDir& dir, const std::string& name,
+                              const std::string& segment_in, const std::string& segment_out,
+                              const std::string& out, NextBatch next = {},
+                              std::optional<Argument> extra_argument = std::nullopt,
+                              std::string out_before = std::string()) {
+  const std::string path = dir / name;
+  auto writer = format::TraceWriter::Create(path, testing::SampleHeader());
+  REQUIRE(writer.ok());
+  const auto blob = [&](const std::string& bytes) {
+    const auto id = (*writer)->PutBlob(std::as_bytes(std::span(bytes)));
+    REQUIRE(id.ok());
+    return kernels::ToHex({id->lo, id->hi});
+  };
+  constexpr uint64_t kSegment = 0x7f0000500000, kOutput = 0x7f0000600000;
+  const auto copy = [&](uint64_t sequence, uint32_t stream, uint64_t offset,
+                        uint64_t allocation = 5) {
+    OpRecord op;
+    op.sequence = sequence;
+    op.thread_id = 1;
+    op.stream_id = stream;
+    op.kind = OpKind::kMemcpy;
+    op.name = "cuMemcpyHtoDAsync_v2";
+    op.args = {
+        {"dst", DevicePointer{allocation, offset, (allocation == 5 ? kSegment : kOutput) + offset}},
+        {"ByteCount", uint64_t{1024}}};
+    return op;
+  };
+  OpRecord launch;
+  launch.sequence = 2;
+  launch.thread_id = 0;
+  launch.stream_id = 1;
+  launch.kind = OpKind::kKernelLaunch;
+  launch.name = "ColumnDotAtomic(float const*, float*, int)";
+  launch.args = {
+      {"arg0", DevicePointer{5, 0, kSegment}},
+      {"arg1", DevicePointer{6, 0, kOutput}},
+      {"arg2", Argument::Bytes{std::string("\x00\x01\x00\x00", 4)}},
+      {"alloc5", DevicePointer{5, 0, kSegment}},
+      {"alloc5.bytes", uint64_t{segment_in.size()}},
+      {"blob:in:alloc5", blob(segment_in)},
+      {"alloc6", DevicePointer{6, 0, kOutput}},
+      {"alloc6.bytes", uint64_t{out.size()}},
+      {"blob:in:alloc6", blob(out_before.empty() ? std::string(out.size(), '\0') : out_before)},
+      {"blob:out:alloc5", blob(segment_out)},
+      {"blob:out:alloc6", blob(out)}};
+  if (extra_argument) launch.args.insert(launch.args.begin() + 3, *extra_argument);
+  std::vector<Record> records = {copy(0, 2, 0), launch,
+                                 copy(next.sequence, next.stream, next.offset, next.allocation)};
+  std::sort(records.begin(), records.end(), [](const Record& x, const Record& y) {
+    return std::get<OpRecord>(x).sequence < std::get<OpRecord>(y).sequence;
+  });
+  for (const Record& record : records) (*writer)->Append(record);
+  REQUIRE((*writer)->Close().ok());
+  return path;
+}
+
+// 2048 bytes of a segment: the op's batch (+0) and the next (+1024), each filled with `op` and
+// `next`.
+std::string Segment(char op, char next) {
+  return std::string(1024, op) + std::string(1024, next);
+}
+
+bool HasNote(const DiffReport& report, const std::string& text) {
+  return std::any_of(report.notes.begin(), report.notes.end(),
+                     [&](const std::string& note) { return note.find(text) != std::string::npos; });
+}
+
+TEST_CASE(
+    "a captured allocation that differs only in another tensor of its segment is "
+    "placement: the op is nondeterministic from identical inputs",
+    "[replayer]") {
+  TempDir dir;
+  // The next batch was half written when run B captured the launch: its bytes differ, the op's
+  // batch does not; the op's output differs (atomics).
+  auto report =
+      DiffTraces(WriteStagedLaunch(dir, "a.ndt", Segment('x', 'n'), Segment('x', 'n'), "out-A"),
+                 WriteStagedLaunch(dir, "b.ndt", Segment('x', '?'), Segment('x', 'n'), "out-B"));
+  REQUIRE(report.ok());
+  REQUIRE(report->first_divergence);
+  const Divergence& d = *report->first_divergence;
+  CHECK(d.klass == DivergenceClass::kNondeterministicOp);
+  CHECK(d.op.sequence == 2);
+  CHECK(d.what == "the op gave different results from identical inputs");
+  CHECK_THAT(d.evidence.front(), Catch::Contains("captured input `alloc5` differs only outside"));
+  REQUIRE(d.exact);
+  CHECK(d.exact->role == "alloc6");
+  CHECK(report->divergent_ops == 1);
+  CHECK(HasNote(*report,
+                "1 captured whole allocation(s) of kernel launches differ only outside "
+                "the tensors their ops point at"));
+  CHECK(HasNote(*report, "op 2, `alloc5`: bytes 1024..2048 differ first; it points at +0"));
+}
+
+TEST_CASE(
+    "a captured allocation that differs only in another tensor, with equal outputs, "
+    "leaves the runs identical",
+    "[replayer]") {
+  TempDir dir;
+  // The next batch differs before and after the launch (still being written in run B).
+  auto report =
+      DiffTraces(WriteStagedLaunch(dir, "a.ndt", Segment('x', 'n'), Segment('x', 'n'), "out"),
+                 WriteStagedLaunch(dir, "b.ndt", Segment('x', '?'), Segment('x', '!'), "out"));
+  REQUIRE(report.ok());
+  CHECK(report->identical());
+  CHECK(report->divergent_ops == 0);
+  CHECK(HasNote(*report, "2 captured whole allocation(s)"));
+}
+
+TEST_CASE(
+    "a captured allocation that differs inside the op's tensor is still a propagated "
+    "divergence",
+    "[replayer]") {
+  TempDir dir;
+  std::string changed = Segment('x', 'n');
+  changed[1023] = 'y';  // the last byte of the op's batch
+  auto report =
+      DiffTraces(WriteStagedLaunch(dir, "a.ndt", Segment('x', 'n'), Segment('x', 'n'), "out-A"),
+                 WriteStagedLaunch(dir, "b.ndt", changed, changed, "out-B"));
+  REQUIRE(report.ok());
+  REQUIRE(report->first_divergence);
+  const Divergence& d = *report->first_divergence;
+  CHECK(d.klass == DivergenceClass::kPropagated);
+  CHECK(d.op.sequence == 2);
+  CHECK_THAT(d.evidence.front(), Catch::StartsWith("captured input `alloc5` differs: blob"));
+  REQUIRE(d.root);
+  CHECK(d.root->sequence == 0);  // the copy that staged the op's batch
+  CHECK_FALSE(HasNote(*report, "captured whole allocation"));
+}
+
+TEST_CASE(
+    "where a captured op's tensor ends is known only from tensor starts other streams' ops "
+    "point at",
+    "[replayer]") {
+  TempDir dir;
+  const auto diff = [&](NextBatch next) {
+    auto report = DiffTraces(
+        WriteStagedLaunch(dir, "a.ndt", Segment('x', 'n'), Segment('x', 'n'), "out-A", next),
+        WriteStagedLaunch(dir, "b.ndt", Segment('x', '?'), Segment('x', 'n'), "out-B", next));
+    REQUIRE(report.ok());
+    REQUIRE(report->first_divergence);
+    return report->first_divergence->klass;
+  };
+  // The copy into the next batch, issued before or after the launch on the copy stream: the
+  // op's batch ends where it starts.
+  CHECK(diff({1, 2, 1024}) == DivergenceClass::kNondeterministicOp);
+  CHECK(diff({3, 2, 1024}) == DivergenceClass::kNondeterministicOp);
+  // No op points at +1024 (the next batch starts at +1536): the op's batch may extend over the
+  // bytes that differ.
+  CHECK(diff({3, 2, 1536}) == DivergenceClass::kPropagated);
+  // Issued after the launch on the launch's own stream: it ran after it, so what it found at
+  // +1024 does not bound what the launch read (a smaller tensor cut from a freed block).
+  CHECK(diff({3, 1, 1024}) == DivergenceClass::kPropagated);
+}
+
+TEST_CASE("the exact size of a captured allocation's divergence counts only the op's tensors",
+          "[replayer]") {
+  TempDir dir;
+  // Allocation 6 holds the op's output (+0) and another tensor (+1024) that differs too.
+  const NextBatch other_tensor{3, 2, 1024, 6};
+  std::string out_b(2048, 'o');
+  out_b[0] = 'p';     // the op's first float
+  out_b[1500] = 'q';  // another tensor's
+  auto report = DiffTraces(
+      WriteStagedLaunch(dir, "a.ndt", Segment('x', 'n'), Segment('x', 'n'), std::string(2048, 'o'),
+                        other_tensor),
+      WriteStagedLaunch(dir, "b.ndt", Segment('x', 'n'), Segment('x', 'n'), out_b, other_tensor));
+  REQUIRE(report.ok());
+  REQUIRE(report->first_divergence);
+  const Divergence& d = *report->first_divergence;
+  CHECK(d.klass == DivergenceClass::kNondeterministicOp);
+  REQUIRE(d.exact);
+  CHECK(d.exact->role == "alloc6");
+  CHECK(d.exact->dtype == DType::kF32);
+  CHECK(d.exact->differing == 1);
+  CHECK(d.exact->first_index == 0);
+}
+
+TEST_CASE(
+    "a captured allocation an op may reach through a pointer held in bytes is compared "
+    "whole",
+    "[replayer]") {
+  TempDir dir;
+  // The address of the next batch (+1024), 8-byte aligned.
+  std::string bytes(16, '\0');
+  const uint64_t address = 0x7f0000500000 + 1024;
+  std::memcpy(bytes.data() + 8, &address, 8);
+  std::optional<Argument> by_value;
+  std::string table;
+  SECTION("in a parameter passed by value (a struct)") {
+    by_value = Argument{"arg3", Argument::Bytes{bytes}};
+  }
+  SECTION("in a captured allocation (a table of pointers)") {
+    table = bytes;
+  }
+  auto report = DiffTraces(WriteStagedLaunch(dir, "a.ndt", Segment('x', 'n'), Segment('x', 'n'),
+                                             "out-A", {}, by_value, table),
+                           WriteStagedLaunch(dir, "b.ndt", Segment('x', '?'), Segment('x', 'n'),
+                                             "out-B", {}, by_value, table));
+  REQUIRE(report.ok());
+  REQUIRE(report->first_divergence);
+  CHECK(report->first_divergence->klass == DivergenceClass::kPropagated);
 }
 
 TEST_CASE("inputs that already differ point back to the uncovered kernel that wrote them",
