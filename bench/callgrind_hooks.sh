@@ -7,26 +7,37 @@
 # thread alone (callgrind --separate-threads; the thread that makes the calls is the first) and
 # over all threads (the tracer's background threads included: what the machine pays).
 #
-# Usage: bench/callgrind_hooks.sh [--build DIR] [--calls N1,N2] [--case memset|launch|library|all]
-#        (default build/dev, 2000,6000, all). Needs valgrind and the dev build with the stand-in.
+# Valgrind runs one thread at a time: when the encoder thread does not get its turn before a
+# calling thread's ring (1024 slots) is full, that thread encodes some records itself and the
+# calling-thread column includes them; --ring-slots N (NDTRACE_RING_SLOTS) sets another size.
+#
+# Usage: bench/callgrind_hooks.sh [--build DIR] [--tracer LIB] [--calls N1,N2]
+#          [--ring-slots N] [--case memset|launch|library|all]
+#        (default build/dev, its tracer/libndtrace.so, 2000,6000, the tracer's, all). Needs valgrind and
+#        the dev build with the stand-in. --tracer measures another libndtrace.so (an older
+#        build's) against the same benchmark programs and stand-in.
 set -euo pipefail
 
 build=build/dev
 n1=2000
 n2=6000
 which=all
+tracer=
+ring_slots=
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
     --calls) n1=${2%,*}; n2=${2#*,}; shift 2 ;;
     --case) which=$2; shift 2 ;;
-    *) echo "usage: $0 [--build DIR] [--calls N1,N2] [--case memset|launch|library|all]" >&2; exit 2 ;;
+    --tracer) tracer=$2; shift 2 ;;
+    --ring-slots) ring_slots=$2; shift 2 ;;
+    *) echo "usage: $0 [--build DIR] [--tracer LIB] [--calls N1,N2] [--ring-slots N] [--case memset|launch|library|all]" >&2; exit 2 ;;
   esac
 done
 if ! command -v valgrind > /dev/null; then echo "error: valgrind not found" >&2; exit 3; fi
 if (( n2 <= n1 || n1 < 1 )); then echo "error: --calls N1,N2: need 1 <= N1 < N2" >&2; exit 2; fi
 build=$(cd "$build" && pwd)
-tracer=$build/tracer/libndtrace.so
+tracer=${tracer:-$build/tracer/libndtrace.so}
 standin=$build/tests/standin/lib
 for file in "$tracer" "$build/bench/bench_hooks" "$standin/libcuda.so.1"; do
   [[ -e $file ]] || { echo "error: $file missing: build the dev preset's bench_hooks" >&2; exit 3; }
@@ -45,6 +56,7 @@ count() {
   if [[ $traced == 1 ]]; then
     env+=(LD_PRELOAD="$tracer" NDTRACE_OUTPUT="$work/trace.ndt" NDTRACE_QUIET=1
           NDTRACE_DIGEST_EXIT=0 NDTRACE_LIBRARY_DIGESTS=0)
+    [[ -n $ring_slots ]] && env+=(NDTRACE_RING_SLOTS="$ring_slots")
   fi
   env "${env[@]}" valgrind --tool=callgrind --separate-threads=yes \
     --callgrind-out-file="$work/cg.out" "${command[@]}" > /dev/null 2> "$work/valgrind.log" ||
@@ -71,7 +83,7 @@ measure() {
   printf '%-30s %12d %12d %12d %12d %12d\n' "$label" "$pf" "$tf" "$(( tf - pf ))" "$ta" "$(( ta - pa ))"
 }
 
-echo "instructions per call (callgrind), calls $n1 and $n2, build $build"
+echo "instructions per call (callgrind), calls $n1 and $n2, tracer $tracer, ring slots ${ring_slots:-default}"
 printf '%-30s %12s %12s %12s %12s %12s\n' case plain traced "hook(thread)" "traced(all)" "hook(all)"
 if [[ $which == all || $which == memset ]]; then
   measure "cuMemsetD8_v2" "$build/bench/bench_hooks" --child memset 1 @N@ --no-clock
