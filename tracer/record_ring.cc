@@ -59,6 +59,7 @@ struct RingRelease {
 thread_local RingRelease t_release;
 
 void Pause() { __builtin_ia32_pause(); }
+constexpr int kSpins = 256;  // MakeRoom's spins before it waits for a ring's lock
 
 int StartDetached(void* (*routine)(void*), void* argument) {
   pthread_attr_t attributes;
@@ -139,13 +140,17 @@ size_t RecordRings::DrainLocked(Ring& ring, size_t max) {
 
 void RecordRings::MakeRoom(Ring& ring) {
   const uint64_t head = ring.head.load(std::memory_order_relaxed);
+  int spins = 0;
   while (head - ring.tail.load(std::memory_order_acquire) > ring.mask) {
-    if (ring.consume_mu.try_lock()) {
+    // The encoder is encoding this ring: a slot frees with its next record. Spin a little, then
+    // wait for its lock (an encoder preempted while holding it must get the CPU back).
+    if (ring.consume_mu.try_lock() || (++spins > kSpins && (ring.consume_mu.lock(), true))) {
       const size_t done = DrainLocked(ring, kHelpBatch);
       ring.consume_mu.unlock();
       helped_.fetch_add(done, std::memory_order_relaxed);
+      spins = 0;
     } else {
-      Pause();  // the encoder is encoding this ring: a slot frees with its next record
+      Pause();
     }
   }
 }

@@ -11,10 +11,10 @@
 //
 // Whoever encodes a ring holds that ring's consumer lock: the encoder, the appending thread
 // itself when it must write something directly (DrainCallingThread) or when its ring is full.
-// A full ring never drops a record and never waits for the encoder: the appending thread
-// encodes a few of its own oldest records itself (what every append cost before the rings),
-// and goes on; if the encoder is encoding that ring at that moment, it spins until a slot is
-// free (the encoder frees slots one by one, in batches of kEncoderBatch).
+// A full ring never drops a record: the appending thread encodes a few of its own oldest
+// records itself (what every append cost before the rings) and goes on; if the encoder is
+// encoding that ring at that moment, it spins briefly (the encoder frees slots one by one, at
+// most kEncoderBatch per turn), then waits for the ring's lock.
 //
 // Stop() stops the encoder and encodes what every ring still holds; later appends go to the
 // writer directly. A thread's ring is reused by a later thread once the first has exited.
