@@ -47,11 +47,12 @@ struct CallingRing {
 thread_local CallingRing t_ring;
 thread_local bool t_exited = false;
 
-// Hands the thread's ring back when the thread exits, for a later thread to reuse.
+// Hands the thread's ring back when the thread exits, for a later thread to reuse. Shares the
+// ring: a RecordRings destroyed before the thread exits (tests) leaves it alive until then.
 struct RingRelease {
-  std::atomic<bool>* owned = nullptr;
+  std::shared_ptr<RecordRings::Ring> ring;
   ~RingRelease() {
-    if (owned != nullptr) owned->store(false, std::memory_order_release);
+    if (ring != nullptr) ring->owned.store(false, std::memory_order_release);
     t_ring = {};
     t_exited = true;
   }
@@ -97,23 +98,23 @@ RecordRings::Ring* RecordRings::CallingThreadRing() {
   CallingRing& calling = t_ring;
   if (calling.uid == uid_) return calling.ring;
   if (stopped_.load(std::memory_order_acquire)) return nullptr;
-  Ring* ring = NewRing();
-  calling = {uid_, ring};
-  if (!t_exited) t_release.owned = &ring->owned;
-  return ring;
+  std::shared_ptr<Ring> ring = NewRing();
+  calling = {uid_, ring.get()};
+  if (!t_exited) t_release.ring = ring;
+  return ring.get();
 }
 
-RecordRings::Ring* RecordRings::NewRing() {
+std::shared_ptr<RecordRings::Ring> RecordRings::NewRing() {
   std::lock_guard lock(registry_mu_);
   for (const auto& ring : rings_) {
     bool owned = false;
     if (ring->owned.compare_exchange_strong(owned, true, std::memory_order_acq_rel)) {
-      return ring.get();
+      return ring;
     }
   }
-  rings_.push_back(std::make_unique<Ring>(slots_));
+  rings_.push_back(std::make_shared<Ring>(slots_));
   ring_count_.store(rings_.size(), std::memory_order_release);
-  return rings_.back().get();
+  return rings_.back();
 }
 
 size_t RecordRings::DrainLocked(Ring& ring, size_t max) {
@@ -263,7 +264,13 @@ void RecordRings::RunEncoder() {
       done += DrainLocked(*ring, kEncoderBatch);
     }
     std::unique_lock lock(wake_mu_);
-    if (stop_) break;
+    if (stop_) {
+      // Under the lock, and the last thing this thread does with the object: Stop() may return
+      // (and the object be destroyed) as soon as the lock is released.
+      encoder_done_ = true;
+      wake_cv_.notify_all();
+      return;
+    }
     if (done == 0) {
       // Nothing queued: sleep, longer the longer nothing comes (at most 16 ms); an appending
       // thread wakes us once kEncoderBatch of its records are queued.
@@ -273,8 +280,6 @@ void RecordRings::RunEncoder() {
       idle_wait = std::chrono::microseconds(500);
     }
   }
-  encoder_done_ = true;
-  wake_cv_.notify_all();
 }
 
 void RecordRings::Stop() {

@@ -85,7 +85,7 @@ class RecordRings {
 
  private:
   Ring* CallingThreadRing();
-  Ring* NewRing();
+  std::shared_ptr<Ring> NewRing();
   // Encodes at most `max` of `ring`'s records; its consumer lock held. Returns how many.
   size_t DrainLocked(Ring& ring, size_t max);
   // Makes room in `ring` (full): encodes some of its records on this thread.
@@ -101,7 +101,7 @@ class RecordRings {
   std::atomic<bool> stopped_{false};
 
   mutable std::mutex registry_mu_;  // guards rings_
-  std::vector<std::unique_ptr<Ring>> rings_;
+  std::vector<std::shared_ptr<Ring>> rings_;
   std::atomic<size_t> ring_count_{0};
 
   std::mutex wake_mu_;  // the encoder's sleep; stop_ and encoder_done_
