@@ -8,7 +8,8 @@
 // environment: NDTRACE_OUTPUT (trace path, default `ndtrace-<pid>.ndt`), NDTRACE_STRICT=1 (when
 // recording has failed, hooks return CUDA_ERROR_UNKNOWN instead of passing calls through),
 // NDTRACE_QUIET=1 (no `ndtrace:` lines on stderr), which digests of device memory to take
-// (DigestConfig) and where they are computed (GpuDigestConfig).
+// (DigestConfig) and where they are computed (GpuDigestConfig), NDTRACE_RING_SLOTS (record
+// slots per appending thread, record_ring.h).
 //
 // After fork(), the child forgets the parent's session without touching it (its writer threads
 // do not exist in the child) and starts its own trace, `<output>.<child pid>`, on its first
