@@ -1,21 +1,30 @@
 // Host overhead of an intercepted driver call: the same calls into the stand-in driver
 // (tests/standin/), or a real one (bench_paths.h), once plain and once with libndtrace.so
 // preloaded and recording, each in its own process, in the same run. Prints ns per call
-// (median, p99) and the ratio.
+// (median, p99) and the overhead, per case and number of calling threads.
 //
-// The call is cuMemsetD8_v2 on a 16-byte allocation: cheap on the stand-in, and recorded as
-// one op (no digests), so the difference is the hook plus the record's append.
+// Cases (each recorded as one op, no digests, so the difference is the hook plus the record's
+// append):
+//   memset  cuMemsetD8_v2 on a 16-byte allocation (cheap on the stand-in);
+//   launch  cuLaunchKernel of VectorAdd(a, b, c, n) with three pointer arguments into known
+//           allocations and n = 1, grid 1x1x1, block 1x1x1 (the stand-in runs one element).
+// With T threads, T threads call at once (each its own buffers), started together; the median
+// and p99 are over every call of every thread.
 //
-// Usage: bench_hooks [CALLS]        (default 200000)
-//        bench_hooks --child CALLS  (internal: the measured process)
+// Usage: bench_hooks [CALLS] [--case memset|launch|all] [--threads 1,4]
+//        bench_hooks --child CASE THREADS CALLS [--no-clock]   (internal: the measured process;
+//        --no-clock makes the calls without timing them, for callgrind_hooks.sh)
 #include <cuda.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_paths.h"
@@ -24,18 +33,101 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Reaches the driver the way cudart does (dlopen + cuGetProcAddress_v2), times `calls`
-// memsets one by one and prints "median_ns p99_ns".
-int Child(long calls) {
-  const auto [memset, buffer] = ndt::bench::SetUpMemset();
-  std::vector<long> ns(calls);
-  for (long i = 0; i < calls; ++i) {
-    const auto start = Clock::now();
-    memset(buffer, static_cast<unsigned char>(i), 16);
-    ns[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+// A fat binary (bare, as the stand-in and the tracer read it) naming the stand-in's VectorAdd.
+constexpr char kVectorAdd[] = "_Z9VectorAddPKfS0_Pfi";
+std::vector<uint64_t> VectorAddImage() {
+  const std::string payload = std::string(kVectorAdd) + '\0';
+  const uint64_t padded = (payload.size() + 7) / 8 * 8;
+  std::vector<uint64_t> image(2 + padded / 8, 0);
+  image[0] = 0x0010'0001'BA55'ED50ull;  // u32 magic, u16 version, u16 header size
+  image[1] = padded;
+  std::memcpy(&image[2], payload.data(), payload.size());
+  return image;
+}
+
+struct Driver {
+  void* gpa = nullptr;
+  CUcontext context = nullptr;
+  CUresult (*set_current)(CUcontext) = nullptr;
+  CUresult (*alloc)(CUdeviceptr*, size_t) = nullptr;
+  CUresult (*memset)(CUdeviceptr, unsigned char, size_t) = nullptr;
+  CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                     unsigned, CUstream, void**, void**) = nullptr;
+  CUfunction vector_add = nullptr;
+};
+
+Driver SetUp(bool launch) {
+  Driver d;
+  const ndt::bench::MemsetTarget memset = ndt::bench::SetUpMemset();  // cuInit, primary context
+  d.gpa = ndt::bench::DriverProcAddress();
+  using ndt::bench::ResolveDriver;
+  d.memset = memset.memset;
+  d.set_current = ResolveDriver<CUresult (*)(CUcontext)>(d.gpa, "cuCtxSetCurrent");
+  d.alloc = ResolveDriver<CUresult (*)(CUdeviceptr*, size_t)>(d.gpa, "cuMemAlloc");
+  auto get_current = ResolveDriver<CUresult (*)(CUcontext*)>(d.gpa, "cuCtxGetCurrent");
+  if (get_current(&d.context) != CUDA_SUCCESS) std::exit(3);
+  if (launch) {
+    static const std::vector<uint64_t> image = VectorAddImage();
+    auto load = ResolveDriver<CUresult (*)(CUmodule*, const void*)>(d.gpa, "cuModuleLoadData");
+    auto get = ResolveDriver<CUresult (*)(CUfunction*, CUmodule, const char*)>(
+        d.gpa, "cuModuleGetFunction");
+    d.launch = reinterpret_cast<decltype(d.launch)>(
+        ResolveDriver<void*>(d.gpa, "cuLaunchKernel"));
+    CUmodule module = nullptr;
+    if (load(&module, image.data()) != CUDA_SUCCESS ||
+        get(&d.vector_add, module, kVectorAdd) != CUDA_SUCCESS) {
+      std::fprintf(stderr, "error: cannot load the VectorAdd kernel\n");
+      std::exit(3);
+    }
   }
+  return d;
+}
+
+// One thread's calls: `calls` of the case, each timed into `ns` unless `ns` is null.
+void Calls(const Driver& d, bool launch, long calls, long* ns, std::atomic<int>* ready,
+           int threads) {
+  if (d.set_current(d.context) != CUDA_SUCCESS) std::exit(3);
+  CUdeviceptr buffers[3] = {};
+  for (CUdeviceptr& buffer : buffers) {
+    if (d.alloc(&buffer, 16) != CUDA_SUCCESS) std::exit(3);
+  }
+  int n = 1;
+  void* params[] = {&buffers[0], &buffers[1], &buffers[2], &n};
+  ready->fetch_add(1);
+  while (ready->load() < threads) {
+  }
+  for (long i = 0; i < calls; ++i) {
+    const auto start = ns != nullptr ? Clock::now() : Clock::time_point();
+    const CUresult result =
+        launch ? d.launch(d.vector_add, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr)
+               : d.memset(buffers[0], static_cast<unsigned char>(i), 16);
+    if (result != CUDA_SUCCESS) {
+      std::fprintf(stderr, "error: call failed (%d)\n", static_cast<int>(result));
+      std::exit(3);
+    }
+    if (ns != nullptr) {
+      ns[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+    }
+  }
+}
+
+// The measured process: prints "median_ns p99_ns" over every call of every thread. The calls of
+// a single thread are made on the main thread.
+int Child(const std::string& which, int threads, long calls, bool clock) {
+  const bool launch = which == "launch";
+  const Driver d = SetUp(launch);
+  std::vector<long> ns(clock ? calls * threads : 0);
+  std::atomic<int> ready{0};
+  std::vector<std::thread> workers;
+  for (int t = 1; t < threads; ++t) {
+    workers.emplace_back(Calls, std::cref(d), launch, calls,
+                         clock ? ns.data() + t * calls : nullptr, &ready, threads);
+  }
+  Calls(d, launch, calls, clock ? ns.data() : nullptr, &ready, threads);
+  for (std::thread& worker : workers) worker.join();
+  if (!clock) return 0;
   std::sort(ns.begin(), ns.end());
-  std::printf("%ld %ld\n", ns[calls / 2], ns[calls * 99 / 100]);
+  std::printf("%ld %ld\n", ns[ns.size() / 2], ns[ns.size() * 99 / 100]);
   return 0;
 }
 
@@ -44,41 +136,95 @@ struct Result {
   long p99 = 0;
 };
 
-Result Measure(const std::string& self, long calls, bool traced) {
+Result Measure(const std::string& self, const std::string& which, int threads, long calls,
+               bool traced) {
   std::string command = "LD_LIBRARY_PATH='" + ndt::bench::LibraryPath() + "' ";
   if (traced) {
     command += "LD_PRELOAD='" + ndt::bench::TracerPath() +
                "' NDTRACE_OUTPUT=/tmp/ndt_bench_hooks.ndt "
                "NDTRACE_QUIET=1 NDTRACE_DIGEST_EXIT=0 ";
   }
-  command += "'" + self + "' --child " + std::to_string(calls);
+  command += "'" + self + "' --child " + which + " " + std::to_string(threads) + " " +
+             std::to_string(calls);
   FILE* pipe = popen(command.c_str(), "r");
   Result result;
-  if (pipe == nullptr || std::fscanf(pipe, "%ld %ld", &result.median, &result.p99) != 2) {
+  if (pipe == nullptr || std::fscanf(pipe, "%ld %ld", &result.median, &result.p99) != 2 ||
+      pclose(pipe) != 0) {
     std::fprintf(stderr, "error: the measured process failed: %s\n", command.c_str());
     std::exit(3);
   }
-  pclose(pipe);
   std::remove("/tmp/ndt_bench_hooks.ndt");
   return result;
+}
+
+std::vector<int> ParseThreads(const char* text) {
+  std::vector<int> threads;
+  for (const char* p = text; *p != '\0';) {
+    char* end = nullptr;
+    const long value = std::strtol(p, &end, 10);
+    if (end == p || value < 1 || value > 64) {
+      std::fprintf(stderr, "error: --threads %s: expected numbers 1 to 64, comma-separated\n",
+                   text);
+      std::exit(2);
+    }
+    threads.push_back(static_cast<int>(value));
+    p = *end == ',' ? end + 1 : end;
+    if (*end != ',' && *end != '\0') {
+      std::fprintf(stderr, "error: --threads %s: expected numbers 1 to 64, comma-separated\n",
+                   text);
+      std::exit(2);
+    }
+  }
+  return threads;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 3 && std::strcmp(argv[1], "--child") == 0) return Child(std::atol(argv[2]));
-  const long calls = argc > 1 ? std::atol(argv[1]) : 200000;
-  const Result plain = Measure(argv[0], calls, false);
-  const Result traced = Measure(argv[0], calls, true);
+  if (argc >= 5 && std::strcmp(argv[1], "--child") == 0) {
+    const bool clock = !(argc == 6 && std::strcmp(argv[5], "--no-clock") == 0);
+    return Child(argv[2], std::atoi(argv[3]), std::atol(argv[4]), clock);
+  }
+  long calls = 200000;
+  std::vector<std::string> cases = {"memset", "launch"};
+  std::vector<int> threads = {1, 4};
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--case" && i + 1 < argc) {
+      const std::string which = argv[++i];
+      if (which == "all") {
+        cases = {"memset", "launch"};
+      } else if (which == "memset" || which == "launch") {
+        cases = {which};
+      } else {
+        std::fprintf(stderr, "error: --case %s: expected memset, launch or all\n", which.c_str());
+        return 2;
+      }
+    } else if (arg == "--threads" && i + 1 < argc) {
+      threads = ParseThreads(argv[++i]);
+    } else if (!arg.empty() && arg[0] != '-' && std::atol(arg.c_str()) > 0) {
+      calls = std::atol(arg.c_str());
+    } else {
+      std::fprintf(stderr,
+                   "usage: bench_hooks [CALLS] [--case memset|launch|all] [--threads 1,4]\n");
+      return 2;
+    }
+  }
+  std::printf("driver calls into the libcuda.so.1 of LD_LIBRARY_PATH='%s', %ld calls per thread\n",
+              ndt::bench::LibraryPath().c_str(), calls);
+  std::printf("%-8s %7s %10s %10s %10s %10s %10s %10s\n", "case", "threads", "plain p50",
+              "plain p99", "traced p50", "traced p99", "over p50", "over p99");
+  for (const std::string& which : cases) {
+    for (const int t : threads) {
+      const Result plain = Measure(argv[0], which, t, calls, false);
+      const Result traced = Measure(argv[0], which, t, calls, true);
+      std::printf("%-8s %7d %10ld %10ld %10ld %10ld %10ld %10ld\n", which.c_str(), t,
+                  plain.median, plain.p99, traced.median, traced.p99,
+                  traced.median - plain.median, traced.p99 - plain.p99);
+    }
+  }
   std::printf(
-      "cuMemsetD8_v2 into the libcuda.so.1 of LD_LIBRARY_PATH='%s', %ld calls per process\n",
-      ndt::bench::LibraryPath().c_str(), calls);
-  std::printf("%-22s %10s %10s\n", "", "median ns", "p99 ns");
-  std::printf("%-22s %10ld %10ld\n", "plain", plain.median, plain.p99);
-  std::printf("%-22s %10ld %10ld\n", "hooked and recorded", traced.median, traced.p99);
-  std::printf("%-22s %10ld %10ld\n", "overhead", traced.median - plain.median,
-              traced.p99 - plain.p99);
-  std::printf("ratio (median) %.2f; targets: overhead median <= 150 ns, p99 <= 1000 ns\n",
-              static_cast<double>(traced.median) / std::max(1L, plain.median));
+      "(ns per call; memset = cuMemsetD8_v2 of 16 bytes, launch = cuLaunchKernel of VectorAdd "
+      "with 3 pointer arguments; targets: overhead median <= 150 ns, p99 <= 1000 ns)\n");
   return 0;
 }

@@ -8,7 +8,8 @@
 // preloaded tracer's definition first when it is there.
 //
 // Usage: bench_library_hooks [CALLS]        (default 20000 per call kind)
-//        bench_library_hooks --child CALLS  (internal: the measured process)
+//        bench_library_hooks --child CALLS [--only LABEL] [--no-clock]
+//                                          (internal: the measured process; LABEL as printed)
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -60,8 +61,18 @@ void Require(bool ok, const char* what) {
   std::exit(3);
 }
 
+// --only LABEL: the one call kind the measured process makes (null: all); --no-clock: make the
+// calls without timing them (callgrind_hooks.sh counts their instructions instead).
+const char* g_only = nullptr;
+bool g_clock = true;
+
 // Times `call` `calls` times; prints "<label> <median ns> <p99 ns>".
 void Time(const char* label, long calls, const std::function<void(long)>& call) {
+  if (g_only != nullptr && std::strcmp(g_only, label) != 0) return;
+  if (!g_clock) {
+    for (long i = 0; i < calls; ++i) call(i);
+    return;
+  }
   std::vector<long> ns(calls);
   for (long i = 0; i < calls; ++i) {
     const auto start = Clock::now();
@@ -153,7 +164,16 @@ std::map<std::string, Result> Measure(const std::string& self, long calls, bool 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 3 && std::strcmp(argv[1], "--child") == 0) return Child(std::atol(argv[2]));
+  if (argc >= 3 && std::strcmp(argv[1], "--child") == 0) {
+    for (int i = 3; i < argc; ++i) {
+      if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+        g_only = argv[++i];
+      } else if (std::strcmp(argv[i], "--no-clock") == 0) {
+        g_clock = false;
+      }
+    }
+    return Child(std::atol(argv[2]));
+  }
   const long calls = argc > 1 ? std::atol(argv[1]) : 20000;
   const auto plain = Measure(argv[0], calls, false);
   const auto traced = Measure(argv[0], calls, true);

@@ -360,6 +360,7 @@ class Recorder {
     t_in_hook = true;  // our driver calls must not be recorded
     gpu_time::Stop();  // CUPTI's last activities, before the trace closes
     session->FlushHeldRecords(true);
+    session->StopRings();
     t_in_hook = nested;
     Status status = session->writer().Close();
     if (!status.ok()) Log("trace " + output_ + ": " + status.message());
@@ -386,6 +387,17 @@ class Recorder {
     digests_ = DigestConfigFromEnvironment(&digest_problems_);
     gpu_digests_ = GpuDigestConfigFromEnvironment(&digest_problems_);
     policy_ = PolicyFromEnvironment(&digest_problems_);
+    if (const char* slots = std::getenv("NDTRACE_RING_SLOTS"); slots != nullptr && *slots != '\0') {
+      uint64_t value = 0;
+      if (ParseU64(slots, &value) && value >= 64 && value <= (1u << 20) &&
+          (value & (value - 1)) == 0) {
+        ring_slots_ = value;
+      } else {
+        digest_problems_.push_back(std::string("NDTRACE_RING_SLOTS=") + slots +
+                                   ": expected a power of two from 64 to 1048576; using " +
+                                   std::to_string(ring_slots_));
+      }
+    }
     owner_pid_ = getpid();
     pthread_atfork(nullptr, nullptr, [] {
       try {
@@ -482,7 +494,7 @@ class Recorder {
     // Never freed: other threads may still hold it when the exit handler closes the writer.
     auto* session = new Session(std::move(writer).value(), std::move(header), start, digests_,
                                 policy_, std::move(pins), gpu_digests_,
-                                [](const std::string& line) { Get().Log(line); });
+                                [](const std::string& line) { Get().Log(line); }, ring_slots_);
     for (const format::PolicyDecisionRecord& decision : DecisionsAtLoad()) {
       session->Decide(decision);
     }
@@ -539,6 +551,7 @@ class Recorder {
   GpuDigestConfig gpu_digests_;
   PolicyConfig policy_;
   std::vector<std::string> digest_problems_;  // logged when recording starts
+  size_t ring_slots_ = 1024;                  // NDTRACE_RING_SLOTS: record slots per thread
   bool exit_digest_taken_ = false;            // guarded by create_mutex_
   pid_t owner_pid_ = 0;
 };
@@ -656,7 +669,7 @@ void ReportHookFailure(const char* hook) noexcept {
 Session::Session(std::unique_ptr<format::TraceWriter> writer, format::TraceHeader header,
                  uint64_t start_steady_ns, DigestConfig digests, PolicyConfig policy,
                  std::unique_ptr<PinTable> pins, GpuDigestConfig gpu_digests,
-                 std::function<void(const std::string&)> log)
+                 std::function<void(const std::string&)> log, size_t ring_slots)
     : writer_(std::move(writer)),
       header_(std::move(header)),
       start_steady_ns_(start_steady_ns),
@@ -664,35 +677,54 @@ Session::Session(std::unique_ptr<format::TraceWriter> writer, format::TraceHeade
       policy_(std::move(policy)),
       pins_(std::move(pins)),
       gpu_(gpu_digests, std::move(log)),
-      max_held_(std::max<size_t>(4096, size_t{2} * gpu_digests.ring_slots)) {}
+      max_held_(std::max<size_t>(4096, size_t{2} * gpu_digests.ring_slots)),
+      rings_(writer_.get(), ring_slots, &StartOwnThread) {}
 
 namespace {
 thread_local std::optional<uint64_t> t_open_op;  // Session::OpenOp
+// An op record whose strings and vectors keep their capacity, for this thread's next BeginOp.
+thread_local format::OpRecord t_spare_op;
+
+// `op` emptied for reuse, capacity kept. Every field of OpRecord is reset here (the size check
+// fails when one is added).
+void ResetOp(format::OpRecord& op) {
+  static_assert(sizeof(format::OpRecord) == 424, "a field was added to OpRecord: reset it here");
+  op.sequence = 0;
+  op.thread_id = 0;
+  op.stream_id = 0;
+  op.kind = format::OpKind::kOther;
+  op.name.clear();
+  op.args.clear();
+  op.algorithm.reset();
+  op.rng.reset();
+  op.inputs.clear();
+  op.outputs.clear();
+  op.status = 0;
+  op.start_ns = 0;
+  op.end_ns = 0;
+  op.module_id = 0;
+  op.device_ordinal = 0;
+  op.nvtx_range_id = 0;
+}
 }  // namespace
 
 std::optional<uint64_t> Session::OpenOp() { return t_open_op; }
 
-format::OpRecord Session::BeginOp(format::OpKind kind, std::string name, uint32_t stream_id) {
+format::OpRecord Session::BeginOp(format::OpKind kind, std::string_view name, uint32_t stream_id) {
   format::OpRecord op;
+  RecordRings::SwapOp(op, t_spare_op);
+  ResetOp(op);
   op.sequence = TakeOpSequence();
   t_open_op = op.sequence;
   op.thread_id = ThreadId();
   op.stream_id = stream_id;
   op.kind = kind;
-  op.name = std::move(name);
-  op.args.reserve(8);  // most ops have fewer arguments: one allocation instead of several
+  op.name.assign(name);
+  if (op.args.capacity() < 8) op.args.reserve(8);  // most ops have fewer arguments
   op.start_ns = NowNs();
   WriteOpenNvtxRanges(*this, op.sequence);
   op.nvtx_range_id = CurrentNvtxRange();
   return op;
-}
-
-void Session::EndOp(format::OpRecord& op, int32_t status) {
-  t_open_op.reset();
-  op.status = status;
-  op.end_ns = NowNs();
-  Append(op);
-  AfterOp(op);
 }
 
 void Session::Decide(const format::PolicyDecisionRecord& decision) {
@@ -796,6 +828,42 @@ void AddOutstanding(GpuDigests& gpu, const std::vector<format::BufferDigest>& di
 
 }  // namespace
 
+void Session::EndOp(format::OpRecord& op, int32_t status) {
+  t_open_op.reset();
+  op.status = status;
+  op.end_ns = NowNs();
+  bool outstanding = false;
+  if (gpu_.enabled()) {
+    std::vector<uint64_t> tickets;
+    ForEachOpDigest(op, [&](const auto& digests) { AddOutstanding(gpu_, digests, &tickets); });
+    outstanding = !tickets.empty();
+  }
+  // Held records, or Python stacks asked for (PythonStackRequests::OnOp reads the whole op):
+  // the record is copied and `op` stays whole.
+  if (outstanding || held_count_.load(std::memory_order_acquire) != 0 ||
+      python_stacks_ != nullptr) {
+    Append(op);
+    AfterOp(op);
+    return;
+  }
+  // The usual case: the record goes into this thread's ring by swapping; `op` keeps the ids
+  // AfterOp reads, and its returned capacity becomes the next BeginOp's.
+  format::OpRecord ids;
+  ids.sequence = op.sequence;
+  ids.thread_id = op.thread_id;
+  ids.stream_id = op.stream_id;
+  ids.kind = op.kind;
+  ids.status = op.status;
+  rings_.AppendSwap(op, ids.thread_id);
+  RecordRings::SwapOp(t_spare_op, op);
+  op.sequence = ids.sequence;
+  op.thread_id = ids.thread_id;
+  op.stream_id = ids.stream_id;
+  op.kind = ids.kind;
+  op.status = ids.status;
+  AfterOp(ids);
+}
+
 void Session::RequestPythonStacks(std::vector<LanePlace> places, uint32_t gil_wait_ms) {
   python_stacks_ = std::make_unique<PythonStackRequests>(std::move(places), gil_wait_ms);
 }
@@ -830,9 +898,10 @@ void Session::AppendRecord(const format::Record& record) {
   const auto* op = std::get_if<format::OpRecord>(&record);
   const uint64_t origin = op != nullptr ? op->thread_id : ThreadLineageId();
   if (tickets.empty() && held_count_.load(std::memory_order_acquire) == 0) {
-    writer_->Append(record, origin);
+    rings_.Append(record, origin);
     return;
   }
+  rings_.DrainCallingThread();  // what this thread queued goes before what it writes now
   std::lock_guard lock(held_mutex_);
   if (held_.empty() && tickets.empty()) {
     writer_->Append(record, origin);
@@ -849,7 +918,7 @@ void Session::Append(const format::OpRecord& op) {
     ForEachOpDigest(op, [&](const auto& digests) { AddOutstanding(gpu_, digests, &tickets); });
   }
   if (tickets.empty() && held_count_.load(std::memory_order_acquire) == 0) {
-    writer_->Append(op, op.thread_id);
+    rings_.Append(op, op.thread_id);
   } else {
     AppendRecord(format::Record(op));
   }
@@ -967,31 +1036,32 @@ void Session::OnKernelHandle(const void* handle, const void* module_or_library, 
   KernelInfo info;
   info.name = Demangle(mangled);
   info.is_kernel = is_kernel;
+  info.philox = info.name.find("PhiloxCudaState") != std::string::npos;
   std::lock_guard lock(mutex_);
   auto module = modules_.find(module_or_library);
   if (module != modules_.end()) info.module_id = module->second;
-  kernels_[handle] = std::move(info);
+  kernels_[handle] = std::make_shared<const KernelInfo>(std::move(info));
 }
 
 void Session::OnKernelFunction(const void* function, const void* kernel) {
   std::lock_guard lock(mutex_);
   auto it = kernels_.find(kernel);
   if (it == kernels_.end()) return;
-  KernelInfo info = it->second;
+  KernelInfo info = *it->second;
   info.is_kernel = false;
   info.params_known = false;
   info.params.clear();
-  kernels_[function] = std::move(info);
+  kernels_[function] = std::make_shared<const KernelInfo>(std::move(info));
 }
 
-KernelInfo Session::Kernel(const void* function) {
+std::shared_ptr<const KernelInfo> Session::Kernel(const void* function) {
   KernelInfo info;
   {
     std::lock_guard lock(mutex_);
     auto it = kernels_.find(function);
     if (it != kernels_.end()) {
-      if (it->second.params_known) return it->second;
-      info = it->second;
+      if (it->second->params_known) return it->second;
+      info = *it->second;
     } else {
       info.name = "(unknown kernel)";
     }
@@ -1019,9 +1089,10 @@ KernelInfo Session::Kernel(const void* function) {
   } else if (!query(func_info)) {
     query(kernel_info);
   }
+  auto shared = std::make_shared<const KernelInfo>(std::move(info));
   std::lock_guard lock(mutex_);
-  kernels_[function] = info;
-  return info;
+  kernels_[function] = shared;
+  return shared;
 }
 
 void Session::AddPendingDigest(const PendingDigest& pending) {

@@ -8,7 +8,8 @@
 // environment: NDTRACE_OUTPUT (trace path, default `ndtrace-<pid>.ndt`), NDTRACE_STRICT=1 (when
 // recording has failed, hooks return CUDA_ERROR_UNKNOWN instead of passing calls through),
 // NDTRACE_QUIET=1 (no `ndtrace:` lines on stderr), which digests of device memory to take
-// (DigestConfig) and where they are computed (GpuDigestConfig).
+// (DigestConfig) and where they are computed (GpuDigestConfig), NDTRACE_RING_SLOTS (record
+// slots per appending thread, record_ring.h).
 //
 // After fork(), the child forgets the parent's session without touching it (its writer threads
 // do not exist in the child) and starts its own trace, `<output>.<child pid>`, on its first
@@ -26,6 +27,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -37,6 +39,7 @@
 #include "tracer/lineage.h"
 #include "tracer/policy.h"
 #include "tracer/python_stack.h"
+#include "tracer/record_ring.h"
 
 namespace ndt::tracer {
 
@@ -47,6 +50,7 @@ struct KernelInfo {
   bool is_kernel = false;  // a CUkernel (library API), not a CUfunction
   bool params_known = false;
   std::vector<std::pair<uint64_t, uint64_t>> params;  // (offset, size) per parameter
+  bool philox = false;  // the name has an at::PhiloxCudaState parameter (philox_args.h)
 };
 
 // Which digests of device memory to take, from the environment (tracer/README.md, "Digests of
@@ -101,7 +105,8 @@ struct DigestStream {
 // One process's trace: the writer and every canonical identity. Thread-safe; its lock is
 // never held across a real driver call.
 //
-// Records are written in the order Append is called. An op (or state digest) whose digests are
+// Records are written in the order Append is called (per appending thread; encoded into the
+// writer by RecordRings' background thread, off the calling thread). An op (or state digest) whose digests are
 // still being computed on the GPU is held back, and every record appended after it with it,
 // until its digests have arrived: checked without blocking at every Append, waited for when
 // more than kMaxHeldRecords are held, at state digests, and when the trace is closed.
@@ -110,7 +115,7 @@ class Session {
   Session(std::unique_ptr<format::TraceWriter> writer, format::TraceHeader header,
           uint64_t start_steady_ns, DigestConfig digests, PolicyConfig policy,
           std::unique_ptr<PinTable> pins, GpuDigestConfig gpu_digests,
-          std::function<void(const std::string&)> log);
+          std::function<void(const std::string&)> log, size_t ring_slots = 1024);
 
   // ns since the trace started.
   uint64_t NowNs() const;
@@ -149,7 +154,10 @@ class Session {
 
   // A new op on this thread, its sequence taken now; `EndOp` appends it with the call's status
   // and then takes the state digest the configuration asks for at this point, if any.
-  format::OpRecord BeginOp(format::OpKind kind, std::string name, uint32_t stream_id);
+  // EndOp hands `op`'s contents to the recorder (no copy): afterwards `op` keeps only its
+  // sequence, thread, stream, kind and status. The record BeginOp returns reuses the capacity of
+  // an earlier one of this thread's (no allocation in steady state).
+  format::OpRecord BeginOp(format::OpKind kind, std::string_view name, uint32_t stream_id);
   void EndOp(format::OpRecord& op, int32_t status);
   // The op this thread has begun and not yet ended (the innermost), if any.
   static std::optional<uint64_t> OpenOp();
@@ -175,8 +183,8 @@ class Session {
   // A CUfunction obtained for a CUkernel: same kernel, same module.
   void OnKernelFunction(const void* function, const void* kernel);
   // What we know about a launched handle; queries the driver for the parameter layout the
-  // first time (outside the lock).
-  KernelInfo Kernel(const void* function);
+  // first time (outside the lock). Shared and immutable: a launch copies nothing.
+  std::shared_ptr<const KernelInfo> Kernel(const void* function);
 
   void AddPendingDigest(const PendingDigest& pending);
 
@@ -230,6 +238,11 @@ class Session {
 
   format::TraceWriter& writer() { return *writer_; }
 
+  // Encodes every record still queued in the threads' rings (record_ring.h) and stops the
+  // encoder; later records go to the writer directly. Before the writer is closed.
+  void StopRings() { rings_.Stop(); }
+  RecordRings::Stats ring_stats() const { return rings_.stats(); }
+
   // ---- driver objects (hooks_driver.cc) ----
   // Forgets the id of the stream at `handle` (destroyed): a stream created later at the same
   // handle gets a new id.
@@ -247,7 +260,7 @@ class Session {
   AllocationMap allocations_;
   std::unordered_map<uint64_t, uint32_t> streams_;
   std::unordered_map<const void*, uint64_t> modules_;  // CUmodule / CUlibrary -> module id
-  std::unordered_map<const void*, KernelInfo> kernels_;
+  std::unordered_map<const void*, std::shared_ptr<const KernelInfo>> kernels_;
   std::vector<PendingDigest> pending_;
   std::vector<std::string> said_;  // unapplied decisions already said on stderr
 
@@ -277,6 +290,9 @@ class Session {
   std::deque<HeldRecord> held_;
   std::atomic<size_t> held_count_{0};  // held_.size(), readable without the lock
   const size_t max_held_;
+  // Every record not held goes through its appending thread's ring; a thread about to write
+  // (or hold) a record directly first drains its own ring, so its records keep their order.
+  RecordRings rings_;
 
  public:
   // ---- for capture.cc: what a captured launch references ----

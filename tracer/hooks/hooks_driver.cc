@@ -13,7 +13,9 @@
 #include <cuda.h>
 #pragma GCC visibility pop
 
+#include <array>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -136,12 +138,7 @@ std::vector<BufferDigest> WindowDigests(
                 [&] { return SyncStream(stream, per_thread) == CUDA_SUCCESS; }});
 }
 
-Argument Unsigned(const char* name, uint64_t value) {
-  Argument argument;
-  argument.name = name;
-  argument.value = value;
-  return argument;
-}
+Argument Unsigned(const char* name, uint64_t value) { return Argument{name, value}; }
 
 // The graph `stream_id` is capturing into (0: none), counting the op being recorded. An op
 // recorded while its stream captures is not executed: it gets a "capturedInto" argument naming
@@ -153,10 +150,7 @@ uint64_t Captured(Session& session, OpRecord& op) {
 }
 
 Argument Dims(const char* name, unsigned x, unsigned y, unsigned z) {
-  Argument argument;
-  argument.name = name;
-  argument.value = Argument::Dims{x, y, z};
-  return argument;
+  return Argument{name, Argument::Dims{x, y, z}};
 }
 
 // The real call of `op`, the GPU work it starts marked as the op's (gpu_time.h).
@@ -280,12 +274,33 @@ std::string ParamBytes(void** params, void** extra, size_t index, uint64_t offse
   return std::string(buffer + offset, size);
 }
 
+// "arg0".."arg63", the names of a launch's parameters (without formatting them per launch).
+constexpr std::array<const char*, 64> kParamNames = [] {
+  std::array<const char*, 64> names{};
+  constexpr const char* kTable =
+      "arg0\0arg1\0arg2\0arg3\0arg4\0arg5\0arg6\0arg7\0arg8\0arg9\0"
+      "arg10\0arg11\0arg12\0arg13\0arg14\0arg15\0arg16\0arg17\0arg18\0arg19\0"
+      "arg20\0arg21\0arg22\0arg23\0arg24\0arg25\0arg26\0arg27\0arg28\0arg29\0"
+      "arg30\0arg31\0arg32\0arg33\0arg34\0arg35\0arg36\0arg37\0arg38\0arg39\0"
+      "arg40\0arg41\0arg42\0arg43\0arg44\0arg45\0arg46\0arg47\0arg48\0arg49\0"
+      "arg50\0arg51\0arg52\0arg53\0arg54\0arg55\0arg56\0arg57\0arg58\0arg59\0"
+      "arg60\0arg61\0arg62\0arg63\0";
+  const char* p = kTable;
+  for (const char*& name : names) {
+    name = p;
+    while (*p != '\0') ++p;
+    ++p;
+  }
+  return names;
+}();
+
 template <typename Call>
 CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunction function,
                       const unsigned grid[3], const unsigned block[3], unsigned shared_bytes,
                       CUstream stream, bool per_thread, void** params, void** extra,
                       unsigned attributes, Call real) {
-  const KernelInfo kernel = session.Kernel(function);
+  const std::shared_ptr<const KernelInfo> kernel_info = session.Kernel(function);
+  const KernelInfo& kernel = *kernel_info;
   const uint32_t stream_id = session.StreamId(Handle(stream), per_thread);
   OpRecord op = session.BeginOp(OpKind::kKernelLaunch, kernel.name, stream_id);
   op.module_id = kernel.module_id;
@@ -298,26 +313,29 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
     unknown.name = std::string("params of ") + api;  // layout unknown: not captured
     op.args.push_back(std::move(unknown));
   }
-  std::vector<std::pair<std::string, uint64_t>> referenced;  // pointer arguments
   // PyTorch's random kernels take their RNG state as an at::PhiloxCudaState argument.
-  const bool philox = kernel.name.find("PhiloxCudaState") != std::string::npos;
+  const bool philox = kernel.philox;
   std::vector<std::string> raw;
   const size_t first_param = op.args.size();  // op.args index of parameter 0
   for (size_t i = 0; i < kernel.params.size(); ++i) {
     const auto [offset, size] = kernel.params[i];
-    Argument argument;
-    argument.name = "arg" + std::to_string(i);
+    Argument& argument = op.args.emplace_back();
+    if (i < kParamNames.size()) {
+      argument.name = kParamNames[i];
+    } else {
+      argument.name = "arg" + std::to_string(i);
+    }
     std::string bytes = ParamBytes(params, extra, i, offset, size);
     if (philox) raw.push_back(bytes);
     uint64_t word = 0;
     if (bytes.size() == 8 && offset % 8 == 0) std::memcpy(&word, bytes.data(), 8);
-    if (word != 0 && session.IsDevice(word)) {
-      argument.value = session.Canonical(word);
-      referenced.emplace_back(argument.name, word);
+    format::DevicePointer pointer;
+    if (word != 0) pointer = session.Canonical(word);  // allocation id 0: in no allocation
+    if (pointer.allocation_id != 0) {
+      argument.value = pointer;
     } else {
       argument.value = Argument::Bytes{std::move(bytes)};
     }
-    op.args.push_back(std::move(argument));
   }
   const uint64_t graph = Captured(session, op);
   const bool captured = graph != 0;
@@ -341,7 +359,15 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
   // Inside the digest window: the referenced allocations before the launch (inputs) and after
   // it (outputs), so that diff can tell equal inputs with different outputs.
   const bool window = !captured && session.digests().InWindow(op.sequence);
-  if (window) op.inputs = WindowDigests(session, stream, per_thread, referenced);
+  std::vector<std::pair<std::string, uint64_t>> referenced;  // pointer arguments (window only)
+  if (window) {
+    for (size_t i = first_param; i < op.args.size(); ++i) {
+      if (const auto* pointer = std::get_if<format::DevicePointer>(&op.args[i].value)) {
+        referenced.emplace_back(op.args[i].name, pointer->raw_address);
+      }
+    }
+    op.inputs = WindowDigests(session, stream, per_thread, referenced);
+  }
   // NDTRACE_CAPTURE: the module, arguments and referenced allocations, for standalone replay.
   const bool capture = !captured && CaptureWanted(op);
   if (capture) CaptureLaunchInputs(session, kernel, function, sync_stream, &op);

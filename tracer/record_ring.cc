@@ -1,0 +1,314 @@
+#include "tracer/record_ring.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <limits>
+
+namespace ndt::tracer {
+
+struct RecordRings::Ring {
+  struct Slot {
+    bool is_op = true;
+    uint64_t origin = 0;
+    format::OpRecord op;    // when is_op
+    format::Record other;   // otherwise
+  };
+
+  explicit Ring(size_t n) : slots(new Slot[n]), mask(n - 1) {}
+
+  const std::unique_ptr<Slot[]> slots;
+  const uint64_t mask;
+  // Written by the owning thread only: the next slot it fills. Slots [tail, head) are queued.
+  alignas(64) std::atomic<uint64_t> head{0};
+  std::atomic<uint64_t> appended{0};  // owning thread only (relaxed), for stats()
+  // Written under consume_mu only: the next slot to encode.
+  alignas(64) std::atomic<uint64_t> tail{0};
+  std::mutex consume_mu;
+  std::atomic<bool> owned{true};  // false once its thread has exited: the next new thread's
+};
+
+namespace {
+
+uint64_t NextUid() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+// The calling thread's ring in the RecordRings of uid `uid` (trivially destructible: readable
+// at any point of the thread's exit).
+struct CallingRing {
+  uint64_t uid = 0;
+  RecordRings::Ring* ring = nullptr;
+};
+thread_local CallingRing t_ring;
+thread_local bool t_exited = false;
+
+// Hands the thread's ring back when the thread exits, for a later thread to reuse. Shares the
+// ring: a RecordRings destroyed before the thread exits (tests) leaves it alive until then.
+struct RingRelease {
+  std::shared_ptr<RecordRings::Ring> ring;
+  ~RingRelease() {
+    if (ring != nullptr) ring->owned.store(false, std::memory_order_release);
+    t_ring = {};
+    t_exited = true;
+  }
+};
+thread_local RingRelease t_release;
+
+void Pause() { __builtin_ia32_pause(); }
+constexpr int kSpins = 256;  // MakeRoom's spins before it waits for a ring's lock
+
+int StartDetached(void* (*routine)(void*), void* argument) {
+  pthread_attr_t attributes;
+  if (const int error = pthread_attr_init(&attributes); error != 0) return error;
+  pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  const int error = pthread_create(&thread, &attributes, routine, argument);
+  pthread_attr_destroy(&attributes);
+  return error;
+}
+
+}  // namespace
+
+RecordRings::RecordRings(format::TraceWriter* writer, size_t slots, StartThreadFn start_thread)
+    : writer_(writer), slots_(std::bit_ceil(std::max(slots, 2 * kEncoderBatch))), uid_(NextUid()) {
+  // The encoder starts with every signal blocked: a signal meant for the program is never
+  // delivered to it.
+  sigset_t all, previous;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &previous);
+  encoder_running_ =
+      (start_thread != nullptr ? start_thread : StartDetached)(&RecordRings::EncoderMain, this) == 0;
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  if (!encoder_running_) stopped_.store(true, std::memory_order_release);
+}
+
+RecordRings::~RecordRings() { Stop(); }
+
+void* RecordRings::EncoderMain(void* self) {
+  static_cast<RecordRings*>(self)->RunEncoder();
+  return nullptr;
+}
+
+RecordRings::Ring* RecordRings::CallingThreadRing() {
+  CallingRing& calling = t_ring;
+  if (calling.uid == uid_) return calling.ring;
+  if (stopped_.load(std::memory_order_acquire)) return nullptr;
+  std::shared_ptr<Ring> ring = NewRing();
+  calling = {uid_, ring.get()};
+  if (!t_exited) t_release.ring = ring;
+  return ring.get();
+}
+
+std::shared_ptr<RecordRings::Ring> RecordRings::NewRing() {
+  std::lock_guard lock(registry_mu_);
+  for (const auto& ring : rings_) {
+    bool owned = false;
+    if (ring->owned.compare_exchange_strong(owned, true, std::memory_order_acq_rel)) {
+      return ring;
+    }
+  }
+  rings_.push_back(std::make_shared<Ring>(slots_));
+  ring_count_.store(rings_.size(), std::memory_order_release);
+  return rings_.back();
+}
+
+size_t RecordRings::DrainLocked(Ring& ring, size_t max) {
+  uint64_t tail = ring.tail.load(std::memory_order_relaxed);
+  const uint64_t head = ring.head.load(std::memory_order_acquire);
+  size_t done = 0;
+  while (tail != head && done < max) {
+    Ring::Slot& slot = ring.slots[tail & ring.mask];
+    try {
+      if (slot.is_op) {
+        writer_->Append(slot.op, slot.origin);
+      } else {
+        writer_->Append(slot.other, slot.origin);
+      }
+    } catch (...) {
+      // Out of memory in the writer: this record is lost, as a record the writer cannot buffer.
+    }
+    ++tail;
+    ++done;
+    ring.tail.store(tail, std::memory_order_release);
+  }
+  return done;
+}
+
+void RecordRings::MakeRoom(Ring& ring) {
+  const uint64_t head = ring.head.load(std::memory_order_relaxed);
+  int spins = 0;
+  while (head - ring.tail.load(std::memory_order_acquire) > ring.mask) {
+    // The encoder is encoding this ring: a slot frees with its next record. Spin a little, then
+    // wait for its lock (an encoder preempted while holding it must get the CPU back).
+    if (ring.consume_mu.try_lock() || (++spins > kSpins && (ring.consume_mu.lock(), true))) {
+      const size_t done = DrainLocked(ring, kHelpBatch);
+      ring.consume_mu.unlock();
+      helped_.fetch_add(done, std::memory_order_relaxed);
+      spins = 0;
+    } else {
+      Pause();
+    }
+  }
+}
+
+template <typename Fill>
+void RecordRings::Push(Fill&& fill) {
+  Ring* ring = CallingThreadRing();
+  if (ring == nullptr || stopped_.load(std::memory_order_acquire)) {
+    // Stopped (or no encoder): this thread's queued records first, then this one, directly.
+    if (ring != nullptr) DrainCallingThread();
+    direct_.fetch_add(1, std::memory_order_relaxed);
+    fill(nullptr);
+    return;
+  }
+  const uint64_t head = ring->head.load(std::memory_order_relaxed);
+  if (head - ring->tail.load(std::memory_order_acquire) > ring->mask) MakeRoom(*ring);
+  fill(&ring->slots[head & ring->mask]);
+  ring->head.store(head + 1, std::memory_order_release);
+  ring->appended.store(ring->appended.load(std::memory_order_relaxed) + 1,
+                       std::memory_order_relaxed);
+  // Wake a sleeping encoder once per kEncoderBatch queued records (no system call when it is
+  // awake: pthread_cond_signal returns at once without waiters).
+  if (head + 1 - ring->tail.load(std::memory_order_relaxed) == kEncoderBatch) {
+    wake_cv_.notify_one();
+  }
+}
+
+void RecordRings::Append(const format::OpRecord& op, uint64_t origin) {
+  Push([&](Ring::Slot* slot) {
+    if (slot == nullptr) {
+      writer_->Append(op, origin);
+      return;
+    }
+    slot->is_op = true;
+    slot->origin = origin;
+    slot->op = op;
+  });
+}
+
+void RecordRings::SwapOp(format::OpRecord& a, format::OpRecord& b) {
+  std::swap(a.sequence, b.sequence);
+  std::swap(a.thread_id, b.thread_id);
+  std::swap(a.stream_id, b.stream_id);
+  std::swap(a.kind, b.kind);
+  a.name.swap(b.name);
+  a.args.swap(b.args);
+  if (a.algorithm || b.algorithm) std::swap(a.algorithm, b.algorithm);
+  if (a.rng || b.rng) std::swap(a.rng, b.rng);
+  a.inputs.swap(b.inputs);
+  a.outputs.swap(b.outputs);
+  std::swap(a.status, b.status);
+  std::swap(a.start_ns, b.start_ns);
+  std::swap(a.end_ns, b.end_ns);
+  std::swap(a.module_id, b.module_id);
+  std::swap(a.device_ordinal, b.device_ordinal);
+  std::swap(a.nvtx_range_id, b.nvtx_range_id);
+}
+
+void RecordRings::AppendSwap(format::OpRecord& op, uint64_t origin) {
+  Push([&](Ring::Slot* slot) {
+    if (slot == nullptr) {
+      writer_->Append(op, origin);
+      return;
+    }
+    slot->is_op = true;
+    slot->origin = origin;
+    SwapOp(slot->op, op);
+  });
+}
+
+void RecordRings::Append(const format::Record& record, uint64_t origin) {
+  Push([&](Ring::Slot* slot) {
+    if (slot == nullptr) {
+      writer_->Append(record, origin);
+      return;
+    }
+    slot->is_op = false;
+    slot->origin = origin;
+    slot->other = record;
+  });
+}
+
+void RecordRings::DrainCallingThread() {
+  const CallingRing& calling = t_ring;
+  if (calling.uid != uid_) return;
+  Ring& ring = *calling.ring;
+  if (ring.head.load(std::memory_order_relaxed) == ring.tail.load(std::memory_order_acquire)) {
+    return;
+  }
+  std::lock_guard lock(ring.consume_mu);
+  DrainLocked(ring, std::numeric_limits<size_t>::max());
+}
+
+void RecordRings::RunEncoder() {
+  std::vector<Ring*> rings;
+  auto idle_wait = std::chrono::microseconds(500);
+  while (true) {
+    if (ring_count_.load(std::memory_order_acquire) != rings.size()) {
+      std::lock_guard lock(registry_mu_);
+      rings.clear();
+      for (const auto& ring : rings_) rings.push_back(ring.get());
+    }
+    size_t done = 0;
+    for (Ring* ring : rings) {
+      if (ring->head.load(std::memory_order_acquire) ==
+          ring->tail.load(std::memory_order_relaxed)) {
+        continue;
+      }
+      std::lock_guard lock(ring->consume_mu);
+      done += DrainLocked(*ring, kEncoderBatch);
+    }
+    std::unique_lock lock(wake_mu_);
+    if (stop_) {
+      // Under the lock, and the last thing this thread does with the object: Stop() may return
+      // (and the object be destroyed) as soon as the lock is released.
+      encoder_done_ = true;
+      wake_cv_.notify_all();
+      return;
+    }
+    if (done == 0) {
+      // Nothing queued: sleep, longer the longer nothing comes (at most 16 ms); an appending
+      // thread wakes us once kEncoderBatch of its records are queued.
+      wake_cv_.wait_for(lock, idle_wait);
+      idle_wait = std::min(idle_wait * 2, std::chrono::microseconds(16000));
+    } else {
+      idle_wait = std::chrono::microseconds(500);
+    }
+  }
+}
+
+void RecordRings::Stop() {
+  if (stopped_.exchange(true, std::memory_order_acq_rel)) return;
+  {
+    std::unique_lock lock(wake_mu_);
+    stop_ = true;
+    wake_cv_.notify_all();
+    wake_cv_.wait(lock, [&] { return !encoder_running_ || encoder_done_; });
+  }
+  std::vector<Ring*> rings;
+  {
+    std::lock_guard lock(registry_mu_);
+    for (const auto& ring : rings_) rings.push_back(ring.get());
+  }
+  for (Ring* ring : rings) {
+    std::lock_guard lock(ring->consume_mu);
+    DrainLocked(*ring, std::numeric_limits<size_t>::max());
+  }
+}
+
+RecordRings::Stats RecordRings::stats() const {
+  Stats stats;
+  std::lock_guard lock(registry_mu_);
+  for (const auto& ring : rings_) stats.appended += ring->appended.load(std::memory_order_relaxed);
+  stats.rings = rings_.size();
+  stats.helped = helped_.load(std::memory_order_relaxed);
+  stats.direct = direct_.load(std::memory_order_relaxed);
+  return stats;
+}
+
+}  // namespace ndt::tracer

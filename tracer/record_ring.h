@@ -1,0 +1,117 @@
+// RecordRings: takes the encoding of records (Cap'n Proto framing into the writer's buffers)
+// off the threads that append them.
+//
+// Each appending thread gets its own single-producer ring of preallocated record slots. Append
+// copies the record into the next slot (copy-assignment: the slot's strings and vectors keep
+// their capacity, so in steady state nothing is allocated) and publishes it with one release
+// store; no lock, no system call. A background thread (the encoder, one per RecordRings, all
+// signals blocked) moves each ring's records into the TraceWriter under the origin each was
+// appended for, oldest first, so the writer's order per origin is the order of the Append calls
+// of the thread that made them.
+//
+// Whoever encodes a ring holds that ring's consumer lock: the encoder, the appending thread
+// itself when it must write something directly (DrainCallingThread) or when its ring is full.
+// A full ring never drops a record: the appending thread encodes a few of its own oldest
+// records itself (what every append cost before the rings) and goes on; if the encoder is
+// encoding that ring at that moment, it spins briefly (the encoder frees slots one by one, at
+// most kEncoderBatch per turn), then waits for the ring's lock.
+//
+// Stop() stops the encoder and encodes what every ring still holds; later appends go to the
+// writer directly. A thread's ring is reused by a later thread once the first has exited.
+// After fork() the child never touches the parent's rings (its RecordRings is another object).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "formats/records.h"
+#include "formats/trace_writer.h"
+
+namespace ndt::tracer {
+
+class RecordRings {
+ public:
+  // Records at most an encoder pass takes from one ring while holding its lock.
+  static constexpr size_t kEncoderBatch = 32;
+  // Records an appending thread encodes itself when its ring is full.
+  static constexpr size_t kHelpBatch = 8;
+
+  struct Stats {
+    uint64_t appended = 0;  // records that went through a ring
+    uint64_t helped = 0;    // of them, encoded by their own thread because its ring was full
+    uint64_t direct = 0;    // appended after Stop(), straight to the writer
+    uint64_t rings = 0;     // rings made
+  };
+
+  // Starts `routine(argument)` on a new detached thread; 0 on success (pthread_create's errors).
+  using StartThreadFn = int (*)(void* (*routine)(void*), void* argument);
+
+  // `writer` outlives this object. `slots`: per ring, a power of two >= 2 * kEncoderBatch.
+  // Starts the encoder thread with `start_thread` (the tracer's: StartOwnThread, which keeps it
+  // out of the program's thread lineage; null: pthread_create); without one (it could not be
+  // created) every Append goes to the writer directly.
+  explicit RecordRings(format::TraceWriter* writer, size_t slots = 1024,
+                       StartThreadFn start_thread = nullptr);
+  ~RecordRings();  // Stop()s
+  RecordRings(const RecordRings&) = delete;
+  RecordRings& operator=(const RecordRings&) = delete;
+
+  // Queues `op` (a copy) for the writer under `origin`. Any thread.
+  void Append(const format::OpRecord& op, uint64_t origin);
+  void Append(const format::Record& record, uint64_t origin);
+  // The same, swapping `op` into the slot instead of copying it: `op` comes back holding an
+  // earlier record (already written; its strings and vectors keep their capacity), or, when
+  // the record went to the writer directly, unchanged.
+  void AppendSwap(format::OpRecord& op, uint64_t origin);
+  // Swaps two op records member by member (cheaper than std::swap's three whole moves).
+  static void SwapOp(format::OpRecord& a, format::OpRecord& b);
+
+  // Encodes every record the calling thread has queued, now, on this thread: call before
+  // appending to the writer directly for the same origin.
+  void DrainCallingThread();
+
+  // Stops the encoder (waits for it), then encodes every ring's records on the calling thread.
+  // Idempotent. Any thread but the encoder.
+  void Stop();
+
+  Stats stats() const;
+
+  struct Ring;
+
+ private:
+  Ring* CallingThreadRing();
+  std::shared_ptr<Ring> NewRing();
+  // Encodes at most `max` of `ring`'s records; its consumer lock held. Returns how many.
+  size_t DrainLocked(Ring& ring, size_t max);
+  // Makes room in `ring` (full): encodes some of its records on this thread.
+  void MakeRoom(Ring& ring);
+  template <typename Fill>
+  void Push(Fill&& fill);
+  void RunEncoder();
+  static void* EncoderMain(void* self);
+
+  format::TraceWriter* const writer_;
+  const size_t slots_;
+  const uint64_t uid_;
+  std::atomic<bool> stopped_{false};
+
+  mutable std::mutex registry_mu_;  // guards rings_
+  std::vector<std::shared_ptr<Ring>> rings_;
+  std::atomic<size_t> ring_count_{0};
+
+  std::mutex wake_mu_;  // the encoder's sleep; stop_ and encoder_done_
+  std::condition_variable wake_cv_;
+  bool stop_ = false;
+  bool encoder_running_ = false;
+  bool encoder_done_ = false;
+
+  std::atomic<uint64_t> helped_{0};
+  std::atomic<uint64_t> direct_{0};
+};
+
+}  // namespace ndt::tracer
