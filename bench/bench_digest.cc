@@ -58,13 +58,13 @@ double SecondsPerCall(int inner, Fn fn) {
 }
 
 // The core's clock in Hz, estimated from the time a chain of dependent register adds (one cycle
-// of latency each on every x86-64 core) takes: the best of a few tries. 0 elsewhere.
+// of latency each on every x86-64 core) takes: the best of many short tries. 0 elsewhere.
 double CoreHz() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  constexpr long kIterations = 20'000'000;
+  constexpr long kIterations = 1'000'000;  // ~5 ms a try: short enough to fit between preemptions
   constexpr int kAddsPerIteration = 16;
   double best_s = 1e30;
-  for (int attempt = 0; attempt < 5; ++attempt) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
     uint64_t x = attempt;
     best_s = std::min(best_s, SecondsPerCall(1, [&] {
                         for (long i = 0; i < kIterations; ++i) {
