@@ -147,7 +147,7 @@ for mode in "${measured[@]}"; do
   verdict="all 0, same"
   if awk -v c="$base_checksum" '$2 != 0 || $3 != c { bad = 1 } END { exit !bad }' \
     "$work/$mode.times"; then
-    verdict="DIFFERS: $(awk '{ printf "%s%s %s", NR > 1 ? "; " : "", $2, $3 }' "$work/$mode.times")"
+    verdict="DIFFERS: $(awk '{ printf "%s%s %s", (NR > 1 ? "; " : ""), $2, $3 }' "$work/$mode.times")"
     failed=1
   fi
   case "$mode" in

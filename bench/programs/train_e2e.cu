@@ -194,7 +194,11 @@ int main(int argc, char** argv) {
   float* target = tensor(kActivation);
   {
     const std::vector<float> init = Scaled(kActivation, 5, 16);
-    CORPUS_CHECK(cudaMemcpy(target, init.data(), kActivation * 4, cudaMemcpyHostToDevice));
+    // On the compute stream, and waited for: a copy from pageable memory may return before its
+    // bytes land, and the non-blocking stream would not wait for the legacy stream's copy.
+    CORPUS_CHECK(cudaMemcpyAsync(target, init.data(), kActivation * 4, cudaMemcpyHostToDevice,
+                                 compute));
+    CORPUS_CHECK(cudaStreamSynchronize(compute));
   }
   float* loss = tensor(1);
   float* pinned = nullptr;  // the data loader's staging buffer
