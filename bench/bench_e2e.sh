@@ -20,7 +20,8 @@
 # it costs on a GPU. On a GPU machine pass --gpu (the loader's default libraries).
 #
 #   bench/bench_e2e.sh [--build DIR] [--repeat K] [--steps N] [--layers L] [--modes a,b,...]
-#                      [--gpu] [--keep DIR]
+#                      [--timeout S] [--gpu] [--keep DIR]
+# A run that takes longer than S seconds (default 300) is killed and reported with exit 124.
 # Modes: untraced, metadata, record, record-cpu, digest-sync, deterministic (default: all; the
 # untraced run is always measured, as the baseline).
 set -euo pipefail
@@ -32,7 +33,8 @@ layers=
 modes=metadata,record,record-cpu,digest-sync,deterministic
 gpu=0
 keep=
-usage="usage: $0 [--build DIR] [--repeat K] [--steps N] [--layers L] [--modes a,b,...] [--gpu] [--keep DIR]"
+limit=300
+usage="usage: $0 [--build DIR] [--repeat K] [--steps N] [--layers L] [--modes a,b,...] [--timeout S] [--gpu] [--keep DIR]"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
@@ -40,15 +42,18 @@ while [[ $# -gt 0 ]]; do
     --steps) steps="$2"; shift 2 ;;
     --layers) layers="$2"; shift 2 ;;
     --modes) modes="$2"; shift 2 ;;
+    --timeout) limit="$2"; shift 2 ;;
     --gpu) gpu=1; shift ;;
     --keep) keep="$2"; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
-if ! [[ "$repeat" =~ ^[1-9][0-9]*$ ]]; then
-  echo "error: --repeat $repeat: expected a whole number >= 1" >&2
-  exit 2
-fi
+for value in "$repeat" "$limit"; do
+  if ! [[ "$value" =~ ^[1-9][0-9]*$ ]]; then
+    echo "error: --repeat $repeat, --timeout $limit: expected whole numbers >= 1" >&2
+    exit 2
+  fi
+done
 ndtrace="$build/tools/ndtrace"
 program="$build/bench/programs/train_e2e"
 for file in "$ndtrace" "$program"; do
@@ -100,8 +105,13 @@ run_mode() {
     deterministic) command=("$ndtrace" run --deterministic -- "$program" "${args[@]}") ;;
   esac
   start=$(date +%s%N)
-  env "${environment[@]}" "${command[@]}" >"$work/$mode.$round.out" 2>"$work/$mode.$round.err" ||
-    status=$?
+  # In a process group of its own, so that a run that timed out leaves nothing behind: the
+  # traced program may outlive ndtrace's end (the tracer's signal handler closes the trace).
+  setsid timeout --kill-after=10 "$limit" env "${environment[@]}" "${command[@]}" \
+    >"$work/$mode.$round.out" 2>"$work/$mode.$round.err" &
+  local group=$!
+  wait "$group" || status=$?
+  if ((status == 124 || status == 137)); then kill -KILL -- "-$group" 2>/dev/null || true; fi
   end=$(date +%s%N)
   local checksum
   checksum=$(sed -n 's/^checksum \([0-9a-f]*\)$/\1/p' "$work/$mode.$round.out")
