@@ -21,7 +21,7 @@
 #
 #   bench/bench_e2e.sh [--build DIR] [--repeat K] [--steps N] [--layers L] [--modes a,b,...]
 #                      [--timeout S] [--gpu] [--keep DIR]
-# A run that takes longer than S seconds (default 300) is killed and reported with exit 124.
+# A run that takes longer than S seconds (default 120) is killed and reported with exit 124.
 # Modes: untraced, metadata, record, record-cpu, digest-sync, deterministic (default: all; the
 # untraced run is always measured, as the baseline).
 set -euo pipefail
@@ -33,7 +33,7 @@ layers=
 modes=metadata,record,record-cpu,digest-sync,deterministic
 gpu=0
 keep=
-limit=300
+limit=120
 usage="usage: $0 [--build DIR] [--repeat K] [--steps N] [--layers L] [--modes a,b,...] [--timeout S] [--gpu] [--keep DIR]"
 while [[ $# -gt 0 ]]; do
   case "$1" in
