@@ -57,7 +57,7 @@ done
 ndtrace="$build/tools/ndtrace"
 program="$build/bench/programs/train_e2e"
 for file in "$ndtrace" "$program"; do
-  [[ -x "$file" ]] || { echo "error: $file not found: build it first (targets ndtrace ndt_tracer bench_train_e2e)" >&2; exit 2; }
+  [[ -x "$file" ]] || { echo "error: $file not found: build it first (the whole dev build, or at least ndtrace ndt_tracer bench_train_e2e and the stand-in libraries)" >&2; exit 2; }
 done
 args=()
 [[ -n "$steps" ]] && args+=(--steps "$steps")
@@ -138,6 +138,13 @@ shape=$(sed -n 's/^loss after \([0-9]*\) steps of \([0-9]*\) layers.*/\1 steps, 
 
 echo "end to end: bench/programs/train_e2e ($shape) on $device, $repeat runs per mode, interleaved"
 echo "program: ${counts#train_e2e: }"
+if [[ $gpu == 0 ]]; then
+  if compgen -G "$build/tests/standin/lib/libcupti.so*" >/dev/null; then
+    echo "the stand-in's CUPTI is built: traced runs record GPU times (GpuActivityRecord)"
+  else
+    echo "no stand-in CUPTI in $build/tests/standin/lib (target ndt_standin_cupti): traced runs record no GPU times, unlike a full build"
+  fi
+fi
 if [[ -n "$launches" ]]; then
   printf "untraced: %.0f kernel launches per second (median run %.3f s; launches alone, library calls not counted)\n" \
     "$(bc -l <<<"$launches / ($base_us / 1000000)")" "$(bc -l <<<"$base_us / 1000000")"
