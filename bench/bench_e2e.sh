@@ -138,7 +138,9 @@ shape=$(sed -n 's/^loss after \([0-9]*\) steps of \([0-9]*\) layers.*/\1 steps, 
 
 echo "end to end: bench/programs/train_e2e ($shape) on $device, $repeat runs per mode, interleaved"
 echo "program: ${counts#train_e2e: }"
-if [[ $gpu == 0 ]]; then
+if [[ "${NDTRACE_GPU_TIME:-}" == 0 ]]; then
+  echo "NDTRACE_GPU_TIME=0 in the environment: traced runs record no GPU times"
+elif [[ $gpu == 0 ]]; then
   if compgen -G "$build/tests/standin/lib/libcupti.so*" >/dev/null; then
     echo "the stand-in's CUPTI is built: traced runs record GPU times (GpuActivityRecord)"
   else
