@@ -1,13 +1,22 @@
 // Host overhead of the library hooks: the same cuBLAS, cuRAND, cuDNN and NCCL calls into the
-// stand-in libraries (tests/standin/) or real ones (bench_paths.h), once plain and once with
-// libndtrace.so preloaded and recording (metadata only: NDTRACE_LIBRARY_DIGESTS=0), each in its
-// own process, in the same run. Prints ns per call (median, p99) and the ratio, per call.
+// stand-in libraries (tests/standin/) or real ones (bench_paths.h), each configuration in its own
+// process, in the same run:
+//   plain      no tracer;
+//   metadata   libndtrace.so preloaded and recording, metadata only (NDTRACE_LIBRARY_DIGESTS=0);
+//   digests    recording with the digests of library ops' inputs and outputs (exact extents,
+//              tracer/library_support.h), on the GPU path (the default; on the stand-in its
+//              kernels run on the CPU);
+//   cpu        the same on the CPU path (NDTRACE_DIGEST_DEVICE=cpu: synchronise, copy, digest).
+// Prints ns per call (median, p99) and each traced median as a ratio to the plain one, and for
+// the ops that digest (a GEMM, a convolution, a cuRAND generate) what the digests add over
+// metadata, as a ratio to the plain call.
 //
 // The calls reach our hooks the way a program linked against the library does: the library is
 // loaded RTLD_GLOBAL and each function looked up with dlsym(RTLD_DEFAULT), which finds the
 // preloaded tracer's definition first when it is there.
 //
-// Usage: bench_library_hooks [CALLS]        (default 20000 per call kind)
+// Usage: bench_library_hooks [CALLS]        (default 20000 per call kind; a tenth of that for
+//                                           the 64x64x64 GEMM and the convolution)
 //        bench_library_hooks --child CALLS [--only LABEL] [--no-clock]
 //                                          (internal: the measured process; LABEL as printed)
 #include <cublasLt.h>
@@ -91,8 +100,11 @@ int Child(long calls) {
   float* device = nullptr;
   Require(NDT_FIND(cudaSetDevice)(0) == cudaSuccess, "cudaSetDevice");
   const auto malloc = Find<cudaError_t (*)(void**, size_t)>("cudaMalloc");  // C++ overloads it
-  Require(malloc(reinterpret_cast<void**>(&device), 3 * 16 * sizeof(float)) == cudaSuccess,
+  constexpr size_t kDeviceFloats = 3 * 4096 + 3 * 1024 + 4096;
+  Require(malloc(reinterpret_cast<void**>(&device), kDeviceFloats * sizeof(float)) == cudaSuccess,
           "cudaMalloc");
+  Require(NDT_FIND(cudaMemset)(device, 0, kDeviceFloats * sizeof(float)) == cudaSuccess,
+          "cudaMemset");
 
   cublasHandle_t blas = nullptr;
   Require(NDT_FIND(cublasCreate_v2)(&blas) == CUBLAS_STATUS_SUCCESS, "cublasCreate");
@@ -104,6 +116,11 @@ int Child(long calls) {
     sgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, device, 4, device + 16, 4, &zero,
           device + 32, 4);
   });
+  // 64x64x64: 16 KiB per matrix, A and B digested before the call and C after it.
+  Time("cublasSgemm_v2(64x64x64)", std::max(1L, calls / 10), [&](long) {
+    sgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, 64, 64, 64, &one, device, 64, device + 4096, 64, &zero,
+          device + 8192, 64);
+  });
 
   curandGenerator_t generator = nullptr;
   Require(NDT_FIND(curandCreateGenerator)(&generator, CURAND_RNG_PSEUDO_PHILOX4_32_10) ==
@@ -114,6 +131,7 @@ int Child(long calls) {
        [&](long i) { set_offset(generator, static_cast<unsigned long long>(i)); });
   const auto uniform = NDT_FIND(curandGenerateUniform);
   Time("curandGenerateUniform(4)", calls, [&](long) { uniform(generator, device, 4); });
+  Time("curandGenerateUniform(4096)", calls, [&](long) { uniform(generator, device, 4096); });
 
   cudnnTensorDescriptor_t tensor = nullptr;
   Require(NDT_FIND(cudnnCreateTensorDescriptor)(&tensor) == CUDNN_STATUS_SUCCESS,
@@ -121,6 +139,40 @@ int Child(long calls) {
   const auto set_tensor = NDT_FIND(cudnnSetTensor4dDescriptor);
   Time("cudnnSetTensor4dDescriptor", calls, [&](long i) {
     set_tensor(tensor, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 1, 1 + static_cast<int>(i % 4), 4);
+  });
+
+  // A 3x3 convolution of a 4x4x8x8 image with 4 filters (4 KiB in, 4 KiB out; x and w
+  // digested before the call, y after it).
+  cudnnHandle_t dnn = nullptr;
+  Require(NDT_FIND(cudnnCreate)(&dnn) == CUDNN_STATUS_SUCCESS, "cudnnCreate");
+  cudnnFilterDescriptor_t filter = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  Require(NDT_FIND(cudnnCreateFilterDescriptor)(&filter) == CUDNN_STATUS_SUCCESS &&
+              NDT_FIND(cudnnCreateConvolutionDescriptor)(&conv) == CUDNN_STATUS_SUCCESS,
+          "cudnnCreate*Descriptor");
+  Require(set_tensor(tensor, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 4, 4, 8, 8) ==
+                  CUDNN_STATUS_SUCCESS &&
+              NDT_FIND(cudnnSetFilter4dDescriptor)(filter, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 4,
+                                                   4, 3, 3) == CUDNN_STATUS_SUCCESS &&
+              NDT_FIND(cudnnSetConvolution2dDescriptor)(conv, 1, 1, 1, 1, 1, 1,
+                                                        CUDNN_CROSS_CORRELATION,
+                                                        CUDNN_DATA_FLOAT) == CUDNN_STATUS_SUCCESS,
+          "cudnnSet*Descriptor");
+  const auto algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  size_t workspace_bytes = 0;
+  Require(NDT_FIND(cudnnGetConvolutionForwardWorkspaceSize)(dnn, tensor, filter, conv, tensor,
+                                                             algo, &workspace_bytes) ==
+              CUDNN_STATUS_SUCCESS,
+          "cudnnGetConvolutionForwardWorkspaceSize");
+  void* workspace = nullptr;
+  if (workspace_bytes != 0) {
+    Require(malloc(&workspace, workspace_bytes) == cudaSuccess, "cudaMalloc (workspace)");
+  }
+  const auto convolve = NDT_FIND(cudnnConvolutionForward);
+  float* x = device + 3 * 4096;
+  Time("cudnnConvolutionForward(4x4x8x8)", std::max(1L, calls / 10), [&](long) {
+    convolve(dnn, &one, tensor, x, filter, x + 1024, conv, algo, workspace, workspace_bytes,
+             &zero, tensor, x + 2048);
   });
 
   const auto group_start = NDT_FIND(ncclGroupStart);
@@ -137,12 +189,26 @@ struct Result {
   long p99 = 0;
 };
 
-std::map<std::string, Result> Measure(const std::string& self, long calls, bool traced) {
+// A configuration of the measured process: the tracer's environment, or none for plain.
+struct Config {
+  const char* label;
+  bool traced;
+  const char* environment;
+};
+constexpr Config kConfigs[] = {
+    {"plain", false, ""},
+    {"metadata", true, "NDTRACE_LIBRARY_DIGESTS=0 "},
+    {"digests", true, "NDTRACE_LIBRARY_DIGESTS=1 "},
+    {"cpu", true, "NDTRACE_LIBRARY_DIGESTS=1 NDTRACE_DIGEST_DEVICE=cpu "},
+};
+
+std::map<std::string, Result> Measure(const std::string& self, long calls, const Config& config) {
   std::string command = "LD_LIBRARY_PATH='" + ndt::bench::LibraryPath() + "' ";
-  if (traced) {
+  if (config.traced) {
     command += "LD_PRELOAD='" + ndt::bench::TracerPath() +
                "' NDTRACE_OUTPUT=/tmp/ndt_bench_library_hooks.ndt "
-               "NDTRACE_QUIET=1 NDTRACE_DIGEST_EXIT=0 NDTRACE_LIBRARY_DIGESTS=0 ";
+               "NDTRACE_QUIET=1 NDTRACE_DIGEST_EXIT=0 " +
+               std::string(config.environment);
   }
   command += "'" + self + "' --child " + std::to_string(calls);
   FILE* pipe = popen(command.c_str(), "r");
@@ -161,6 +227,8 @@ std::map<std::string, Result> Measure(const std::string& self, long calls, bool 
   return results;
 }
 
+double Ratio(long a, long b) { return static_cast<double>(a) / static_cast<double>(std::max(1L, b)); }
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -175,20 +243,34 @@ int main(int argc, char** argv) {
     return Child(std::atol(argv[2]));
   }
   const long calls = argc > 1 ? std::atol(argv[1]) : 20000;
-  const auto plain = Measure(argv[0], calls, false);
-  const auto traced = Measure(argv[0], calls, true);
+  std::vector<std::map<std::string, Result>> results;
+  for (const Config& config : kConfigs) results.push_back(Measure(argv[0], calls, config));
+  const auto& plain = results[0];
   std::printf(
-      "library calls into the libraries of LD_LIBRARY_PATH='%s', %ld calls each per "
-      "process; traced = hooked and recorded, metadata only\n",
+      "library calls into the libraries of LD_LIBRARY_PATH='%s', %ld calls each per process "
+      "(a tenth for the 64x64x64 GEMM and the convolution); traced = hooked and recorded: "
+      "metadata only, with library digests on the GPU path (on the stand-in its kernels run on "
+      "the CPU), with library digests on the CPU path\n",
       ndt::bench::LibraryPath().c_str(), calls);
-  std::printf("%-28s %10s %10s %10s %10s %8s\n", "", "plain p50", "plain p99", "traced p50",
-              "traced p99", "ratio");
+  std::printf("%-34s %9s %9s %6s %9s %6s %9s %6s %8s\n", "median ns", "plain", "metadata",
+              "ratio", "digests", "ratio", "cpu", "ratio", "digest/call");
   for (const auto& [label, base] : plain) {
-    const Result& hooked = traced.at(label);
-    std::printf("%-28s %10ld %10ld %10ld %10ld %8.2f\n", label.c_str(), base.median, base.p99,
-                hooked.median, hooked.p99,
-                static_cast<double>(hooked.median) / std::max(1L, base.median));
+    const long meta = results[1].at(label).median;
+    const long gpu = results[2].at(label).median;
+    const long cpu = results[3].at(label).median;
+    std::printf("%-34s %9ld %9ld %6.2f %9ld %6.2f %9ld %6.2f %8.2f\n", label.c_str(), base.median,
+                meta, Ratio(meta, base.median), gpu, Ratio(gpu, base.median), cpu,
+                Ratio(cpu, base.median), Ratio(gpu - meta, base.median));
   }
-  std::printf("(ns per call; ratio = traced median / plain median)\n");
+  std::printf("%-34s %9s %9s %6s %9s %6s %9s %6s\n", "p99 ns", "plain", "metadata", "", "digests",
+              "", "cpu", "");
+  for (const auto& [label, base] : plain) {
+    std::printf("%-34s %9ld %9ld %6s %9ld %6s %9ld\n", label.c_str(), base.p99,
+                results[1].at(label).p99, "", results[2].at(label).p99, "",
+                results[3].at(label).p99);
+  }
+  std::printf(
+      "(ratio = traced median / plain median; digest/call = (digests - metadata) / plain, "
+      "medians: what the GPU-path digests add, as a ratio to the call itself)\n");
   return 0;
 }

@@ -68,9 +68,9 @@ namespace internal {
 Digest128 DigestV1Slow(const void* data, size_t n);
 
 // The implementations behind DigestV1Partial. kPortable runs everywhere; kAvx2 needs an
-// x86-64 CPU with AVX2 and BMI2. DigestV1Partial uses DigestV1DefaultPath(), the fastest
-// available one.
-enum class DigestV1Path { kPortable, kAvx2 };
+// x86-64 CPU with AVX2 and BMI2; kAvx512 also AVX-512 F and DQ. DigestV1Partial uses
+// DigestV1DefaultPath(), the fastest available one.
+enum class DigestV1Path { kPortable, kAvx2, kAvx512 };
 bool DigestV1PathAvailable(DigestV1Path path);
 DigestV1Path DigestV1DefaultPath();
 

@@ -46,14 +46,23 @@ std::vector<unsigned char> RandomBytes(size_t n, std::mt19937_64& rng) {
 
 std::vector<internal::DigestV1Path> AvailablePaths() {
   std::vector<internal::DigestV1Path> paths;
-  for (auto path : {internal::DigestV1Path::kPortable, internal::DigestV1Path::kAvx2}) {
+  for (auto path : {internal::DigestV1Path::kPortable, internal::DigestV1Path::kAvx2,
+                    internal::DigestV1Path::kAvx512}) {
     if (internal::DigestV1PathAvailable(path)) paths.push_back(path);
   }
   return paths;
 }
 
 const char* PathName(internal::DigestV1Path path) {
-  return path == internal::DigestV1Path::kAvx2 ? "avx2" : "portable";
+  switch (path) {
+    case internal::DigestV1Path::kAvx2:
+      return "avx2";
+    case internal::DigestV1Path::kAvx512:
+      return "avx512";
+    case internal::DigestV1Path::kPortable:
+      break;
+  }
+  return "portable";
 }
 
 Digest128 DigestOn(internal::DigestV1Path path, const void* data, size_t n) {
