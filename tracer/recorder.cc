@@ -895,9 +895,15 @@ void Session::AppendRecord(const format::Record& record) {
   // Every record goes into the sequence of the thread it is about (an op's thread; else the
   // appending one), whichever thread writes it: so a held record written by another thread
   // stays in order with its own thread's records (the writer promises order per origin).
+  //
+  // A GPU time never waits behind held records: it names its op by sequence, so its place in
+  // the file does not matter, and it is appended from the thread that delivers CUPTI's
+  // activities, which may be the very thread that must run the digest kernels a held record
+  // waits for (the stand-in's stream workers deliver them as they run each kernel).
   const auto* op = std::get_if<format::OpRecord>(&record);
   const uint64_t origin = op != nullptr ? op->thread_id : ThreadLineageId();
-  if (tickets.empty() && held_count_.load(std::memory_order_acquire) == 0) {
+  if (tickets.empty() && (held_count_.load(std::memory_order_acquire) == 0 ||
+                          std::holds_alternative<format::GpuActivityRecord>(record))) {
     rings_.Append(record, origin);
     return;
   }
