@@ -423,8 +423,9 @@ class TraceWriter::Impl {
     }
   }
 
-  // The buffer `buffer` fills next: a written one given back, or a new one. Its mu held.
-  ChunkNode* TakeNode(ThreadBuffer& buffer) {
+  // The buffer `buffer` fills next: a written one given back, else a new one (unless
+  // `may_allocate` is false: then null). Its mu held.
+  ChunkNode* TakeNode(ThreadBuffer& buffer, bool may_allocate = true) {
     if (buffer.spare == nullptr) buffer.spare = buffer.returned.exchange(nullptr);
     if (buffer.spare != nullptr) {
       ChunkNode* node = buffer.spare;
@@ -433,7 +434,7 @@ class TraceWriter::Impl {
       buffer.kept.fetch_sub(1);
       return node;
     }
-    return NewNode(buffer);
+    return may_allocate ? NewNode(buffer) : nullptr;
   }
 
   // Hands a written buffer back to its thread (or frees it when the thread keeps enough).
@@ -500,6 +501,25 @@ class TraceWriter::Impl {
     ChunkNode* node = buffer.current;
     const size_t bytes = node->data.size();
     ChunkNode* next = failed_.load() ? nullptr : TakeNode(buffer);
+    return HandOver(buffer, may_stall, node, bytes, next);
+  }
+
+  // The flush timer's seal of an idle buffer, on a background thread while the buffer's
+  // thread may be about to append: it holds the buffer's mu for a swap and a push only, never
+  // for an allocation (with no written buffer to swap in, the buffer waits for its thread or
+  // the next interval). False when it did not seal.
+  bool SealIdleLocked(ThreadBuffer& buffer) {
+    if (failed_.load()) return SealLocked(buffer, /*may_stall=*/false);
+    ChunkNode* next = TakeNode(buffer, /*may_allocate=*/false);
+    if (next == nullptr) return false;
+    return HandOver(buffer, /*may_stall=*/false, buffer.current, buffer.current->data.size(),
+                    next);
+  }
+
+  // SealLocked's second half: queues `node` (`bytes` of frames) and makes `next` the buffer's
+  // current one, or drops `node`'s records.
+  bool HandOver(ThreadBuffer& buffer, bool may_stall, ChunkNode* node, size_t bytes,
+                ChunkNode* next) {
     bool room = next != nullptr && Reserve(bytes, /*force=*/!may_stall);
     if (next != nullptr && !room && options_.when_full == FullPolicy::kStall) {
       room = StallFor(bytes);
@@ -535,7 +555,19 @@ class TraceWriter::Impl {
       } else if (!buffer_lock.try_lock()) {
         continue;  // its thread is appending and will seal it itself
       }
-      if (!buffer->current->data.empty()) SealLocked(*buffer, /*may_stall=*/false);
+      if (buffer->current->data.empty()) continue;
+      if (blocking) {
+        SealLocked(*buffer, /*may_stall=*/false);
+      } else if (!SealIdleLocked(*buffer) && !failed_.load()) {
+        // No written buffer to swap in: make one without the lock, give it to the buffer as
+        // if written, and try again.
+        buffer_lock.unlock();
+        ChunkNode* spare = NewNode(*buffer);
+        if (spare == nullptr) continue;
+        buffer->kept.fetch_add(1);
+        PushNode(buffer->returned, spare);
+        if (buffer_lock.try_lock() && !buffer->current->data.empty()) SealIdleLocked(*buffer);
+      }
     }
   }
 

@@ -371,6 +371,28 @@ TEST_CASE("a trace flushed but never closed is readable and reported incomplete"
   CHECK(reader->damage().empty());
 }
 
+TEST_CASE("an idle thread's records reach the file by the flush timer, without Flush",
+          "[formats]") {
+  TempPath path("idle.ndt");
+  TempPath copy("idle-copy.ndt");
+  WriterOptions options;
+  options.flush_interval = std::chrono::milliseconds(5);
+  auto writer = MustCreate(path.str(), options);
+  // One thread's first buffer (no written one to swap in yet), then another's second.
+  std::thread([&] {
+    for (uint64_t i = 0; i < 10; ++i) writer->Append(SampleOp(i, 1));
+  }).join();
+  for (uint64_t i = 0; i < 10; ++i) writer->Append(SampleOp(10 + i));
+  size_t read = 0;
+  for (int attempt = 0; attempt < 1000 && read < 20; ++attempt) {  // up to 10 s on a busy machine
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    testing::WriteFile(copy.str(), testing::ReadFile(path.str()));  // as a SIGKILL would leave it
+    read = ReadAll(*MustOpen(copy.str())).size();
+  }
+  CHECK(read == 20);
+  REQUIRE(writer->Close().ok());
+}
+
 TEST_CASE("blobs are stored once per content and read back verified", "[formats]") {
   TempPath path("blobs.ndt");
   auto writer = MustCreate(path.str());
