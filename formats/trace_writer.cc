@@ -59,7 +59,7 @@ using Clock = std::chrono::steady_clock;
 // Writer id of chunks the writer itself produces: the header, DroppedRecords, blobs.
 constexpr uint32_t kWriterSelfId = std::numeric_limits<uint32_t>::max();
 // kStall: the longest one seal waits for room; then its records are dropped and counted.
-constexpr auto kMaxStall = std::chrono::seconds(1);
+constexpr auto kMaxStall = std::chrono::seconds(10);
 // Written buffers a thread keeps for reuse; more are freed by the worker that wrote them.
 constexpr uint32_t kMaxSpareNodes = 4;
 constexpr size_t kRecordTypes = std::variant_size_v<Record>;
