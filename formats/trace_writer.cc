@@ -146,6 +146,9 @@ struct ThreadBuffer {
   ChunkNode* spare = nullptr;    // written buffers ready for reuse (under mu)
   std::atomic<ChunkNode*> returned{nullptr};  // written buffers the workers gave back
   std::atomic<uint32_t> kept{0};               // in spare and returned, for kMaxSpareNodes
+  // When `current` got its first record (steady_clock ns; 0: it is empty). The flush timer
+  // seals only buffers this old, so it never touches a thread that fills its buffer itself.
+  std::atomic<int64_t> opened_ns{0};
   uint64_t appended = 0;   // records accepted, for stats()
   uint64_t oversized = 0;  // records refused as too large, for stats()
   // Dropped since the last DroppedRecords record (WriteDropRecords takes them).
@@ -258,7 +261,9 @@ class TraceWriter::Impl {
       ++buffer->oversized;
       return false;
     }
-    ++node.count;
+    if (++node.count == 1) {
+      buffer->opened_ns.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    }
     ++buffer->appended;
     const OpRecord* op = nullptr;
     if constexpr (std::is_same_v<RecordLike, OpRecord>) {
@@ -535,10 +540,12 @@ class TraceWriter::Impl {
       buffer.drop_bytes += bytes;
       CountLost(node->count, bytes);
       node->Reset();
+      buffer.opened_ns.store(0, std::memory_order_relaxed);
       return false;
     }
     node->sequence = buffer.next_sequence++;
     buffer.current = next;
+    buffer.opened_ns.store(0, std::memory_order_relaxed);
     Worker& worker = *workers_[buffer.writer_id % workers_.size()];
     in_flight_.fetch_add(1);
     PushNode(worker.head, node);
@@ -546,9 +553,19 @@ class TraceWriter::Impl {
     return true;
   }
 
+  // Seals every buffer that holds records (`blocking`: Flush, Close), or (the flush timer)
+  // every one whose first record is at least half a flush interval old, without waiting for
+  // a buffer its thread holds.
   void SealAll(bool blocking) {
+    const int64_t now = Clock::now().time_since_epoch().count();
+    const int64_t min_age =
+        std::chrono::duration_cast<Clock::duration>(options_.flush_interval / 2).count();
     std::lock_guard registry_lock(registry_mu_);
     for (const auto& buffer : buffers_) {
+      if (!blocking) {
+        const int64_t opened = buffer->opened_ns.load(std::memory_order_relaxed);
+        if (opened == 0 || now - opened < min_age) continue;  // empty, or its thread fills it
+      }
       std::unique_lock buffer_lock(buffer->mu, std::defer_lock);
       if (blocking) {
         buffer_lock.lock();
@@ -603,7 +620,11 @@ class TraceWriter::Impl {
 
   void RunLoop(size_t i) {
     Worker& worker = *workers_[i];
-    auto next_seal = Clock::now() + options_.flush_interval;
+    // The timer ticks every half interval and seals buffers half an interval old: a record
+    // waits at most about one interval for its chunk.
+    const auto tick = std::max<Clock::duration>(options_.flush_interval / 2,
+                                                std::chrono::milliseconds(1));
+    auto next_seal = Clock::now() + tick;
     while (true) {
       ChunkNode* list = worker.head.exchange(nullptr);
       if (list == nullptr) {
@@ -615,7 +636,7 @@ class TraceWriter::Impl {
           } catch (...) {
             FailFromException();
           }
-          next_seal = Clock::now() + options_.flush_interval;
+          next_seal = Clock::now() + tick;
           continue;
         }
         // Close sets stopping_ after its last seal, so nothing is pushed after this is seen.
