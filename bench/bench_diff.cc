@@ -66,7 +66,12 @@ void WriteTrace(const std::string& path, uint64_t ops, uint64_t seed = 1) {
   options.seed = seed;
   const uint64_t per_step = tools::SyntheticOpCount(options);
   options.steps = (ops + per_step - 1) / per_step;
-  auto writer = format::TraceWriter::Create(path, tools::SyntheticHeader(options));
+  // Every record written, however loaded the machine (the drop policy would make the
+  // "identical" pair differ where the writer fell behind).
+  format::WriterOptions writer_options;
+  writer_options.when_full = format::FullPolicy::kStall;
+  auto writer =
+      format::TraceWriter::Create(path, tools::SyntheticHeader(options), writer_options);
   if (!writer.ok() || !tools::WriteSyntheticTrace(**writer, options).ok() ||
       !(*writer)->Close().ok()) {
     std::fprintf(stderr, "error: cannot write %s\n", path.c_str());

@@ -751,11 +751,14 @@ class DecodeErrors final : public kj::ExceptionCallback {
 };
 
 // Validates the frame at words[0..word_count) and hands its message to `read`, which gets a
-// capnp::MessageReader and returns a Status. `expect_header` selects which record_type
-// values are acceptable. Never throws: Cap'n Proto exceptions become Status.
+// capnp::MessageReader and returns a Status. `expected_type` selects which record_type
+// values are acceptable: kAnyRecordType a record of the Record union, else that one frame type
+// (kHeaderRecordType, kSummaryRecordType). Never throws: Cap'n Proto exceptions become Status.
+constexpr uint32_t kAnyRecordType = 0xFFFFFFFF;
+
 template <typename Read>
-Status DecodeFrame(const uint64_t* words, size_t word_count, bool expect_header, const Read& read,
-                   size_t* consumed) {
+Status DecodeFrame(const uint64_t* words, size_t word_count, uint32_t expected_type,
+                   const Read& read, size_t* consumed) {
   if (word_count < 1) return Status::Error("record: frame prefix missing (0 words left)");
   const auto* prefix = reinterpret_cast<const char*>(words);
   const uint32_t payload_words = LoadLe32(prefix);
@@ -768,10 +771,13 @@ Status DecodeFrame(const uint64_t* words, size_t word_count, bool expect_header,
     return Status::Error("record: payload of " + std::to_string(payload_words) +
                          " words is truncated to " + std::to_string(word_count - 1));
   }
-  if (expect_header ? record_type != kHeaderRecordType
-                    : record_type >= std::variant_size_v<Record>) {
+  const bool any = expected_type == kAnyRecordType;
+  if (any ? record_type >= std::variant_size_v<Record> : record_type != expected_type) {
     return Status::Error("record: record type " + std::to_string(record_type) + " where " +
-                         (expect_header ? "the header" : "a record") + " was expected");
+                         (any                                  ? "a record"
+                          : expected_type == kHeaderRecordType ? "the header"
+                                                               : "the writer summary") +
+                         " was expected");
   }
   if (payload_words < 1) return Status::Error("record: payload is empty");
   const uint64_t segments =
@@ -855,9 +861,62 @@ bool AppendHeader(const TraceHeader& header, std::string* out) {
       out);
 }
 
+bool AppendSummary(const WriterSummary& summary, std::string* out) {
+  return AppendFrame(
+      kSummaryRecordType,
+      [&summary](capnp::MessageBuilder& message) {
+        auto w = message.initRoot<wire::WriterSummary>();
+        w.setRecords(summary.records);
+        w.setOps(summary.ops);
+        auto by_type = w.initRecordsByType(static_cast<unsigned>(summary.records_by_type.size()));
+        for (size_t i = 0; i < summary.records_by_type.size(); ++i) {
+          by_type.set(static_cast<unsigned>(i), summary.records_by_type[i]);
+        }
+        auto by_kind = w.initOpsByKind(static_cast<unsigned>(summary.ops_by_kind.size()));
+        for (size_t i = 0; i < summary.ops_by_kind.size(); ++i) {
+          by_kind.set(static_cast<unsigned>(i), summary.ops_by_kind[i]);
+        }
+        w.setChunks(summary.chunks);
+        w.setUncompressedBytes(summary.uncompressed_bytes);
+        w.setDroppedRecords(summary.dropped_records);
+        w.setDroppedBytes(summary.dropped_bytes);
+        w.setOversizedRecords(summary.oversized_records);
+        w.setStallNs(summary.stall_ns);
+        w.setStalls(summary.stalls);
+        w.setBlobs(summary.blobs);
+      },
+      out);
+}
+
+Status DecodeSummary(const uint64_t* words, size_t word_count, WriterSummary* summary,
+                     size_t* consumed) {
+  return DecodeFrame(
+      words, word_count, kSummaryRecordType,
+      [summary](capnp::MessageReader& message, uint32_t) {
+        auto r = message.getRoot<wire::WriterSummary>();
+        WriterSummary decoded;
+        decoded.records = r.getRecords();
+        decoded.ops = r.getOps();
+        // Bounded by the frame (1 MiB) and the traversal limit.
+        for (uint64_t n : r.getRecordsByType()) decoded.records_by_type.push_back(n);
+        for (uint64_t n : r.getOpsByKind()) decoded.ops_by_kind.push_back(n);
+        decoded.chunks = r.getChunks();
+        decoded.uncompressed_bytes = r.getUncompressedBytes();
+        decoded.dropped_records = r.getDroppedRecords();
+        decoded.dropped_bytes = r.getDroppedBytes();
+        decoded.oversized_records = r.getOversizedRecords();
+        decoded.stall_ns = r.getStallNs();
+        decoded.stalls = r.getStalls();
+        decoded.blobs = r.getBlobs();
+        *summary = std::move(decoded);
+        return Status::Ok();
+      },
+      consumed);
+}
+
 Status DecodeRecord(const uint64_t* words, size_t word_count, Record* record, size_t* consumed) {
   return DecodeFrame(
-      words, word_count, /*expect_header=*/false,
+      words, word_count, kAnyRecordType,
       [record](capnp::MessageReader& message, uint32_t record_type) {
         auto root = message.getRoot<wire::Record>();
         const auto which = static_cast<uint32_t>(root.which());
@@ -865,10 +924,9 @@ Status DecodeRecord(const uint64_t* words, size_t word_count, Record* record, si
           return Status::Error("record: frame says record type " + std::to_string(record_type) +
                                " but the message holds union member " + std::to_string(which));
         }
-        Record decoded;
-        NDT_RETURN_IF_ERROR(ReadRecord(root, &decoded));
-        *record = std::move(decoded);
-        return Status::Ok();
+        // Into *record itself, reusing its strings' and vectors' capacity when it holds the
+        // same record type (on failure it is left valid but unspecified, as promised).
+        return ReadRecord(root, record);
       },
       consumed);
 }
@@ -876,7 +934,7 @@ Status DecodeRecord(const uint64_t* words, size_t word_count, Record* record, si
 Status DecodeHeader(const uint64_t* words, size_t word_count, TraceHeader* header,
                     size_t* consumed) {
   return DecodeFrame(
-      words, word_count, /*expect_header=*/true,
+      words, word_count, kHeaderRecordType,
       [header](capnp::MessageReader& message, uint32_t) {
         TraceHeader decoded;
         NDT_RETURN_IF_ERROR(ReadHeader(message.getRoot<wire::TraceHeader>(), &decoded));

@@ -12,11 +12,16 @@
 #include <string>
 
 #include "formats/records.h"
+#include "formats/writer_summary.h"
 #include "formats/status.h"
 
 namespace ndt::format::codec {
 
 inline constexpr uint32_t kHeaderRecordType = 0xFFFF;
+// The writer's summary (WriterSummary), stored as a blob's content, never in a records chunk.
+inline constexpr uint32_t kSummaryRecordType = 0xFFFE;
+// Index chunk header tag1 when its tag0 is the offset of the writer summary's chunk.
+inline constexpr uint64_t kSummaryIndexMarker = 0x314D4D5553544E44;  // "NDTSUMM1", LE
 // Largest frame payload the writer produces and the reader accepts.
 inline constexpr size_t kMaxRecordWords = (1u << 20) / 8;  // 1 MiB
 // Most segments a record's message may declare; checked before anything is allocated.
@@ -30,6 +35,7 @@ bool AppendRecord(const Record& record, std::string* out);
 // The same for an op record held outside a Record (the tracer's hot path: no copy into one).
 bool AppendRecord(const OpRecord& op, std::string* out);
 bool AppendHeader(const TraceHeader& header, std::string* out);
+bool AppendSummary(const WriterSummary& summary, std::string* out);
 
 // Decodes the frame at words[0..word_count). On success stores the record and the frame's
 // length in words (prefix included) in *consumed; on failure *record is valid but
@@ -39,5 +45,7 @@ bool AppendHeader(const TraceHeader& header, std::string* out);
 Status DecodeRecord(const uint64_t* words, size_t word_count, Record* record, size_t* consumed);
 Status DecodeHeader(const uint64_t* words, size_t word_count, TraceHeader* header,
                     size_t* consumed);
+Status DecodeSummary(const uint64_t* words, size_t word_count, WriterSummary* summary,
+                     size_t* consumed);
 
 }  // namespace ndt::format::codec

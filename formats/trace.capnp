@@ -419,3 +419,23 @@ struct GpuActivityRecord {
   endNs @6 :UInt64;                # GPU end, same clock
   deviceStream @7 :UInt32;         # CUPTI's stream id (not a StreamLabel id)
 }
+
+# What the writer wrote, counted as it wrote it, so a reader can summarise a closed trace
+# without reading its records (formats/README.md, "Writer summary"). Not a Record: it is stored
+# as the content of one blob (the last chunk before the index), in a frame of record type
+# 0xFFFE, and the index chunk's header points at that blob.
+struct WriterSummary {
+  # Next ordinal: @12
+  records @0 :UInt64;              # records in records chunks (this summary not included)
+  ops @1 :UInt64;                  # of which op records
+  recordsByType @2 :List(UInt64);  # indexed by Record's union ordinal
+  opsByKind @3 :List(UInt64);      # indexed by OpKind
+  chunks @4 :UInt64;               # records and blob chunks before this one
+  uncompressedBytes @5 :UInt64;    # record frames written, uncompressed
+  droppedRecords @6 :UInt64;       # records lost (buffers full, a failed write, a closed writer)
+  droppedBytes @7 :UInt64;         # their serialised bytes
+  oversizedRecords @8 :UInt64;     # records refused as larger than 1 MiB
+  stallNs @9 :UInt64;              # time appending threads waited for room (policy stall)
+  stalls @10 :UInt64;              # how many times one waited
+  blobs @11 :UInt64;               # distinct blobs stored (this summary not included)
+}

@@ -17,10 +17,12 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <unordered_set>
 
 #include "formats/byte_order.h"
 #include "formats/record_codec.h"
+#include "formats/writer_summary.h"
 
 namespace ndt::format {
 namespace {
@@ -51,6 +53,30 @@ ChunkInfo InfoFrom(const ChunkHeader& header, uint64_t offset) {
 }
 
 }  // namespace
+
+// A growable buffer that is never zero-filled: a chunk is decompressed (a payload read)
+// straight into it. resize() does not keep the contents when it grows.
+template <typename T>
+class RawBuffer {
+ public:
+  T* data() { return data_.get(); }
+  const T* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+  void clear() { size_ = 0; }
+  void resize(size_t n) {
+    if (n > capacity_) {
+      data_ = std::make_unique_for_overwrite<T[]>(n);
+      capacity_ = n;
+    }
+    size_ = n;
+  }
+
+ private:
+  std::unique_ptr<T[]> data_;
+  size_t size_ = 0;
+  size_t capacity_ = 0;
+};
+using Words = RawBuffer<uint64_t>;
 
 uint64_t ChunkInfo::end() const { return offset + kChunkHeaderBytes + compressed_size; }
 
@@ -98,6 +124,37 @@ class TraceReader::Impl {
   uint64_t file_bytes() const { return size_; }
   const std::vector<ChunkInfo>& chunks() const { return chunks_; }
   const std::vector<TraceDamage>& damage() const { return damage_; }
+  const std::optional<WriterSummary>& summary() const { return summary_; }
+
+  // The summary of a closed trace from its footer, its index chunk's header and the summary's
+  // chunk, never the index's payload or the body; nullopt when there is none to be had.
+  std::optional<WriterSummary> ReadSummaryOnly(uint64_t header_end) {
+    if (size_ < header_end + container::kFooterBytes) return std::nullopt;
+    std::string footer;
+    if (!ReadAt(size_ - container::kFooterBytes, container::kFooterBytes, &footer).ok()) {
+      return std::nullopt;
+    }
+    const std::optional<uint64_t> index_offset = container::DecodeFooter(footer);
+    if (!index_offset || *index_offset < header_end ||
+        *index_offset >= size_ - container::kFooterBytes) {
+      return std::nullopt;
+    }
+    std::string header_bytes;
+    StatusOr<ChunkHeader> header = ReadChunkHeader(*index_offset, &header_bytes);
+    if (!header.ok() || header->kind != ChunkKind::kIndex ||
+        *index_offset + kChunkHeaderBytes + header->compressed_size + container::kFooterBytes !=
+            size_ ||
+        header->tag1 != codec::kSummaryIndexMarker || header->tag0 < header_end ||
+        header->tag0 >= *index_offset) {
+      return std::nullopt;
+    }
+    WriterSummary summary;
+    uint64_t end = 0;
+    if (!LoadSummaryAt(header->tag0, &summary, &end).ok() || end != *index_offset) {
+      return std::nullopt;
+    }
+    return summary;
+  }
 
   bool Next(Record* record) {
     while (true) {
@@ -147,7 +204,7 @@ class TraceReader::Impl {
   }
 
   std::optional<OpRecord> FindOp(uint64_t sequence) {
-    std::vector<uint64_t> frames;
+    Words frames;
     for (size_t i = 0; i < chunks_.size(); ++i) {
       const ChunkInfo& chunk = chunks_[i];
       if (chunk.kind != ChunkKind::kRecords || chunk.first_op == kNoOp ||
@@ -177,7 +234,7 @@ class TraceReader::Impl {
     uint64_t total = 0;
     uint64_t filled = 0;
     bool seen = false;
-    std::vector<uint64_t> payload;
+    Words payload;
     for (const ChunkInfo& chunk : chunks_) {
       if (chunk.kind != ChunkKind::kBlob || !(chunk.blob == id)) continue;
       if (!LoadPayload(chunk, &payload)) continue;
@@ -216,15 +273,26 @@ class TraceReader::Impl {
 
  private:
   static constexpr uint64_t kNoOp = std::numeric_limits<uint64_t>::max();
+  static constexpr uint32_t kWriterSelfId = std::numeric_limits<uint32_t>::max();
 
   Status ReadAt(uint64_t offset, uint64_t bytes, std::string* out) {
     if (offset > size_ || bytes > size_ - offset) {
       return Status::Error(path_ + ": read past the end of the file");
     }
     out->resize(bytes);
+    return ReadInto(offset, bytes, out->data());
+  }
+  Status ReadAt(uint64_t offset, uint64_t bytes, RawBuffer<char>* out) {
+    if (offset > size_ || bytes > size_ - offset) {
+      return Status::Error(path_ + ": read past the end of the file");
+    }
+    out->resize(bytes);
+    return ReadInto(offset, bytes, out->data());
+  }
+  Status ReadInto(uint64_t offset, uint64_t bytes, char* out) {
     uint64_t done = 0;
     while (done < bytes) {
-      const ssize_t n = ::pread(fd_, out->data() + done, bytes - done,
+      const ssize_t n = ::pread(fd_, out + done, bytes - done,
                                 static_cast<off_t>(offset + done));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
@@ -265,10 +333,11 @@ class TraceReader::Impl {
 
   // Reads, verifies and decompresses a chunk's payload into whole words.
   Status ReadPayload(uint64_t offset, const std::string& header_bytes, const ChunkHeader& header,
-                     std::vector<uint64_t>* out) {
+                     Words* out) {
     NDT_RETURN_IF_ERROR(
         ReadAt(offset + kChunkHeaderBytes, header.compressed_size, &compressed_));
-    if (!container::ChunkHashMatches(header_bytes, compressed_)) {
+    if (!container::ChunkHashMatches(header_bytes,
+                                     std::string_view(compressed_.data(), compressed_.size()))) {
       return Status::Error("checksum mismatch");
     }
     const unsigned long long declared =
@@ -276,7 +345,8 @@ class TraceReader::Impl {
     if (declared != header.uncompressed_size) {
       return Status::Error("compressed frame does not declare the chunk's size");
     }
-    out->assign((header.uncompressed_size + 7) / 8, 0);
+    out->resize((header.uncompressed_size + 7) / 8);
+    if (header.uncompressed_size % 8 != 0) out->data()[out->size() - 1] = 0;  // no stale tail
     const size_t n = ZSTD_decompressDCtx(dctx_, out->data(), header.uncompressed_size,
                                          compressed_.data(), compressed_.size());
     if (ZSTD_isError(n)) {
@@ -287,7 +357,7 @@ class TraceReader::Impl {
   }
 
   // Loads a chunk listed in chunks_; on failure records the damage and returns false.
-  bool LoadPayload(const ChunkInfo& chunk, std::vector<uint64_t>* out) {
+  bool LoadPayload(const ChunkInfo& chunk, Words* out) {
     std::string header_bytes;
     StatusOr<ChunkHeader> header = ReadChunkHeader(chunk.offset, &header_bytes);
     Status status = header.status();
@@ -304,6 +374,51 @@ class TraceReader::Impl {
       return false;
     }
     return true;
+  }
+
+  // Whether a verified chunk is the writer's summary: a blob of the writer's own whose content
+  // is one frame of kSummaryRecordType.
+  static bool IsSummaryChunk(const ChunkHeader& header, const Words& payload) {
+    if (header.kind != ChunkKind::kBlob || header.writer_id != kWriterSelfId ||
+        header.count != 0 || header.uncompressed_size < container::kBlobPartPrefixBytes + 8) {
+      return false;
+    }
+    const char* p = reinterpret_cast<const char*>(payload.data());
+    return LoadLe32(p + container::kBlobPartPrefixBytes + 4) == codec::kSummaryRecordType;
+  }
+
+  // Decodes a summary chunk's verified payload: its blob prefix and id, then the frame.
+  static Status DecodeSummaryPayload(const ChunkHeader& header, const Words& payload,
+                                     WriterSummary* out) {
+    const uint64_t bytes = header.uncompressed_size;
+    const uint64_t frame_bytes = bytes - container::kBlobPartPrefixBytes;
+    const char* p = reinterpret_cast<const char*>(payload.data());
+    if (bytes < container::kBlobPartPrefixBytes + 8 || frame_bytes % 8 != 0 ||
+        LoadLe64(p) != frame_bytes || LoadLe64(p + 8) != 0) {
+      return Status::Error("its blob prefix does not fit its size");
+    }
+    const XXH128_hash_t id = XXH3_128bits(p + container::kBlobPartPrefixBytes, frame_bytes);
+    if (id.low64 != header.tag0 || id.high64 != header.tag1) {
+      return Status::Error("its bytes do not match its id");
+    }
+    size_t consumed = 0;
+    NDT_RETURN_IF_ERROR(codec::DecodeSummary(payload.data() + container::kBlobPartPrefixBytes / 8,
+                                             frame_bytes / 8, out, &consumed));
+    if (consumed != frame_bytes / 8) return Status::Error("bytes after its frame");
+    return Status::Ok();
+  }
+
+  // Reads, verifies and decodes the summary chunk at `offset`; `*end`: the byte after it.
+  Status LoadSummaryAt(uint64_t offset, WriterSummary* out, uint64_t* end) {
+    std::string header_bytes;
+    StatusOr<ChunkHeader> header = ReadChunkHeader(offset, &header_bytes);
+    if (!header.ok()) return header.status();
+    Words payload;
+    NDT_RETURN_IF_ERROR(ReadPayload(offset, header_bytes, *header, &payload));
+    if (!IsSummaryChunk(*header, payload)) return Status::Error("not a writer summary");
+    NDT_RETURN_IF_ERROR(DecodeSummaryPayload(*header, payload, out));
+    *end = offset + kChunkHeaderBytes + header->compressed_size;
+    return Status::Ok();
   }
 
   bool LoadNextRecordsChunk() {
@@ -414,7 +529,7 @@ class TraceReader::Impl {
     if (header->kind != ChunkKind::kHeader) {
       return Status::Error(path_ + ": first chunk is not the trace header");
     }
-    std::vector<uint64_t> words;
+    Words words;
     if (Status status = ReadPayload(offset, header_bytes, *header, &words); !status.ok()) {
       return Status::Error(path_ + ": trace header damaged at " +
                            Range(offset, offset + kChunkHeaderBytes + header->compressed_size) +
@@ -457,11 +572,14 @@ class TraceReader::Impl {
             uint64_t{header->count} * container::kIndexEntryBytes) {
       return distrust("index chunk is malformed");
     }
-    std::vector<uint64_t> words;
+    Words words;
     if (Status status = ReadPayload(*index_offset, header_bytes, *header, &words); !status.ok()) {
       return distrust(status.message());
     }
     const char* entries = reinterpret_cast<const char*>(words.data());
+    std::optional<uint64_t> summary_offset;  // the index's header names the summary's chunk
+    if (header->tag1 == codec::kSummaryIndexMarker) summary_offset = header->tag0;
+    std::optional<ChunkInfo> summary_chunk;
     std::vector<ChunkInfo> chunks;
     chunks.reserve(header->count);
     uint64_t expected_offset = container::kPreambleBytes;
@@ -476,11 +594,32 @@ class TraceReader::Impl {
       expected_offset = offset + kChunkHeaderBytes + chunk->compressed_size;
       if (expected_offset > *index_offset) return distrust("entry past the index");
       if (chunk->kind == ChunkKind::kHeader || chunk->kind == ChunkKind::kIndex) continue;
+      if (summary_offset == offset) {
+        summary_chunk = InfoFrom(*chunk, offset);
+        continue;
+      }
       chunks.push_back(InfoFrom(*chunk, offset));
     }
     if (expected_offset != *index_offset) return distrust("index does not cover the file");
+    if (summary_offset && (!summary_chunk || summary_chunk->kind != ChunkKind::kBlob)) {
+      return distrust("the summary chunk it names is not a blob it lists");
+    }
     chunks_ = std::move(chunks);
     complete_ = true;
+    if (summary_chunk) {
+      WriterSummary summary;
+      uint64_t end = 0;
+      Status status = LoadSummaryAt(summary_chunk->offset, &summary, &end);
+      if (status.ok() && end != summary_chunk->end()) {
+        status = Status::Error("chunk does not match its index entry");
+      }
+      if (status.ok()) {
+        summary_ = std::move(summary);
+      } else {
+        AddDamage(summary_chunk->offset, summary_chunk->end(),
+                  "summary chunk: " + status.message());
+      }
+    }
     return true;
   }
 
@@ -488,7 +627,7 @@ class TraceReader::Impl {
   // hash matches is kept; anything else is damage, skipped by searching for the next
   // chunk magic. A chunk that runs past the end of the file is the truncated tail.
   void ScanChunks(uint64_t offset) {
-    std::vector<uint64_t> scratch;
+    Words scratch;
     std::string header_bytes;
     bool after_index = false;  // the footer follows the index chunk
     while (offset < size_) {
@@ -505,7 +644,15 @@ class TraceReader::Impl {
       if (status.ok()) {
         status = ReadPayload(offset, header_bytes, *header, &scratch);
         if (status.ok()) {
-          if (header->kind != ChunkKind::kHeader && header->kind != ChunkKind::kIndex) {
+          if (IsSummaryChunk(*header, scratch)) {
+            WriterSummary summary;
+            if (Status decoded = DecodeSummaryPayload(*header, scratch, &summary); decoded.ok()) {
+              summary_ = std::move(summary);
+            } else {
+              AddDamage(offset, offset + kChunkHeaderBytes + header->compressed_size,
+                        "summary chunk: " + decoded.message());
+            }
+          } else if (header->kind != ChunkKind::kHeader && header->kind != ChunkKind::kIndex) {
             chunks_.push_back(InfoFrom(*header, offset));
           }
           after_index = header->kind == ChunkKind::kIndex;
@@ -536,7 +683,7 @@ class TraceReader::Impl {
   // runs past the end of the file is damage, not the tail a crash cut off.
   bool WholeChunkAfter(uint64_t from) {
     std::string header_bytes;
-    std::vector<uint64_t> scratch;
+    Words scratch;
     for (uint64_t at = NextMagic(from); at < size_; at = NextMagic(at + 1)) {
       StatusOr<ChunkHeader> header = ReadChunkHeader(at, &header_bytes);
       if (header.ok() && ReadPayload(at, header_bytes, *header, &scratch).ok()) return true;
@@ -574,11 +721,12 @@ class TraceReader::Impl {
   ZSTD_DCtx* dctx_ = nullptr;
   TraceHeader header_;
   bool complete_ = false;
+  std::optional<WriterSummary> summary_;
   uint64_t truncated_tail_ = 0;
   std::vector<ChunkInfo> chunks_;
   std::vector<TraceDamage> damage_;
   OffsetSet damaged_chunks_;
-  std::string compressed_;
+  RawBuffer<char> compressed_;
 
   // The blob whose parts iteration is passing (CheckBlobPart).
   struct OpenBlob {
@@ -593,10 +741,10 @@ class TraceReader::Impl {
   OpenBlob blob_;
   bool blobs_from_start_ = true;  // iteration started at the first chunk (not SeekToOp)
   XXH3_state_t* blob_hash_ = nullptr;
-  std::vector<uint64_t> blob_payload_;
+  Words blob_payload_;
 
   size_t chunk_pos_ = 0;          // next chunk Next() will load
-  std::vector<uint64_t> frames_;  // the loaded chunk's record frames
+  Words frames_;  // the loaded chunk's record frames
   size_t frame_pos_ = 0;          // next frame, in words
   uint64_t skip_below_ = 0;       // SeekToOp: op records below this are skipped
 };
@@ -638,6 +786,16 @@ StatusOr<TraceHeader> TraceReader::ReadHeader(const std::string& path) {
     return NamingPath(status, path);
   }
   return (*impl)->header();
+}
+
+StatusOr<std::optional<WriterSummary>> ReadWriterSummary(const std::string& path) {
+  StatusOr<std::unique_ptr<TraceReader::Impl>> impl = OpenFile(path);
+  if (!impl.ok()) return impl.status();
+  uint64_t header_end = 0;
+  if (Status status = (*impl)->OpenHeader(&header_end); !status.ok()) {
+    return NamingPath(status, path);
+  }
+  return (*impl)->ReadSummaryOnly(header_end);
 }
 
 TraceReader::TraceReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -67,7 +67,7 @@ class TraceReader {
   uint64_t truncated_tail_bytes() const;
   uint64_t file_bytes() const;
   // Every intact body chunk (records and blobs), in file order, from the index or the scan.
-  // The header and index chunks are not listed.
+  // The header and index chunks are not listed, nor the writer summary's (writer_summary.h).
   const std::vector<ChunkInfo>& chunks() const;
   // Damage found so far: at Open, and by every Next/FindOp/ReadBlob since.
   const std::vector<TraceDamage>& damage() const;

@@ -1,37 +1,51 @@
-// TraceWriter: per-thread buffers, one background thread that compresses and writes.
+// TraceWriter: per-thread buffers, background threads that compress and write.
 //
-// Locks, always taken in this order: registry_mu_ -> ThreadBuffer::mu -> queue_mu_, and
-// self_mu_ or blob_mu_ -> file_mu_ -> status_mu_, queue_mu_ (SetError); nothing waits for
-// another lock while holding queue_mu_. An appending thread holds only its own
-// buffer's mu (uncontended unless a background thread is sealing that buffer) and
-// queue_mu_ for the instant it takes to queue a sealed buffer. Compression happens outside
-// file_mu_, which covers only the write and the index entry. A background thread never
-// waits for a buffer's mu while stalled appenders could be waiting for it (SealAll uses
-// try_lock there), so kStall cannot deadlock.
+// An appending thread never waits for another thread (FullPolicy::kDrop): it takes only its
+// own buffer's mu, which nobody else holds except for the instant a background thread seals
+// an idle buffer (SealAll: try_lock, a pointer swap and a push), and hands a sealed chunk to
+// its worker through a lock-free list (Worker::head, a Treiber stack the worker empties
+// whole), wakes the worker with a futex only when it sleeps, and takes its next buffer from
+// the chunks the workers gave back (ThreadBuffer::returned, another lock-free list). No
+// mutex shared with a background thread, no condition variable and no allocation but a
+// new buffer when every one of its own is still in flight. Under kStall an appending thread
+// that finds no room waits on space_cv_ (stall_mu_), at most kMaxStall, and the wait is
+// counted (WriterStats::stall_ns; the trace's WriterSummary: stall_ns, stalls).
+//
+// Locks, always taken in this order: registry_mu_ -> ThreadBuffer::mu -> stall_mu_, and
+// self_mu_ or blob_mu_ -> file_mu_ -> status_mu_ -> stall_mu_ (SetError). idle_mu_ guards
+// nothing but the Flush wake-up. Compression happens outside file_mu_, which covers only the
+// write, the index entry and the totals. A background thread never waits for a buffer's mu
+// (SealAll uses try_lock there), so kStall cannot deadlock.
 #include "formats/trace_writer.h"
 
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include <xxhash.h>
 #include <zstd.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <limits>
 #include <map>
-#include <new>
+#include <memory>
 #include <mutex>
+#include <new>
+#include <optional>
 #include <set>
 #include <thread>
 #include <type_traits>
 #include <utility>
+#include <variant>
+#include <vector>
 
 #include "formats/byte_order.h"
 #include "formats/container.h"
@@ -44,7 +58,11 @@ using Clock = std::chrono::steady_clock;
 
 // Writer id of chunks the writer itself produces: the header, DroppedRecords, blobs.
 constexpr uint32_t kWriterSelfId = std::numeric_limits<uint32_t>::max();
-constexpr size_t kMaxRecycledBuffers = 16;
+// kStall: the longest one seal waits for room; then its records are dropped and counted.
+constexpr auto kMaxStall = std::chrono::seconds(10);
+// Written buffers a thread keeps for reuse; more are freed by the worker that wrote them.
+constexpr uint32_t kMaxSpareNodes = 4;
+constexpr size_t kRecordTypes = std::variant_size_v<Record>;
 
 uint64_t NextWriterUid() {
   static std::atomic<uint64_t> next{1};
@@ -53,30 +71,94 @@ uint64_t NextWriterUid() {
 
 std::string ErrnoText(int error) { return std::strerror(error); }
 
-struct ThreadBuffer {
-  std::mutex mu;
-  uint32_t writer_id = 0;
-  uint64_t next_sequence = 0;
-  std::string data;  // record frames
-  uint32_t count = 0;
-  uint64_t first_op = std::numeric_limits<uint64_t>::max();
-  uint64_t last_op = 0;
-  uint64_t appended = 0;   // records accepted, for stats()
-  uint64_t oversized = 0;  // records refused as too large, for stats()
+// Sleeps while *word == expected, at most `timeout` (a wake-up may be spurious).
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, Clock::duration timeout) {
+  const auto ns = std::max<int64_t>(
+      0, std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count());
+  const timespec relative{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  (void)::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected,
+                  &relative, nullptr, 0);
+}
+
+void FutexWake(std::atomic<uint32_t>* word) {
+  (void)::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, 1, nullptr,
+                  nullptr, 0);
+}
+
+// What a chunk holds, by record type and op kind, for the WriterSummary.
+struct Tally {
+  std::array<uint64_t, kRecordTypes> by_type{};
+  std::array<uint64_t, kOpKindCount> by_kind{};
 };
 
-struct SealedChunk {
-  uint32_t writer_id = 0;
-  uint64_t sequence = 0;
-  uint32_t count = 0;
-  uint64_t first_op = 0;
-  uint64_t last_op = 0;
-  std::string data;
-};
+struct ThreadBuffer;
 
 struct PendingDrop {
   uint64_t records = 0;
   uint64_t bytes = 0;
+};
+
+// One buffer of record frames: a thread's current one, sealed and in flight to its worker,
+// or written and waiting to be reused.
+struct ChunkNode {
+  ChunkNode* next = nullptr;  // in a Worker's or a ThreadBuffer's list
+  ThreadBuffer* owner = nullptr;
+  std::string data;  // record frames
+  uint32_t count = 0;
+  uint64_t sequence = 0;
+  uint64_t first_op = std::numeric_limits<uint64_t>::max();
+  uint64_t last_op = 0;
+  Tally tally;
+  void Reset() {
+    data.clear();
+    count = 0;
+    first_op = std::numeric_limits<uint64_t>::max();
+    last_op = 0;
+    tally = Tally{};
+  }
+};
+
+// Nodes live in lock-free lists as raw pointers; whoever takes one out owns it (the writer
+// frees every list when it is destroyed, after its workers are joined).
+using NodePtr = std::unique_ptr<ChunkNode>;
+
+void DeleteList(ChunkNode* node) {
+  while (node != nullptr) {
+    NodePtr owned(node);
+    node = node->next;
+  }
+}
+
+// Pushes `node` on a lock-free list whose consumer takes it whole (exchange), so there is no
+// ABA: newest first.
+void PushNode(std::atomic<ChunkNode*>& head, ChunkNode* node) {
+  node->next = head.load();
+  while (!head.compare_exchange_weak(node->next, node)) {
+  }
+}
+
+struct ThreadBuffer {
+  std::mutex mu;
+  uint32_t writer_id = 0;
+  uint64_t next_sequence = 0;
+  ChunkNode* current = nullptr;  // the buffer being filled (under mu)
+  ChunkNode* spare = nullptr;    // written buffers ready for reuse (under mu)
+  std::atomic<ChunkNode*> returned{nullptr};  // written buffers the workers gave back
+  std::atomic<uint32_t> kept{0};               // in spare and returned, for kMaxSpareNodes
+  // When `current` got its first record (steady_clock ns; 0: it is empty). The flush timer
+  // seals only buffers this old, so it never touches a thread that fills its buffer itself.
+  std::atomic<int64_t> opened_ns{0};
+  uint64_t appended = 0;   // records accepted, for stats()
+  uint64_t oversized = 0;  // records refused as too large, for stats()
+  // Dropped since the last DroppedRecords record (WriteDropRecords takes them).
+  std::atomic<uint64_t> drop_records{0};
+  std::atomic<uint64_t> drop_bytes{0};
+  ~ThreadBuffer() {
+    NodePtr owned(current);
+    DeleteList(spare);
+    DeleteList(returned.load());
+  }
 };
 
 // Per-thread cache of the buffer this thread appends to, keyed by writer uid (never
@@ -99,8 +181,9 @@ thread_local OriginBufferCache tls_origin_cache;
 // One background compression thread. Chunks of writer id w always go to worker
 // w % workers, so each appending thread's chunks reach the file in the order it sealed them.
 struct Worker {
-  std::condition_variable cv;
-  std::deque<SealedChunk> queue;  // guarded by Impl::queue_mu_
+  std::atomic<ChunkNode*> head{nullptr};  // sealed chunks, newest first
+  std::atomic<uint32_t> wake{0};          // futex word: bumped to wake the worker
+  std::atomic<bool> sleeping{false};      // the worker is (about to be) in FutexWait
   ZSTD_CCtx* cctx = nullptr;
   std::string compressed;
   std::thread thread;
@@ -173,23 +256,30 @@ class TraceWriter::Impl {
       CountLost(1, 0);
       return false;
     }
-    if (!codec::AppendRecord(record, &buffer->data)) {
+    ChunkNode& node = *buffer->current;
+    if (!codec::AppendRecord(record, &node.data)) {
       ++buffer->oversized;
       return false;
     }
-    ++buffer->count;
+    if (++node.count == 1) {
+      buffer->opened_ns.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    }
     ++buffer->appended;
     const OpRecord* op = nullptr;
     if constexpr (std::is_same_v<RecordLike, OpRecord>) {
       op = &record;
+      ++node.tally.by_type[0];
     } else {
       op = std::get_if<OpRecord>(&record);
+      ++node.tally.by_type[record.index()];
     }
     if (op != nullptr) {
-      buffer->first_op = std::min(buffer->first_op, op->sequence);
-      buffer->last_op = std::max(buffer->last_op, op->sequence);
+      node.first_op = std::min(node.first_op, op->sequence);
+      node.last_op = std::max(node.last_op, op->sequence);
+      const auto kind = static_cast<size_t>(op->kind);
+      if (kind < kOpKindCount) ++node.tally.by_kind[kind];
     }
-    if (buffer->data.size() >= options_.chunk_bytes) return SealLocked(*buffer, true);
+    if (node.data.size() >= options_.chunk_bytes) return SealLocked(*buffer, true);
     return true;
   }
 
@@ -232,8 +322,8 @@ class TraceWriter::Impl {
   Status Flush() {
     if (closed_.load()) return status();
     SealAll(/*blocking=*/true);
-    std::unique_lock queue_lock(queue_mu_);
-    idle_cv_.wait(queue_lock, [&] { return in_flight_ == 0; });
+    std::unique_lock idle_lock(idle_mu_);
+    idle_cv_.wait(idle_lock, [&] { return in_flight_.load() == 0; });
     return status();
   }
 
@@ -242,15 +332,14 @@ class TraceWriter::Impl {
     if (closed_.exchange(true)) return status();
     // Every buffer, blocking: an Append that got in before closed_ was set finishes first.
     SealAll(/*blocking=*/true);
-    {
-      std::lock_guard queue_lock(queue_mu_);
-      stopping_ = true;
-    }
+    stopping_.store(true);
+    WakeStallers();
     for (auto& worker : workers_) {
-      worker->cv.notify_all();
+      Wake(*worker);
       if (worker->thread.joinable()) worker->thread.join();
     }
     WriteDropRecords();
+    WriteSummary();
     WriteIndexAndFooter();
     if (::close(fd_) != 0) SetError(path_ + ": close failed: " + ErrnoText(errno));
     fd_ = -1;
@@ -319,80 +408,183 @@ class TraceWriter::Impl {
     if (slot == nullptr) {
       auto buffer = std::make_unique<ThreadBuffer>();
       buffer->writer_id = static_cast<uint32_t>(buffers_.size());
-      buffer->data.reserve(options_.chunk_bytes + 4096);
+      buffer->current = NewNode(*buffer);
+      if (buffer->current == nullptr) throw std::bad_alloc();
       slot = buffer.get();
       buffers_.push_back(std::move(buffer));
     }
     return slot;
   }
 
-  // Hands the buffer's records to its compression worker, or drops them when the queues
-  // are full (kDrop) or the writer has failed. `may_stall`: an appending thread under
-  // kStall waits for room instead; a background thread never waits.
-  bool SealLocked(ThreadBuffer& buffer, bool may_stall) {
-    SealedChunk chunk;
-    chunk.writer_id = buffer.writer_id;
-    chunk.count = buffer.count;
-    chunk.first_op = buffer.first_op;
-    chunk.last_op = buffer.last_op;
-    const size_t bytes = buffer.data.size();
-    Worker& worker = *workers_[buffer.writer_id % workers_.size()];
-    bool queued = false;
+  // A new empty buffer for `owner`, or null when there is no memory for one.
+  ChunkNode* NewNode(ThreadBuffer& owner) {
+    try {
+      auto node = std::make_unique<ChunkNode>();
+      node->owner = &owner;
+      node->data.reserve(options_.chunk_bytes + 4096);
+      return node.release();
+    } catch (const std::bad_alloc&) {
+      return nullptr;
+    }
+  }
+
+  // The buffer `buffer` fills next: a written one given back, else a new one (unless
+  // `may_allocate` is false: then null). Its mu held.
+  ChunkNode* TakeNode(ThreadBuffer& buffer, bool may_allocate = true) {
+    if (buffer.spare == nullptr) buffer.spare = buffer.returned.exchange(nullptr);
+    if (buffer.spare != nullptr) {
+      ChunkNode* node = buffer.spare;
+      buffer.spare = node->next;
+      node->next = nullptr;
+      buffer.kept.fetch_sub(1);
+      return node;
+    }
+    return may_allocate ? NewNode(buffer) : nullptr;
+  }
+
+  // Hands a written buffer back to its thread (or frees it when the thread keeps enough).
+  void ReturnNode(ChunkNode* node) {
+    ThreadBuffer& owner = *node->owner;
+    if (owner.kept.fetch_add(1) >= kMaxSpareNodes) {
+      owner.kept.fetch_sub(1);
+      NodePtr owned(node);
+      return;
+    }
+    node->Reset();
+    PushNode(owner.returned, node);
+  }
+
+  // Counts `bytes` as buffered if they fit under max_buffered_bytes (always when `force`).
+  bool Reserve(size_t bytes, bool force) {
+    size_t buffered = buffered_bytes_.load();
+    do {
+      if (!force && buffered != 0 && buffered + bytes > options_.max_buffered_bytes) return false;
+    } while (!buffered_bytes_.compare_exchange_weak(buffered, buffered + bytes));
+    return true;
+  }
+
+  // kStall: waits, at most kMaxStall, until `bytes` fit (then reserved: true), the writer
+  // fails or closes. Counts the wait.
+  bool StallFor(size_t bytes) {
+    const auto start = Clock::now();
+    bool reserved = false;
+    stallers_.fetch_add(1);
     {
-      std::unique_lock queue_lock(queue_mu_);
-      const bool stall = may_stall && options_.when_full == FullPolicy::kStall;
-      if (stall && !Fits(bytes)) {
-        const auto start = Clock::now();
-        space_cv_.wait(queue_lock, [&] { return Fits(bytes) || stopping_ || failed_.load(); });
-        stall_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start)
-                         .count();
-      }
-      if (!failed_.load() && (Fits(bytes) || !may_stall)) {
-        chunk.sequence = buffer.next_sequence++;
-        chunk.data = std::move(buffer.data);
-        buffered_bytes_ += bytes;
-        ++in_flight_;
-        worker.queue.push_back(std::move(chunk));
-        queued = true;
-        if (!recycled_.empty()) {
-          buffer.data = std::move(recycled_.back());
-          recycled_.pop_back();
-        }
-      } else {
-        PendingDrop& drop = pending_drops_[buffer.writer_id];
-        drop.records += buffer.count;
-        drop.bytes += bytes;
-      }
+      std::unique_lock stall_lock(stall_mu_);
+      space_cv_.wait_until(stall_lock, start + kMaxStall, [&] {
+        reserved = Reserve(bytes, /*force=*/false);
+        return reserved || failed_.load() || stopping_.load();
+      });
     }
-    if (queued) {
-      worker.cv.notify_one();
-    } else {
-      CountLost(buffer.count, bytes);
-    }
-    buffer.data.clear();
-    if (buffer.data.capacity() < options_.chunk_bytes) {
-      buffer.data.reserve(options_.chunk_bytes + 4096);
-    }
-    buffer.count = 0;
-    buffer.first_op = std::numeric_limits<uint64_t>::max();
-    buffer.last_op = 0;
-    return queued;
+    stallers_.fetch_sub(1);
+    stall_ns_ +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+    ++stalls_;
+    return reserved;
   }
 
-  bool Fits(size_t bytes) const {
-    return buffered_bytes_ == 0 || buffered_bytes_ + bytes <= options_.max_buffered_bytes;
+  void WakeStallers() {
+    if (stallers_.load() == 0) return;
+    std::lock_guard stall_lock(stall_mu_);
+    space_cv_.notify_all();
   }
 
+  // Wakes `worker` if it sleeps (or is about to): the seq_cst push before this load and the
+  // worker's seq_cst store of `sleeping` before it looks at its list again mean either the
+  // worker sees the chunk or this sees it sleeping.
+  static void Wake(Worker& worker) {
+    if (!worker.sleeping.load()) return;
+    worker.wake.fetch_add(1);
+    FutexWake(&worker.wake);
+  }
+
+  // Hands the buffer's records to its compression worker, or drops them when the buffers are
+  // full (kDrop; kStall after kMaxStall), the writer has failed or there is no memory for the
+  // next buffer. `may_stall`: an appending thread (under kStall it waits for room); a
+  // background thread never waits, and never drops for want of room. The buffer's mu held.
+  bool SealLocked(ThreadBuffer& buffer, bool may_stall) {
+    ChunkNode* node = buffer.current;
+    const size_t bytes = node->data.size();
+    ChunkNode* next = failed_.load() ? nullptr : TakeNode(buffer);
+    return HandOver(buffer, may_stall, node, bytes, next);
+  }
+
+  // The flush timer's seal of an idle buffer, on a background thread while the buffer's
+  // thread may be about to append: it holds the buffer's mu for a swap and a push only, never
+  // for an allocation (with no written buffer to swap in, the buffer waits for its thread or
+  // the next interval). False when it did not seal.
+  bool SealIdleLocked(ThreadBuffer& buffer) {
+    if (failed_.load()) return SealLocked(buffer, /*may_stall=*/false);
+    ChunkNode* next = TakeNode(buffer, /*may_allocate=*/false);
+    if (next == nullptr) return false;
+    return HandOver(buffer, /*may_stall=*/false, buffer.current, buffer.current->data.size(),
+                    next);
+  }
+
+  // SealLocked's second half: queues `node` (`bytes` of frames) and makes `next` the buffer's
+  // current one, or drops `node`'s records.
+  bool HandOver(ThreadBuffer& buffer, bool may_stall, ChunkNode* node, size_t bytes,
+                ChunkNode* next) {
+    bool room = next != nullptr && Reserve(bytes, /*force=*/!may_stall);
+    if (next != nullptr && !room && options_.when_full == FullPolicy::kStall) {
+      room = StallFor(bytes);
+    }
+    if (!room || failed_.load()) {
+      if (room) buffered_bytes_.fetch_sub(bytes);
+      if (next != nullptr) {  // back to the spares
+        next->next = buffer.spare;
+        buffer.spare = next;
+        buffer.kept.fetch_add(1);
+      }
+      buffer.drop_records += node->count;
+      buffer.drop_bytes += bytes;
+      CountLost(node->count, bytes);
+      node->Reset();
+      buffer.opened_ns.store(0, std::memory_order_relaxed);
+      return false;
+    }
+    node->sequence = buffer.next_sequence++;
+    buffer.current = next;
+    buffer.opened_ns.store(0, std::memory_order_relaxed);
+    Worker& worker = *workers_[buffer.writer_id % workers_.size()];
+    in_flight_.fetch_add(1);
+    PushNode(worker.head, node);
+    Wake(worker);
+    return true;
+  }
+
+  // Seals every buffer that holds records (`blocking`: Flush, Close), or (the flush timer)
+  // every one whose first record is at least half a flush interval old, without waiting for
+  // a buffer its thread holds.
   void SealAll(bool blocking) {
+    const int64_t now = Clock::now().time_since_epoch().count();
+    const int64_t min_age =
+        std::chrono::duration_cast<Clock::duration>(options_.flush_interval / 2).count();
     std::lock_guard registry_lock(registry_mu_);
     for (const auto& buffer : buffers_) {
+      if (!blocking) {
+        const int64_t opened = buffer->opened_ns.load(std::memory_order_relaxed);
+        if (opened == 0 || now - opened < min_age) continue;  // empty, or its thread fills it
+      }
       std::unique_lock buffer_lock(buffer->mu, std::defer_lock);
       if (blocking) {
         buffer_lock.lock();
       } else if (!buffer_lock.try_lock()) {
         continue;  // its thread is appending and will seal it itself
       }
-      if (!buffer->data.empty()) SealLocked(*buffer, /*may_stall=*/false);
+      if (buffer->current->data.empty()) continue;
+      if (blocking) {
+        SealLocked(*buffer, /*may_stall=*/false);
+      } else if (!SealIdleLocked(*buffer) && !failed_.load()) {
+        // No written buffer to swap in: make one without the lock, give it to the buffer as
+        // if written, and try again.
+        buffer_lock.unlock();
+        ChunkNode* spare = NewNode(*buffer);
+        if (spare == nullptr) continue;
+        buffer->kept.fetch_add(1);
+        PushNode(buffer->returned, spare);
+        if (buffer_lock.try_lock() && !buffer->current->data.empty()) SealIdleLocked(*buffer);
+      }
     }
   }
 
@@ -428,66 +620,89 @@ class TraceWriter::Impl {
 
   void RunLoop(size_t i) {
     Worker& worker = *workers_[i];
-    std::unique_lock queue_lock(queue_mu_);
-    auto next_seal = Clock::now() + options_.flush_interval;
+    // The timer ticks every half interval and seals buffers half an interval old: a record
+    // waits at most about one interval for its chunk.
+    const auto tick = std::max<Clock::duration>(options_.flush_interval / 2,
+                                                std::chrono::milliseconds(1));
+    auto next_seal = Clock::now() + tick;
     while (true) {
-      worker.cv.wait_until(queue_lock, next_seal,
-                           [&] { return !worker.queue.empty() || stopping_; });
-      if (worker.queue.empty() && stopping_) break;
-      if (i == 0 && Clock::now() >= next_seal) {
-        queue_lock.unlock();
-        try {
-          SealAll(/*blocking=*/false);
-          WriteDropRecords();
-        } catch (...) {
-          FailFromException();
-        }
-        queue_lock.lock();
-        next_seal = Clock::now() + options_.flush_interval;
-      }
-      while (!worker.queue.empty()) {
-        SealedChunk chunk = std::move(worker.queue.front());
-        worker.queue.pop_front();
-        queue_lock.unlock();
-        try {
-          WriteRecordsChunk(worker, chunk);
-        } catch (...) {
-          FailFromException();
-          CountLost(chunk.count, chunk.data.size());
-        }
-        queue_lock.lock();
-        buffered_bytes_ -= chunk.data.size();
-        if (recycled_.size() < kMaxRecycledBuffers) {
-          chunk.data.clear();
+      ChunkNode* list = worker.head.exchange(nullptr);
+      if (list == nullptr) {
+        const auto now = Clock::now();
+        if (i == 0 && now >= next_seal) {
           try {
-            recycled_.push_back(std::move(chunk.data));
+            SealAll(/*blocking=*/false);
+            WriteDropRecords();
           } catch (...) {
+            FailFromException();
           }
+          next_seal = Clock::now() + tick;
+          continue;
         }
-        if (--in_flight_ == 0) idle_cv_.notify_all();
-        space_cv_.notify_all();
+        // Close sets stopping_ after its last seal, so nothing is pushed after this is seen.
+        if (stopping_.load()) {
+          if (worker.head.load() == nullptr) return;
+          continue;
+        }
+        const uint32_t wake = worker.wake.load();
+        worker.sleeping.store(true);
+        if (worker.head.load() == nullptr && !stopping_.load()) {
+          FutexWait(&worker.wake, wake, i == 0 ? next_seal - now : options_.flush_interval);
+        }
+        worker.sleeping.store(false);
+        continue;
+      }
+      ChunkNode* fifo = nullptr;  // the list, oldest first
+      while (list != nullptr) {
+        ChunkNode* next = list->next;
+        list->next = fifo;
+        fifo = list;
+        list = next;
+      }
+      while (fifo != nullptr) {
+        ChunkNode* node = fifo;
+        fifo = node->next;
+        node->next = nullptr;
+        try {
+          WriteRecordsChunk(worker, *node);
+        } catch (...) {
+          FailFromException();
+          CountLost(node->count, node->data.size());
+        }
+        buffered_bytes_.fetch_sub(node->data.size());
+        ReturnNode(node);
+        if (in_flight_.fetch_sub(1) == 1) {
+          std::lock_guard idle_lock(idle_mu_);
+          idle_cv_.notify_all();
+        }
+        WakeStallers();
       }
     }
   }
 
-  void WriteRecordsChunk(Worker& worker, const SealedChunk& sealed) {
+  void WriteRecordsChunk(Worker& worker, const ChunkNode& sealed) {
     container::ChunkHeader chunk;
     chunk.kind = ChunkKind::kRecords;
-    chunk.writer_id = sealed.writer_id;
+    chunk.writer_id = sealed.owner->writer_id;
     chunk.sequence = sealed.sequence;
     chunk.count = sealed.count;
     chunk.tag0 = sealed.first_op;
     chunk.tag1 = sealed.last_op;
-    if (!CompressAndWrite(worker.cctx, &worker.compressed, chunk, sealed.data).ok()) {
+    if (!CompressAndWrite(worker.cctx, &worker.compressed, chunk, sealed.data, &sealed.tally)
+             .ok()) {
       CountLost(sealed.count, sealed.data.size());
     }
   }
 
   void WriteDropRecords() {
-    std::map<uint32_t, PendingDrop> drops;
+    std::vector<std::pair<uint32_t, PendingDrop>> drops;
     {
-      std::lock_guard queue_lock(queue_mu_);
-      drops.swap(pending_drops_);
+      std::lock_guard registry_lock(registry_mu_);
+      for (const auto& buffer : buffers_) {
+        if (buffer->drop_records.load() == 0 && buffer->drop_bytes.load() == 0) continue;
+        drops.push_back({buffer->writer_id,
+                         {buffer->drop_records.exchange(0), buffer->drop_bytes.exchange(0)}});
+      }
     }
     if (drops.empty()) return;
     std::string frames;
@@ -505,8 +720,56 @@ class TraceWriter::Impl {
     chunk.writer_id = kWriterSelfId;
     chunk.count = count;
     chunk.tag0 = std::numeric_limits<uint64_t>::max();
+    Tally tally;
+    tally.by_type[Record(DroppedRecords{}).index()] = count;
     std::lock_guard self_lock(self_mu_);
-    (void)CompressAndWrite(self_cctx_, &self_compressed_, chunk, frames);
+    (void)CompressAndWrite(self_cctx_, &self_compressed_, chunk, frames, &tally);
+  }
+
+  // The WriterSummary, as one blob (the last chunk before the index; the index chunk's header
+  // points at it), so a reader has the trace's totals without reading its records.
+  void WriteSummary() {
+    WriterSummary summary;
+    {
+      std::lock_guard file_lock(file_mu_);
+      if (failed_.load()) return;
+      summary.records_by_type.assign(totals_.by_type.begin(), totals_.by_type.end());
+      summary.ops_by_kind.assign(totals_.by_kind.begin(), totals_.by_kind.end());
+      for (uint64_t n : totals_.by_type) summary.records += n;
+      summary.ops = totals_.by_type[0];
+      summary.chunks = index_.size() / container::kIndexEntryBytes - 1;  // not the header
+      summary.uncompressed_bytes = uncompressed_bytes_;
+    }
+    summary.dropped_records = dropped_records_.load();
+    summary.dropped_bytes = dropped_bytes_.load();
+    summary.stall_ns = stall_ns_.load();
+    summary.stalls = stalls_.load();
+    summary.blobs = stored_blob_count_.load();
+    {
+      std::lock_guard registry_lock(registry_mu_);
+      for (const auto& buffer : buffers_) {
+        std::lock_guard buffer_lock(buffer->mu);
+        summary.oversized_records += buffer->oversized;
+      }
+    }
+    std::string frame;
+    if (!codec::AppendSummary(summary, &frame)) return;
+    std::string part(container::kBlobPartPrefixBytes, '\0');
+    StoreLe64(part.data(), frame.size());
+    StoreLe64(part.data() + 8, 0);
+    part += frame;
+    const XXH128_hash_t id = XXH3_128bits(frame.data(), frame.size());
+    container::ChunkHeader chunk;
+    chunk.kind = ChunkKind::kBlob;
+    chunk.writer_id = kWriterSelfId;
+    chunk.count = 0;
+    chunk.tag0 = id.low64;
+    chunk.tag1 = id.high64;
+    std::lock_guard self_lock(self_mu_);
+    uint64_t offset = 0;
+    if (CompressAndWrite(self_cctx_, &self_compressed_, chunk, part, nullptr, &offset).ok()) {
+      summary_offset_ = offset;
+    }
   }
 
   void WriteIndexAndFooter() {
@@ -526,6 +789,10 @@ class TraceWriter::Impl {
     chunk.kind = ChunkKind::kIndex;
     chunk.writer_id = kWriterSelfId;
     chunk.count = static_cast<uint32_t>(entries.size() / container::kIndexEntryBytes);
+    if (summary_offset_) {
+      chunk.tag0 = *summary_offset_;
+      chunk.tag1 = codec::kSummaryIndexMarker;
+    }
     std::lock_guard self_lock(self_mu_);
     if (!CompressAndWrite(self_cctx_, &self_compressed_, chunk, entries).ok()) return;
     char footer[container::kFooterBytes];
@@ -536,9 +803,11 @@ class TraceWriter::Impl {
 
   // Compresses `payload` with `cctx` into `*compressed` (outside the file lock), then
   // appends the chunk to the file. Chunks of the writer itself get their sequence here, in
-  // file order.
+  // file order. `tally`: a records chunk's counts, added to the totals once it is written;
+  // `chunk_offset_out`: where it was written.
   Status CompressAndWrite(ZSTD_CCtx* cctx, std::string* compressed, container::ChunkHeader chunk,
-                          std::string_view payload) {
+                          std::string_view payload, const Tally* tally = nullptr,
+                          uint64_t* chunk_offset_out = nullptr) {
     if (failed_.load()) return status();
     compressed->resize(ZSTD_compressBound(payload.size()));
     const size_t n =
@@ -561,6 +830,11 @@ class TraceWriter::Impl {
     std::memcpy(entry + 8, header, sizeof header);
     if (chunk.kind != ChunkKind::kIndex) index_.append(entry, sizeof entry);
     if (chunk.kind == ChunkKind::kRecords) uncompressed_bytes_ += payload.size();
+    if (tally != nullptr) {
+      for (size_t i = 0; i < kRecordTypes; ++i) totals_.by_type[i] += tally->by_type[i];
+      for (size_t i = 0; i < kOpKindCount; ++i) totals_.by_kind[i] += tally->by_kind[i];
+    }
+    if (chunk_offset_out != nullptr) *chunk_offset_out = chunk_offset;
     return Status::Ok();
   }
 
@@ -630,7 +904,7 @@ class TraceWriter::Impl {
       }
       failed_.store(true);
     }
-    std::lock_guard queue_lock(queue_mu_);  // no stalled appender misses the wake-up
+    std::lock_guard stall_lock(stall_mu_);  // no stalled appender misses the wake-up
     space_cv_.notify_all();
   }
 
@@ -652,15 +926,15 @@ class TraceWriter::Impl {
   std::map<std::thread::id, ThreadBuffer*> buffer_of_thread_;
   std::map<uint64_t, ThreadBuffer*> buffer_of_origin_;
 
-  std::mutex queue_mu_;
   std::vector<std::unique_ptr<Worker>> workers_;
-  std::condition_variable space_cv_;  // room in the queues (kStall)
-  std::condition_variable idle_cv_;   // in_flight_ reached 0 (Flush)
-  std::vector<std::string> recycled_;
-  size_t buffered_bytes_ = 0;
-  uint64_t in_flight_ = 0;  // sealed chunks not yet written
-  bool stopping_ = false;
-  std::map<uint32_t, PendingDrop> pending_drops_;
+  std::atomic<size_t> buffered_bytes_{0};  // sealed, not yet written
+  std::atomic<uint64_t> in_flight_{0};     // sealed chunks not yet written
+  std::atomic<bool> stopping_{false};      // Close sealed the last buffers
+  std::mutex stall_mu_;
+  std::condition_variable space_cv_;  // room in the buffers (kStall)
+  std::atomic<uint32_t> stallers_{0};  // appending threads waiting on space_cv_
+  std::mutex idle_mu_;
+  std::condition_variable idle_cv_;  // in_flight_ reached 0 (Flush)
 
   std::mutex self_mu_;  // the writer's own chunks: header, DroppedRecords, index
   ZSTD_CCtx* self_cctx_ = nullptr;
@@ -670,7 +944,9 @@ class TraceWriter::Impl {
   uint64_t offset_ = 0;
   uint64_t self_sequence_ = 0;
   uint64_t uncompressed_bytes_ = 0;
+  Tally totals_;       // records written, by type and op kind
   std::string index_;  // kIndexEntryBytes per chunk written
+  std::optional<uint64_t> summary_offset_;  // of the WriterSummary blob (Close's thread only)
 
   std::mutex blob_mu_;
   ZSTD_CCtx* blob_cctx_ = nullptr;
@@ -683,6 +959,7 @@ class TraceWriter::Impl {
   std::atomic<uint64_t> dropped_records_{0};
   std::atomic<uint64_t> dropped_bytes_{0};
   std::atomic<uint64_t> stall_ns_{0};
+  std::atomic<uint64_t> stalls_{0};
 };
 
 StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Create(const std::string& path,

@@ -1,13 +1,15 @@
 // TraceWriter: appends records to a trace file from many threads at once.
 //
-// Each appending thread fills its own buffer; a full buffer (or, every flush interval, any
-// non-empty one) is sealed and handed to a background thread that compresses it into a
-// chunk and writes it (WriterOptions::compressor_threads of them; one thread's chunks always
-// go to the same one, so they reach the file in order). Memory is bounded by WriterOptions::max_buffered_bytes plus one
-// buffer per appending thread. When the bound is reached the writer drops the sealed
-// buffer and counts what it dropped (FullPolicy::kDrop, the default: the program is never
-// slowed) or makes the appending thread wait for room (FullPolicy::kStall). Dropped counts
-// are written into the trace as DroppedRecords records.
+// Each appending thread fills its own buffer; a full buffer (or one whose first record is
+// half a flush interval old) is sealed and handed to a background thread that compresses it
+// into a chunk and writes it (WriterOptions::compressor_threads of them; one thread's chunks
+// always go to the same one, so they reach the file in order). Memory is bounded by
+// WriterOptions::max_buffered_bytes plus a few buffers per appending thread. When the bound is
+// reached the writer drops the sealed buffer and counts what it dropped (FullPolicy::kDrop,
+// the default: the program is never slowed, and an appending thread never waits for another)
+// or makes the appending thread wait for room, at most 10 s (FullPolicy::kStall). Dropped
+// counts are written into the trace as DroppedRecords records; at Close the writer's totals
+// go into the trace's WriterSummary (writer_summary.h).
 //
 // Failures (unwritable file, full disk) never throw: the writer remembers the first one,
 // stops writing, counts what it could not write, and reports it from status() and Close().
@@ -30,7 +32,7 @@ enum class FullPolicy { kDrop, kStall };
 struct WriterOptions {
   size_t chunk_bytes = 256 << 10;         // seal a thread's buffer once it holds this much
   size_t max_buffered_bytes = 64 << 20;   // sealed, not yet written bytes at most
-  std::chrono::milliseconds flush_interval{100};  // seal idle buffers this often
+  std::chrono::milliseconds flush_interval{100};  // a record waits at most about this long
   FullPolicy when_full = FullPolicy::kDrop;
   int compression_level = 1;              // zstd level
   int compressor_threads = 2;             // background threads that compress and write

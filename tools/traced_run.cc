@@ -21,6 +21,7 @@
 
 #include "formats/records.h"
 #include "formats/trace_reader.h"
+#include "formats/writer_summary.h"
 #include "replayer/python_stacks.h"
 #include "replayer/run_set.h"
 #include "tools/cli_support.h"
@@ -297,6 +298,22 @@ std::optional<uint64_t> OpsSoFar(const std::string& path) {
 }
 
 StatusOr<TraceSummary> SummarizeTrace(const std::string& path) {
+  // A closed trace carries the writer's totals: read them alone, whatever the trace's length.
+  StatusOr<std::optional<format::WriterSummary>> totals = format::ReadWriterSummary(path);
+  if (!totals.ok()) return totals.status();
+  if (totals->has_value()) {
+    std::error_code error;
+    const uintmax_t bytes = std::filesystem::file_size(path, error);
+    if (!error) {
+      TraceSummary summary;
+      summary.ops = (*totals)->ops;
+      summary.records = (*totals)->records;
+      summary.bytes = bytes;
+      summary.complete = true;
+      return summary;
+    }
+  }
+  // A trace that was not closed (or written before traces kept totals): count its records.
   StatusOr<std::unique_ptr<format::TraceReader>> reader = format::TraceReader::Open(path);
   if (!reader.ok()) return reader.status();
   TraceSummary summary;

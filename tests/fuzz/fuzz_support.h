@@ -10,6 +10,7 @@
 #include <string>
 
 #include "formats/trace_reader.h"
+#include "formats/writer_summary.h"
 
 namespace ndt::fuzz {
 
@@ -44,6 +45,7 @@ inline void ReadEverything(const uint8_t* data, size_t size) {
   if (!file.ok()) return;
   const std::string& path = file.path();
   (void)format::TraceReader::ReadHeader(path);
+  (void)format::ReadWriterSummary(path);
   auto reader = format::TraceReader::Open(path);
   if (reader.ok()) {
     format::TraceReader& r = **reader;

@@ -5,9 +5,12 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 
+#include "formats/byte_order.h"
 #include "formats/container.h"
+#include "formats/record_codec.h"
 #include "formats/trace_reader.h"
 #include "formats/trace_writer.h"
+#include "formats/writer_summary.h"
 #include "support/sample_records.h"
 
 namespace ndt::format {
@@ -311,6 +314,36 @@ TEST_CASE("every byte of a trace with blobs is checked: any change is reported a
       REQUIRE(located);
     }
   }
+}
+
+TEST_CASE("a damaged writer summary is reported, and the trace reads without it", "[formats]") {
+  TempPath path("summary-source.ndt");
+  TempPath changed("summary-changed.ndt");
+  std::string bytes = WriteSmallTrace(path.str(), 50, 1024);
+  // The footer names the index chunk, whose header (tag0, tag1) names the summary's chunk.
+  const uint64_t index_offset = LoadLe64(bytes.data() + bytes.size() - container::kFooterBytes + 8);
+  REQUIRE(LoadLe64(bytes.data() + index_offset + 40) == codec::kSummaryIndexMarker);
+  const uint64_t summary_offset = LoadLe64(bytes.data() + index_offset + 32);
+  REQUIRE(summary_offset < index_offset);
+  auto intact = ReadWriterSummary(path.str());
+  REQUIRE(intact.ok());
+  REQUIRE(intact->has_value());
+  CHECK((*intact)->records == 51);
+  CHECK((*intact)->ops == 50);
+
+  const uint64_t at = summary_offset + container::kChunkHeaderBytes + 3;  // in its payload
+  bytes[at] = static_cast<char>(bytes[at] ^ 0x10);
+  WriteFile(changed.str(), bytes);
+  auto quick = ReadWriterSummary(changed.str());
+  REQUIRE(quick.ok());
+  CHECK_FALSE(quick->has_value());
+  auto reader = TraceReader::Open(changed.str());
+  REQUIRE(reader.ok());
+  CHECK((*reader)->complete());
+  CHECK(ReadAll(**reader).size() == 51);
+  REQUIRE((*reader)->damage().size() == 1);
+  CHECK((*reader)->damage()[0].begin == summary_offset);
+  CHECK_THAT((*reader)->damage()[0].what, Catch::Contains("summary"));
 }
 
 TEST_CASE("the preamble's format version must agree with the header's", "[formats]") {

@@ -5,13 +5,17 @@
 #include <catch2/catch.hpp>
 #include <cstddef>
 #include <cstring>
+#include <chrono>
 #include <map>
+#include <optional>
 #include <numeric>
 #include <random>
 #include <thread>
+#include <variant>
 
 #include "formats/trace_reader.h"
 #include "formats/trace_writer.h"
+#include "formats/writer_summary.h"
 #include "support/sample_records.h"
 
 namespace ndt::format {
@@ -126,6 +130,7 @@ TEST_CASE("records appended for one origin by several threads in turn keep their
 }
 
 // Appends from 4 threads faster than a slow compressor can write, with room for one chunk.
+// Checks that the trace's DroppedRecords and its WriterSummary agree with the writer's stats.
 WriterStats AppendUnderPressure(const std::string& path, FullPolicy policy, uint64_t* written) {
   WriterOptions options;
   options.chunk_bytes = 4 << 10;
@@ -154,6 +159,14 @@ WriterStats AppendUnderPressure(const std::string& path, FullPolicy policy, uint
   }
   const WriterStats stats = writer->stats();
   CHECK(dropped_in_trace == stats.records_dropped);
+  // The summary in the trace says the same, the stall time included.
+  const StatusOr<std::optional<WriterSummary>> summary = ReadWriterSummary(path);
+  REQUIRE(summary.ok());
+  REQUIRE(summary->has_value());
+  CHECK((*summary)->dropped_records == stats.records_dropped);
+  CHECK((*summary)->stall_ns == stats.stall_ns);
+  CHECK(((*summary)->stalls > 0) == (stats.stall_ns > 0));
+  CHECK((*summary)->ops == *written);
   return stats;
 }
 
@@ -175,6 +188,77 @@ TEST_CASE("when buffers are full the stall policy makes appenders wait and loses
   CHECK(stats.records_dropped == 0);
   CHECK(stats.stall_ns > 0);
   CHECK(written == 4 * 3000);
+}
+
+TEST_CASE("a closed trace carries the writer's summary, read without its records", "[formats]") {
+  TempPath path("summary.ndt");
+  auto writer = MustCreate(path.str());
+  const std::vector<Record> every = EveryRecordType();
+  std::map<size_t, uint64_t> by_type;
+  std::map<size_t, uint64_t> by_kind;
+  uint64_t records = 0;
+  for (int round = 0; round < 3; ++round) {
+    for (const Record& record : every) {
+      REQUIRE(writer->Append(record));
+      ++by_type[record.index()];
+      if (const auto* op = std::get_if<OpRecord>(&record)) ++by_kind[static_cast<size_t>(op->kind)];
+      ++records;
+    }
+  }
+  for (uint64_t i = 0; i < 5000; ++i) {
+    OpRecord op = SampleOp(100 + i, static_cast<uint32_t>(i % 3));
+    op.kind = static_cast<OpKind>(i % kOpKindCount);
+    REQUIRE(writer->Append(op, /*origin=*/i % 3));
+    ++by_type[0];
+    ++by_kind[i % kOpKindCount];
+    ++records;
+  }
+  const std::vector<std::byte> blob(1000, std::byte{7});
+  REQUIRE(writer->PutBlob(blob).ok());
+  REQUIRE(writer->Close().ok());
+
+  StatusOr<std::optional<WriterSummary>> quick = ReadWriterSummary(path.str());
+  REQUIRE(quick.ok());
+  REQUIRE(quick->has_value());
+  const WriterSummary& summary = **quick;
+  CHECK(summary.records == records);
+  CHECK(summary.ops == by_type[0]);
+  REQUIRE(summary.records_by_type.size() == std::variant_size_v<Record>);
+  for (size_t i = 0; i < summary.records_by_type.size(); ++i) {
+    INFO("record type " << i);
+    CHECK(summary.records_by_type[i] == by_type[i]);
+  }
+  REQUIRE(summary.ops_by_kind.size() == kOpKindCount);
+  for (size_t i = 0; i < summary.ops_by_kind.size(); ++i) {
+    INFO("op kind " << i);
+    CHECK(summary.ops_by_kind[i] == by_kind[i]);
+  }
+  CHECK(summary.blobs == 1);
+  CHECK(summary.dropped_records == 0);
+  CHECK(summary.stall_ns == 0);
+
+  // The whole reader hides the summary's chunk, checks it, and reads what it counted.
+  auto reader = MustOpen(path.str());
+  CHECK(summary.chunks == reader->chunks().size());
+  size_t blob_chunks = 0;
+  for (const ChunkInfo& chunk : reader->chunks()) blob_chunks += chunk.kind == ChunkKind::kBlob;
+  CHECK(blob_chunks == 1);
+  CHECK(ReadAll(*reader).size() == records);
+  CHECK(reader->damage().empty());
+}
+
+TEST_CASE("a trace that was not closed has no summary", "[formats]") {
+  TempPath path("no-summary.ndt");
+  TempPath copy("no-summary-copy.ndt");
+  auto writer = MustCreate(path.str());
+  for (uint64_t i = 0; i < 100; ++i) writer->Append(SampleOp(i));
+  REQUIRE(writer->Flush().ok());
+  testing::WriteFile(copy.str(), testing::ReadFile(path.str()));  // as a SIGKILL would leave it
+  StatusOr<std::optional<WriterSummary>> quick = ReadWriterSummary(copy.str());
+  REQUIRE(quick.ok());
+  CHECK_FALSE(quick->has_value());
+  CHECK(ReadAll(*MustOpen(copy.str())).size() == 100);
+  CHECK_FALSE(ReadWriterSummary(path.str() + ".absent").ok());
 }
 
 TEST_CASE("an uncreatable trace path is an error, not a crash", "[formats]") {
@@ -285,6 +369,28 @@ TEST_CASE("a trace flushed but never closed is readable and reported incomplete"
   CHECK_FALSE(reader->complete());
   CHECK(ReadAll(*reader).size() == 1000);
   CHECK(reader->damage().empty());
+}
+
+TEST_CASE("an idle thread's records reach the file by the flush timer, without Flush",
+          "[formats]") {
+  TempPath path("idle.ndt");
+  TempPath copy("idle-copy.ndt");
+  WriterOptions options;
+  options.flush_interval = std::chrono::milliseconds(5);
+  auto writer = MustCreate(path.str(), options);
+  // One thread's first buffer (no written one to swap in yet), then another's second.
+  std::thread([&] {
+    for (uint64_t i = 0; i < 10; ++i) writer->Append(SampleOp(i, 1));
+  }).join();
+  for (uint64_t i = 0; i < 10; ++i) writer->Append(SampleOp(10 + i));
+  size_t read = 0;
+  for (int attempt = 0; attempt < 1000 && read < 20; ++attempt) {  // up to 10 s on a busy machine
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    testing::WriteFile(copy.str(), testing::ReadFile(path.str()));  // as a SIGKILL would leave it
+    read = ReadAll(*MustOpen(copy.str())).size();
+  }
+  CHECK(read == 20);
+  REQUIRE(writer->Close().ok());
 }
 
 TEST_CASE("blobs are stored once per content and read back verified", "[formats]") {
