@@ -23,58 +23,18 @@
 #include <cudnn.h>
 
 #include <cmath>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "corpus_common.h"
+#include "corpus_libraries.h"
 #include "corpus_kernels.cuh"
 
 namespace {
-
-void CheckDnn(cudnnStatus_t status, const char* what, int line) {
-  if (status != CUDNN_STATUS_SUCCESS) {
-    std::fprintf(stderr, "%s (line %d) failed: %s\n", what, line, cudnnGetErrorString(status));
-    std::exit(2);
-  }
-}
-#define DNN_CHECK(call) CheckDnn((call), #call, __LINE__)
-
-void CheckBlas(cublasStatus_t status, const char* what, int line) {
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    std::fprintf(stderr, "%s (line %d) failed: status %d\n", what, line, static_cast<int>(status));
-    std::exit(2);
-  }
-}
-#define BLAS_CHECK(call) CheckBlas((call), #call, __LINE__)
-
-// A blocking queue between threads.
-template <typename T>
-class Queue {
- public:
-  void Push(T item) {
-    std::lock_guard lock(mu_);
-    items_.push_back(std::move(item));
-    ready_.notify_all();
-  }
-  T Pop() {
-    std::unique_lock lock(mu_);
-    ready_.wait(lock, [&] { return !items_.empty(); });
-    T item = std::move(items_.front());
-    items_.pop_front();
-    return item;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable ready_;
-  std::deque<T> items_;
-};
 
 // Values of mixed magnitude scaled by 2^-scale (exactly), so training stays finite.
 std::vector<float> Scaled(size_t n, unsigned seed, int scale) {
@@ -208,8 +168,8 @@ int main(int argc, char** argv) {
   // The autograd thread: backward jobs on the compute stream, one at a time, with its own
   // cuBLAS and cuDNN handles and cuDNN workspace.
   using BackwardJob = std::function<void(cublasHandle_t, cudnnHandle_t, void*)>;
-  Queue<BackwardJob> backward_jobs;
-  Queue<int> backward_done;
+  corpus::Queue<BackwardJob> backward_jobs;
+  corpus::Queue<int> backward_done;
   std::thread autograd_thread([&] {
     CORPUS_CHECK(cudaSetDevice(0));
     cublasHandle_t bwd_blas;

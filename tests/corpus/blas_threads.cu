@@ -15,16 +15,9 @@
 #include <vector>
 
 #include "corpus_common.h"
+#include "corpus_libraries.h"
 
 namespace {
-
-void CheckBlas(cublasStatus_t status, const char* what, int line) {
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    std::fprintf(stderr, "%s (line %d) failed: %d\n", what, line, static_cast<int>(status));
-    std::exit(2);
-  }
-}
-#define BLAS_CHECK(call) CheckBlas((call), #call, __LINE__)
 
 constexpr int kThreadCount = 4, kIterations = 3, kDim = 64, kBlock = 16, kBatches = 4;
 

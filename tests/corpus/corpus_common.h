@@ -1,4 +1,5 @@
-// What the corpus programs share: error checks, the --plant switch, and a caching allocator
+// What the corpus programs share: error checks, the --plant switch, a blocking queue between
+// threads, and a caching allocator
 // shaped like PyTorch's (c10/cuda/CUDACachingAllocator.cpp): one segment per stream from
 // cudaMalloc (or, "expandable", a reserved virtual range grown chunk by chunk with the VMM API,
 // as PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True does), tensors as sub-ranges, freed blocks
@@ -11,7 +12,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -29,6 +32,29 @@ inline void Check(cudaError_t error, const char* what, int line) {
 }
 
 #define CORPUS_CHECK(call) ::corpus::Check((call), #call, __LINE__)
+
+// A blocking queue between threads (a data loader's, an autograd engine's).
+template <typename T>
+class Queue {
+ public:
+  void Push(T item) {
+    std::lock_guard lock(mu_);
+    items_.push_back(std::move(item));
+    ready_.notify_all();
+  }
+  T Pop() {
+    std::unique_lock lock(mu_);
+    ready_.wait(lock, [&] { return !items_.empty(); });
+    T item = std::move(items_.front());
+    items_.pop_front();
+    return item;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable ready_;
+  std::deque<T> items_;
+};
 
 // True when the command line has `flag` (e.g. "--plant").
 inline bool HasFlag(int argc, char** argv, const char* flag) {

@@ -14,17 +14,10 @@
 #include <vector>
 
 #include "corpus_common.h"
+#include "corpus_libraries.h"
 #include "corpus_kernels.cuh"
 
 namespace {
-
-void CheckDnn(cudnnStatus_t status, const char* what, int line) {
-  if (status != CUDNN_STATUS_SUCCESS) {
-    std::fprintf(stderr, "%s (line %d) failed: %s\n", what, line, cudnnGetErrorString(status));
-    std::exit(2);
-  }
-}
-#define DNN_CHECK(call) CheckDnn((call), #call, __LINE__)
 
 constexpr size_t kWorkspaceCap = size_t{4} << 20;
 

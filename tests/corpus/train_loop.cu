@@ -23,8 +23,6 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -38,29 +36,6 @@ namespace {
 constexpr int kRows = 64, kCols = 32, kSteps = 6;
 constexpr float kRate = 1e-4f;
 constexpr size_t kBatchFloats = size_t{kRows} * kCols + kRows;  // X, then the targets
-
-// A blocking queue between threads.
-template <typename T>
-class Queue {
- public:
-  void Push(T item) {
-    std::lock_guard lock(mu_);
-    items_.push_back(std::move(item));
-    ready_.notify_all();
-  }
-  T Pop() {
-    std::unique_lock lock(mu_);
-    ready_.wait(lock, [&] { return !items_.empty(); });
-    T item = std::move(items_.front());
-    items_.pop_front();
-    return item;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable ready_;
-  std::deque<T> items_;
-};
 
 // Inputs scaled by 2^-16 (exactly) so that training stays finite.
 std::vector<float> Scaled(size_t n, unsigned seed) {
@@ -162,7 +137,7 @@ int main(int argc, char** argv) {
   CORPUS_CHECK(cudaMemcpyAsync(w, w_host.data(), kCols * 4, cudaMemcpyHostToDevice, compute));
 
   // The pin-memory thread.
-  Queue<Batch> batches;
+  corpus::Queue<Batch> batches;
   std::thread pin_thread([&] {
     CORPUS_CHECK(cudaSetDevice(0));
     struct Pinned {
@@ -212,8 +187,8 @@ int main(int argc, char** argv) {
   });
 
   // The autograd thread: backward jobs on the compute stream, one at a time.
-  Queue<std::function<void()>> backward_jobs;
-  Queue<int> backward_done;
+  corpus::Queue<std::function<void()>> backward_jobs;
+  corpus::Queue<int> backward_done;
   std::thread autograd_thread([&] {
     CORPUS_CHECK(cudaSetDevice(0));
     for (;;) {
@@ -225,7 +200,7 @@ int main(int argc, char** argv) {
   });
 
   // The async-checkpoint thread.
-  Queue<Snapshot> snapshots;
+  corpus::Queue<Snapshot> snapshots;
   std::vector<std::vector<float>> checkpoints(kSteps);
   std::thread checkpoint_thread([&] {
     CORPUS_CHECK(cudaSetDevice(0));

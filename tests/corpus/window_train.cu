@@ -19,25 +19,10 @@
 #include <vector>
 
 #include "corpus_common.h"
+#include "corpus_libraries.h"
 #include "corpus_kernels.cuh"
 
 namespace {
-
-void CheckDnn(cudnnStatus_t status, const char* what, int line) {
-  if (status != CUDNN_STATUS_SUCCESS) {
-    std::fprintf(stderr, "%s (line %d) failed: %s\n", what, line, cudnnGetErrorString(status));
-    std::exit(2);
-  }
-}
-#define DNN_CHECK(call) CheckDnn((call), #call, __LINE__)
-
-void CheckBlas(cublasStatus_t status, const char* what, int line) {
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    std::fprintf(stderr, "%s (line %d) failed: status %d\n", what, line, static_cast<int>(status));
-    std::exit(2);
-  }
-}
-#define BLAS_CHECK(call) CheckBlas((call), #call, __LINE__)
 
 // Values of mixed magnitude in (-0.5, 0.5), so that the order of float additions shows in the
 // bits while training stays finite.
