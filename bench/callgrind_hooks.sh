@@ -7,9 +7,13 @@
 # thread alone (callgrind --separate-threads; the thread that makes the calls is the first) and
 # over all threads (the tracer's background threads included: what the machine pays).
 #
-# Valgrind runs one thread at a time: when the encoder thread does not get its turn before a
-# calling thread's ring (1024 slots) is full, that thread encodes some records itself and the
-# calling-thread column includes them; --ring-slots N (NDTRACE_RING_SLOTS) sets another size.
+# The calling-thread column counts only inside main (callgrind --toggle-collect=main): the
+# records the tracer still holds when main returns are encoded by the exit handler on that
+# thread, which is not the hook's cost. Valgrind runs one thread at a time, so the encoder
+# thread may not get its turn before a calling thread's ring is full, when that thread would
+# encode records itself: for that column the rings get room for every call (NDTRACE_RING_SLOTS,
+# the power of two >= 2 x N2), unless --ring-slots N sets a size. The all-threads column comes from
+# other runs, with every thread counted from start to exit and the default ring size (or N).
 #
 # Usage: bench/callgrind_hooks.sh [--build DIR] [--tracer LIB] [--calls N1,N2]
 #          [--ring-slots N] [--case memset|launch|library|all]
@@ -45,25 +49,33 @@ done
 work=$(mktemp -d /tmp/ndt_callgrind.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
-# Instructions of one run: "<calling thread> <all threads>". $1 traced (0/1), $2 calls, rest the
-# command, in which the argument @N@ stands for the call count.
+# Instructions of one run: "<calling thread, in the measured loop> <all threads>". $1 traced
+# (0/1), $2 calls, rest the command, in which the argument @N@ stands for the call count.
 count() {
   local traced=$1 calls=$2
   shift 2
   local -a command=("${@/#@N@/$calls}")
-  rm -f "$work"/cg.out*
   local -a env=(LD_LIBRARY_PATH="$standin")
   if [[ $traced == 1 ]]; then
     env+=(LD_PRELOAD="$tracer" NDTRACE_OUTPUT="$work/trace.ndt" NDTRACE_QUIET=1
           NDTRACE_DIGEST_EXIT=0 NDTRACE_LIBRARY_DIGESTS=0)
-    [[ -n $ring_slots ]] && env+=(NDTRACE_RING_SLOTS="$ring_slots")
   fi
+  local first all slots
+  # The calling thread inside main (the set-up is the same for N1 and N2).
+  slots=${ring_slots:-$room}
+  rm -f "$work"/cg.out*
+  env "${env[@]}" NDTRACE_RING_SLOTS="$slots" valgrind --tool=callgrind --separate-threads=yes \
+    --toggle-collect=main --callgrind-out-file="$work/cg.out" "${command[@]}" \
+    > /dev/null 2> "$work/valgrind.log" ||
+    { echo "error: callgrind run failed: $*" >&2; tail -5 "$work/valgrind.log" >&2; exit 3; }
+  # Each thread's file has "totals: <Ir>" (or "summary:"); thread 1 is the calling thread.
+  first=$(awk '/^(totals|summary):/ {print $2; exit}' "$work"/cg.out-01)
+  # Every thread, start to exit.
+  [[ -n $ring_slots ]] && env+=(NDTRACE_RING_SLOTS="$ring_slots")
+  rm -f "$work"/cg.out*
   env "${env[@]}" valgrind --tool=callgrind --separate-threads=yes \
     --callgrind-out-file="$work/cg.out" "${command[@]}" > /dev/null 2> "$work/valgrind.log" ||
     { echo "error: callgrind run failed: $*" >&2; tail -5 "$work/valgrind.log" >&2; exit 3; }
-  local first all
-  # Each thread's file has "totals: <Ir>" (or "summary:"); thread 1 is the calling thread.
-  first=$(awk '/^(totals|summary):/ {print $2; exit}' "$work"/cg.out-01)
   all=$(cat "$work"/cg.out-* | awk '/^totals:/ {s += $2} END {print s}')
   echo "$first $all"
 }
@@ -83,7 +95,10 @@ measure() {
   printf '%-30s %12d %12d %12d %12d %12d\n' "$label" "$pf" "$tf" "$(( tf - pf ))" "$ta" "$(( ta - pa ))"
 }
 
-echo "instructions per call (callgrind), calls $n1 and $n2, tracer $tracer, ring slots ${ring_slots:-default}"
+# Ring slots with room for every call of the longer run.
+room=1024
+while (( room < 2 * n2 )); do room=$(( room * 2 )); done
+echo "instructions per call (callgrind), calls $n1 and $n2, tracer $tracer, ring slots ${ring_slots:-$room in the calling-thread runs, default in the others}"
 printf '%-30s %12s %12s %12s %12s %12s\n' case plain traced "hook(thread)" "traced(all)" "hook(all)"
 if [[ $which == all || $which == memset ]]; then
   measure "cuMemsetD8_v2" "$build/bench/bench_hooks" --child memset 1 @N@ --no-clock
@@ -97,5 +112,6 @@ if [[ $which == all || $which == library ]]; then
   measure "cublasSgemm_v2(4x4x4)" "$build/bench/bench_library_hooks" \
     --child @N@ --only "cublasSgemm_v2(4x4x4)" --no-clock
 fi
-echo "(hook = traced - plain: the hook's instructions per call; thread = the calling thread only,"
-echo " all = every thread of the process, the tracer's background threads included)"
+echo "(hook = traced - plain: the hook's instructions per call; thread = the calling thread in the"
+echo " measured loop, records encoded by the encoder thread; all = every thread of the process from"
+echo " start to exit, the tracer's background threads and the final encoding included)"
