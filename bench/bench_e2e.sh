@@ -21,6 +21,8 @@
 #
 #   bench/bench_e2e.sh [--build DIR] [--repeat K] [--steps N] [--layers L] [--modes a,b,...]
 #                      [--timeout S] [--gpu] [--keep DIR]
+# --ndtrace FILE, --program FILE and --standin DIR name the ndtrace binary, train_e2e and the
+# stand-in libraries outside a build tree (tools/bundle.sh's bundle; default: under --build).
 # A run that takes longer than S seconds (default 120) is killed and reported with exit 124.
 # Modes: untraced, metadata, record, record-cpu, digest-sync, deterministic (default: all; the
 # untraced run is always measured, as the baseline).
@@ -34,10 +36,14 @@ modes=metadata,record,record-cpu,digest-sync,deterministic
 gpu=0
 keep=
 limit=120
-usage="usage: $0 [--build DIR] [--repeat K] [--steps N] [--layers L] [--modes a,b,...] [--timeout S] [--gpu] [--keep DIR]"
+usage="usage: $0 [--build DIR | --ndtrace FILE --program FILE --standin DIR] [--repeat K] [--steps N] [--layers L] [--modes a,b,...] [--timeout S] [--gpu] [--keep DIR]"
+ndtrace= program= standin=
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
+    --ndtrace) ndtrace="$2"; shift 2 ;;
+    --program) program="$2"; shift 2 ;;
+    --standin) standin="$2"; shift 2 ;;
     --repeat) repeat="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
     --layers) layers="$2"; shift 2 ;;
@@ -54,8 +60,9 @@ for value in "$repeat" "$limit"; do
     exit 2
   fi
 done
-ndtrace="$build/tools/ndtrace"
-program="$build/bench/programs/train_e2e"
+ndtrace=${ndtrace:-$build/tools/ndtrace}
+program=${program:-$build/bench/programs/train_e2e}
+standin=${standin:-$build/tests/standin/lib}
 for file in "$ndtrace" "$program"; do
   [[ -x "$file" ]] || { echo "error: $file not found: build it first (the whole dev build, or at least ndtrace ndt_tracer bench_train_e2e and the stand-in libraries)" >&2; exit 2; }
 done
@@ -63,7 +70,7 @@ args=()
 [[ -n "$steps" ]] && args+=(--steps "$steps")
 [[ -n "$layers" ]] && args+=(--layers "$layers")
 if [[ $gpu == 0 ]]; then
-  export LD_LIBRARY_PATH="$build/tests/standin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LD_LIBRARY_PATH="$standin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export NDT_STANDIN_ASYNC=1
   device="the stand-in device (kernels and libraries run on the CPU)"
 else

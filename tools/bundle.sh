@@ -94,6 +94,13 @@ for bench in bench_hooks bench_library_hooks bench_digest bench_digest_gpu bench
     missing+=("bench/$bench")
   fi
 done
+# The end-to-end benchmark: its script and its training-shaped program.
+if [ -x "$build/bench/programs/train_e2e" ]; then
+  copy_stripped "$build/bench/programs/train_e2e" "$out/bench"
+  cp bench/bench_e2e.sh "$out/bench/"
+else
+  missing+=("bench/train_e2e")
+fi
 cp tests/gpu/pytorch/*.py "$out/pytorch/"
 cp tools/gpu_suite.sh "$out/"
 

@@ -294,6 +294,15 @@ if wants bench; then
   run 120 tail:12 "$bundle/bench/bench_digest"
   run 120 tail:12 "$bundle/bench/bench_digest_gpu" "$digest_mib"
   run 180 tail:20 "$bundle/bench/bench_library_hooks" "$library_calls"
+  # End to end: a training-shaped program untraced, recorded three ways and under the policy.
+  if [ -n "$standin" ]; then
+    run 600 tail:14 bash "$bundle/bench/bench_e2e.sh" --ndtrace "$bundle/bin/ndtrace" \
+      --program "$bundle/bench/train_e2e" --standin "$standin" --repeat 1 --steps 1 --layers 4 \
+      --modes metadata,deterministic
+  else
+    run 600 tail:14 bash "$bundle/bench/bench_e2e.sh" --ndtrace "$bundle/bin/ndtrace" \
+      --program "$bundle/bench/train_e2e" --gpu --repeat 3
+  fi
 fi
 
 # --- GPU time from CUPTI ---------------------------------------------------------------------

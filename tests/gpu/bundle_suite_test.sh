@@ -33,7 +33,8 @@ fi
 bundle=$tmp/bundle
 for file in bin/ndtrace bin/libndtrace.so programs/vector_add programs/vector_add_static \
   programs/racy_sum programs/gpu_probe checks/digest_kernel_check pytorch/index_add.py \
-  pytorch/train_step.py gpu_suite.sh BUNDLE.md lib/cudart/libcudart.so.13; do
+  pytorch/train_step.py gpu_suite.sh BUNDLE.md lib/cudart/libcudart.so.13 bench/train_e2e \
+  bench/bench_e2e.sh; do
   [ -e "$bundle/$file" ] || fail "the bundle has no $file"
 done
 size=$(du -sb "$bundle" | cut -f1)
@@ -61,6 +62,8 @@ if [ $# -ne 1 ] || [ ! -f "$1" ]; then fail "expected one results file, found: $
 results=$1
 head -n 1 "$results" | grep -q 'stand-in device, not a GPU' ||
   fail "the results do not say on top that they are not a GPU's: $(head -n 1 "$results")"
+grep -q '^run --deterministic .*all 0, same' "$results" ||
+  fail "the end-to-end benchmark did not run train_e2e under the policy with its checksum"
 for heading in "## GPU facts" "## Sample programs" "## Digest kernels" "## Benchmarks" \
   "## Op replay" "## Window replay" "## Bisect" "## PyTorch" "## Policies on a convolutional network (cudnn.benchmark=True)"; do
   grep -q -x -F "$heading" "$results" || fail "no heading '$heading' in $results"
