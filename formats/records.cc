@@ -62,6 +62,8 @@ const char* OpKindName(OpKind kind) {
       return "nccl_collective";
     case OpKind::kSynchronize:
       return "synchronize";
+    case OpKind::kFrameworkOp:
+      return "framework_op";
   }
   return "unknown";
 }

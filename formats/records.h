@@ -88,8 +88,9 @@ enum class OpKind : uint16_t {
   kCurandGenerate = 9,
   kNcclCollective = 10,
   kSynchronize = 11,
+  kFrameworkOp = 12,
 };
-inline constexpr int kOpKindCount = 12;
+inline constexpr int kOpKindCount = 13;
 
 struct DevicePointer {
   uint64_t allocation_id = 0;

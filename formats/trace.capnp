@@ -122,6 +122,10 @@ enum OpKind {
   curandGenerate @9;               # curandGenerate*
   ncclCollective @10;              # NCCL collective or point-to-point call
   synchronize @11;                 # a host synchronisation (stream, event, device)
+  frameworkOp @12;                 # a framework op (a PyTorch aten op) whose tensors the
+                                   # Python shim named (--tensor-digests): inputs digested as it
+                                   # began, outputs as it ended, each over exactly one tensor's
+                                   # storage; the GPU work it issued are ops of their own before it
 }
 
 # A device address in canonical form: which allocation, and where inside it.

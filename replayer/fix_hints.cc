@@ -759,6 +759,14 @@ std::optional<FixHint> FindFixHint(const format::OpRecord& op, DivergenceClass k
                 "one identical across runs");
   }
   if (auto hint = LibraryHint(op, klass)) return hint;
+  if (op.kind == format::OpKind::kFrameworkOp && klass == DivergenceClass::kNondeterministicOp) {
+    return Hint("(a PyTorch op not in ndtrace's table)",
+                "its output tensors differ from identical input tensors: typically a kernel "
+                "that accumulates with atomics, or a race",
+                "torch.use_deterministic_algorithms(True) either makes PyTorch's own ops "
+                "deterministic or raises an error naming the op; a custom op must fix its "
+                "own kernels");
+  }
   if (op.kind == format::OpKind::kKernelLaunch) {
     if (const KernelRule* rule = FindKernelRule(op.name)) {
       if (rule->hint == kDeterministic) return DeterministicKernelHint(rule->deterministic_op);

@@ -439,6 +439,10 @@ if wants pytorch; then
         "$python" "$script.py" --deterministic
     done
     say ""
+    say "### index_add.py: every aten op with digests of exactly its tensors (--tensor-digests)"
+    run 240 "$check_report" "$ndtrace" check -n 3 --tensor-digests \
+      -o "$work/torch-index_add-tensors" -- "$python" index_add.py
+    say ""
     say "### index_add.py: replay and bisect"
     if [ -f "$work/torch-index_add/run-1.ndt" ]; then
       run 240 tail:30 "$ndtrace" replay "$work/torch-index_add/run-1.ndt" --stop -- \

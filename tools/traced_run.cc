@@ -86,6 +86,7 @@ void AddPythonShim(std::vector<std::string>* environment) {
     return;
   }
   environment->push_back("PYTHONPATH=" + shim + (has_current ? ":" + std::string(current) : ""));
+  environment->push_back("NDTRACE_PYTHON_SHIM=" + shim);  // its frames leave Python stacks
 }
 
 }  // namespace
@@ -175,10 +176,15 @@ void AddPythonOptions(CLI::App* app, PythonOptions* options) {
   app->add_flag("--no-python", options->no_python,
                 "Do not put ndtrace's Python shim on PYTHONPATH (it names PyTorch ops and "
                 "modules in NVTX ranges when the program imports torch)");
+  app->add_flag("--tensor-digests", options->tensor_digests,
+                "Record each PyTorch op with digests of exactly its input and output tensors "
+                "(the Python shim tells the tracer their storage; costs a Python call per op)")
+      ->excludes("--no-python");
 }
 
 void ApplyPythonOptions(const PythonOptions& options) {
   if (options.no_python) setenv("NDTRACE_PYTHON", "0", 1);
+  if (options.tensor_digests) setenv("NDTRACE_TENSOR_DIGESTS", "1", 1);
 }
 
 std::string PythonShimDirectory() {

@@ -56,13 +56,15 @@ bool ApplyPolicyOptions(const std::string& context, const PolicyOptions& options
 // The Python startup shim (tools/python/sitecustomize.py): the option of `record`, `check`
 // and `run` that turns it off.
 struct PythonOptions {
-  bool no_python = false;  // --no-python
+  bool no_python = false;       // --no-python
+  bool tensor_digests = false;  // --tensor-digests
 };
 
-// Adds --no-python to `app`.
+// Adds --no-python and --tensor-digests to `app`.
 void AddPythonOptions(CLI::App* app, PythonOptions* options);
 
-// With --no-python, sets NDTRACE_PYTHON=0, which RunTraced and the shim obey.
+// With --no-python, sets NDTRACE_PYTHON=0, which RunTraced and the shim obey; with
+// --tensor-digests, NDTRACE_TENSOR_DIGESTS=1, which the shim obeys.
 void ApplyPythonOptions(const PythonOptions& options);
 
 // The directory holding the Python shim: `python/` beside this executable (the build tree and

@@ -128,6 +128,17 @@ std::string TextAttribute(const PythonApi& py, void* object, const char* name) {
   return text;
 }
 
+// Whether `file` is ndtrace's own Python shim (NDTRACE_PYTHON_SHIM, its directory, which
+// `ndtrace` sets with PYTHONPATH): its frames (the dispatch mode that tells the tracer an aten
+// op's tensors) are never the program's, and are left out of stacks.
+bool IsShimFile(const std::string& file) {
+  static const std::string shim = [] {
+    const char* dir = std::getenv("NDTRACE_PYTHON_SHIM");
+    return dir != nullptr && *dir != '\0' ? std::string(dir) + "/" : std::string();
+  }();
+  return !shim.empty() && file.starts_with(shim);
+}
+
 // Reads the frames of `thread_state` into `out` (captured, or noFrames). The GIL is held by the
 // calling thread, and `thread_state`'s thread runs no Python code meanwhile.
 void ReadFrames(const PythonApi& py, void* thread_state, format::PythonStackRecord* out) {
@@ -143,7 +154,7 @@ void ReadFrames(const PythonApi& py, void* thread_state, format::PythonStackReco
       entry.function = TextAttribute(py, code, "co_name");
       py.dec_ref(code);
     }
-    out->frames.push_back(std::move(entry));
+    if (!IsShimFile(entry.file)) out->frames.push_back(std::move(entry));
     void* back = py.frame_back(frame);
     py.dec_ref(frame);
     frame = back;

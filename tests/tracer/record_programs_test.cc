@@ -379,12 +379,13 @@ TEST_CASE("libndtrace.so exports only its hooks", "[tracer]") {
     INFO("exported: " << name);
     // The dl, exit, exec, thread-creation and signal-disposition functions, the driver (cu*)
     // and the libraries (cudnn*, cublas*, curand*: "cu" too; nccl*), the NVTX injection's entry
-    // point and the range functions of the Python shim.
+    // point and the range and tensor functions of the Python shim.
     CHECK((name == "dlsym" || name == "dlvsym" || name == "_exit" || name == "_Exit" ||
            name == "pthread_create" || name == "sigaction" || name == "signal" ||
            name.rfind("exec", 0) == 0 || name.rfind("cu", 0) == 0 ||
            name.rfind("nccl", 0) == 0 || name == "InitializeInjectionNvtx2" ||
-           name == "ndtrace_range_push" || name == "ndtrace_range_pop"));
+           name == "ndtrace_range_push" || name == "ndtrace_range_pop" ||
+           name == "ndtrace_tensor_op_begin" || name == "ndtrace_tensor_op_end"));
   }
   for (const char* hook :
        {"dlsym", "dlvsym", "cuGetProcAddress", "cuGetProcAddress_v2", "cuLaunchKernel",

@@ -12,6 +12,11 @@
 #        torch.autograd.profiler.emit_nvtx) on a PyTorch built with CUDA; on one without NVTX
 #        (CPU-only builds) a TorchDispatchMode names each aten op in the domain "pytorch.op".
 #      Ranges reach the tracer through its C functions ndtrace_range_push/pop (ctypes).
+#   3. with NDTRACE_TENSOR_DIGESTS=1 (what --tensor-digests sets), the dispatch mode also tells
+#      the tracer each aten op's tensors (ndtrace_tensor_op_begin/end: their storage extents,
+#      inputs as the op starts, outputs as it returns), and the tracer records the op with
+#      digests of exactly those bytes (tracer/tensor_ops.cc). On a CUDA build the dispatch mode
+#      then names the ops instead of emit_nvtx.
 # Any failure of the shim is said once on stderr (unless NDTRACE_QUIET=1) and the program goes on
 # unannotated. NDTRACE_PYTHON=0 (what --no-python sets) turns all of it off but step 1.
 import os
@@ -142,7 +147,8 @@ def _ndtrace_annotate_torch(torch):
         hooks.register_module_forward_hook(post_hook)
 
     # ---- ops ----
-    if getattr(torch.version, "cuda", None) and hasattr(torch._C, "_nvtx"):
+    tensor_digests = os.environ.get("NDTRACE_TENSOR_DIGESTS", "0") not in ("", "0")
+    if not tensor_digests and getattr(torch.version, "cuda", None) and hasattr(torch._C, "_nvtx"):
         # PyTorch's own per-op ranges ("aten::op, seq = N"); kept on for the whole run.
         # emit_nvtx's __enter__ calls torch.cuda.synchronize(), which would initialise CUDA at
         # import time (a program may still set CUDA_VISIBLE_DEVICES or fork workers): skipped.
@@ -155,17 +161,122 @@ def _ndtrace_annotate_torch(torch):
         return
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    tensors = _NdtraceTensorOps(torch, library, ctypes) if tensor_digests else None
+
     class _NdtraceOpRanges(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             schema = getattr(func, "_schema", None)
             name = schema.name if schema is not None else str(func)
+            kwargs = kwargs or {}
             push(op_domain, name.encode("utf-8", "replace"))
             try:
-                return func(*args, **(kwargs or {}))
+                if tensors is None:
+                    return func(*args, **kwargs)
+                tensors.begin(func, args, kwargs)
+                done = False
+                try:
+                    result = func(*args, **kwargs)
+                    done = True
+                finally:
+                    tensors.end(name if done else None, func, result if done else None)
+                return result
             finally:
                 pop(op_domain)
 
     _NdtraceOpRanges().__enter__()  # the main thread's dispatch mode stack, for the whole run
+
+
+class _NdtraceTensorOps(object):
+    """Passes an aten op's tensors (storage extents) to ndtrace_tensor_op_begin/end."""
+
+    def __init__(self, torch, library, ctypes):
+        import struct
+
+        self.Tensor = torch.Tensor
+        self.current_stream = lambda device: torch.cuda.current_stream(device).cuda_stream
+        self.pack = struct.pack
+        self.begin_fn = library.ndtrace_tensor_op_begin
+        self.end_fn = library.ndtrace_tensor_op_end
+        # Roles as NUL-separated names; tensors as (address, bytes, dtype | host << 16) words.
+        packed = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p]
+        self.begin_fn.argtypes = [ctypes.c_uint64] + packed
+        self.end_fn.argtypes = [ctypes.c_char_p, ctypes.c_uint64] + packed
+        self.begin_fn.restype = self.end_fn.restype = ctypes.c_int
+        self.dtypes = {}  # torch dtype -> ndtrace's format::DType code
+        for name, code in (("float64", 1), ("float32", 2), ("float16", 3), ("bfloat16", 4),
+                           ("int64", 7), ("int32", 8), ("int16", 9), ("int8", 10),
+                           ("uint8", 11), ("bool", 12)):
+            dtype = getattr(torch, name, None)
+            if dtype is not None:
+                self.dtypes[dtype] = code
+        self.names = {}  # op overload -> (argument names, return names)
+
+    def _names(self, func):
+        names = self.names.get(func)
+        if names is None:
+            schema = getattr(func, "_schema", None)
+            names = (([argument.name for argument in schema.arguments],
+                      [result.name for result in schema.returns]) if schema is not None
+                     else ([], []))
+            self.names[func] = names
+        return names
+
+    def _call(self, function, prefix, named):
+        Tensor = self.Tensor
+        roles, words = [], []
+        stream = 0
+        for role, value in named:
+            if isinstance(value, Tensor):
+                items = ((role, value),)
+            elif isinstance(value, (list, tuple)):
+                items = [("%s.%d" % (role, i), item) for i, item in enumerate(value)
+                         if isinstance(item, Tensor)]
+            else:
+                continue
+            for role, tensor in items:
+                try:
+                    storage = (tensor.untyped_storage() if hasattr(tensor, "untyped_storage")
+                               else tensor.storage())
+                    address, size = storage.data_ptr(), storage.nbytes()
+                except Exception:  # sparse, meta or otherwise storage-less tensors
+                    continue
+                if not address or not size:
+                    continue
+                on_cuda = tensor.is_cuda
+                if on_cuda and not stream:
+                    stream = self.current_stream(tensor.device)
+                roles.append(role.encode("utf-8", "replace"))
+                words.extend((address, size, self.dtypes.get(tensor.dtype, 0) |
+                              (0 if on_cuda else 1 << 16)))
+        joined = b"\0".join(roles)
+        return function(*prefix, stream, len(roles), joined, len(joined),
+                        self.pack("<%dQ" % len(words), *words))
+
+    # begin and end never raise, and each makes exactly one call into the tracer, so that the
+    # tracer's begun ops stay paired with their ends whatever happens here.
+    def begin(self, func, args, kwargs):
+        try:
+            names = self._names(func)[0]
+            named = [(names[i] if i < len(names) else "arg%d" % i, value)
+                     for i, value in enumerate(args)]
+            named.extend(kwargs.items())
+            self._call(self.begin_fn, (), named)
+        except Exception:
+            self.begin_fn(0, 0, None, 0, None)
+
+    def end(self, name, func, result):
+        try:
+            if name is None:  # the op raised: the begun op is dropped
+                raise LookupError
+            returns = self._names(func)[1]
+            results = (result if isinstance(result, (list, tuple)) and len(returns) > 1
+                       else (result,))
+            named = [(returns[i] if i < len(returns) and returns[i] else
+                      ("out" if len(results) == 1 else "out%d" % i), value)
+                     for i, value in enumerate(results)]
+            self._call(self.end_fn, (name.encode("utf-8", "replace"),), named)
+        except Exception:
+            self.end_fn(None, 0, 0, None, 0, None)
 
 
 if _ndtrace_active():
