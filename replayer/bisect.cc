@@ -447,6 +447,23 @@ StatusOr<BisectResult> Search(const BisectOptions& options, uint64_t begin, uint
       return *result;
     }
     const Divergence& d = *diverged->first_divergence;
+    // Per-op digests saw only that op read data that already differed (the op that made it
+    // differ wrote memory its digests do not separate from placement, such as a caching
+    // allocator's segment): replay the ops up to it from one capture run.
+    if (op_level && d.klass == DivergenceClass::kPropagated && options.window_replays > 0 &&
+        !window_tried && result->runs < options.max_runs && d.op.sequence > begin) {
+      window_tried = true;
+      result->steps.push_back(fmt::format("ops {}..{} with {}: op {} read data that already "
+                                          "differed, and no digest says where",
+                                          begin, end, Settings(settings), d.op.sequence));
+      progress(result->steps.back());
+      std::optional<DiffReport> found =
+          ReplayWindowStep(options, begin, d.op.sequence, run, progress, result);
+      if (found) {
+        result->report = std::move(found);
+        return *result;
+      }
+    }
     if (d.klass != DivergenceClass::kUncovered) {
       // An op-level finding. A propagated divergence found with state digests only, whose root
       // recorded no digest, is narrowed to the ops between its root and it.

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs `ndtrace check` on a corpus program and checks its verdict. The stand-in libraries must
+# Runs `ndtrace check` (or `ndtrace bisect`) on a corpus program and checks its verdict. The stand-in libraries must
 # come first on LD_LIBRARY_PATH (CTest sets it) and NDT_STANDIN_ASYNC=1 makes streams race.
 #
 # usage: check_verdict.sh NDTRACE MODE PROGRAM [ARGS...]
@@ -7,12 +7,13 @@
 #   planted NAME PROGRAM ARGS...    `check` exits 1 and its verdict line names NAME (the
 #                                   planted kernel or API)
 #   failing PROGRAM ARGS...         `check -n 2` does not exit 0
+#   bisected NAME PROGRAM ARGS...   `bisect` exits 1 and its closing line names op NAME
 set -u
 ndtrace=$1
 mode=$2
 shift 2
 name=
-if [ "$mode" = planted ]; then
+if [ "$mode" = planted ] || [ "$mode" = bisected ]; then
   name=$1
   shift
 fi
@@ -22,7 +23,11 @@ case "$mode" in
   deterministic) runs=3 ;;
   *) runs=6 ;;
 esac
-"$ndtrace" check -n "$runs" -o "$dir/out" -- "$@" >"$dir/report" 2>"$dir/stderr"
+if [ "$mode" = bisected ]; then
+  "$ndtrace" bisect -o "$dir/out" -- "$@" >"$dir/report" 2>"$dir/stderr"
+else
+  "$ndtrace" check -n "$runs" -o "$dir/out" -- "$@" >"$dir/report" 2>"$dir/stderr"
+fi
 status=$?
 cat "$dir/report"
 case "$mode" in
@@ -32,6 +37,12 @@ case "$mode" in
   planted)
     if [ "$status" -eq 1 ] &&
       grep '^ndtrace check: NOT deterministic' "$dir/report" | grep -q -- "$name"; then
+      exit 0
+    fi
+    echo "FAIL: expected exit 1 naming $name, got $status" >&2 ;;
+  bisected)
+    if [ "$status" -eq 1 ] &&
+      grep '^ndtrace bisect: op [0-9]* ' "$dir/report" | grep -q -- "$name"; then
       exit 0
     fi
     echo "FAIL: expected exit 1 naming $name, got $status" >&2 ;;
