@@ -9,24 +9,13 @@
 import json
 import os
 import subprocess
-import sys
 import tempfile
 
-NDTRACE, PYTHON = sys.argv[1], sys.argv[2]
+from shim_checks import NDTRACE, PYTHON, check, finish, skip_without_torch
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAM = os.path.join(HERE, "torch_modules.py")
-failures = []
-
-
-def check(condition, what):
-    if not condition:
-        failures.append(what)
-        print("FAILED:", what)
-
-
-if subprocess.run([PYTHON, "-c", "import torch"], capture_output=True).returncode != 0:
-    print("skipped: %s cannot import torch" % PYTHON)
-    sys.exit(77)
+skip_without_torch()
 
 
 def record(directory, name, args=(), options=(), env=None):
@@ -99,5 +88,4 @@ with tempfile.TemporaryDirectory() as directory:
     check("   = pytorch: ndt::device_mm in module Net.blocks.1.proj\n" in check_run.stdout,
           "the report names the op and module")
 
-print("%d failure(s)" % len(failures))
-sys.exit(1 if failures else 0)
+finish()

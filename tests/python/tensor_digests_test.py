@@ -12,25 +12,14 @@
 import json
 import os
 import subprocess
-import sys
 import tempfile
 
-NDTRACE, PYTHON = sys.argv[1], sys.argv[2]
+from shim_checks import NDTRACE, PYTHON, check, finish, skip_without_torch
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAM = os.path.join(HERE, "torch_segment.py")
 SEGMENT_BYTES = 1 << 20
-failures = []
-
-
-def check(condition, what):
-    if not condition:
-        failures.append(what)
-        print("FAILED:", what)
-
-
-if subprocess.run([PYTHON, "-c", "import torch"], capture_output=True).returncode != 0:
-    print("skipped: %s cannot import torch" % PYTHON)
-    sys.exit(77)
+skip_without_torch()
 
 
 def ops_of(trace):
@@ -123,5 +112,4 @@ with tempfile.TemporaryDirectory() as directory:
     check("--tensor-digests" in subprocess.run([NDTRACE, "check", "--help"], capture_output=True,
                                                text=True).stdout, "check --help lists it")
 
-print("%d failure(s)" % len(failures))
-sys.exit(1 if failures else 0)
+finish()
