@@ -1,6 +1,7 @@
 # The cost of --tensor-digests per PyTorch op (a script, not built): times N small aten ops on
 # tensors carved from one device allocation (as tests/python/torch_segment.py does) untraced,
-# under `ndtrace record`, and under `ndtrace record --tensor-digests`, in one run, and prints
+# under `ndtrace record` with the shim naming ops only (NDTRACE_TENSOR_DIGESTS=0), and under
+# `ndtrace record --tensor-digests` (the default on a PyTorch without CUDA), and prints
 # microseconds per op and each as a ratio to untraced. Needs a Python that can import torch
 # (Debian's CPU-only python3-torch: on the stand-in device the ops compute on the CPU, so the
 # figures say what the shim and the tracer add around a CPU op, never what they add on a GPU).
@@ -47,18 +48,21 @@ def main():
     env["LD_LIBRARY_PATH"] = os.path.join(args.build, "tests", "standin", "lib") + (
         ":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
     trace = "/tmp/bench_tensor_digests.ndt"
-    modes = {
-        "untraced": [],
-        "record": [ndtrace, "record", "--quiet", "-o", trace, "--"],
-        "record --tensor-digests": [ndtrace, "record", "--quiet", "--tensor-digests", "-o",
-                                    trace, "--"],
+    record = [ndtrace, "record", "--quiet", "-o", trace, "--"]
+    modes = {  # name: (command prefix, NDTRACE_TENSOR_DIGESTS)
+        "untraced": ([], None),
+        "record, names only": (record, "0"),
+        "record --tensor-digests": (record[:2] + ["--tensor-digests"] + record[2:], None),
     }
     figures = {mode: [] for mode in modes}
     for _ in range(args.repeat):
-        for mode, prefix in modes.items():
+        for mode, (prefix, tensor_digests) in modes.items():
+            mode_env = dict(env)
+            if tensor_digests is not None:
+                mode_env["NDTRACE_TENSOR_DIGESTS"] = tensor_digests
             run = subprocess.run(prefix + [args.python, "-c", WORKLOAD, str(args.ops),
                                            str(args.size)], capture_output=True, text=True,
-                                 env=env)
+                                 env=mode_env)
             if run.returncode != 0:
                 sys.exit("error: %s failed: %s" % (mode, run.stderr[-2000:]))
             figures[mode].append(float(run.stdout.split()[-1]))

@@ -178,7 +178,8 @@ void AddPythonOptions(CLI::App* app, PythonOptions* options) {
                 "modules in NVTX ranges when the program imports torch)");
   app->add_flag("--tensor-digests", options->tensor_digests,
                 "Record each PyTorch op with digests of exactly its input and output tensors "
-                "(the Python shim tells the tracer their storage; costs a Python call per op)")
+                "on a PyTorch built with CUDA too (the Python shim tells the tracer their "
+                "storage, at a Python call per op; on by default where PyTorch has no CUDA)")
       ->excludes("--no-python");
 }
 

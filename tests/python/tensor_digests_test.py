@@ -1,4 +1,5 @@
-# --tensor-digests against a real CPython and a real PyTorch (Debian's CPU-only python3-torch):
+# Exact tensor digests (--tensor-digests; on by default on a PyTorch without CUDA) against a
+# real CPython and a real PyTorch (Debian's CPU-only python3-torch):
 # torch_segment.py, whose tensors are blocks of one device allocation and whose loader thread
 # writes the next batch into the same allocation while a step runs, on the stand-in device.
 # Each PyTorch op must be recorded with digests of exactly its tensors' storage; the racing
@@ -82,26 +83,31 @@ with tempfile.TemporaryDirectory() as directory:
     check(relu and all(op["inputs"][0]["digest"] != op["outputs"][0]["digest"] for op in relu),
           "an in-place op's input is digested before it ran, its output after")
 
-    plain_trace = os.path.join(directory, "plain.ndt")
-    subprocess.run([NDTRACE, "record", "-o", plain_trace, "--", PYTHON, PROGRAM],
+    # On a PyTorch without CUDA (Debian's) the shim's dispatch mode runs anyway: on by default,
+    # off with NDTRACE_TENSOR_DIGESTS=0.
+    default_trace = os.path.join(directory, "default.ndt")
+    subprocess.run([NDTRACE, "record", "-o", default_trace, "--", PYTHON, PROGRAM],
                    capture_output=True, text=True)
-    check(not [op for op in ops_of(plain_trace) if op["kind"] == "framework_op"],
-          "without --tensor-digests no framework op is recorded")
+    check(len([op for op in ops_of(default_trace) if op["kind"] == "framework_op"]) ==
+          len(framework), "without --tensor-digests, the same framework ops (CPU-only PyTorch)")
+    off_trace = os.path.join(directory, "off.ndt")
+    subprocess.run([NDTRACE, "record", "-o", off_trace, "--", PYTHON, PROGRAM],
+                   capture_output=True, text=True, env=dict(os.environ, NDTRACE_TENSOR_DIGESTS="0"))
+    check(not [op for op in ops_of(off_trace) if op["kind"] == "framework_op"],
+          "NDTRACE_TENSOR_DIGESTS=0: no framework op is recorded")
 
     # 2. The loader thread writing the segment at varying moments is not a divergence.
-    deterministic = subprocess.run([NDTRACE, "check", "-n", "4", "--tensor-digests", "-o",
+    deterministic = subprocess.run([NDTRACE, "check", "-n", "4", "-o",
                                     os.path.join(directory, "det"), "--", PYTHON, PROGRAM],
                                    capture_output=True, text=True)
     check(deterministic.returncode == 0,
-          "check --tensor-digests calls torch_segment.py deterministic (exit %d)\n%s" %
+          "check calls torch_segment.py deterministic (exit %d)\n%s" %
           (deterministic.returncode, deterministic.stdout[-3000:]))
 
     # 3. The planted op is named, with its PyTorch name, module and Python line.
-    planted = subprocess.run([NDTRACE, "check", "--tensor-digests", "-o",
-                              os.path.join(directory, "plant"), "--", PYTHON, PROGRAM, "--plant"],
-                             capture_output=True, text=True)
-    check(planted.returncode == 1, "check --tensor-digests --plant exits 1 (%d)" %
-          planted.returncode)
+    planted = subprocess.run([NDTRACE, "check", "-o", os.path.join(directory, "plant"), "--",
+                              PYTHON, PROGRAM, "--plant"], capture_output=True, text=True)
+    check(planted.returncode == 1, "check --plant exits 1 (%d)" % planted.returncode)
     verdict = [line for line in planted.stdout.splitlines() if line.startswith("ndtrace check:")]
     where = "torch_segment.py:%d in forward" % line_of("torch.ops.ndt.row_sums(")
     check(verdict and "(nondeterministic_op; ndt::row_sums;" in verdict[-1] and

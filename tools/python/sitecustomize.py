@@ -12,11 +12,12 @@
 #        torch.autograd.profiler.emit_nvtx) on a PyTorch built with CUDA; on one without NVTX
 #        (CPU-only builds) a TorchDispatchMode names each aten op in the domain "pytorch.op".
 #      Ranges reach the tracer through its C functions ndtrace_range_push/pop (ctypes).
-#   3. with NDTRACE_TENSOR_DIGESTS=1 (what --tensor-digests sets), the dispatch mode also tells
-#      the tracer each aten op's tensors (ndtrace_tensor_op_begin/end: their storage extents,
-#      inputs as the op starts, outputs as it returns), and the tracer records the op with
-#      digests of exactly those bytes (tracer/tensor_ops.cc). On a CUDA build the dispatch mode
-#      then names the ops instead of emit_nvtx.
+#   3. wherever the dispatch mode runs (CPU-only builds), and on CUDA builds with
+#      NDTRACE_TENSOR_DIGESTS=1 (what --tensor-digests sets; there the dispatch mode then names
+#      the ops instead of emit_nvtx), the dispatch mode also tells the tracer each aten op's
+#      tensors (ndtrace_tensor_op_begin/end: their storage extents, inputs as the op starts,
+#      outputs as it returns), and the tracer records the op with digests of exactly those
+#      bytes (tracer/tensor_ops.cc). NDTRACE_TENSOR_DIGESTS=0 turns that off.
 # Any failure of the shim is said once on stderr (unless NDTRACE_QUIET=1) and the program goes on
 # unannotated. NDTRACE_PYTHON=0 (what --no-python sets) turns all of it off but step 1.
 import os
@@ -147,8 +148,10 @@ def _ndtrace_annotate_torch(torch):
         hooks.register_module_forward_hook(post_hook)
 
     # ---- ops ----
-    tensor_digests = os.environ.get("NDTRACE_TENSOR_DIGESTS", "0") not in ("", "0")
-    if not tensor_digests and getattr(torch.version, "cuda", None) and hasattr(torch._C, "_nvtx"):
+    cuda_nvtx = bool(getattr(torch.version, "cuda", None)) and hasattr(torch._C, "_nvtx")
+    asked = os.environ.get("NDTRACE_TENSOR_DIGESTS", "")
+    tensor_digests = asked not in ("", "0") if cuda_nvtx else asked != "0"
+    if cuda_nvtx and not tensor_digests:
         # PyTorch's own per-op ranges ("aten::op, seq = N"); kept on for the whole run.
         # emit_nvtx's __enter__ calls torch.cuda.synchronize(), which would initialise CUDA at
         # import time (a program may still set CUDA_VISIBLE_DEVICES or fork workers): skipped.
