@@ -4,6 +4,8 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "libfacts/knob_names.h"
@@ -250,15 +252,37 @@ format::DType PointerParameterDType(std::string_view demangled_name, size_t inde
   return format::DType::kUnknown;
 }
 
+namespace {
+
+// Whether each top-level parameter of `demangled_name` is a pointer to const, parsed once per
+// name and thread: diff asks for every pointer argument of every launch, and launches repeat
+// few names. The cache is emptied when it holds kMaxNames, so its memory stays bounded.
+const std::vector<bool>& ConstPointerParameters(std::string_view demangled_name) {
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view text) const { return std::hash<std::string_view>{}(text); }
+  };
+  constexpr size_t kMaxNames = 4096;
+  thread_local std::unordered_map<std::string, std::vector<bool>, Hash, std::equal_to<>> cache;
+  if (auto it = cache.find(demangled_name); it != cache.end()) return it->second;
+  if (cache.size() >= kMaxNames) cache.clear();
+  std::vector<bool> is_const;
+  for (const std::string_view type : Parameters(demangled_name)) {
+    const size_t star = type.rfind('*');
+    const std::string_view pointee =
+        star == std::string_view::npos ? std::string_view() : Trim(type.substr(0, star));
+    is_const.push_back(star != std::string_view::npos &&
+                       (pointee.rfind("const ", 0) == 0 ||
+                        (pointee.size() > 6 && pointee.substr(pointee.size() - 6) == " const")));
+  }
+  return cache.emplace(std::string(demangled_name), std::move(is_const)).first->second;
+}
+
+}  // namespace
+
 bool PointerParameterIsConst(std::string_view demangled_name, size_t index) {
-  const std::vector<std::string_view> parameters = Parameters(demangled_name);
-  if (index >= parameters.size()) return false;
-  const std::string_view type = parameters[index];
-  const size_t star = type.rfind('*');
-  if (star == std::string_view::npos) return false;
-  const std::string_view pointee = Trim(type.substr(0, star));
-  return pointee.rfind("const ", 0) == 0 ||
-         (pointee.size() > 6 && pointee.substr(pointee.size() - 6) == " const");
+  const std::vector<bool>& is_const = ConstPointerParameters(demangled_name);
+  return index < is_const.size() && is_const[index];
 }
 
 std::string ChoiceText(const format::AlgorithmChoice& c) {
