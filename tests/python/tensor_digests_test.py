@@ -79,6 +79,9 @@ with tempfile.TemporaryDirectory() as directory:
     check(all({d["role"] for d in op["inputs"]} == {"self", "mat2", "out"} and
               [d["role"] for d in op["outputs"]] == ["out"] for op in mm),
           "aten::mm's tensors carry their schema's names")
+    loader = [op for op in framework if op["name"] == "aten::mul_" and op["thread_id"] != 0]
+    check(len(loader) == 2, "the loader thread's op is recorded on its own thread (%r)" %
+          [(op["name"], op["thread_id"]) for op in framework if op["name"] == "aten::mul_"])
     relu = [op for op in framework if op["name"] == "aten::relu_"]
     check(relu and all(op["inputs"][0]["digest"] != op["outputs"][0]["digest"] for op in relu),
           "an in-place op's input is digested before it ran, its output after")

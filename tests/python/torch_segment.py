@@ -94,6 +94,7 @@ def prefetch(batches, host, started, ready):
         time.sleep(int.from_bytes(os.urandom(1), "little") / 100000.0)
         ok(rt.cudaMemcpy(ctypes.c_void_p(batches[k].data_ptr()), host[k], len(host[k]), 1),
            "prefetch")
+        batches[k].mul_(0.5)  # the loader's transform, a PyTorch op on this thread
         ready[k].set()
 
 
@@ -106,6 +107,7 @@ def main():
     started = [threading.Event() for _ in range(steps)]
     ready = [threading.Event() for _ in range(steps)]
     ok(rt.cudaMemcpy(ctypes.c_void_p(batches[0].data_ptr()), host[0], len(host[0]), 1), "batch 0")
+    batches[0].mul_(0.5)
     ready[0].set()
     try:  # a probe that raises, as a program's fallback code does
         torch.mv(batches[0], batches[0])

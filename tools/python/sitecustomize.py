@@ -186,7 +186,22 @@ def _ndtrace_annotate_torch(torch):
             finally:
                 pop(op_domain)
 
-    _NdtraceOpRanges().__enter__()  # the main thread's dispatch mode stack, for the whole run
+    # Dispatch modes are per thread: entered in this thread for the whole run, and in every
+    # thread `threading` starts, as it starts (before its target runs).
+    _NdtraceOpRanges().__enter__()
+    original_bootstrap = getattr(threading.Thread, "_bootstrap_inner", None)
+    if original_bootstrap is None:
+        _ndtrace_say("cannot watch thread starts; only the main thread's ops are annotated")
+        return
+
+    def _bootstrap_inner(thread):
+        try:
+            _NdtraceOpRanges().__enter__()
+        except Exception as error:  # the thread runs unannotated
+            _ndtrace_say("ops of thread %r are not annotated: %r" % (thread.name, error))
+        original_bootstrap(thread)
+
+    threading.Thread._bootstrap_inner = _bootstrap_inner
 
 
 class _NdtraceTensorOps(object):
