@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -170,8 +171,10 @@ bool ChooseDigests(const ReplayOptions& options, const std::string& reference,
   return ApplyDigestOptions("replay", *chosen);
 }
 
-int PrintReport(const replay::LiveVerifier& verifier, bool finished,
-                const std::string& heading = "") {
+// Prints the verifier's report when it differs (kExitFinding), after `annotate` has had it (the
+// Python stack of the op it names).
+int PrintReport(const replay::LiveVerifier& verifier, bool finished, const std::string& heading,
+                const std::function<void(replay::DiffReport*)>& annotate) {
   StatusOr<replay::DiffReport> report = verifier.Report(finished);
   if (!report.ok()) {
     PrintError("replay: " + report.status().message());
@@ -186,6 +189,7 @@ int PrintReport(const replay::LiveVerifier& verifier, bool finished,
     }
   }
   if (report->identical()) return kExitOk;
+  annotate(&*report);
   fmt::print("{}{}", heading, replay::RenderDiffText(*report, ::isatty(STDOUT_FILENO)));
   std::fflush(stdout);
   return kExitFinding;
@@ -296,6 +300,13 @@ int RunLiveVerify(const ReplayOptions& options) {
     PrintError(child.status().message());
     return kExitUsage;
   }
+  // As check does: one more run for the Python stack of the op a report names.
+  const auto python_stack = [&](const Follower& follower) {
+    return [&, key = follower.key](replay::DiffReport* report) {
+      TakePythonStacks("replay", options.command, std::filesystem::path(output).parent_path(),
+                       key, report->path_a, report);
+    };
+  };
   const auto heading = [&](const Follower& follower) {
     return several ? fmt::format("== {}: {} vs {}\n", follower.key, follower.reference,
                                  follower.verifier->new_path())
@@ -312,7 +323,8 @@ int RunLiveVerify(const ReplayOptions& options) {
         // End the program first: the report (a diff of all that landed) takes a while.
         const int code = Stop(*child);
         follower.verifier->Poll();
-        const int result = PrintReport(*follower.verifier, false, heading(follower));
+        const int result =
+            PrintReport(*follower.verifier, false, heading(follower), python_stack(follower));
         if (result == kExitOk) {
           fmt::print(
               "ndtrace replay: op {} differs from the reference in a fact the diff does "
@@ -327,7 +339,8 @@ int RunLiveVerify(const ReplayOptions& options) {
             follower.verifier->new_path());
         return kExitFinding;
       }
-      const int result = PrintReport(*follower.verifier, false, heading(follower));
+      const int result =
+          PrintReport(*follower.verifier, false, heading(follower), python_stack(follower));
       if (result == kExitUsage) {
         Stop(*child);
         return kExitUsage;
@@ -359,7 +372,7 @@ int RunLiveVerify(const ReplayOptions& options) {
   }
   replay::LiveVerifier& follower = *followers.front().verifier;
   if (reported == nullptr) {
-    const int code = PrintReport(follower, true);
+    const int code = PrintReport(follower, true, "", python_stack(followers.front()));
     if (code == kExitOk) {
       fmt::print(
           "ndtrace replay: identical to the reference: {} ops (program exit status {}); "

@@ -9,6 +9,8 @@
 #                   lists that frame first, and `show` of the run that took it prints it
 #   EXPECT native   the verdict says `no Python stack: issued by a native thread`
 #   EXPECT bisect   `ndtrace bisect` instead: its `op N ... found` line names that line too
+#   EXPECT replay   `ndtrace record`, then `ndtrace replay` of that trace: its report's first
+#                   frame is that line
 #   EXPECT gil-busy the GIL stays held (python_stack.py --gil-busy) for longer than the tracer
 #                   waits for it (NDTRACE_PYTHON_STACK_WAIT_MS=200): the verdict says `no Python
 #                   stack: the GIL stayed busy`, and the run that asked for it ends normally
@@ -31,6 +33,20 @@ if [ "$expect" = bisect ]; then
     exit 0
   fi
   echo "FAIL: expected exit 1 and a last line naming python_stack.py:$line, got $status" >&2
+  sed -n 1,30p "$dir/stderr" >&2
+  exit 1
+fi
+if [ "$expect" = replay ]; then
+  "$ndtrace" record -o "$dir/reference.ndt" -- "$python" "$script" "$@" >/dev/null 2>&1
+  "$ndtrace" replay "$dir/reference.ndt" -o "$dir/replayed.ndt" -- "$python" "$script" "$@" \
+    >"$dir/report" 2>"$dir/stderr"
+  status=$?
+  cat "$dir/report"
+  if [ "$status" -eq 1 ] && grep -A1 '^   = python: ' "$dir/report" | tail -n 1 |
+    grep -qF "python_stack.py:$line in forward"; then
+    exit 0
+  fi
+  echo "FAIL: expected exit 1 and a report whose first frame is python_stack.py:$line, got $status" >&2
   sed -n 1,30p "$dir/stderr" >&2
   exit 1
 fi
