@@ -300,7 +300,8 @@ int RunLiveVerify(const ReplayOptions& options) {
     PrintError(child.status().message());
     return kExitUsage;
   }
-  // As check does: one more run for the Python stack of the op a report names.
+  // As check does: one more run for the Python stack of the op a report names, once the
+  // program has ended (with --stop, or before the report).
   const auto python_stack = [&](const Follower& follower) {
     return [&, key = follower.key](replay::DiffReport* report) {
       TakePythonStacks("replay", options.command, std::filesystem::path(output).parent_path(),
@@ -339,8 +340,9 @@ int RunLiveVerify(const ReplayOptions& options) {
             follower.verifier->new_path());
         return kExitFinding;
       }
+      // The program still runs: no second run beside it for a Python stack.
       const int result =
-          PrintReport(*follower.verifier, false, heading(follower), python_stack(follower));
+          PrintReport(*follower.verifier, false, heading(follower), [](replay::DiffReport*) {});
       if (result == kExitUsage) {
         Stop(*child);
         return kExitUsage;

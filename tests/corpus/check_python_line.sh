@@ -9,7 +9,7 @@
 #                   lists that frame first, and `show` of the run that took it prints it
 #   EXPECT native   the verdict says `no Python stack: issued by a native thread`
 #   EXPECT bisect   `ndtrace bisect` instead: its `op N ... found` line names that line too
-#   EXPECT replay   `ndtrace record`, then `ndtrace replay` of that trace: its report's first
+#   EXPECT replay   `ndtrace record`, then `ndtrace replay --stop` of that trace: its report's first
 #                   frame is that line
 #   EXPECT gil-busy the GIL stays held (python_stack.py --gil-busy) for longer than the tracer
 #                   waits for it (NDTRACE_PYTHON_STACK_WAIT_MS=200): the verdict says `no Python
@@ -38,7 +38,7 @@ if [ "$expect" = bisect ]; then
 fi
 if [ "$expect" = replay ]; then
   "$ndtrace" record -o "$dir/reference.ndt" -- "$python" "$script" "$@" >/dev/null 2>&1
-  "$ndtrace" replay "$dir/reference.ndt" -o "$dir/replayed.ndt" -- "$python" "$script" "$@" \
+  "$ndtrace" replay "$dir/reference.ndt" -o "$dir/replayed.ndt" --stop -- "$python" "$script" "$@" \
     >"$dir/report" 2>"$dir/stderr"
   status=$?
   cat "$dir/report"
