@@ -5,14 +5,22 @@
 // correlation ids are pushed on the calling thread, an EXTERNAL_CORRELATION record per pushed
 // kind ties them to it; the work's CONCURRENT_KERNEL / MEMCPY / MEMSET record (with its start and
 // end, from the steady clock as cuptiGetTimestamp gives it) carries the correlation id. Records
-// are written into the buffers the client hands out, in the order they happen, and delivered
-// when a buffer is full or at cuptiActivityFlushAll. Only what the activities above need is
-// implemented; the rest of CUPTI is absent.
+// are written into the buffers the client hands out, in the order they happen. A full buffer is
+// delivered (the client's completion callback) on the stand-in's own delivery thread, as CUPTI
+// delivers on a thread of its own, never on the thread whose work filled it;
+// cuptiActivityFlushAll delivers the rest on the calling thread and returns once every buffer
+// handed over before it has been delivered. Only what the activities above need is implemented;
+// the rest of CUPTI is absent.
 #include <cupti.h>
 #include <dlfcn.h>
 
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -30,6 +38,9 @@ struct State {
   size_t size = 0;
   size_t used = 0;
   std::vector<std::pair<uint8_t*, size_t>> full;  // filled buffers, to deliver
+  std::condition_variable changed;  // `full` filled, or `delivering` fell to 0
+  int delivering = 0;               // buffers taken from `full`, being delivered
+  pid_t worker_pid = 0;             // the process whose delivery thread runs (fork: none)
   std::atomic<uint32_t> next_correlation{1};
 };
 
@@ -74,22 +85,79 @@ void WriteLocked(State& s, const Record& record) {
   s.used += bytes;
 }
 
-// Hands the filled buffers to the client, outside the lock.
+// Hands buffers taken from `full` to the client, outside the lock; `delivering` counted them.
 void Deliver(std::vector<std::pair<uint8_t*, size_t>> buffers) {
+  State& s = Get();
   CUpti_BuffersCallbackCompleteFunc complete;
   {
-    std::lock_guard lock(Get().mutex);
-    complete = Get().complete;
+    std::lock_guard lock(s.mutex);
+    complete = s.complete;
   }
   for (auto& [buffer, valid] : buffers) {
     if (complete != nullptr) complete(nullptr, 0, buffer, valid, valid);
   }
+  std::lock_guard lock(s.mutex);
+  s.delivering -= static_cast<int>(buffers.size());
+  if (s.delivering == 0) s.changed.notify_all();
+}
+
+// Takes every filled buffer for Deliver. Under the lock.
+std::vector<std::pair<uint8_t*, size_t>> TakeFullLocked(State& s) {
+  std::vector<std::pair<uint8_t*, size_t>> full;
+  full.swap(s.full);
+  s.delivering += static_cast<int>(full.size());
+  return full;
+}
+
+void* DeliveryThread(void*) {
+  State& s = Get();
+  while (true) {
+    std::vector<std::pair<uint8_t*, size_t>> full;
+    {
+      std::unique_lock lock(s.mutex);
+      s.changed.wait(lock, [&] { return !s.full.empty(); });
+      full = TakeFullLocked(s);
+    }
+    Deliver(std::move(full));
+  }
+}
+
+// In the child of fork(): the parent's delivery thread and the buffers it was delivering are
+// not here. Under the lock.
+void ForgetParentLocked(State& s) {
+  if (s.worker_pid == 0 || s.worker_pid == getpid()) return;
+  s.worker_pid = 0;
+  s.delivering = 0;
+}
+
+// Starts this process's delivery thread if it has none, with every signal blocked. Under the
+// lock. Without one (pthread_create failed), buffers are delivered at the flush.
+void StartDeliveryLocked(State& s) {
+  ForgetParentLocked(s);
+  if (s.worker_pid != 0) return;
+  s.worker_pid = getpid();
+  sigset_t all, previous;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &previous);
+  pthread_attr_t attributes;
+  pthread_attr_init(&attributes);
+  pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  pthread_create(&thread, &attributes, DeliveryThread, nullptr);
+  pthread_attr_destroy(&attributes);
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+}
+
+// After a record was written: a filled buffer goes to the delivery thread. Under the lock.
+void HandOverLocked(State& s) {
+  if (s.full.empty()) return;
+  StartDeliveryLocked(s);
+  s.changed.notify_all();
 }
 
 uint32_t ApiCall() {
   State& s = Get();
   const uint32_t correlation = s.next_correlation.fetch_add(1, std::memory_order_relaxed);
-  std::vector<std::pair<uint8_t*, size_t>> full;
   {
     std::lock_guard lock(s.mutex);
     if (s.enabled[CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION]) {
@@ -103,9 +171,8 @@ uint32_t ApiCall() {
         WriteLocked(s, record);
       }
     }
-    full.swap(s.full);
+    HandOverLocked(s);
   }
-  Deliver(std::move(full));
   return correlation;
 }
 
@@ -122,7 +189,6 @@ void Fill(Record* record, CUpti_ActivityKind kind, uint32_t correlation, uint64_
 void Ran(int kind, uint32_t correlation, uint64_t start, uint64_t end, uint32_t stream,
          uint64_t bytes) {
   State& s = Get();
-  std::vector<std::pair<uint8_t*, size_t>> full;
   {
     std::lock_guard lock(s.mutex);
     if (kind == kNdtActivityKernel && s.enabled[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL]) {
@@ -141,9 +207,8 @@ void Ran(int kind, uint32_t correlation, uint64_t start, uint64_t end, uint32_t 
       record.bytes = bytes;
       WriteLocked(s, record);
     }
-    full.swap(s.full);
+    HandOverLocked(s);
   }
-  Deliver(std::move(full));
 }
 
 const NdtStandinActivitySink kSink{ApiCall, Ran};
@@ -213,17 +278,21 @@ CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) {
 }
 
 CUptiResult cuptiActivityFlushAll(uint32_t) {
+  State& s = Get();
   std::vector<std::pair<uint8_t*, size_t>> full;
   {
-    std::lock_guard lock(Get().mutex);
-    State& s = Get();
+    std::lock_guard lock(s.mutex);
+    ForgetParentLocked(s);
     if (s.buffer != nullptr) {
       s.full.emplace_back(s.buffer, s.used);
       s.buffer = nullptr;
     }
-    full.swap(s.full);
+    full = TakeFullLocked(s);
   }
   Deliver(std::move(full));
+  // Buffers the delivery thread took earlier: delivered before this returns.
+  std::unique_lock lock(s.mutex);
+  s.changed.wait(lock, [&] { return s.delivering == 0; });
   return CUPTI_SUCCESS;
 }
 
