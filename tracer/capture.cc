@@ -239,6 +239,14 @@ void FindPointers(Session& session, const char* bytes, size_t size, uint64_t sta
 
 }  // namespace
 
+bool CaptureAny() noexcept {
+  try {
+    return Selection().any;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 bool CaptureWanted(const format::OpRecord& op) noexcept {
   try {
     const CaptureSet& set = Selection();

@@ -44,6 +44,8 @@ struct Extent;  // library_support.h
 // Whether NDTRACE_CAPTURE selects `op` (its sequence, kind and name are set). The variable is
 // read once; tokens that mean nothing are said once on stderr and ignored.
 bool CaptureWanted(const format::OpRecord& op) noexcept;
+// Whether NDTRACE_CAPTURE selects any op at all.
+bool CaptureAny() noexcept;
 
 // Stores the bytes of `extents` once `stream` (a CUstream handle, 0 = legacy default) has
 // finished its work so far, and adds their "blob:<direction>:<role>" arguments to `op`;

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "tracer/hot_tls.h"
 #include "tracer/real_dl.h"
 
 namespace ndt::tracer {
@@ -36,8 +37,8 @@ struct Self {
   std::array<uint64_t, static_cast<size_t>(ObjectKind::kCount)> objects{};
 };
 
-thread_local Self t_self;
-thread_local int t_library_calls = 0;
+NDT_HOT_TLS thread_local Self t_self;
+NDT_HOT_TLS thread_local int t_library_calls = 0;
 std::atomic<uint32_t> g_fallback{0};
 
 Self& Current() {

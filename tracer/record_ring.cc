@@ -8,27 +8,51 @@
 #include <chrono>
 #include <limits>
 
+#include "tracer/hot_tls.h"
+
 namespace ndt::tracer {
 
 struct RecordRings::Ring {
+  enum class Holds : uint8_t { kOp, kRaw, kOther };
   struct Slot {
-    bool is_op = true;
+    Holds holds = Holds::kOp;
     uint64_t origin = 0;
-    format::OpRecord op;    // when is_op
-    format::Record other;   // otherwise
+    format::OpRecord op;   // kOp
+    RawOpHeader raw{};     // kRaw; its body is in the arena at [body, body_end)
+    uint64_t body = 0;
+    uint64_t body_end = 0;
+    format::Record other;  // kOther
   };
 
-  explicit Ring(size_t n) : slots(new Slot[n]), mask(n - 1) {}
+  Ring(size_t n, size_t arena_bytes)
+      : slots(new Slot[n]),
+        mask(n - 1),
+        arena(new unsigned char[arena_bytes]),
+        arena_mask(arena_bytes - 1) {}
+
+  // Where a raw op's body of `bytes` bytes goes: at arena_head, or at the start of the arena
+  // when it would wrap (bodies are contiguous). Owning thread only.
+  uint64_t BodyAt(size_t bytes) const {
+    const uint64_t at = arena_head;
+    const uint64_t room_to_end = arena_mask + 1 - (at & arena_mask);
+    return bytes <= room_to_end ? at : at + room_to_end;
+  }
 
   const std::unique_ptr<Slot[]> slots;
   const uint64_t mask;
+  // Raw ops' bodies, oldest first, in the slots' order: [arena_tail, arena_head) are queued.
+  const std::unique_ptr<unsigned char[]> arena;
+  const uint64_t arena_mask;
   // Written by the owning thread only: the next slot it fills. Slots [tail, head) are queued.
   alignas(64) std::atomic<uint64_t> head{0};
   std::atomic<uint64_t> appended{0};  // owning thread only (relaxed), for stats()
-  // Written under consume_mu only: the next slot to encode.
+  uint64_t arena_head = 0;            // owning thread only
+  // Written under consume_mu only: the next slot to encode, and the arena's oldest byte in use.
   alignas(64) std::atomic<uint64_t> tail{0};
+  std::atomic<uint64_t> arena_tail{0};
   std::mutex consume_mu;
   std::atomic<bool> owned{true};  // false once its thread has exited: the next new thread's
+  format::OpRecord scratch;       // a raw op turned into a record (under consume_mu)
 };
 
 namespace {
@@ -44,7 +68,7 @@ struct CallingRing {
   uint64_t uid = 0;
   RecordRings::Ring* ring = nullptr;
 };
-thread_local CallingRing t_ring;
+NDT_HOT_TLS thread_local CallingRing t_ring;
 thread_local bool t_exited = false;
 
 // Hands the thread's ring back when the thread exits, for a later thread to reuse. Shares the
@@ -75,7 +99,10 @@ int StartDetached(void* (*routine)(void*), void* argument) {
 }  // namespace
 
 RecordRings::RecordRings(format::TraceWriter* writer, size_t slots, StartThreadFn start_thread)
-    : writer_(writer), slots_(std::bit_ceil(std::max(slots, 2 * kEncoderBatch))), uid_(NextUid()) {
+    : writer_(writer),
+      slots_(std::bit_ceil(std::max(slots, 2 * kEncoderBatch))),
+      wake_at_(slots_ / 4),
+      uid_(NextUid()) {
   // The encoder starts with every signal blocked: a signal meant for the program is never
   // delivered to it.
   sigset_t all, previous;
@@ -112,7 +139,7 @@ std::shared_ptr<RecordRings::Ring> RecordRings::NewRing() {
       return ring;
     }
   }
-  rings_.push_back(std::make_shared<Ring>(slots_));
+  rings_.push_back(std::make_shared<Ring>(slots_, kArenaBytes));
   ring_count_.store(rings_.size(), std::memory_order_release);
   return rings_.back();
 }
@@ -124,13 +151,23 @@ size_t RecordRings::DrainLocked(Ring& ring, size_t max) {
   while (tail != head && done < max) {
     Ring::Slot& slot = ring.slots[tail & ring.mask];
     try {
-      if (slot.is_op) {
-        writer_->Append(slot.op, slot.origin);
-      } else {
-        writer_->Append(slot.other, slot.origin);
+      switch (slot.holds) {
+        case Ring::Holds::kOp:
+          writer_->Append(slot.op, slot.origin);
+          break;
+        case Ring::Holds::kRaw:
+          ToOpRecord(slot.raw, &ring.arena[slot.body & ring.arena_mask], ring.scratch);
+          writer_->Append(ring.scratch, slot.origin);
+          break;
+        case Ring::Holds::kOther:
+          writer_->Append(slot.other, slot.origin);
+          break;
       }
     } catch (...) {
       // Out of memory in the writer: this record is lost, as a record the writer cannot buffer.
+    }
+    if (slot.holds == Ring::Holds::kRaw) {
+      ring.arena_tail.store(slot.body_end, std::memory_order_release);
     }
     ++tail;
     ++done;
@@ -139,10 +176,11 @@ size_t RecordRings::DrainLocked(Ring& ring, size_t max) {
   return done;
 }
 
-void RecordRings::MakeRoom(Ring& ring) {
+void RecordRings::MakeRoom(Ring& ring, uint64_t body_end) {
   const uint64_t head = ring.head.load(std::memory_order_relaxed);
   int spins = 0;
-  while (head - ring.tail.load(std::memory_order_acquire) > ring.mask) {
+  while (head - ring.tail.load(std::memory_order_acquire) > ring.mask ||
+         body_end - ring.arena_tail.load(std::memory_order_acquire) > ring.arena_mask + 1) {
     // The encoder is encoding this ring: a slot frees with its next record. Spin a little, then
     // wait for its lock (an encoder preempted while holding it must get the CPU back).
     if (ring.consume_mu.try_lock() || (++spins > kSpins && (ring.consume_mu.lock(), true))) {
@@ -157,35 +195,45 @@ void RecordRings::MakeRoom(Ring& ring) {
 }
 
 template <typename Fill>
-void RecordRings::Push(Fill&& fill) {
+void RecordRings::Push(Fill&& fill, size_t body_bytes) {
   Ring* ring = CallingThreadRing();
   if (ring == nullptr || stopped_.load(std::memory_order_acquire)) {
     // Stopped (or no encoder): this thread's queued records first, then this one, directly.
     if (ring != nullptr) DrainCallingThread();
     direct_.fetch_add(1, std::memory_order_relaxed);
-    fill(nullptr);
+    fill(nullptr, nullptr);
     return;
   }
   const uint64_t head = ring->head.load(std::memory_order_relaxed);
-  if (head - ring->tail.load(std::memory_order_acquire) > ring->mask) MakeRoom(*ring);
-  fill(&ring->slots[head & ring->mask]);
+  const uint64_t body = ring->BodyAt(body_bytes);
+  if (head - ring->tail.load(std::memory_order_acquire) > ring->mask ||
+      body + body_bytes - ring->arena_tail.load(std::memory_order_acquire) > ring->arena_mask + 1) {
+    MakeRoom(*ring, body + body_bytes);
+  }
+  Ring::Slot& slot = ring->slots[head & ring->mask];
+  slot.body = body;
+  slot.body_end = body + body_bytes;
+  ring->arena_head = slot.body_end;
+  fill(&slot, &ring->arena[body & ring->arena_mask]);
   ring->head.store(head + 1, std::memory_order_release);
   ring->appended.store(ring->appended.load(std::memory_order_relaxed) + 1,
                        std::memory_order_relaxed);
-  // Wake a sleeping encoder once per kEncoderBatch queued records (no system call when it is
-  // awake: pthread_cond_signal returns at once without waiters).
-  if (head + 1 - ring->tail.load(std::memory_order_relaxed) == kEncoderBatch) {
+  // Wake a sleeping encoder once a quarter of the ring is queued (no system call when it is
+  // awake: pthread_cond_signal returns at once without waiters). Not sooner: a thread that
+  // issues ops steadily would otherwise pay for a wake-up (a futex call, about a microsecond)
+  // every few records, as the encoder, faster than it, empties the ring and sleeps again.
+  if (head + 1 - ring->tail.load(std::memory_order_relaxed) == wake_at_) {
     wake_cv_.notify_one();
   }
 }
 
 void RecordRings::Append(const format::OpRecord& op, uint64_t origin) {
-  Push([&](Ring::Slot* slot) {
+  Push([&](Ring::Slot* slot, unsigned char*) {
     if (slot == nullptr) {
       writer_->Append(op, origin);
       return;
     }
-    slot->is_op = true;
+    slot->holds = Ring::Holds::kOp;
     slot->origin = origin;
     slot->op = op;
   });
@@ -211,24 +259,41 @@ void RecordRings::SwapOp(format::OpRecord& a, format::OpRecord& b) {
 }
 
 void RecordRings::AppendSwap(format::OpRecord& op, uint64_t origin) {
-  Push([&](Ring::Slot* slot) {
+  Push([&](Ring::Slot* slot, unsigned char*) {
     if (slot == nullptr) {
       writer_->Append(op, origin);
       return;
     }
-    slot->is_op = true;
+    slot->holds = Ring::Holds::kOp;
     slot->origin = origin;
     SwapOp(slot->op, op);
   });
 }
 
+void RecordRings::AppendRaw(const RawOp& op, uint64_t origin) {
+  Push(
+      [&](Ring::Slot* slot, unsigned char* body) {
+        if (slot == nullptr) {
+          format::OpRecord record;
+          ToOpRecord(op, record);
+          writer_->Append(record, origin);
+          return;
+        }
+        slot->holds = Ring::Holds::kRaw;
+        slot->origin = origin;
+        slot->raw = op;
+        PackBody(op, body);
+      },
+      (op.BodyBytes() + 7) / 8 * 8);
+}
+
 void RecordRings::Append(const format::Record& record, uint64_t origin) {
-  Push([&](Ring::Slot* slot) {
+  Push([&](Ring::Slot* slot, unsigned char*) {
     if (slot == nullptr) {
       writer_->Append(record, origin);
       return;
     }
-    slot->is_op = false;
+    slot->holds = Ring::Holds::kOther;
     slot->origin = origin;
     slot->other = record;
   });
@@ -273,7 +338,7 @@ void RecordRings::RunEncoder() {
     }
     if (done == 0) {
       // Nothing queued: sleep, longer the longer nothing comes (at most 16 ms); an appending
-      // thread wakes us once kEncoderBatch of its records are queued.
+      // thread wakes us once a quarter of its ring is queued.
       wake_cv_.wait_for(lock, idle_wait);
       idle_wait = std::min(idle_wait * 2, std::chrono::microseconds(16000));
     } else {

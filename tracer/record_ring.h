@@ -31,6 +31,7 @@
 
 #include "formats/records.h"
 #include "formats/trace_writer.h"
+#include "tracer/raw_op.h"
 
 namespace ndt::tracer {
 
@@ -40,6 +41,9 @@ class RecordRings {
   static constexpr size_t kEncoderBatch = 32;
   // Records an appending thread encodes itself when its ring is full.
   static constexpr size_t kHelpBatch = 8;
+  // Per ring, the bytes of the raw ops' arguments and parameter bytes (a power of two, at least
+  // two of the largest raw op's).
+  static constexpr size_t kArenaBytes = size_t{256} << 10;
 
   struct Stats {
     uint64_t appended = 0;  // records that went through a ring
@@ -68,6 +72,9 @@ class RecordRings {
   // earlier record (already written; its strings and vectors keep their capacity), or, when
   // the record went to the writer directly, unchanged.
   void AppendSwap(format::OpRecord& op, uint64_t origin);
+  // Queues the parts of `op` in use (its header in a slot, its arguments and bytes in the
+  // ring's arena); the encoder turns it into an op record (raw_op.h).
+  void AppendRaw(const RawOp& op, uint64_t origin);
   // Swaps two op records member by member (cheaper than std::swap's three whole moves).
   static void SwapOp(format::OpRecord& a, format::OpRecord& b);
 
@@ -88,15 +95,19 @@ class RecordRings {
   std::shared_ptr<Ring> NewRing();
   // Encodes at most `max` of `ring`'s records; its consumer lock held. Returns how many.
   size_t DrainLocked(Ring& ring, size_t max);
-  // Makes room in `ring` (full): encodes some of its records on this thread.
-  void MakeRoom(Ring& ring);
+  // Makes room in `ring` (full: no free slot, or its arena's bytes up to `body_end` still
+  // queued): encodes some of its records on this thread.
+  void MakeRoom(Ring& ring, uint64_t body_end);
+  // Fills the calling thread's next slot with `fill(slot, body)`, `body` the place of
+  // `body_bytes` bytes (a multiple of 8) in its arena; fill(nullptr, nullptr) writes directly.
   template <typename Fill>
-  void Push(Fill&& fill);
+  void Push(Fill&& fill, size_t body_bytes = 0);
   void RunEncoder();
   static void* EncoderMain(void* self);
 
   format::TraceWriter* const writer_;
   const size_t slots_;
+  const size_t wake_at_;  // queued records at which an appending thread wakes the encoder
   const uint64_t uid_;
   std::atomic<bool> stopped_{false};
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -31,6 +32,7 @@
 #include "tracer/capture.h"
 #include "tracer/driver_table.h"
 #include "tracer/gpu_time.h"
+#include "tracer/hot_tls.h"
 #include "tracer/library_support.h"
 #include "tracer/nvtx.h"
 #include "tracer/real_dl.h"
@@ -287,7 +289,9 @@ format::TraceHeader BuildHeader() {
   return header;
 }
 
-thread_local bool t_in_hook = false;
+NDT_HOT_TLS thread_local bool t_in_hook = false;
+// In the child of fork(): whether its (only) thread is the main thread is asked again.
+void ForgetExitDigestArm() noexcept;
 
 // ---- Recorder --------------------------------------------------------------------------
 
@@ -443,6 +447,7 @@ class Recorder {
                  std::memory_order_relaxed);
     owner_pid_ = getpid();
     exit_digest_taken_ = false;
+    ForgetExitDigestArm();
     output_ = base_output_ + "." + std::to_string(owner_pid_);
     gpu_time::ForgetAfterFork();
   }
@@ -563,6 +568,7 @@ class Recorder {
 // made current, so it is destroyed first. The exit handler does it when this did not (the main
 // thread recorded no op).
 struct ExitDigestArm {
+  bool checked = false;  // whether this thread is the main thread is known
   bool armed = false;
   ~ExitDigestArm() {
     if (!armed || gettid() != getpid()) return;
@@ -572,7 +578,9 @@ struct ExitDigestArm {
     }
   }
 };
-thread_local ExitDigestArm t_exit_digest;
+NDT_HOT_TLS thread_local ExitDigestArm t_exit_digest;
+
+void ForgetExitDigestArm() noexcept { t_exit_digest.checked = false; }
 
 }  // namespace
 
@@ -681,9 +689,41 @@ Session::Session(std::unique_ptr<format::TraceWriter> writer, format::TraceHeade
       rings_(writer_.get(), ring_slots, &StartOwnThread) {}
 
 namespace {
-thread_local std::optional<uint64_t> t_open_op;  // Session::OpenOp
+NDT_HOT_TLS thread_local std::optional<uint64_t> t_open_op;  // Session::OpenOp
 // An op record whose strings and vectors keep their capacity, for this thread's next BeginOp.
 thread_local format::OpRecord t_spare_op;
+// This thread's op on the hot path (BeginRawOp).
+thread_local RawOp t_raw_op;
+
+// What a thread looked up last (Session::Kernel, Session::Canonical), valid while the session's
+// version of that table is the one it was looked up in.
+struct LookupCache {
+  const Session* session = nullptr;
+  uint64_t kernels_version = 0;
+  struct KernelEntry {
+    const void* function;
+    const KernelInfo* info;
+  };
+  static constexpr size_t kKernels = 8;
+  std::array<KernelEntry, kKernels> kernels{};  // by hash of the handle
+  uint64_t allocations_version = 0;
+  std::array<Allocation, 4> allocations{};  // bytes 0: empty
+  unsigned next_allocation = 0;
+};
+thread_local LookupCache t_lookups;
+
+LookupCache& Lookups(const Session* session) {
+  LookupCache* cache = &t_lookups;
+  // The address is kept in a register from here: GCC would otherwise compute it again (a call
+  // of __tls_get_addr) at each use.
+  asm("" : "+r"(cache));
+  if (cache->session != session) *cache = LookupCache{session};
+  return *cache;
+}
+
+size_t KernelSlot(const void* function) {
+  return (reinterpret_cast<uintptr_t>(function) >> 4) % LookupCache::kKernels;
+}
 
 // `op` emptied for reuse, capacity kept. Every field of OpRecord is reset here (the size check
 // fails when one is added).
@@ -725,6 +765,40 @@ format::OpRecord Session::BeginOp(format::OpKind kind, std::string_view name, ui
   WriteOpenNvtxRanges(*this, op.sequence);
   op.nvtx_range_id = CurrentNvtxRange();
   return op;
+}
+
+RawOp& Session::BeginRawOp(format::OpKind kind, const char* name, uint32_t stream_id) {
+  RawOp& op = t_raw_op;
+  ResetRawOp(op, kind, name, stream_id);
+  op.sequence = TakeOpSequence();
+  t_open_op = op.sequence;
+  op.thread_id = ThreadId();
+  op.start_ns = NowNs();
+  WriteOpenNvtxRanges(*this, op.sequence);
+  op.nvtx_range_id = CurrentNvtxRange();
+  return op;
+}
+
+void Session::EndRawOp(RawOp& op, int32_t status, std::vector<format::BufferDigest> outputs) {
+  if (!outputs.empty() || held_count_.load(std::memory_order_acquire) != 0 ||
+      python_stacks_ != nullptr) {
+    // Digests, held records and Python stacks need the whole record.
+    format::OpRecord record;
+    ToOpRecord(op, record);
+    record.outputs = std::move(outputs);
+    EndOp(record, status);
+    return;
+  }
+  t_open_op.reset();
+  op.status = status;
+  op.end_ns = NowNs();
+  rings_.AppendRaw(op, op.thread_id);
+  AfterOp(op.kind, op.sequence);
+}
+
+const char* Session::InternName(const std::string& name) {
+  std::lock_guard lock(mutex_);
+  return names_.insert(name).first->c_str();
 }
 
 void Session::Decide(const format::PolicyDecisionRecord& decision) {
@@ -781,10 +855,26 @@ uint32_t Session::OnStreamCreated(uint64_t handle) {
 format::DevicePointer Session::Canonical(uint64_t address) {
   format::DevicePointer pointer;
   pointer.raw_address = address;
+  LookupCache& cache = Lookups(this);
+  const uint64_t version = allocations_version_.load(std::memory_order_acquire);
+  if (cache.allocations_version != version) {
+    cache.allocations = {};
+    cache.allocations_version = version;
+  }
+  // An allocation this thread named lately, unless naming `address` would mark it suballocated.
+  for (const Allocation& known : cache.allocations) {
+    if (address - known.base < std::max<uint64_t>(known.bytes, 1) &&
+        (address == known.base || known.suballocated) && known.id != 0) {
+      pointer.allocation_id = known.id;
+      pointer.offset = address - known.base;
+      return pointer;
+    }
+  }
   std::lock_guard lock(mutex_);
   if (std::optional<Allocation> allocation = allocations_.FindNaming(address)) {
     pointer.allocation_id = allocation->id;
     pointer.offset = address - allocation->base;
+    cache.allocations[cache.next_allocation++ % cache.allocations.size()] = *allocation;
   } else {
     pointer.offset = address;
   }
@@ -848,20 +938,18 @@ void Session::EndOp(format::OpRecord& op, int32_t status) {
   }
   // The usual case: the record goes into this thread's ring by swapping; `op` keeps the ids
   // AfterOp reads, and its returned capacity becomes the next BeginOp's.
-  format::OpRecord ids;
-  ids.sequence = op.sequence;
-  ids.thread_id = op.thread_id;
-  ids.stream_id = op.stream_id;
-  ids.kind = op.kind;
-  ids.status = op.status;
-  rings_.AppendSwap(op, ids.thread_id);
+  const uint64_t sequence = op.sequence;
+  const uint32_t thread_id = op.thread_id;
+  const uint32_t stream_id = op.stream_id;
+  const format::OpKind kind = op.kind;
+  rings_.AppendSwap(op, thread_id);
   RecordRings::SwapOp(t_spare_op, op);
-  op.sequence = ids.sequence;
-  op.thread_id = ids.thread_id;
-  op.stream_id = ids.stream_id;
-  op.kind = ids.kind;
-  op.status = ids.status;
-  AfterOp(ids);
+  op.sequence = sequence;
+  op.thread_id = thread_id;
+  op.stream_id = stream_id;
+  op.kind = kind;
+  op.status = status;
+  AfterOp(kind, sequence);
 }
 
 void Session::RequestPythonStacks(std::vector<LanePlace> places, uint32_t gil_wait_ms) {
@@ -990,6 +1078,7 @@ void Session::OnAllocate(uint64_t base, uint64_t bytes, const char* api, uint32_
   {
     std::lock_guard lock(mutex_);
     allocations_.Add(base, bytes, record.allocation_id);
+    allocations_version_.fetch_add(1, std::memory_order_release);
   }
   record.event = format::AllocationEvent::kAllocate;
   record.bytes = bytes;
@@ -1005,6 +1094,7 @@ void Session::OnFree(uint64_t base, const char* api, uint32_t stream_id) {
   {
     std::lock_guard lock(mutex_);
     allocation = allocations_.Remove(base);
+    allocations_version_.fetch_add(1, std::memory_order_release);
   }
   if (!allocation) return;  // not ours to name (or a double free the driver rejected)
   format::AllocationRecord record;
@@ -1041,12 +1131,14 @@ void Session::OnKernelHandle(const void* handle, const void* module_or_library, 
                              bool is_kernel) {
   KernelInfo info;
   info.name = Demangle(mangled);
+  info.interned_name = InternName(info.name);
   info.is_kernel = is_kernel;
   info.philox = info.name.find("PhiloxCudaState") != std::string::npos;
   std::lock_guard lock(mutex_);
   auto module = modules_.find(module_or_library);
   if (module != modules_.end()) info.module_id = module->second;
-  kernels_[handle] = std::make_shared<const KernelInfo>(std::move(info));
+  kernels_[handle] = new KernelInfo(std::move(info));
+  kernels_version_.fetch_add(1, std::memory_order_release);
 }
 
 void Session::OnKernelFunction(const void* function, const void* kernel) {
@@ -1057,19 +1149,32 @@ void Session::OnKernelFunction(const void* function, const void* kernel) {
   info.is_kernel = false;
   info.params_known = false;
   info.params.clear();
-  kernels_[function] = std::make_shared<const KernelInfo>(std::move(info));
+  kernels_[function] = new KernelInfo(std::move(info));
+  kernels_version_.fetch_add(1, std::memory_order_release);
 }
 
-std::shared_ptr<const KernelInfo> Session::Kernel(const void* function) {
+const KernelInfo& Session::Kernel(const void* function) {
+  LookupCache& cache = Lookups(this);
+  const uint64_t version = kernels_version_.load(std::memory_order_acquire);
+  if (cache.kernels_version != version) {
+    cache.kernels = {};
+    cache.kernels_version = version;
+  }
+  LookupCache::KernelEntry& entry = cache.kernels[KernelSlot(function)];
+  if (entry.function == function && entry.info != nullptr) return *entry.info;
   KernelInfo info;
   {
     std::lock_guard lock(mutex_);
     auto it = kernels_.find(function);
     if (it != kernels_.end()) {
-      if (it->second->params_known) return it->second;
+      if (it->second->params_known) {
+        entry = {function, it->second};
+        return *it->second;
+      }
       info = *it->second;
     } else {
       info.name = "(unknown kernel)";
+      info.interned_name = "(unknown kernel)";
     }
   }
   using ParamInfoFn = CUresult (*)(const void*, size_t, size_t*, size_t*);
@@ -1095,10 +1200,11 @@ std::shared_ptr<const KernelInfo> Session::Kernel(const void* function) {
   } else if (!query(func_info)) {
     query(kernel_info);
   }
-  auto shared = std::make_shared<const KernelInfo>(std::move(info));
+  const auto* known = new KernelInfo(std::move(info));
   std::lock_guard lock(mutex_);
-  kernels_[function] = shared;
-  return shared;
+  kernels_[function] = known;
+  kernels_version_.fetch_add(1, std::memory_order_release);
+  return *known;
 }
 
 void Session::AddPendingDigest(const PendingDigest& pending) {
@@ -1155,12 +1261,13 @@ std::optional<format::Digest> Session::DigestDevice(uint64_t base, uint64_t byte
   return ToFormat(kernels::DigestV1Finish(sum, bytes));
 }
 
-void Session::AfterOp(const format::OpRecord& op) {
-  if (!t_exit_digest.armed && gettid() == getpid()) {
-    t_exit_digest.armed = true;
+void Session::AfterOp(format::OpKind kind, uint64_t sequence) {
+  if (!t_exit_digest.checked) {
+    t_exit_digest.checked = true;
+    t_exit_digest.armed = gettid() == getpid();
   }
-  const bool at_sync = digests_.at_sync && op.kind == format::OpKind::kSynchronize;
-  const bool every = digests_.every != 0 && (op.sequence + 1) % digests_.every == 0;
+  const bool at_sync = digests_.at_sync && kind == format::OpKind::kSynchronize;
+  const bool every = digests_.every != 0 && (sequence + 1) % digests_.every == 0;
   if (at_sync) {
     TakeStateDigest("synchronize");
   } else if (every) {

@@ -29,6 +29,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "formats/records.h"
@@ -39,6 +40,7 @@
 #include "tracer/lineage.h"
 #include "tracer/policy.h"
 #include "tracer/python_stack.h"
+#include "tracer/raw_op.h"
 #include "tracer/record_ring.h"
 
 namespace ndt::tracer {
@@ -46,6 +48,7 @@ namespace ndt::tracer {
 // What a launch needs to know about a kernel handle (CUfunction, or CUkernel cast to one).
 struct KernelInfo {
   std::string name;  // demangled; the mangled name if it does not demangle
+  const char* interned_name = nullptr;  // the same, Session::InternName's (for RawOp)
   uint64_t module_id = 0;
   bool is_kernel = false;  // a CUkernel (library API), not a CUfunction
   bool params_known = false;
@@ -159,6 +162,14 @@ class Session {
   // an earlier one of this thread's (no allocation in steady state).
   format::OpRecord BeginOp(format::OpKind kind, std::string_view name, uint32_t stream_id);
   void EndOp(format::OpRecord& op, int32_t status);
+  // The same for the hot path's fixed-size record (raw_op.h): BeginRawOp returns this thread's
+  // RawOp, begun as BeginOp begins an op (`name` must outlive the process: a literal or
+  // InternName's); EndRawOp queues it without building an OpRecord on this thread.
+  // Digests in `outputs` make it an OpRecord after all (on this thread, through EndOp).
+  RawOp& BeginRawOp(format::OpKind kind, const char* name, uint32_t stream_id);
+  void EndRawOp(RawOp& op, int32_t status, std::vector<format::BufferDigest> outputs = {});
+  // A copy of `name` that lives as long as the process (one per distinct name).
+  const char* InternName(const std::string& name);
   // The op this thread has begun and not yet ended (the innermost), if any.
   static std::optional<uint64_t> OpenOp();
 
@@ -183,8 +194,9 @@ class Session {
   // A CUfunction obtained for a CUkernel: same kernel, same module.
   void OnKernelFunction(const void* function, const void* kernel);
   // What we know about a launched handle; queries the driver for the parameter layout the
-  // first time (outside the lock). Shared and immutable: a launch copies nothing.
-  std::shared_ptr<const KernelInfo> Kernel(const void* function);
+  // first time (outside the lock). Immutable and never freed (a handle registered again gets a
+  // new one): a launch copies nothing, and each thread keeps the handles it launched last.
+  const KernelInfo& Kernel(const void* function);
 
   void AddPendingDigest(const PendingDigest& pending);
 
@@ -197,7 +209,8 @@ class Session {
 
   // Called after `op` has been appended: takes the state digest the configuration asks for at
   // this point (every N ops, host synchronisation), if any.
-  void AfterOp(const format::OpRecord& op);
+  void AfterOp(const format::OpRecord& op) { AfterOp(op.kind, op.sequence); }
+  void AfterOp(format::OpKind kind, uint64_t sequence);
 
   // Synchronises the context through the real driver and appends a StateDigestRecord of every
   // live allocation (whole extent, in allocation id order) with `reason`; `after_op` is the
@@ -260,9 +273,14 @@ class Session {
   AllocationMap allocations_;
   std::unordered_map<uint64_t, uint32_t> streams_;
   std::unordered_map<const void*, uint64_t> modules_;  // CUmodule / CUlibrary -> module id
-  std::unordered_map<const void*, std::shared_ptr<const KernelInfo>> kernels_;
+  std::unordered_map<const void*, const KernelInfo*> kernels_;  // never freed (Kernel)
+  // Bumped at every change of kernels_ and allocations_: what a thread keeps of them (its
+  // lookup cache) is valid while they are unchanged.
+  std::atomic<uint64_t> kernels_version_{0};
+  std::atomic<uint64_t> allocations_version_{0};
   std::vector<PendingDigest> pending_;
   std::vector<std::string> said_;  // unapplied decisions already said on stderr
+  std::unordered_set<std::string> names_;  // InternName's (never erased: RawOp points into it)
 
   const DigestConfig digests_;
   const PolicyConfig policy_;

@@ -132,5 +132,110 @@ TEST_CASE("a ring is reused by a later thread once its thread has exited", "[tra
   for (const auto& [thread, sequences] : ops) CHECK(sequences.size() == 100);
 }
 
+
+// 4000 bytes that differ from op to op.
+std::string LargeParam(uint64_t sequence) {
+  std::string bytes(4000, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7 + sequence);
+  return bytes;
+}
+
+// A RawOp (raw_op.h) with one argument of every kind, for op `sequence` of thread `thread`.
+const RawOp& SampleRawOp(uint64_t sequence, uint32_t thread) {
+  static RawOp raw;  // 7 KB: not on the stack
+  ResetRawOp(raw, format::OpKind::kKernelLaunch, "Kernel(float*, int)", 3);
+  raw.sequence = sequence;
+  raw.thread_id = thread;
+  raw.start_ns = 10 * sequence;
+  raw.end_ns = 10 * sequence + 5;
+  raw.module_id = 4;
+  raw.nvtx_range_id = 9;
+  raw.status = 700;
+  REQUIRE(raw.AddDims("grid", 2, 1, 1));
+  REQUIRE(raw.AddUnsigned("sharedMemBytes", sequence));
+  REQUIRE(raw.AddPointer("arg0", {7, 64, 0x7000040}));
+  const int32_t count = 33;
+  REQUIRE(raw.AddBytes("arg1", &count, sizeof count));
+  REQUIRE(raw.AddBytes("arg2", nullptr, 0));
+  if (sequence % 3 == 0) {  // a large parameter: 64 of these fill the ring's arena
+    const std::string large = LargeParam(sequence);
+    REQUIRE(raw.AddBytes("arg3", large.data(), large.size()));
+  }
+  return raw;
+}
+
+// The OpRecord a hook would have built for SampleRawOp(sequence, thread).
+OpRecord ExpectedOp(uint64_t sequence, uint32_t thread) {
+  using format::Argument;
+  OpRecord op;
+  op.sequence = sequence;
+  op.thread_id = thread;
+  op.stream_id = 3;
+  op.kind = format::OpKind::kKernelLaunch;
+  op.name = "Kernel(float*, int)";
+  op.args.push_back({"grid", Argument::Dims{2, 1, 1}});
+  op.args.push_back({"sharedMemBytes", sequence});
+  op.args.push_back({"arg0", format::DevicePointer{7, 64, 0x7000040}});
+  op.args.push_back({"arg1", Argument::Bytes{std::string("\x21\0\0\0", 4)}});
+  op.args.push_back({"arg2", Argument::Bytes{}});
+  if (sequence % 3 == 0) op.args.push_back({"arg3", Argument::Bytes{LargeParam(sequence)}});
+  op.status = 700;
+  op.start_ns = 10 * sequence;
+  op.end_ns = 10 * sequence + 5;
+  op.module_id = 4;
+  op.nvtx_range_id = 9;
+  return op;
+}
+
+TEST_CASE("raw ops reach the trace as the op records a hook would build, in order with others",
+          "[tracer]") {
+  TempPath path("raw.ndt");
+  auto writer = MustCreate(path.str());
+  {
+    // Small: the thread fills its slots, and its arena with the large parameters, and encodes
+    // records itself too; the arena wraps many times.
+    RecordRings rings(writer.get(), 64);
+    for (uint64_t i = 0; i < 3000; ++i) {
+      if (i % 2 == 0) {
+        rings.AppendRaw(SampleRawOp(i, 5), 5);
+      } else {
+        rings.Append(SampleOp(i, 5), 5);
+      }
+    }
+    rings.Stop();
+    rings.AppendRaw(SampleRawOp(3000, 5), 5);  // after Stop: straight to the writer
+  }
+  REQUIRE(writer->Close().ok());
+  auto reader = format::TraceReader::Open(path.str());
+  REQUIRE(reader.ok());
+  Record record;
+  uint64_t next = 0;
+  while ((*reader)->Next(&record)) {
+    const auto* op = std::get_if<OpRecord>(&record);
+    REQUIRE(op != nullptr);
+    REQUIRE(op->sequence == next);
+    REQUIRE(*op == (next % 2 == 0 ? ExpectedOp(next, 5) : SampleOp(next, 5)));
+    ++next;
+  }
+  CHECK(next == 3001);
+}
+
+TEST_CASE("a raw op refuses arguments and bytes beyond its fixed size", "[tracer]") {
+  RawOp raw;
+  ResetRawOp(raw, format::OpKind::kMemset, "cuMemsetD8_v2", 0);
+  std::vector<unsigned char> big(RawOp::kMaxBytes + 1, 1);
+  CHECK_FALSE(raw.AddBytes("big", big.data(), big.size()));
+  CHECK(raw.arg_count == 0);
+  CHECK(raw.AddBytes("all", big.data(), RawOp::kMaxBytes));
+  CHECK_FALSE(raw.AddBytes("one more", big.data(), 1));
+  for (size_t i = 1; i < RawOp::kMaxArgs; ++i) CHECK(raw.AddUnsigned("n", i));
+  CHECK_FALSE(raw.AddUnsigned("n", 0));
+  CHECK(raw.arg_count == RawOp::kMaxArgs);
+  OpRecord op;
+  ToOpRecord(raw, op);
+  CHECK(op.args.size() == RawOp::kMaxArgs);
+  CHECK(std::get<format::Argument::Bytes>(op.args[0].value).data.size() == RawOp::kMaxBytes);
+}
+
 }  // namespace
 }  // namespace ndt::tracer

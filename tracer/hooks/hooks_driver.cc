@@ -153,9 +153,10 @@ Argument Dims(const char* name, unsigned x, unsigned y, unsigned z) {
   return Argument{name, Argument::Dims{x, y, z}};
 }
 
-// The real call of `op`, the GPU work it starts marked as the op's (gpu_time.h).
-template <typename Real>
-CUresult CallAs(const OpRecord& op, Real& real) {
+// The real call of `op` (an OpRecord or a RawOp), the GPU work it starts marked as the op's
+// (gpu_time.h).
+template <typename Op, typename Real>
+CUresult CallAs(const Op& op, Real& real) {
   gpu_time::Scope gpu(op.sequence, /*library=*/false);
   return real();
 }
@@ -239,29 +240,26 @@ CUresult RecordMemset(Session& session, RealCall& call, const char* name, CUdevi
                       uint64_t value, size_t count, unsigned element_bytes, CUstream stream,
                       bool per_thread, Call real) {
   const uint32_t stream_id = session.StreamId(Handle(stream), per_thread);
-  OpRecord op = session.BeginOp(OpKind::kMemset, name, stream_id);
-  Argument pointer;
-  pointer.name = "dst";
-  pointer.value = session.Canonical(dst);
-  op.args.push_back(std::move(pointer));
-  op.args.push_back(Unsigned("value", value));
-  op.args.push_back(Unsigned("count", count));
-  op.args.push_back(Unsigned("elementBytes", element_bytes));
-  const bool captured = Captured(session, op) != 0;
+  RawOp& op = session.BeginRawOp(OpKind::kMemset, name, stream_id);
+  op.AddPointer("dst", session.Canonical(dst));
+  op.AddUnsigned("value", value);
+  op.AddUnsigned("count", count);
+  op.AddUnsigned("elementBytes", element_bytes);
+  const uint64_t graph = session.objects().CaptureOf(stream_id, true);
+  if (graph != 0) op.AddUnsigned("capturedInto", graph);
   const CUresult result = call.Set(CallAs(op, real));
-  if (result == CUDA_SUCCESS && !captured && session.digests().InWindow(op.sequence)) {
-    op.outputs = WindowDigests(session, stream, per_thread, {{"dst", dst}});
+  std::vector<BufferDigest> outputs;
+  if (result == CUDA_SUCCESS && graph == 0 && session.digests().InWindow(op.sequence)) {
+    outputs = WindowDigests(session, stream, per_thread, {{"dst", dst}});
   }
-  session.EndOp(op, static_cast<int32_t>(result));
+  session.EndRawOp(op, static_cast<int32_t>(result), std::move(outputs));
   return result;
 }
 
-// The bytes of parameter `index` (at `offset`, `size` bytes) of a launch, or empty.
-std::string ParamBytes(void** params, void** extra, size_t index, uint64_t offset, uint64_t size) {
-  if (params != nullptr) {
-    if (params[index] == nullptr) return {};
-    return std::string(static_cast<const char*>(params[index]), size);
-  }
+// Where the `size` bytes of parameter `index` (at `offset`) of a launch are, or null.
+const void* ParamAddress(void** params, void** extra, size_t index, uint64_t offset,
+                         uint64_t size) {
+  if (params != nullptr) return params[index];
   const char* buffer = nullptr;
   size_t buffer_bytes = 0;
   for (void** entry = extra; entry != nullptr && *entry != CU_LAUNCH_PARAM_END; entry += 2) {
@@ -270,8 +268,14 @@ std::string ParamBytes(void** params, void** extra, size_t index, uint64_t offse
       buffer_bytes = *static_cast<const size_t*>(entry[1]);
     }
   }
-  if (buffer == nullptr || offset + size > buffer_bytes) return {};
-  return std::string(buffer + offset, size);
+  if (buffer == nullptr || offset + size > buffer_bytes) return nullptr;
+  return buffer + offset;
+}
+
+// The bytes of parameter `index` of a launch, or empty.
+std::string ParamBytes(void** params, void** extra, size_t index, uint64_t offset, uint64_t size) {
+  const void* bytes = ParamAddress(params, extra, index, offset, size);
+  return bytes != nullptr ? std::string(static_cast<const char*>(bytes), size) : std::string();
 }
 
 // "arg0".."arg63", the names of a launch's parameters (without formatting them per launch).
@@ -294,14 +298,62 @@ constexpr std::array<const char*, 64> kParamNames = [] {
   return names;
 }();
 
+// Whether a launch of `kernel` can be recorded as a RawOp: nothing in it needs an OpRecord (an
+// RNG state, digests, captured blobs, a parameter layout to be described) and it fits.
+bool RawLaunch(const Session& session, const KernelInfo& kernel) {
+  if (!kernel.params_known || kernel.philox || session.digests().window || CaptureAny()) {
+    return false;
+  }
+  if (kernel.params.size() + 5 > RawOp::kMaxArgs) return false;  // with capturedInto
+  uint64_t bytes = 0;
+  for (const auto& param : kernel.params) bytes += param.second;
+  return bytes <= RawOp::kMaxBytes;
+}
+
+// A launch on the hot path (RawLaunch): the same record RecordLaunch makes.
+template <typename Call>
+CUresult RecordRawLaunch(Session& session, RealCall& call, const KernelInfo& kernel,
+                         const unsigned grid[3], const unsigned block[3], unsigned shared_bytes,
+                         uint32_t stream_id, void** params, void** extra, unsigned attributes,
+                         Call real) {
+  RawOp& op = session.BeginRawOp(OpKind::kKernelLaunch, kernel.interned_name, stream_id);
+  op.module_id = kernel.module_id;
+  op.AddDims("grid", grid[0], grid[1], grid[2]);
+  op.AddDims("block", block[0], block[1], block[2]);
+  op.AddUnsigned("sharedMemBytes", shared_bytes);
+  if (attributes != 0) op.AddUnsigned("launchAttributes", attributes);
+  for (size_t i = 0; i < kernel.params.size(); ++i) {
+    const auto [offset, size] = kernel.params[i];
+    const void* bytes = ParamAddress(params, extra, i, offset, size);
+    uint64_t word = 0;
+    if (bytes != nullptr && size == 8 && offset % 8 == 0) std::memcpy(&word, bytes, 8);
+    if (word != 0) {
+      const format::DevicePointer pointer = session.Canonical(word);
+      if (pointer.allocation_id != 0) {
+        op.AddPointer(kParamNames[i], pointer);
+        continue;
+      }
+    }
+    op.AddBytes(kParamNames[i], bytes, bytes != nullptr ? size : 0);
+  }
+  const uint64_t graph = session.objects().CaptureOf(stream_id, true);
+  if (graph != 0) op.AddUnsigned("capturedInto", graph);
+  const CUresult result = call.Set(CallAs(op, real));
+  session.EndRawOp(op, static_cast<int32_t>(result));
+  return result;
+}
+
 template <typename Call>
 CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunction function,
                       const unsigned grid[3], const unsigned block[3], unsigned shared_bytes,
                       CUstream stream, bool per_thread, void** params, void** extra,
                       unsigned attributes, Call real) {
-  const std::shared_ptr<const KernelInfo> kernel_info = session.Kernel(function);
-  const KernelInfo& kernel = *kernel_info;
+  const KernelInfo& kernel = session.Kernel(function);
   const uint32_t stream_id = session.StreamId(Handle(stream), per_thread);
+  if (RawLaunch(session, kernel)) {
+    return RecordRawLaunch(session, call, kernel, grid, block, shared_bytes, stream_id, params,
+                           extra, attributes, real);
+  }
   OpRecord op = session.BeginOp(OpKind::kKernelLaunch, kernel.name, stream_id);
   op.module_id = kernel.module_id;
   op.args.push_back(Dims("grid", grid[0], grid[1], grid[2]));

@@ -1,0 +1,81 @@
+#include "tracer/raw_op.h"
+
+namespace ndt::tracer {
+
+void ResetRawOp(RawOp& op, format::OpKind kind, const char* name, uint32_t stream_id) {
+  op.name = name;
+  op.sequence = 0;
+  op.start_ns = 0;
+  op.end_ns = 0;
+  op.module_id = 0;
+  op.nvtx_range_id = 0;
+  op.thread_id = 0;
+  op.stream_id = stream_id;
+  op.status = 0;
+  op.kind = kind;
+  op.arg_count = 0;
+  op.bytes_used = 0;
+}
+
+void PackBody(const RawOp& op, unsigned char* out) {
+  const size_t args = op.arg_count * sizeof(RawOp::Arg);
+  std::memcpy(out, op.args, args);
+  std::memcpy(out + args, op.bytes, op.bytes_used);
+}
+
+void ToOpRecord(const RawOpHeader& header, const unsigned char* body, format::OpRecord& op) {
+  using format::Argument;
+  const auto* args = reinterpret_cast<const RawOp::Arg*>(body);
+  const unsigned char* bytes = body + header.arg_count * sizeof(RawOp::Arg);
+  op.sequence = header.sequence;
+  op.thread_id = header.thread_id;
+  op.stream_id = header.stream_id;
+  op.kind = header.kind;
+  op.name.assign(header.name);
+  op.args.resize(header.arg_count);
+  for (size_t i = 0; i < header.arg_count; ++i) {
+    const RawOp::Arg& from = args[i];
+    Argument& to = op.args[i];
+    to.name.assign(from.name);
+    switch (from.type) {
+      case RawOp::Type::kUnsigned:
+        to.value = from.a;
+        break;
+      case RawOp::Type::kPointer:
+        to.value = format::DevicePointer{from.a, from.b, from.c};
+        break;
+      case RawOp::Type::kDims: {
+        auto* dims = std::get_if<Argument::Dims>(&to.value);
+        if (dims == nullptr) dims = &to.value.emplace<Argument::Dims>();
+        dims->assign({static_cast<int64_t>(from.a), static_cast<int64_t>(from.b),
+                      static_cast<int64_t>(from.c)});
+        break;
+      }
+      case RawOp::Type::kBytes: {
+        auto* data = std::get_if<Argument::Bytes>(&to.value);
+        if (data == nullptr) data = &to.value.emplace<Argument::Bytes>();
+        data->data.assign(reinterpret_cast<const char*>(bytes + from.a), from.b);
+        break;
+      }
+    }
+  }
+  op.algorithm.reset();
+  op.rng.reset();
+  op.inputs.clear();
+  op.outputs.clear();
+  op.status = header.status;
+  op.start_ns = header.start_ns;
+  op.end_ns = header.end_ns;
+  op.module_id = header.module_id;
+  op.device_ordinal = 0;
+  op.nvtx_range_id = header.nvtx_range_id;
+}
+
+void ToOpRecord(const RawOp& raw, format::OpRecord& op) {
+  // The body packed as a ring's arena holds it.
+  alignas(RawOp::Arg) unsigned char body[sizeof(RawOp::args) + RawOp::kMaxBytes];
+  PackBody(raw, body);
+  ToOpRecord(static_cast<const RawOpHeader&>(raw), body, op);
+}
+
+}  // namespace ndt::tracer

@@ -1,0 +1,99 @@
+// RawOp: an op record of fixed size, for the hooks' hot path (memsets, kernel launches).
+//
+// It has no heap member: a hook fills its thread's RawOp with plain stores (names are pointers
+// to static or interned strings, values are words, a launch's parameter bytes are copied inline),
+// the thread's record ring copies the header into a slot and the arguments and bytes in use into
+// the ring's byte arena, and whoever encodes the ring turns them into the format::OpRecord the
+// writer serialises (ToOpRecord). The trace is the same as if the hook had built the OpRecord
+// itself; what moves off the calling thread is the building: strings, argument vectors and
+// variants.
+//
+// An op that does not fit (more than kMaxArgs arguments or kMaxBytes of parameter bytes), or
+// that needs what only an OpRecord holds (digests, an RNG state, captured blobs), is recorded
+// the usual way (Session::BeginOp/EndOp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "formats/records.h"
+
+namespace ndt::tracer {
+
+struct RawOpHeader {
+  const char* name;  // static storage or Session::InternName: lives as long as the process
+  uint64_t sequence;
+  uint64_t start_ns;
+  uint64_t end_ns;
+  uint64_t module_id;
+  uint64_t nvtx_range_id;
+  uint32_t thread_id;
+  uint32_t stream_id;
+  int32_t status;
+  format::OpKind kind;
+  uint16_t arg_count;
+  uint16_t bytes_used;
+};
+
+struct RawOp : RawOpHeader {
+  // A launch's fixed arguments and up to 64 parameters; CUDA's classic limit of 4 KiB of
+  // parameters (larger ones, allowed since CUDA 12.1, take the OpRecord path).
+  static constexpr size_t kMaxArgs = 72;
+  static constexpr size_t kMaxBytes = 4096;
+
+  enum class Type : uint8_t { kUnsigned, kPointer, kDims, kBytes };
+  struct Arg {
+    const char* name;  // static storage
+    uint64_t a, b, c;  // kUnsigned: a. kPointer: allocation id, offset, raw address.
+                       // kDims: x, y, z. kBytes: offset and size in the op's bytes.
+    Type type;
+  };
+
+  Arg args[kMaxArgs];
+  unsigned char bytes[kMaxBytes];
+
+  // Each returns false, adding nothing, when the op is full.
+  bool AddUnsigned(const char* arg_name, uint64_t value) {
+    return Add(arg_name, Type::kUnsigned, value, 0, 0);
+  }
+  bool AddPointer(const char* arg_name, const format::DevicePointer& pointer) {
+    return Add(arg_name, Type::kPointer, pointer.allocation_id, pointer.offset,
+               pointer.raw_address);
+  }
+  bool AddDims(const char* arg_name, unsigned x, unsigned y, unsigned z) {
+    return Add(arg_name, Type::kDims, x, y, z);
+  }
+  bool AddBytes(const char* arg_name, const void* data, size_t size) {
+    const size_t at = bytes_used;
+    if (arg_count == kMaxArgs || at > kMaxBytes || size > kMaxBytes - at) return false;
+    if (size != 0) std::memcpy(&bytes[at], data, size);
+    args[arg_count++] = {arg_name, at, size, 0, Type::kBytes};
+    bytes_used = static_cast<uint16_t>(at + size);
+    return true;
+  }
+
+  // Bytes the arguments and parameter bytes in use take, packed (PackBody).
+  size_t BodyBytes() const { return arg_count * sizeof(Arg) + bytes_used; }
+
+ private:
+  bool Add(const char* arg_name, Type type, uint64_t a, uint64_t b, uint64_t c) {
+    if (arg_count == kMaxArgs) return false;
+    args[arg_count++] = {arg_name, a, b, c, type};
+    return true;
+  }
+};
+
+// Starts `op` afresh (no argument, no byte).
+void ResetRawOp(RawOp& op, format::OpKind kind, const char* name, uint32_t stream_id);
+
+// Writes the arguments and bytes of `op` in use to `out` (BodyBytes() bytes, 8-byte aligned).
+void PackBody(const RawOp& op, unsigned char* out);
+
+// The op record the writer takes, into `op` (every field set; the capacity of its strings and
+// vectors reused), from a raw op's header and its body as PackBody wrote it.
+void ToOpRecord(const RawOpHeader& header, const unsigned char* body, format::OpRecord& op);
+// The same from a whole RawOp.
+void ToOpRecord(const RawOp& raw, format::OpRecord& op);
+
+}  // namespace ndt::tracer
