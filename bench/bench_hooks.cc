@@ -11,9 +11,16 @@
 // With T threads, T threads call at once (each its own buffers), started together; the median
 // and p99 are over every call of every thread.
 //
-// Usage: bench_hooks [CALLS] [--case memset|launch|all] [--threads 1,4]
-//        bench_hooks --child CASE THREADS CALLS [--no-clock]   (internal: the measured process;
-//        --no-clock makes the calls without timing them, for callgrind_hooks.sh)
+// By default the calls follow each other at once: more records a second than the tracer's
+// encoder thread can encode on a small machine, so the rings fill, and the figures show the
+// encoder's pace as much as the hook's. `--gap NS` makes each thread work (spin) NS ns between
+// calls, as a program does between its launches (a PyTorch eager step spends microseconds of
+// host time per kernel): the hook's cost while the encoder keeps up.
+//
+// Usage: bench_hooks [CALLS] [--case memset|launch|all] [--threads 1,4] [--gap NS]
+//        bench_hooks --child CASE THREADS CALLS [--no-clock] [--gap NS]   (internal: the
+//        measured process; --no-clock makes the calls without timing them, for
+//        callgrind_hooks.sh)
 #include <cuda.h>
 
 #include <algorithm>
@@ -84,8 +91,8 @@ Driver SetUp(bool launch) {
 }
 
 // One thread's calls: `calls` of the case, each timed into `ns` unless `ns` is null.
-void Calls(const Driver& d, bool launch, long calls, long* ns, std::atomic<int>* ready,
-           int threads) {
+void Calls(const Driver& d, bool launch, long calls, long gap_ns, long* ns,
+           std::atomic<int>* ready, int threads) {
   if (d.set_current(d.context) != CUDA_SUCCESS) std::exit(3);
   CUdeviceptr buffers[3] = {};
   for (CUdeviceptr& buffer : buffers) {
@@ -108,22 +115,27 @@ void Calls(const Driver& d, bool launch, long calls, long* ns, std::atomic<int>*
     if (ns != nullptr) {
       ns[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
     }
+    if (gap_ns > 0) {
+      const auto until = Clock::now() + std::chrono::nanoseconds(gap_ns);
+      while (Clock::now() < until) {
+      }
+    }
   }
 }
 
 // The measured process: prints "median_ns p99_ns" over every call of every thread. The calls of
 // a single thread are made on the main thread.
-int Child(const std::string& which, int threads, long calls, bool clock) {
+int Child(const std::string& which, int threads, long calls, long gap_ns, bool clock) {
   const bool launch = which == "launch";
   const Driver d = SetUp(launch);
   std::vector<long> ns(clock ? calls * threads : 0);
   std::atomic<int> ready{0};
   std::vector<std::thread> workers;
   for (int t = 1; t < threads; ++t) {
-    workers.emplace_back(Calls, std::cref(d), launch, calls,
+    workers.emplace_back(Calls, std::cref(d), launch, calls, gap_ns,
                          clock ? ns.data() + t * calls : nullptr, &ready, threads);
   }
-  Calls(d, launch, calls, clock ? ns.data() : nullptr, &ready, threads);
+  Calls(d, launch, calls, gap_ns, clock ? ns.data() : nullptr, &ready, threads);
   for (std::thread& worker : workers) worker.join();
   if (!clock) return 0;
   std::sort(ns.begin(), ns.end());
@@ -137,7 +149,7 @@ struct Result {
 };
 
 Result Measure(const std::string& self, const std::string& which, int threads, long calls,
-               bool traced) {
+               long gap_ns, bool traced) {
   std::string command = "LD_LIBRARY_PATH='" + ndt::bench::LibraryPath() + "' ";
   if (traced) {
     command += "LD_PRELOAD='" + ndt::bench::TracerPath() +
@@ -145,7 +157,7 @@ Result Measure(const std::string& self, const std::string& which, int threads, l
                "NDTRACE_QUIET=1 NDTRACE_DIGEST_EXIT=0 ";
   }
   command += "'" + self + "' --child " + which + " " + std::to_string(threads) + " " +
-             std::to_string(calls);
+             std::to_string(calls) + " --gap " + std::to_string(gap_ns);
   FILE* pipe = popen(command.c_str(), "r");
   Result result;
   if (pipe == nullptr || std::fscanf(pipe, "%ld %ld", &result.median, &result.p99) != 2 ||
@@ -182,10 +194,16 @@ std::vector<int> ParseThreads(const char* text) {
 
 int main(int argc, char** argv) {
   if (argc >= 5 && std::strcmp(argv[1], "--child") == 0) {
-    const bool clock = !(argc == 6 && std::strcmp(argv[5], "--no-clock") == 0);
-    return Child(argv[2], std::atoi(argv[3]), std::atol(argv[4]), clock);
+    bool clock = true;
+    long gap_ns = 0;
+    for (int i = 5; i < argc; ++i) {
+      if (std::strcmp(argv[i], "--no-clock") == 0) clock = false;
+      if (std::strcmp(argv[i], "--gap") == 0 && i + 1 < argc) gap_ns = std::atol(argv[++i]);
+    }
+    return Child(argv[2], std::atoi(argv[3]), std::atol(argv[4]), gap_ns, clock);
   }
   long calls = 200000;
+  long gap_ns = 0;
   std::vector<std::string> cases = {"memset", "launch"};
   std::vector<int> threads = {1, 4};
   for (int i = 1; i < argc; ++i) {
@@ -202,22 +220,32 @@ int main(int argc, char** argv) {
       }
     } else if (arg == "--threads" && i + 1 < argc) {
       threads = ParseThreads(argv[++i]);
+    } else if (arg == "--gap" && i + 1 < argc) {
+      char* end = nullptr;
+      gap_ns = std::strtol(argv[++i], &end, 10);
+      if (*end != '\0' || gap_ns < 0 || gap_ns > 1000000) {
+        std::fprintf(stderr, "error: --gap %s: expected ns from 0 to 1000000\n", argv[i]);
+        return 2;
+      }
     } else if (!arg.empty() && arg[0] != '-' && std::atol(arg.c_str()) > 0) {
       calls = std::atol(arg.c_str());
     } else {
       std::fprintf(stderr,
-                   "usage: bench_hooks [CALLS] [--case memset|launch|all] [--threads 1,4]\n");
+                   "usage: bench_hooks [CALLS] [--case memset|launch|all] [--threads 1,4] "
+                   "[--gap NS]\n");
       return 2;
     }
   }
-  std::printf("driver calls into the libcuda.so.1 of LD_LIBRARY_PATH='%s', %ld calls per thread\n",
-              ndt::bench::LibraryPath().c_str(), calls);
+  std::printf(
+      "driver calls into the libcuda.so.1 of LD_LIBRARY_PATH='%s', %ld calls per thread, %ld ns "
+      "of work between calls\n",
+      ndt::bench::LibraryPath().c_str(), calls, gap_ns);
   std::printf("%-8s %7s %10s %10s %10s %10s %10s %10s\n", "case", "threads", "plain p50",
               "plain p99", "traced p50", "traced p99", "over p50", "over p99");
   for (const std::string& which : cases) {
     for (const int t : threads) {
-      const Result plain = Measure(argv[0], which, t, calls, false);
-      const Result traced = Measure(argv[0], which, t, calls, true);
+      const Result plain = Measure(argv[0], which, t, calls, gap_ns, false);
+      const Result traced = Measure(argv[0], which, t, calls, gap_ns, true);
       std::printf("%-8s %7d %10ld %10ld %10ld %10ld %10ld %10ld\n", which.c_str(), t,
                   plain.median, plain.p99, traced.median, traced.p99,
                   traced.median - plain.median, traced.p99 - plain.p99);
