@@ -645,10 +645,23 @@ Status ReadGpuActivity(wire::GpuActivityRecord::Reader r, GpuActivityRecord* out
   return Status::Ok();
 }
 
+// The op record a caller's Record held when a record of another type replaced it, kept for the
+// capacity of its strings and vectors: the next op is decoded into it. (Traces interleave ops
+// with NVTX ranges, GPU times and allocations; without it every op after one of them would be
+// decoded into fresh strings and vectors.)
+thread_local OpRecord t_spare_op;
+
 Status ReadRecord(wire::Record::Reader r, Record* out) {
+  if (r.which() != wire::Record::OP) {
+    // (A caller that moved the op away left it without capacity: then the spare is kept.)
+    auto* op = std::get_if<OpRecord>(out);
+    if (op != nullptr && op->args.capacity() >= t_spare_op.args.capacity()) {
+      t_spare_op = std::move(*op);
+    }
+  }
   switch (r.which()) {
     case wire::Record::OP:
-      if (!std::holds_alternative<OpRecord>(*out)) out->emplace<OpRecord>();
+      if (!std::holds_alternative<OpRecord>(*out)) out->emplace<OpRecord>(std::move(t_spare_op));
       ReadOpInto(r.getOp(), &std::get<OpRecord>(*out));
       return Status::Ok();
     case wire::Record::ALLOCATION: {

@@ -98,10 +98,14 @@ double MaxAbs(const format::NumericSummary& s) { return std::max(std::fabs(s.min
 // differ between the two runs (both captured, different ids).
 std::vector<std::string> DifferingCaptures(const OpRecord& a, const OpRecord& b,
                                            std::string_view direction) {
-  const std::string prefix = "blob:" + std::string(direction) + ":";
   std::vector<std::string> names;
   for (const format::Argument& argument : a.args) {
-    if (argument.name.rfind(prefix, 0) != 0) continue;
+    // "blob:<direction>:<role>"
+    const std::string_view name = argument.name;
+    if (name.size() <= 6 + direction.size() || name.substr(0, 5) != "blob:" ||
+        name.substr(5, direction.size()) != direction || name[5 + direction.size()] != ':') {
+      continue;
+    }
     const auto id_a = CapturedBlob(a, argument.name);
     const auto id_b = CapturedBlob(b, argument.name);
     if (id_a && id_b && !(*id_a == *id_b)) names.push_back(argument.name);
@@ -241,6 +245,11 @@ class Differ {
       threads_.insert(op->thread_id);
       Lane& lane = lanes_[(run_a ? lane_keys_a_ : lane_keys_b_).Key(*op)];
       (run_a ? lane.a : lane.b).push_back(std::move(*op));
+      if (!spare_.empty()) {
+        // The next record is decoded into the strings and vectors of one already compared.
+        *op = std::move(spare_.back());
+        spare_.pop_back();
+      }
       Match(lane);
     } else if (auto* state = std::get_if<format::StateDigestRecord>(&record)) {
       (run_a ? states_a_ : states_b_).push_back(std::move(*state));
@@ -349,15 +358,21 @@ class Differ {
   }
 
   void Pop(Lane& lane, bool run_a) {
+    std::deque<OpRecord>& ops = run_a ? lane.a : lane.b;
     if (run_a) {
-      NoteWrites(lane.a.front(), lane.next_index_a);
-      lane.a.pop_front();
+      NoteWrites(ops.front(), lane.next_index_a);
       ++lane.next_index_a;
     } else {
-      lane.b.pop_front();
       ++lane.next_index_b;
     }
+    if (spare_.size() < kSpareRecords) spare_.push_back(std::move(ops.front()));
+    ops.pop_front();
   }
+
+  // Compared records kept for their capacity (Take decodes the next record into one of them):
+  // reading then allocates nothing per record in the steady state.
+  static constexpr size_t kSpareRecords = 16;
+  std::vector<OpRecord> spare_;
 
   // Remembers which ops last wrote (or may have written) each allocation, in run A: the
   // last few per place, since lanes are compared in the order both runs' records arrive, not
