@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 
@@ -106,6 +107,12 @@ std::vector<format::BufferDigest> DigestExtents(Session& session, uint64_t strea
     digests.push_back(std::move(digest));
   }
   return digests;
+}
+
+void AppendDecimal(std::string& out, int64_t value) {
+  char digits[24];
+  const auto end = std::to_chars(digits, digits + sizeof digits, value).ptr;
+  out.append(digits, end);
 }
 
 format::Argument TextArgument(std::string name, std::string value) {

@@ -143,6 +143,18 @@ void ShadowSafely(const char* what, Update update) noexcept {
   }
 }
 
+// Appends argument `name` = `value` to `op`, built in place (no temporary Argument): the hot
+// way to add many (a GEMM has twenty-odd).
+template <typename Value>
+void AddArgument(format::OpRecord& op, const char* name, Value&& value) {
+  format::Argument& argument = op.args.emplace_back();
+  argument.name = name;
+  argument.value = std::forward<Value>(value);
+}
+
+// Appends `value` in decimal to `out` (fingerprints, built without temporary strings).
+void AppendDecimal(std::string& out, int64_t value);
+
 format::Argument TextArgument(std::string name, std::string value);
 format::Argument UnsignedArgument(std::string name, uint64_t value);
 format::Argument SignedArgument(std::string name, int64_t value);

@@ -356,24 +356,42 @@ cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, Gemm
   cublasPointerMode_t pointer_mode = CUBLAS_POINTER_MODE_HOST;
   if (auto get = NDT_REAL_LIBRARY(kCublas, cublasGetPointerMode_v2)) get(g.handle, &pointer_mode);
 
-  std::string fingerprint = std::string(g.api) + " op=" + OperationName(g.trans_a) + "," +
-                            OperationName(g.trans_b) + " m=" + std::to_string(g.m) +
-                            " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
-                            " lda=" + std::to_string(g.lda) + " ldb=" + std::to_string(g.ldb) +
-                            " ldc=" + std::to_string(g.ldc) + " A=" + TypeName(g.a_type) +
-                            " B=" + TypeName(g.b_type) + " C=" + TypeName(g.c_type) +
-                            " compute=" + std::to_string(g.compute) +
-                            " math=" + std::to_string(static_cast<int>(math));
+  const std::string a_type = TypeName(g.a_type), b_type = TypeName(g.b_type),
+                    c_type = TypeName(g.c_type);
+  // "<api> op=N,T m=.. n=.. k=.. lda=.. ldb=.. ldc=.. A=f32 B=f32 C=f32 compute=.. math=..
+  // [batch=.. strides=..,..,..]", appended piece by piece (no temporaries: every GEMM pays it).
+  std::string fingerprint;
+  fingerprint.reserve(160);
+  const auto field = [&fingerprint](const char* label, int64_t value) {
+    fingerprint += label;
+    AppendDecimal(fingerprint, value);
+  };
+  fingerprint.append(g.api).append(" op=").append(OperationName(g.trans_a)).append(",");
+  fingerprint.append(OperationName(g.trans_b));
+  field(" m=", g.m);
+  field(" n=", g.n);
+  field(" k=", g.k);
+  field(" lda=", g.lda);
+  field(" ldb=", g.ldb);
+  field(" ldc=", g.ldc);
+  fingerprint.append(" A=").append(a_type).append(" B=").append(b_type).append(" C=").append(
+      c_type);
+  field(" compute=", g.compute);
+  field(" math=", static_cast<int>(math));
   if (g.batch > 0) {
-    fingerprint += " batch=" + std::to_string(g.batch) + " strides=" +
-                   std::to_string(g.stride_a) + "," + std::to_string(g.stride_b) + "," +
-                   std::to_string(g.stride_c);
+    field(" batch=", g.batch);
+    field(" strides=", g.stride_a);
+    field(",", g.stride_b);
+    field(",", g.stride_c);
   }
 
   const PolicyConfig& policy = session.policy();
   int algo = g.algo;
   ChoiceSource source = ChoiceSource::kRequested;
-  const AlgorithmChoice requested = GemmChoice(g.algo, atomics == CUBLAS_ATOMICS_ALLOWED, source);
+  // What the program asked for, said in the policy's decisions (observe makes none).
+  const auto requested = [&] {
+    return GemmChoice(g.algo, atomics == CUBLAS_ATOMICS_ALLOWED, ChoiceSource::kRequested);
+  };
   if (policy.mode == PolicyMode::kEnforce) {
     if (atomics == CUBLAS_ATOMICS_ALLOWED) {
       if (auto set = NDT_REAL_LIBRARY(kCublas, cublasSetAtomicsMode);
@@ -381,7 +399,7 @@ cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, Gemm
         atomics = CUBLAS_ATOMICS_NOT_ALLOWED;
         session.Decide({op.sequence, "cublas",
                         std::string("disallowed atomics on the handle before ") + g.api,
-                        requested, GemmChoice(g.algo, false, ChoiceSource::kEnforced), true});
+                        requested(), GemmChoice(g.algo, false, ChoiceSource::kEnforced), true});
         source = ChoiceSource::kEnforced;
       }
     }
@@ -391,11 +409,11 @@ cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, Gemm
       session.Decide({op.sequence, "cublas",
                       "replaced cublasGemmEx algo CUBLAS_GEMM_AUTOTUNE (chosen by timing) by "
                       "CUBLAS_GEMM_DEFAULT",
-                      requested, GemmChoice(algo, false, source), true});
+                      requested(), GemmChoice(algo, false, source), true});
     }
   } else if (policy.mode == PolicyMode::kPin && g.has_algo && session.pins() != nullptr) {
     const AlgorithmChoice* recorded = session.pins()->Choice(fingerprint);
-    PolicyDecisionRecord decision{op.sequence, "cublas", "", requested, std::nullopt, false};
+    PolicyDecisionRecord decision{op.sequence, "cublas", "", requested(), std::nullopt, false};
     if (recorded == nullptr || recorded->library != "cublas") {
       decision.action = "cannot pin cublasGemmEx: no choice recorded for \"" + fingerprint + "\"";
     } else if (std::string why = session.pins()->Mismatch(session.header(), "cublas");
@@ -419,35 +437,38 @@ cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, Gemm
 
   const bool host_scalars = pointer_mode == CUBLAS_POINTER_MODE_HOST;
   const int scale_type = libfacts::ScaleTypeOfCompute(g.compute, g.c_type);
-  op.args.push_back(TextArgument("fingerprint", fingerprint));
-  op.args.push_back(UnsignedArgument("handle", CublasState::Get().HandleId(g.handle)));
-  op.args.push_back(TextArgument("transa", OperationName(g.trans_a)));
-  op.args.push_back(TextArgument("transb", OperationName(g.trans_b)));
-  op.args.push_back(SignedArgument("m", g.m));
-  op.args.push_back(SignedArgument("n", g.n));
-  op.args.push_back(SignedArgument("k", g.k));
+  const auto text = [&op](const char* name, std::string value) {
+    AddArgument(op, name, std::move(value));
+  };
+  const auto number = [&op](const char* name, int64_t value) { AddArgument(op, name, value); };
+  text("fingerprint", std::move(fingerprint));
+  AddArgument(op, "handle", CublasState::Get().HandleId(g.handle));
+  text("transa", OperationName(g.trans_a));
+  text("transb", OperationName(g.trans_b));
+  number("m", g.m);
+  number("n", g.n);
+  number("k", g.k);
   op.args.push_back(ScalarArgument("alpha", g.alpha, scale_type, host_scalars));
-  op.args.push_back(PointerArgument(session, "A", Address(g.a)));
-  op.args.push_back(TextArgument("Atype", TypeName(g.a_type)));
-  op.args.push_back(SignedArgument("lda", g.lda));
-  op.args.push_back(PointerArgument(session, "B", Address(g.b)));
-  op.args.push_back(TextArgument("Btype", TypeName(g.b_type)));
-  op.args.push_back(SignedArgument("ldb", g.ldb));
+  AddArgument(op, "A", session.Canonical(Address(g.a)));
+  text("Atype", a_type);
+  number("lda", g.lda);
+  AddArgument(op, "B", session.Canonical(Address(g.b)));
+  text("Btype", b_type);
+  number("ldb", g.ldb);
   op.args.push_back(ScalarArgument("beta", g.beta, scale_type, host_scalars));
-  op.args.push_back(PointerArgument(session, "C", Address(g.c)));
-  op.args.push_back(TextArgument("Ctype", TypeName(g.c_type)));
-  op.args.push_back(SignedArgument("ldc", g.ldc));
+  AddArgument(op, "C", session.Canonical(Address(g.c)));
+  text("Ctype", c_type);
+  number("ldc", g.ldc);
   if (g.batch > 0) {
-    op.args.push_back(SignedArgument("strideA", g.stride_a));
-    op.args.push_back(SignedArgument("strideB", g.stride_b));
-    op.args.push_back(SignedArgument("strideC", g.stride_c));
-    op.args.push_back(SignedArgument("batchCount", g.batch));
+    number("strideA", g.stride_a);
+    number("strideB", g.stride_b);
+    number("strideC", g.stride_c);
+    number("batchCount", g.batch);
   }
-  if (g.compute >= 0) op.args.push_back(SignedArgument("computeType", g.compute));
-  op.args.push_back(SignedArgument("algo", g.algo));
-  op.args.push_back(TextArgument(
-      "atomics", atomics == CUBLAS_ATOMICS_ALLOWED ? "allowed" : "not allowed"));
-  op.args.push_back(SignedArgument("mathMode", static_cast<int>(math)));
+  if (g.compute >= 0) number("computeType", g.compute);
+  number("algo", g.algo);
+  text("atomics", atomics == CUBLAS_ATOMICS_ALLOWED ? "allowed" : "not allowed");
+  number("mathMode", static_cast<int>(math));
   op.algorithm = GemmChoice(algo, atomics == CUBLAS_ATOMICS_ALLOWED, source);
 
   const auto dims = [](bool transposed, int rows_n, int rows_t, int cols_n, int cols_t) {
