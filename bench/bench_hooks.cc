@@ -115,11 +115,7 @@ void Calls(const Driver& d, bool launch, long calls, long gap_ns, long* ns,
     if (ns != nullptr) {
       ns[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
     }
-    if (gap_ns > 0) {
-      const auto until = Clock::now() + std::chrono::nanoseconds(gap_ns);
-      while (Clock::now() < until) {
-      }
-    }
+    ndt::bench::Work(gap_ns);
   }
 }
 
@@ -221,12 +217,7 @@ int main(int argc, char** argv) {
     } else if (arg == "--threads" && i + 1 < argc) {
       threads = ParseThreads(argv[++i]);
     } else if (arg == "--gap" && i + 1 < argc) {
-      char* end = nullptr;
-      gap_ns = std::strtol(argv[++i], &end, 10);
-      if (*end != '\0' || gap_ns < 0 || gap_ns > 1000000) {
-        std::fprintf(stderr, "error: --gap %s: expected ns from 0 to 1000000\n", argv[i]);
-        return 2;
-      }
+      gap_ns = ndt::bench::ParseGap(argv[++i]);
     } else if (!arg.empty() && arg[0] != '-' && std::atol(arg.c_str()) > 0) {
       calls = std::atol(arg.c_str());
     } else {

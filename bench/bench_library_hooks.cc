@@ -15,9 +15,15 @@
 // loaded RTLD_GLOBAL and each function looked up with dlsym(RTLD_DEFAULT), which finds the
 // preloaded tracer's definition first when it is there.
 //
-// Usage: bench_library_hooks [CALLS]        (default 20000 per call kind; a tenth of that for
-//                                           the 64x64x64 GEMM and the convolution)
-//        bench_library_hooks --child CALLS [--only LABEL] [--no-clock]
+// Calls follow each other at once by default: the records of small library calls (a GEMM's
+// are large) then come faster than the tracer's encoder thread encodes them on a small machine,
+// and the traced figures show the encoder's pace. `--gap NS` makes the process work (spin) NS
+// ns between calls, as a program does, so that they show the hook.
+//
+// Usage: bench_library_hooks [CALLS] [--gap NS]   (default 20000 per call kind; a tenth of
+//                                                 that for the 64x64x64 GEMM and the
+//                                                 convolution)
+//        bench_library_hooks --child CALLS [--only LABEL] [--no-clock] [--gap NS]
 //                                          (internal: the measured process; LABEL as printed)
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -74,6 +80,7 @@ void Require(bool ok, const char* what) {
 // calls without timing them (callgrind_hooks.sh counts their instructions instead).
 const char* g_only = nullptr;
 bool g_clock = true;
+long g_gap_ns = 0;  // --gap
 
 // Times `call` `calls` times; prints "<label> <median ns> <p99 ns>".
 void Time(const char* label, long calls, const std::function<void(long)>& call) {
@@ -87,6 +94,7 @@ void Time(const char* label, long calls, const std::function<void(long)>& call) 
     const auto start = Clock::now();
     call(i);
     ns[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+    ndt::bench::Work(g_gap_ns);
   }
   std::sort(ns.begin(), ns.end());
   std::printf("%s %ld %ld\n", label, ns[calls / 2], ns[calls * 99 / 100]);
@@ -202,7 +210,8 @@ constexpr Config kConfigs[] = {
     {"cpu", true, "NDTRACE_LIBRARY_DIGESTS=1 NDTRACE_DIGEST_DEVICE=cpu "},
 };
 
-std::map<std::string, Result> Measure(const std::string& self, long calls, const Config& config) {
+std::map<std::string, Result> Measure(const std::string& self, long calls, long gap_ns,
+                                      const Config& config) {
   std::string command = "LD_LIBRARY_PATH='" + ndt::bench::LibraryPath() + "' ";
   if (config.traced) {
     command += "LD_PRELOAD='" + ndt::bench::TracerPath() +
@@ -210,7 +219,8 @@ std::map<std::string, Result> Measure(const std::string& self, long calls, const
                "NDTRACE_QUIET=1 NDTRACE_DIGEST_EXIT=0 " +
                std::string(config.environment);
   }
-  command += "'" + self + "' --child " + std::to_string(calls);
+  command += "'" + self + "' --child " + std::to_string(calls) + " --gap " +
+             std::to_string(gap_ns);
   FILE* pipe = popen(command.c_str(), "r");
   std::map<std::string, Result> results;
   char label[128];
@@ -238,20 +248,35 @@ int main(int argc, char** argv) {
         g_only = argv[++i];
       } else if (std::strcmp(argv[i], "--no-clock") == 0) {
         g_clock = false;
+      } else if (std::strcmp(argv[i], "--gap") == 0 && i + 1 < argc) {
+        g_gap_ns = ndt::bench::ParseGap(argv[++i]);
       }
     }
     return Child(std::atol(argv[2]));
   }
-  const long calls = argc > 1 ? std::atol(argv[1]) : 20000;
+  long calls = 20000;
+  long gap_ns = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--gap") == 0 && i + 1 < argc) {
+      gap_ns = ndt::bench::ParseGap(argv[++i]);
+    } else if (std::atol(argv[i]) > 0) {
+      calls = std::atol(argv[i]);
+    } else {
+      std::fprintf(stderr, "usage: bench_library_hooks [CALLS] [--gap NS]\n");
+      return 2;
+    }
+  }
   std::vector<std::map<std::string, Result>> results;
-  for (const Config& config : kConfigs) results.push_back(Measure(argv[0], calls, config));
+  for (const Config& config : kConfigs) {
+    results.push_back(Measure(argv[0], calls, gap_ns, config));
+  }
   const auto& plain = results[0];
   std::printf(
       "library calls into the libraries of LD_LIBRARY_PATH='%s', %ld calls each per process "
       "(a tenth for the 64x64x64 GEMM and the convolution); traced = hooked and recorded: "
       "metadata only, with library digests on the GPU path (on the stand-in its kernels run on "
-      "the CPU), with library digests on the CPU path\n",
-      ndt::bench::LibraryPath().c_str(), calls);
+      "the CPU), with library digests on the CPU path; %ld ns of work between calls\n",
+      ndt::bench::LibraryPath().c_str(), calls, gap_ns);
   std::printf("%-34s %9s %9s %6s %9s %6s %9s %6s %8s\n", "median ns", "plain", "metadata",
               "ratio", "digests", "ratio", "cpu", "ratio", "digest/call");
   for (const auto& [label, base] : plain) {

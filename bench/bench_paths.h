@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -16,6 +17,26 @@ namespace ndt::bench {
 
 // NDTRACE_BENCH_TRACER, else the libndtrace.so this build made. Exits (status 3) when there is
 // no such file: the loader would run the "traced" process untraced and the figures would lie.
+// The program's own work between two calls (`--gap NS` of bench_hooks and
+// bench_library_hooks): spins for `ns` ns.
+inline void Work(long ns) {
+  if (ns <= 0) return;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(ns);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
+// `--gap NS`'s value, or exits 2 saying why.
+inline long ParseGap(const char* text) {
+  char* end = nullptr;
+  const long ns = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || ns < 0 || ns > 1000000) {
+    std::fprintf(stderr, "error: --gap %s: expected ns from 0 to 1000000\n", text);
+    std::exit(2);
+  }
+  return ns;
+}
+
 inline std::string TracerPath() {
   const char* path = std::getenv("NDTRACE_BENCH_TRACER");
   const std::string tracer = path != nullptr ? path : NDT_TRACER_LIB;
