@@ -37,10 +37,12 @@ struct RawOpHeader {
 };
 
 struct RawOp : RawOpHeader {
-  // A launch's fixed arguments and up to 64 parameters; CUDA's classic limit of 4 KiB of
-  // parameters (larger ones, allowed since CUDA 12.1, take the OpRecord path).
-  static constexpr size_t kMaxArgs = 72;
-  static constexpr size_t kMaxBytes = 4096;
+  // A launch's fixed arguments and up to 35 parameters, 1 KiB of their bytes (a PyTorch
+  // TensorIterator kernel's offset calculators take about 600): a thread's RawOp is part of the
+  // static TLS of every thread of a preloaded process, so it stays small. Launches with more
+  // take the OpRecord path.
+  static constexpr size_t kMaxArgs = 40;
+  static constexpr size_t kMaxBytes = 1024;
 
   enum class Type : uint8_t { kUnsigned, kPointer, kDims, kBytes };
   struct Arg {

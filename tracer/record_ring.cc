@@ -101,6 +101,8 @@ int StartDetached(void* (*routine)(void*), void* argument) {
 RecordRings::RecordRings(format::TraceWriter* writer, size_t slots, StartThreadFn start_thread)
     : writer_(writer),
       slots_(std::bit_ceil(std::max(slots, 2 * kEncoderBatch))),
+      arena_bytes_(std::max(slots_ * kArenaBytesPerSlot,
+                            std::bit_ceil(2 * (sizeof(RawOp::args) + RawOp::kMaxBytes)))),
       wake_at_(slots_ / 4),
       uid_(NextUid()) {
   // The encoder starts with every signal blocked: a signal meant for the program is never
@@ -139,7 +141,7 @@ std::shared_ptr<RecordRings::Ring> RecordRings::NewRing() {
       return ring;
     }
   }
-  rings_.push_back(std::make_shared<Ring>(slots_, kArenaBytes));
+  rings_.push_back(std::make_shared<Ring>(slots_, arena_bytes_));
   ring_count_.store(rings_.size(), std::memory_order_release);
   return rings_.back();
 }

@@ -41,9 +41,9 @@ class RecordRings {
   static constexpr size_t kEncoderBatch = 32;
   // Records an appending thread encodes itself when its ring is full.
   static constexpr size_t kHelpBatch = 8;
-  // Per ring, the bytes of the raw ops' arguments and parameter bytes (a power of two, at least
-  // two of the largest raw op's).
-  static constexpr size_t kArenaBytes = size_t{256} << 10;
+  // Per ring slot, the bytes of its ring's arena for raw ops' arguments and parameter bytes
+  // (a memset's take 160, a launch's with four parameters about 300).
+  static constexpr size_t kArenaBytesPerSlot = 256;
 
   struct Stats {
     uint64_t appended = 0;  // records that went through a ring
@@ -107,6 +107,7 @@ class RecordRings {
 
   format::TraceWriter* const writer_;
   const size_t slots_;
+  const size_t arena_bytes_;  // a power of two, at least twice the largest raw op's body
   const size_t wake_at_;  // queued records at which an appending thread wakes the encoder
   const uint64_t uid_;
   std::atomic<bool> stopped_{false};

@@ -133,9 +133,9 @@ TEST_CASE("a ring is reused by a later thread once its thread has exited", "[tra
 }
 
 
-// 4000 bytes that differ from op to op.
+// 1000 bytes that differ from op to op.
 std::string LargeParam(uint64_t sequence) {
-  std::string bytes(4000, '\0');
+  std::string bytes(1000, '\0');
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7 + sequence);
   return bytes;
 }
@@ -157,7 +157,7 @@ const RawOp& SampleRawOp(uint64_t sequence, uint32_t thread) {
   const int32_t count = 33;
   REQUIRE(raw.AddBytes("arg1", &count, sizeof count));
   REQUIRE(raw.AddBytes("arg2", nullptr, 0));
-  if (sequence % 3 == 0) {  // a large parameter: 64 of these fill the ring's arena
+  if (sequence % 3 == 0) {  // a large parameter: 16 of these fill a 64-slot ring's arena
     const std::string large = LargeParam(sequence);
     REQUIRE(raw.AddBytes("arg3", large.data(), large.size()));
   }
