@@ -198,6 +198,18 @@ CUresult RecordCopy(Session& session, RealCall& call, const char* name, Directio
                                                            : direction != Direction::kHostToDevice;
   const format::DevicePointer dst_pointer = session.Canonical(dst);
   const format::DevicePointer src_pointer = session.Canonical(src);
+  if (dst_device && src_device && !session.digests().window && !CaptureAny()) {
+    // Device to device outside the digest window: nothing but arguments, a raw op (raw_op.h).
+    RawOp& op = session.BeginRawOp(OpKind::kMemcpy, name, stream_id);
+    op.AddPointer("dst", dst_pointer);
+    op.AddPointer("src", src_pointer);
+    op.AddUnsigned("bytes", bytes);
+    const uint64_t graph = session.objects().CaptureOf(stream_id, true);
+    if (graph != 0) op.AddUnsigned("capturedInto", graph);
+    const CUresult result = call.Set(CallAs(op, real));
+    session.EndRawOp(op, static_cast<int32_t>(result));
+    return result;
+  }
   OpRecord op = session.BeginOp(OpKind::kMemcpy, name, stream_id);
   op.args.push_back(Endpoint("dst", dst_device, dst_pointer));
   op.args.push_back(Endpoint("src", src_device, src_pointer));
@@ -802,20 +814,23 @@ CUresult RecordStreamCreate(Session& session, RealCall& call, const char* name, 
   return result;
 }
 
+// Event records and waits are raw ops (raw_op.h): a framework issues them around every
+// cross-stream use of memory.
 template <typename Call>
 CUresult RecordEventRecord(Session& session, RealCall& call, const char* name, CUevent event,
                            CUstream stream, bool per_thread, std::optional<unsigned> flags,
                            Call real) {
   const uint32_t stream_id = session.StreamId(Handle(stream), per_thread);
-  OpRecord op = session.BeginOp(OpKind::kOther, name, stream_id);
-  op.args.push_back(Unsigned("event", session.objects().EventId(Handle(event))));
-  if (flags) op.args.push_back(Unsigned("flags", *flags));
-  const uint64_t graph = Captured(session, op);
+  RawOp& op = session.BeginRawOp(OpKind::kOther, name, stream_id);
+  op.AddUnsigned("event", session.objects().EventId(Handle(event)));
+  if (flags) op.AddUnsigned("flags", *flags);
+  const uint64_t graph = session.objects().CaptureOf(stream_id, true);
+  if (graph != 0) op.AddUnsigned("capturedInto", graph);
   const CUresult result = call.Set(real());
   if (result == CUDA_SUCCESS) {
     session.objects().OnEventRecord(Handle(event), {true, stream_id, op.sequence, graph});
   }
-  session.EndOp(op, static_cast<int32_t>(result));
+  session.EndRawOp(op, static_cast<int32_t>(result));
   return result;
 }
 
@@ -824,17 +839,18 @@ CUresult RecordStreamWaitEvent(Session& session, RealCall& call, const char* nam
                                CUstream stream, bool per_thread, CUevent event, unsigned flags,
                                Call real) {
   const uint32_t stream_id = session.StreamId(Handle(stream), per_thread);
-  OpRecord op = session.BeginOp(OpKind::kOther, name, stream_id);
-  op.args.push_back(Unsigned("event", session.objects().EventId(Handle(event))));
+  RawOp& op = session.BeginRawOp(OpKind::kOther, name, stream_id);
+  op.AddUnsigned("event", session.objects().EventId(Handle(event)));
   const DriverObjects::EventRecord recorded = session.objects().LastRecord(Handle(event));
-  if (recorded.recorded) op.args.push_back(Unsigned("eventStream", recorded.stream_id));
-  op.args.push_back(Unsigned("flags", flags));
+  if (recorded.recorded) op.AddUnsigned("eventStream", recorded.stream_id);
+  op.AddUnsigned("flags", flags);
   // Waiting on an event recorded inside a capture forks this stream into it: the wait is the
   // first op captured here.
   if (recorded.graph != 0) session.objects().JoinCapture(stream_id, recorded.graph);
-  Captured(session, op);
+  const uint64_t graph = session.objects().CaptureOf(stream_id, true);
+  if (graph != 0) op.AddUnsigned("capturedInto", graph);
   const CUresult result = call.Set(real());
-  session.EndOp(op, static_cast<int32_t>(result));
+  session.EndRawOp(op, static_cast<int32_t>(result));
   return result;
 }
 
