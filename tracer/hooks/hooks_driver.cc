@@ -161,6 +161,22 @@ CUresult CallAs(const Op& op, Real& real) {
   return real();
 }
 
+// The graph the stream of raw op `op` is capturing into, noted as its "capturedInto"
+// argument; 0 when none (as Captured for an OpRecord).
+uint64_t Captured(Session& session, RawOp& op) {
+  const uint64_t graph = session.objects().CaptureOf(op.stream_id, true);
+  if (graph != 0) op.AddUnsigned("capturedInto", graph);
+  return graph;
+}
+
+// Makes the real call of raw op `op` and ends it.
+template <typename Real>
+CUresult CallAndEnd(Session& session, RealCall& call, RawOp& op, Real& real) {
+  const CUresult result = call.Set(CallAs(op, real));
+  session.EndRawOp(op, static_cast<int32_t>(result));
+  return result;
+}
+
 // A copy endpoint: the canonical device pointer, or "host" (no value: host addresses differ
 // between runs and are not recorded).
 Argument Endpoint(const char* name, bool device, const format::DevicePointer& pointer) {
@@ -204,11 +220,8 @@ CUresult RecordCopy(Session& session, RealCall& call, const char* name, Directio
     op.AddPointer("dst", dst_pointer);
     op.AddPointer("src", src_pointer);
     op.AddUnsigned("bytes", bytes);
-    const uint64_t graph = session.objects().CaptureOf(stream_id, true);
-    if (graph != 0) op.AddUnsigned("capturedInto", graph);
-    const CUresult result = call.Set(CallAs(op, real));
-    session.EndRawOp(op, static_cast<int32_t>(result));
-    return result;
+    Captured(session, op);
+    return CallAndEnd(session, call, op, real);
   }
   OpRecord op = session.BeginOp(OpKind::kMemcpy, name, stream_id);
   op.args.push_back(Endpoint("dst", dst_device, dst_pointer));
@@ -257,8 +270,7 @@ CUresult RecordMemset(Session& session, RealCall& call, const char* name, CUdevi
   op.AddUnsigned("value", value);
   op.AddUnsigned("count", count);
   op.AddUnsigned("elementBytes", element_bytes);
-  const uint64_t graph = session.objects().CaptureOf(stream_id, true);
-  if (graph != 0) op.AddUnsigned("capturedInto", graph);
+  const uint64_t graph = Captured(session, op);
   const CUresult result = call.Set(CallAs(op, real));
   std::vector<BufferDigest> outputs;
   if (result == CUDA_SUCCESS && graph == 0 && session.digests().InWindow(op.sequence)) {
@@ -348,11 +360,8 @@ CUresult RecordRawLaunch(Session& session, RealCall& call, const KernelInfo& ker
     }
     op.AddBytes(kParamNames[i], bytes, bytes != nullptr ? size : 0);
   }
-  const uint64_t graph = session.objects().CaptureOf(stream_id, true);
-  if (graph != 0) op.AddUnsigned("capturedInto", graph);
-  const CUresult result = call.Set(CallAs(op, real));
-  session.EndRawOp(op, static_cast<int32_t>(result));
-  return result;
+  Captured(session, op);
+  return CallAndEnd(session, call, op, real);
 }
 
 template <typename Call>
@@ -824,8 +833,7 @@ CUresult RecordEventRecord(Session& session, RealCall& call, const char* name, C
   RawOp& op = session.BeginRawOp(OpKind::kOther, name, stream_id);
   op.AddUnsigned("event", session.objects().EventId(Handle(event)));
   if (flags) op.AddUnsigned("flags", *flags);
-  const uint64_t graph = session.objects().CaptureOf(stream_id, true);
-  if (graph != 0) op.AddUnsigned("capturedInto", graph);
+  const uint64_t graph = Captured(session, op);
   const CUresult result = call.Set(real());
   if (result == CUDA_SUCCESS) {
     session.objects().OnEventRecord(Handle(event), {true, stream_id, op.sequence, graph});
@@ -847,8 +855,7 @@ CUresult RecordStreamWaitEvent(Session& session, RealCall& call, const char* nam
   // Waiting on an event recorded inside a capture forks this stream into it: the wait is the
   // first op captured here.
   if (recorded.graph != 0) session.objects().JoinCapture(stream_id, recorded.graph);
-  const uint64_t graph = session.objects().CaptureOf(stream_id, true);
-  if (graph != 0) op.AddUnsigned("capturedInto", graph);
+  Captured(session, op);
   const CUresult result = call.Set(real());
   session.EndRawOp(op, static_cast<int32_t>(result));
   return result;
