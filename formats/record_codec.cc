@@ -5,6 +5,7 @@
 #include <kj/exception.h>
 #include <kj/io.h>
 
+#include <cstring>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -354,18 +355,26 @@ bool AppendFrame(uint32_t record_type, const Fill& fill, std::string* out) {
     capnp::MallocMessageBuilder& message = *builder;
     fill(message);
 
-    const size_t payload_words = capnp::computeSerializedSizeInWords(message);
+    // Cap'n Proto's standard framing (what capnp::writeMessage writes), copied directly: the
+    // segment table (segment count - 1, then each segment's size in words, as u32s, padded to a
+    // word), then the segments. Most records are one segment: one table word.
+    const auto segments = message.getSegmentsForOutput();
+    const size_t table_words = segments.size() / 2 + 1;
+    size_t payload_words = table_words;
+    for (const auto& segment : segments) payload_words += segment.size();
     if (payload_words > kMaxRecordWords) return false;
     out->resize(old_size + 8 * (1 + payload_words));
     char* frame = out->data() + old_size;
     StoreLe32(frame, static_cast<uint32_t>(payload_words));
     StoreLe32(frame + 4, record_type);
-    kj::ArrayOutputStream stream(
-        kj::arrayPtr(reinterpret_cast<kj::byte*>(frame + 8), payload_words * 8));
-    capnp::writeMessage(stream, message);
-    if (stream.getArray().size() != payload_words * 8) {
-      out->resize(old_size);
-      return false;
+    char* table = frame + 8;
+    std::memset(table, 0, table_words * 8);
+    StoreLe32(table, static_cast<uint32_t>(segments.size() - 1));
+    char* at = table + table_words * 8;
+    for (size_t i = 0; i < segments.size(); ++i) {
+      StoreLe32(table + 4 * (i + 1), static_cast<uint32_t>(segments[i].size()));
+      std::memcpy(at, segments[i].begin(), segments[i].size() * 8);
+      at += segments[i].size() * 8;
     }
     return true;
   } catch (const kj::Exception&) {

@@ -324,6 +324,7 @@ TEST_CASE("an oversized record is refused and leaves the output unchanged", "[fo
   REQUIRE(AppendRecord(op, &out));
   std::vector<uint64_t> words = ToWords(out);
   CHECK(PayloadWords(words) <= kMaxRecordWords);
+  CHECK((words[1] & 0xFFFFFFFF) >= 1);  // more than one segment: the framing of several
   Record decoded;
   size_t consumed = 0;
   REQUIRE(DecodeRecord(words.data(), words.size(), &decoded, &consumed).ok());
