@@ -10,8 +10,8 @@
 #include <cerrno>
 #include <cstdlib>
 
-#include "tracer/hot_tls.h"
 #include "tracer/real_dl.h"
+#include "tracer/tls_ref.h"
 
 namespace ndt::tracer {
 namespace {
@@ -37,12 +37,12 @@ struct Self {
   std::array<uint64_t, static_cast<size_t>(ObjectKind::kCount)> objects{};
 };
 
-NDT_HOT_TLS thread_local Self t_self;
-NDT_HOT_TLS thread_local int t_library_calls = 0;
+thread_local Self t_self;
+thread_local int t_library_calls = 0;
 std::atomic<uint32_t> g_fallback{0};
 
 Self& Current() {
-  Self& self = t_self;
+  Self& self = TlsRef(t_self);
   if (!self.known) {
     self.known = true;
     if (static_cast<pid_t>(syscall(SYS_gettid)) == getpid()) {

@@ -24,6 +24,7 @@
 #include "tracer/lineage.h"
 #include "tracer/real_dl.h"
 #include "tracer/recorder.h"
+#include "tracer/tls_ref.h"
 
 extern "C" int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get_export_table);
 
@@ -720,14 +721,14 @@ std::mutex g_init_mutex;
 }  // namespace
 
 uint64_t CurrentNvtxRange() noexcept {
-  const ThreadRanges& t = t_ranges;
+  const ThreadRanges& t = TlsRef(t_ranges);
   if (t.depth == 0) return 0;
   const OpenRange& top = t.stack[t.depth - 1];
   return top.closed ? InnermostOpen(t) : top.id;
 }
 
 void WriteOpenNvtxRanges(Session& session, uint64_t before_op) {
-  ThreadRanges& t = t_ranges;
+  ThreadRanges& t = TlsRef(t_ranges);
   if (t.session != &session) {
     t.session = &session;
     t.written = 0;

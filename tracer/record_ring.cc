@@ -8,8 +8,6 @@
 #include <chrono>
 #include <limits>
 
-#include "tracer/hot_tls.h"
-
 namespace ndt::tracer {
 
 struct RecordRings::Ring {
@@ -68,7 +66,7 @@ struct CallingRing {
   uint64_t uid = 0;
   RecordRings::Ring* ring = nullptr;
 };
-NDT_HOT_TLS thread_local CallingRing t_ring;
+thread_local CallingRing t_ring;
 thread_local bool t_exited = false;
 
 // Hands the thread's ring back when the thread exits, for a later thread to reuse. Shares the

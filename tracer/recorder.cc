@@ -32,11 +32,11 @@
 #include "tracer/capture.h"
 #include "tracer/driver_table.h"
 #include "tracer/gpu_time.h"
-#include "tracer/hot_tls.h"
 #include "tracer/library_support.h"
 #include "tracer/nvtx.h"
 #include "tracer/real_dl.h"
 #include "tracer/signals.h"
+#include "tracer/tls_ref.h"
 
 extern char** environ;
 
@@ -289,7 +289,7 @@ format::TraceHeader BuildHeader() {
   return header;
 }
 
-NDT_HOT_TLS thread_local bool t_in_hook = false;
+thread_local bool t_in_hook = false;
 // In the child of fork(): whether its (only) thread is the main thread is asked again.
 void ForgetExitDigestArm() noexcept;
 
@@ -578,7 +578,7 @@ struct ExitDigestArm {
     }
   }
 };
-NDT_HOT_TLS thread_local ExitDigestArm t_exit_digest;
+thread_local ExitDigestArm t_exit_digest;
 
 void ForgetExitDigestArm() noexcept { t_exit_digest.checked = false; }
 
@@ -627,8 +627,9 @@ DigestConfig DigestConfigFromEnvironment(std::vector<std::string>* problems) {
 // ---- HookScope -------------------------------------------------------------------------
 
 HookScope::HookScope() noexcept {
-  if (t_in_hook) return;
-  t_in_hook = true;
+  bool& in_hook = TlsRef(t_in_hook);
+  if (in_hook) return;
+  in_hook = true;
   entered_ = true;
   try {
     Recorder& recorder = Recorder::Get();
@@ -689,7 +690,7 @@ Session::Session(std::unique_ptr<format::TraceWriter> writer, format::TraceHeade
       rings_(writer_.get(), ring_slots, &StartOwnThread) {}
 
 namespace {
-NDT_HOT_TLS thread_local std::optional<uint64_t> t_open_op;  // Session::OpenOp
+thread_local std::optional<uint64_t> t_open_op;  // Session::OpenOp
 // An op record whose strings and vectors keep their capacity, for this thread's next BeginOp.
 thread_local format::OpRecord t_spare_op;
 // This thread's op on the hot path (BeginRawOp).
@@ -713,12 +714,9 @@ struct LookupCache {
 thread_local LookupCache t_lookups;
 
 LookupCache& Lookups(const Session* session) {
-  LookupCache* cache = &t_lookups;
-  // The address is kept in a register from here: GCC would otherwise compute it again (a call
-  // of __tls_get_addr) at each use.
-  asm("" : "+r"(cache));
-  if (cache->session != session) *cache = LookupCache{session};
-  return *cache;
+  LookupCache& cache = TlsRef(t_lookups);
+  if (cache.session != session) cache = LookupCache{session};
+  return cache;
 }
 
 size_t KernelSlot(const void* function) {
@@ -1262,9 +1260,10 @@ std::optional<format::Digest> Session::DigestDevice(uint64_t base, uint64_t byte
 }
 
 void Session::AfterOp(format::OpKind kind, uint64_t sequence) {
-  if (!t_exit_digest.checked) {
-    t_exit_digest.checked = true;
-    t_exit_digest.armed = gettid() == getpid();
+  ExitDigestArm& arm = TlsRef(t_exit_digest);
+  if (!arm.checked) {
+    arm.checked = true;
+    arm.armed = gettid() == getpid();
   }
   const bool at_sync = digests_.at_sync && kind == format::OpKind::kSynchronize;
   const bool every = digests_.every != 0 && (sequence + 1) % digests_.every == 0;

@@ -12,7 +12,6 @@
 #include <ctime>
 #include <thread>
 
-#include "tracer/hot_tls.h"
 #include "tracer/real_dl.h"
 
 // libc's own name for sigaction (exported, GLIBC_2.2.5): our calls must not reach our hook.
@@ -38,7 +37,7 @@ void (*g_close)() = nullptr;
 bool (*g_in_hook)() = nullptr;
 // A termination signal that arrived while this thread was inside a hook (which may hold a lock
 // the close needs): taken when the hook returns (TakeDeferredSignal), before the program runs.
-NDT_HOT_TLS thread_local volatile sig_atomic_t t_deferred_signal = 0;
+thread_local volatile sig_atomic_t t_deferred_signal = 0;
 
 bool IsFatal(int signal_number) {
   for (int fatal : kFatal) {

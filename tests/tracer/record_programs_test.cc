@@ -414,6 +414,19 @@ TEST_CASE("libndtrace.so needs no shared library but libc and Cap'n Proto's", "[
   CHECK(needed == expected);
 }
 
+TEST_CASE("libndtrace.so loads by dlopen without the preload, as an NVTX injection alone can",
+          "[tracer]") {
+  // One initial-exec thread-local (DF_STATIC_TLS) puts the library's whole TLS block in static
+  // TLS, and a dlopen then fails where glibc's surplus is smaller than it (tracer/README.md,
+  // "How records reach the file").
+  const RunResult dynamic = Run("readelf -d '" NDT_TRACER_LIB "'");
+  REQUIRE(dynamic.status == 0);
+  CHECK(dynamic.out.find("STATIC_TLS") == std::string::npos);
+  const RunResult load = Run("python3 -c \"import ctypes; ctypes.CDLL('" NDT_TRACER_LIB "')\"");
+  INFO(load.err);
+  CHECK(load.status == 0);
+}
+
 // ---- digests of device memory ------------------------------------------------------------
 
 TEST_CASE("the exit state digest covers every live allocation and is the same in two recordings",
