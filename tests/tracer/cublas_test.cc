@@ -269,6 +269,12 @@ TEST_CASE("cublas: atomics make gemm differ between runs, and --deterministic fo
     for (const PolicyDecisionRecord& decision : Decisions(records)) {
       CHECK(decision.applied);
       actions.insert(decision.action.substr(0, decision.action.find(' ')));
+      if (decision.action.rfind("replaced cublasGemmEx", 0) == 0) {
+        // What the program asked for: autotuning (its atomics were forced off before).
+        REQUIRE(decision.from_choice.has_value());
+        CHECK(decision.from_choice->name == "CUBLAS_GEMM_AUTOTUNE");
+        CHECK(decision.from_choice->source == ChoiceSource::kBenchmark);
+      }
     }
     // "set": CUBLAS_WORKSPACE_CONFIG, set by the policy at load time.
     CHECK(actions == std::set<std::string>{"gave", "forced", "replaced", "set"});

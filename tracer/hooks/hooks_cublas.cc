@@ -388,9 +388,11 @@ cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, Gemm
   const PolicyConfig& policy = session.policy();
   int algo = g.algo;
   ChoiceSource source = ChoiceSource::kRequested;
-  // What the program asked for, said in the policy's decisions (observe makes none).
+  // What the program asked for, said in the policy's decisions (observe makes none): the
+  // handle's atomics mode as the call found it, before the policy changes it.
+  const bool asked_atomics = atomics == CUBLAS_ATOMICS_ALLOWED;
   const auto requested = [&] {
-    return GemmChoice(g.algo, atomics == CUBLAS_ATOMICS_ALLOWED, ChoiceSource::kRequested);
+    return GemmChoice(g.algo, asked_atomics, ChoiceSource::kRequested);
   };
   if (policy.mode == PolicyMode::kEnforce) {
     if (atomics == CUBLAS_ATOMICS_ALLOWED) {
