@@ -4,10 +4,12 @@
 // Each appending thread gets its own single-producer ring of preallocated record slots. Append
 // copies the record into the next slot (copy-assignment: the slot's strings and vectors keep
 // their capacity, so in steady state nothing is allocated) and publishes it with one release
-// store; no lock, no system call. A background thread (the encoder, one per RecordRings, all
-// signals blocked) moves each ring's records into the TraceWriter under the origin each was
-// appended for, oldest first, so the writer's order per origin is the order of the Append calls
-// of the thread that made them.
+// store; no lock, no system call. A raw op (raw_op.h) puts its fixed-size header in the slot and
+// its arguments and parameter bytes in the ring's byte arena, which is consumed in the slots'
+// order; a ring whose arena has no room is full. A background thread (the encoder, one per
+// RecordRings, all signals blocked) moves each ring's records into the TraceWriter under the
+// origin each was appended for, oldest first, so the writer's order per origin is the order of
+// the Append calls of the thread that made them.
 //
 // Whoever encodes a ring holds that ring's consumer lock: the encoder, the appending thread
 // itself when it must write something directly (DrainCallingThread) or when its ring is full.
