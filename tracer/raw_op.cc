@@ -3,18 +3,11 @@
 namespace ndt::tracer {
 
 void ResetRawOp(RawOp& op, format::OpKind kind, const char* name, uint32_t stream_id) {
-  op.name = name;
-  op.sequence = 0;
-  op.start_ns = 0;
-  op.end_ns = 0;
-  op.module_id = 0;
-  op.nvtx_range_id = 0;
-  op.thread_id = 0;
-  op.stream_id = stream_id;
-  op.status = 0;
-  op.kind = kind;
-  op.arg_count = 0;
-  op.bytes_used = 0;
+  RawOpHeader& header = op;
+  header = RawOpHeader{};
+  header.name = name;
+  header.stream_id = stream_id;
+  header.kind = kind;
 }
 
 void PackBody(const RawOp& op, unsigned char* out) {

@@ -1147,6 +1147,7 @@ void Session::OnKernelFunction(const void* function, const void* kernel) {
   info.is_kernel = false;
   info.params_known = false;
   info.params.clear();
+  info.param_bytes = 0;
   kernels_[function] = new KernelInfo(std::move(info));
   kernels_version_.fetch_add(1, std::memory_order_release);
 }
@@ -1187,6 +1188,8 @@ const KernelInfo& Session::Kernel(const void* function) {
       if (result != CUDA_SUCCESS) return false;
       params.emplace_back(offset, size);
     }
+    info.param_bytes = 0;
+    for (const auto& param : params) info.param_bytes += param.second;
     info.params = std::move(params);
     info.params_known = true;
     return true;

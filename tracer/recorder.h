@@ -53,6 +53,7 @@ struct KernelInfo {
   bool is_kernel = false;  // a CUkernel (library API), not a CUfunction
   bool params_known = false;
   std::vector<std::pair<uint64_t, uint64_t>> params;  // (offset, size) per parameter
+  uint64_t param_bytes = 0;  // the sizes of `params` summed
   bool philox = false;  // the name has an at::PhiloxCudaState parameter (philox_args.h)
 };
 

@@ -328,10 +328,8 @@ bool RawLaunch(const Session& session, const KernelInfo& kernel) {
   if (!kernel.params_known || kernel.philox || session.digests().window || CaptureAny()) {
     return false;
   }
-  if (kernel.params.size() + 5 > RawOp::kMaxArgs) return false;  // with capturedInto
-  uint64_t bytes = 0;
-  for (const auto& param : kernel.params) bytes += param.second;
-  return bytes <= RawOp::kMaxBytes;
+  // With capturedInto, the fixed arguments and every parameter, the bytes of all of them.
+  return kernel.params.size() + 5 <= RawOp::kMaxArgs && kernel.param_bytes <= RawOp::kMaxBytes;
 }
 
 // A launch on the hot path (RawLaunch): the same record RecordLaunch makes.
