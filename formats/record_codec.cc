@@ -953,6 +953,20 @@ Status DecodeRecord(const uint64_t* words, size_t word_count, Record* record, si
       consumed);
 }
 
+Status PeekRecordType(const uint64_t* words, size_t word_count, uint32_t* record_type,
+                      size_t* consumed) {
+  if (word_count < 1) return Status::Error("record: frame prefix missing (0 words left)");
+  const auto* prefix = reinterpret_cast<const char*>(words);
+  const uint32_t payload_words = LoadLe32(prefix);
+  *record_type = LoadLe32(prefix + 4);
+  if (payload_words > kMaxRecordWords || payload_words > word_count - 1 ||
+      *record_type >= std::variant_size_v<Record>) {
+    return Status::Error("record: frame prefix out of bounds");  // DecodeRecord says how
+  }
+  *consumed = size_t{1} + payload_words;
+  return Status::Ok();
+}
+
 Status DecodeHeader(const uint64_t* words, size_t word_count, TraceHeader* header,
                     size_t* consumed) {
   return DecodeFrame(

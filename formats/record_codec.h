@@ -43,6 +43,12 @@ bool AppendSummary(const WriterSummary& summary, std::string* out);
 // `words` holds untrusted bytes: every failure is a Status naming what is wrong; traversal
 // is limited to 8x the frame's size.
 Status DecodeRecord(const uint64_t* words, size_t word_count, Record* record, size_t* consumed);
+// The record type of the frame at words[0..word_count) and its length in words (prefix
+// included), from its prefix alone: for passing over records without decoding them. Fails as
+// DecodeRecord does when the prefix is out of bounds or names no record type; the message
+// itself is not looked at.
+Status PeekRecordType(const uint64_t* words, size_t word_count, uint32_t* record_type,
+                      size_t* consumed);
 Status DecodeHeader(const uint64_t* words, size_t word_count, TraceHeader* header,
                     size_t* consumed);
 Status DecodeSummary(const uint64_t* words, size_t word_count, WriterSummary* summary,

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -351,6 +352,23 @@ const char* GpuActivityKindName(GpuActivityKind kind);  // "kernel", "memcpy", "
 using Record = std::variant<OpRecord, AllocationRecord, ModuleLoadRecord, NvtxRangeRecord,
                             PolicyDecisionRecord, TracerNote, DroppedRecords, StateDigestRecord,
                             PythonStackRecord, GpuActivityRecord>;
+
+namespace internal {
+template <typename T, typename... Types>
+constexpr uint32_t TypeBit(std::variant<Types...>*) {
+  static_assert((std::is_same_v<T, Types> || ...), "not a record type");
+  uint32_t index = 0;
+  (void)((std::is_same_v<T, Types> ? false : (++index, true)) && ...);
+  return uint32_t{1} << index;
+}
+}  // namespace internal
+
+// The bit of record type T (its index in Record, which is its frames' record type) in a mask
+// of record types (TraceReader::PassOver).
+template <typename T>
+constexpr uint32_t RecordTypeBit() {
+  return internal::TypeBit<T>(static_cast<Record*>(nullptr));
+}
 
 // Short lower-case names used by show/stats/JSON ("kernelLaunch" -> "kernel_launch").
 const char* OpKindName(OpKind kind);

@@ -160,6 +160,15 @@ class TraceReader::Impl {
     while (true) {
       if (frame_pos_ < frames_.size()) {
         size_t consumed = 0;
+        uint32_t type = 0;
+        if (pass_over_ != 0 &&
+            codec::PeekRecordType(frames_.data() + frame_pos_, frames_.size() - frame_pos_,
+                                  &type, &consumed)
+                .ok() &&
+            (pass_over_ >> type & 1) != 0) {
+          frame_pos_ += consumed;
+          continue;
+        }
         const Status status = codec::DecodeRecord(frames_.data() + frame_pos_,
                                                   frames_.size() - frame_pos_, record, &consumed);
         if (!status.ok()) {
@@ -188,6 +197,8 @@ class TraceReader::Impl {
     blob_ = OpenBlob{};
     blobs_from_start_ = true;
   }
+
+  void PassOver(uint32_t record_types) { pass_over_ = record_types; }
 
   void SeekToOp(uint64_t sequence) {
     Rewind();
@@ -747,6 +758,7 @@ class TraceReader::Impl {
   Words frames_;  // the loaded chunk's record frames
   size_t frame_pos_ = 0;          // next frame, in words
   uint64_t skip_below_ = 0;       // SeekToOp: op records below this are skipped
+  uint32_t pass_over_ = 0;        // PassOver: record types Next does not decode
 };
 
 namespace {
@@ -808,6 +820,7 @@ const std::vector<ChunkInfo>& TraceReader::chunks() const { return impl_->chunks
 const std::vector<TraceDamage>& TraceReader::damage() const { return impl_->damage(); }
 bool TraceReader::Next(Record* record) { return impl_->Next(record); }
 void TraceReader::Rewind() { impl_->Rewind(); }
+void TraceReader::PassOver(uint32_t record_types) { impl_->PassOver(record_types); }
 void TraceReader::SeekToOp(uint64_t sequence) { impl_->SeekToOp(sequence); }
 std::optional<OpRecord> TraceReader::FindOp(uint64_t sequence) {
   return impl_->FindOp(sequence);

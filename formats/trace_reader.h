@@ -76,6 +76,11 @@ class TraceReader {
   bool Next(Record* record);
   // Restarts iteration at the first record.
   void Rewind();
+  // From now on Next passes over records of these types (a mask of RecordTypeBit<T>()) without
+  // decoding them: a reader that has no use for a type saves its decoding. Such a record is
+  // looked at no further than its frame's prefix, so damage inside it goes unreported (the
+  // chunk's hash is still checked). 0, the default, decodes every record.
+  void PassOver(uint32_t record_types);
   // Restarts iteration at the first chunk that may hold op `sequence`; from there Next
   // skips op records with a smaller sequence (metadata records are still returned).
   void SeekToOp(uint64_t sequence);

@@ -176,7 +176,16 @@ class Differ {
  public:
   Differ(std::unique_ptr<format::TraceReader> a, std::unique_ptr<format::TraceReader> b,
          DiffReport* report, const DiffOptions& options)
-      : a_(std::move(a)), b_(std::move(b)), report_(*report), options_(options) {}
+      : a_(std::move(a)), b_(std::move(b)), report_(*report), options_(options) {
+    // The records Take has no use for are passed over undecoded.
+    constexpr uint32_t kUnused =
+        format::RecordTypeBit<format::AllocationRecord>() |
+        format::RecordTypeBit<format::ModuleLoadRecord>() |
+        format::RecordTypeBit<format::TracerNote>() |
+        format::RecordTypeBit<format::GpuActivityRecord>();
+    a_->PassOver(kUnused);
+    b_->PassOver(kUnused);
+  }
 
   void Run() {
     CompareHeaders();

@@ -97,6 +97,11 @@ inline std::vector<format::Record> EveryRecordType() {
   records.push_back(format::DroppedRecords{4, 100, 6400, "buffers full"});
   records.push_back(format::StateDigestRecord{
       50, "every 50 ops", {{"", {1, 0, 0}, 4096, {5, 6}, format::DType::kUnknown, {}}}, 77});
+  records.push_back(format::PythonStackRecord{
+      7, 2, 1, 3, format::PythonStackStatus::kCaptured,
+      {{"train.py", 42, "step"}, {"train.py", 90, "<module>"}}, "", "3.11"});
+  records.push_back(format::GpuActivityRecord{format::GpuActivityKind::kMemcpy, 7, 6, 1000,
+                                              2500, 3});
   return records;
 }
 

@@ -256,6 +256,51 @@ TEST_CASE("ops are found and iteration resumes by op sequence through the index"
   CHECK(std::get<OpRecord>(record).sequence == 0);
 }
 
+TEST_CASE("PassOver skips the record types asked for, without decoding, and keeps the rest",
+          "[formats]") {
+  // Each record type's bit is its index in Record, which is its frames' record type.
+  CHECK(RecordTypeBit<OpRecord>() == 1u);
+  CHECK(RecordTypeBit<GpuActivityRecord>() == 1u << 9);
+  static_assert(std::variant_size_v<Record> == 10, "a new record type: extend the checks");
+
+  TempPath path("pass_over.ndt");
+  const std::vector<Record> every = testing::EveryRecordType();
+  {
+    WriterOptions options;
+    options.chunk_bytes = 512;
+    auto writer = TraceWriter::Create(path.str(), SampleHeader(), options);
+    REQUIRE(writer.ok());
+    for (int round = 0; round < 20; ++round) {
+      for (const Record& record : every) REQUIRE((*writer)->Append(record));
+    }
+    REQUIRE((*writer)->Close().ok());
+  }
+  auto opened = TraceReader::Open(path.str());
+  REQUIRE(opened.ok());
+  TraceReader& reader = **opened;
+  const std::vector<Record> all = ReadAll(reader);
+  REQUIRE(all.size() == 20 * every.size());
+
+  const uint32_t skipped = RecordTypeBit<AllocationRecord>() |
+                           RecordTypeBit<GpuActivityRecord>() | RecordTypeBit<TracerNote>();
+  reader.Rewind();
+  reader.PassOver(skipped);
+  std::vector<Record> kept;
+  Record record;
+  while (reader.Next(&record)) kept.push_back(record);
+  std::vector<Record> expected;
+  for (const Record& r : all) {
+    if ((skipped >> r.index() & 1) == 0) expected.push_back(r);
+  }
+  CHECK(kept == expected);
+  CHECK(kept.size() + 20 * 3 <= all.size());  // every type is in `every`, the skipped ones too
+  CHECK(reader.damage().empty());
+
+  reader.Rewind();
+  reader.PassOver(0);
+  CHECK(ReadAll(reader) == all);
+}
+
 // Last in the file: they allocate much (ASan keeps freed memory in quarantine), and a test above
 // measures the peak RSS of this process when the tests run in one.
 // A closed trace with blobs (captured buffers) between its record chunks: ops, then a blob of
