@@ -6,13 +6,18 @@
 // the threads reach the driver in another order in every run, so creation order, block
 // placement and event choice vary; the results never do.
 //
-//   thread_streams [--plant] [--iterations N] [--refused-launch] [--stream-pool] [--exit STATUS]
+//   thread_streams [--plant] [--iterations N] [--refused-launch] [--stream-pool] [--empty-cache]
+//                  [--exit STATUS]
 //
 // --plant adds one RacySum (float atomicAdd in racing order) on worker 2's stream, whose sums
 // enter the checksum: then the results differ from run to run. --refused-launch makes one
 // launch the device refuses (2048 threads per block) and carries on, as a program that ignores
 // the error would; --stream-pool takes the workers' streams from a pool (StreamPool); --exit
-// ends with STATUS after the checksum. Prints "checksum <hex>".
+// ends with STATUS after the checksum. --empty-cache gives each worker a scratch tensor of its
+// own every iteration, allocated with cudaMalloc and freed once its work is done, as a caching
+// allocator that empties its cache (torch.cuda.empty_cache) or serves a large tensor does: the
+// driver hands a freed range out again to whichever thread allocates next, so the addresses a
+// worker's scratch gets vary from run to run. Prints "checksum <hex>".
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -145,8 +150,8 @@ class EventPool {
   std::vector<cudaEvent_t> all_;
 };
 
-void Worker(int index, int iterations, bool plant, CachingAllocator& allocator, EventPool& events,
-            StreamPool* streams, std::vector<float>* result) {
+void Worker(int index, int iterations, bool plant, bool empty_cache, CachingAllocator& allocator,
+            EventPool& events, StreamPool* streams, std::vector<float>* result) {
   std::minstd_rand random(std::random_device{}());
   Jitter(random);
   cudaStream_t stream;
@@ -166,12 +171,24 @@ void Worker(int index, int iterations, bool plant, CachingAllocator& allocator, 
     Step<<<8, 128, 0, stream>>>(y, kN, static_cast<float>((it + index) % 7));
     Check(cudaGetLastError(), "Step");
     float* z = allocator.Take();
-    VectorAdd<<<8, 128, 0, stream>>>(x, y, z, kN);
+    float* scratch = nullptr;
+    if (empty_cache) {
+      Check(cudaMalloc(&scratch, 2 * kBlock), "cudaMalloc scratch");
+      Check(cudaMemsetAsync(scratch, 0, 2 * kBlock, stream), "memset scratch");
+      VectorAdd<<<8, 128, 0, stream>>>(x, y, scratch + kN, kN);
+      Check(cudaGetLastError(), "VectorAdd");
+      Step<<<8, 128, 0, stream>>>(scratch + kN, kN, static_cast<float>(index));
+      Check(cudaGetLastError(), "Step");
+      VectorAdd<<<8, 128, 0, stream>>>(scratch, scratch + kN, z, kN);
+    } else {
+      VectorAdd<<<8, 128, 0, stream>>>(x, y, z, kN);
+    }
     Check(cudaGetLastError(), "VectorAdd");
     cudaEvent_t done = events.Take();
     Check(cudaEventRecord(done, stream), "cudaEventRecord");
     Check(cudaEventSynchronize(done), "cudaEventSynchronize");
     events.Give(done);
+    if (scratch != nullptr) Check(cudaFree(scratch), "cudaFree scratch");
     allocator.Give(x);
     allocator.Give(y);
     x = z;
@@ -207,6 +224,7 @@ int main(int argc, char** argv) {
   bool plant = false;
   bool refused_launch = false;
   bool stream_pool = false;
+  bool empty_cache = false;
   int exit_status = 0;
   int iterations = 6;
   for (int i = 1; i < argc; ++i) {
@@ -218,12 +236,14 @@ int main(int argc, char** argv) {
       refused_launch = true;
     } else if (std::strcmp(argv[i], "--stream-pool") == 0) {
       stream_pool = true;
+    } else if (std::strcmp(argv[i], "--empty-cache") == 0) {
+      empty_cache = true;
     } else if (std::strcmp(argv[i], "--exit") == 0 && i + 1 < argc) {
       exit_status = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr,
                    "usage: thread_streams [--plant] [--iterations N] [--refused-launch] "
-                   "[--stream-pool] [--exit STATUS]\n");
+                   "[--stream-pool] [--empty-cache] [--exit STATUS]\n");
       return 2;
     }
   }
@@ -241,8 +261,8 @@ int main(int argc, char** argv) {
   std::vector<std::vector<float>> results(kWorkers);
   std::vector<std::thread> workers;
   for (int w = 0; w < kWorkers; ++w) {
-    workers.emplace_back(Worker, w, iterations, plant, std::ref(allocator), std::ref(events),
-                         stream_pool ? &pool : nullptr, &results[w]);
+    workers.emplace_back(Worker, w, iterations, plant, empty_cache, std::ref(allocator),
+                         std::ref(events), stream_pool ? &pool : nullptr, &results[w]);
   }
   for (std::thread& worker : workers) worker.join();
   std::vector<float> all;

@@ -129,6 +129,7 @@ constexpr unsigned char kDeviceUuid[16] = {'n', 'd', 't', 'r', 'a', 'c', 'e', '-
                                            's', 't', 'a', 'n', 'd', 'i', 'n', 0};
 constexpr std::size_t kTotalMemBytes = std::size_t{16} << 30;
 constexpr std::size_t kAllocationAlignment = 256;
+constexpr std::size_t kFreedBytesKept = std::size_t{256} << 20;  // Driver::freed
 constexpr unsigned kMaxSharedMemPerBlock = 48 * 1024;
 constexpr int kLeastStreamPriority = 0;
 constexpr int kGreatestStreamPriority = -5;
@@ -165,6 +166,11 @@ struct Driver {
   unsigned primary_flags = 0;
   std::map<std::uintptr_t, Allocation> allocations;  // by base address
   std::size_t allocated_bytes = 0;
+  // Freed device blocks by rounded size, the newest last among equals: an allocation of a size
+  // freed before gets the newest such block's address back, as the driver hands a freed range
+  // out again (at most kFreedBytesKept of them; a block beyond is given back to the host).
+  std::multimap<std::size_t, std::unique_ptr<unsigned char, AlignedFree>> freed;
+  std::size_t freed_bytes = 0;
   unsigned long long next_buffer_id = 1;
   unsigned long long next_stream_id = kFirstStreamId;
   std::unordered_map<CUstream, std::unique_ptr<CUstream_st>> streams;
@@ -365,6 +371,8 @@ void DestroyModuleLocked(Driver& d, CUmodule module) {
 void DestroyContextResourcesLocked(Driver& d) {
   d.allocations.clear();
   d.allocated_bytes = 0;
+  d.freed.clear();
+  d.freed_bytes = 0;
   d.streams.clear();
   d.events.clear();
   for (auto& [handle, library] : d.libraries) {
@@ -1763,12 +1771,20 @@ CUresult Allocate(CUdeviceptr* dptr, size_t bytesize, const CUstream* stream, bo
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
     const std::size_t rounded = (bytesize + kAlign - 1) / kAlign * kAlign;
-    auto* memory = static_cast<unsigned char*>(std::aligned_alloc(kAlign, rounded));
-    if (memory == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
-    std::memset(memory, 0, rounded);
-    const auto base = reinterpret_cast<std::uintptr_t>(memory);
+    std::unique_ptr<unsigned char, AlignedFree> memory;
+    if (auto reuse = d.freed.upper_bound(rounded);
+        !pinned_host && reuse != d.freed.begin() && std::prev(reuse)->first == rounded) {
+      memory = std::move(std::prev(reuse)->second);
+      d.freed.erase(std::prev(reuse));
+      d.freed_bytes -= rounded;
+    } else {
+      memory.reset(static_cast<unsigned char*>(std::aligned_alloc(kAlign, rounded)));
+      if (memory == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    std::memset(memory.get(), 0, rounded);
+    const auto base = reinterpret_cast<std::uintptr_t>(memory.get());
     ndt::standin::Allocation allocation;
-    allocation.memory.reset(memory);
+    allocation.memory = std::move(memory);
     allocation.size = bytesize;
     allocation.buffer_id = d.next_buffer_id++;
     allocation.pinned_host = pinned_host;
@@ -1793,7 +1809,15 @@ CUresult Free(CUdeviceptr dptr, const CUstream* stream, bool pinned_host) {
       it->second.pinned_host != pinned_host) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if (!pinned_host) d.allocated_bytes -= it->second.size;
+  if (!pinned_host) {
+    d.allocated_bytes -= it->second.size;
+    const std::size_t rounded = (it->second.size + kAllocationAlignment - 1) /
+                                kAllocationAlignment * kAllocationAlignment;
+    if (d.freed_bytes + rounded <= kFreedBytesKept) {
+      d.freed.emplace(rounded, std::move(it->second.memory));
+      d.freed_bytes += rounded;
+    }
+  }
   d.allocations.erase(it);
   return CUDA_SUCCESS;
 }

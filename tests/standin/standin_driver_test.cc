@@ -390,6 +390,48 @@ TEST_CASE("the allocation table answers pointer queries and rejects bad pointers
   CHECK(api.cuMemFree(once) == CUDA_ERROR_INVALID_VALUE);
 }
 
+TEST_CASE("a freed device range is handed out again, zeroed, with a new buffer id", "[standin]") {
+  // As the driver does: programs (and a caching allocator that empties its cache) see the
+  // same addresses again, and the tracer must tell the new allocation from the old one.
+  const Api& api = Driver();
+  CUdeviceptr first = 0, other = 0;
+  REQUIRE(api.cuMemAlloc(&first, 3000) == CUDA_SUCCESS);
+  REQUIRE(api.cuMemAlloc(&other, 1 << 16) == CUDA_SUCCESS);
+  unsigned long long id_before = 0, id_after = 0;
+  REQUIRE(api.cuPointerGetAttribute(&id_before, CU_POINTER_ATTRIBUTE_BUFFER_ID, first) ==
+          CUDA_SUCCESS);
+  REQUIRE(api.cuMemsetD8(first, 0x5A, 3000) == CUDA_SUCCESS);
+  REQUIRE(api.cuMemFree(first) == CUDA_SUCCESS);
+
+  CUdeviceptr again = 0;
+  REQUIRE(api.cuMemAlloc(&again, 2900) == CUDA_SUCCESS);  // the same 256-byte granules
+  CHECK(again == first);
+  REQUIRE(api.cuPointerGetAttribute(&id_after, CU_POINTER_ATTRIBUTE_BUFFER_ID, again) ==
+          CUDA_SUCCESS);
+  CHECK(id_after != id_before);
+  size_t size = 0;
+  CUdeviceptr base = 0;
+  REQUIRE(api.cuMemGetAddressRange(&base, &size, again) == CUDA_SUCCESS);
+  CHECK(size == 2900);
+  std::vector<unsigned char> bytes(2900, 1);
+  REQUIRE(api.cuMemcpyDtoH(bytes.data(), again, bytes.size()) == CUDA_SUCCESS);
+  CHECK(bytes == std::vector<unsigned char>(2900, 0));
+
+  // Another size does not take the range; the newest freed range of a size is reused first.
+  CUdeviceptr small = 0, b = 0, next = 0;
+  REQUIRE(api.cuMemFree(other) == CUDA_SUCCESS);
+  REQUIRE(api.cuMemAlloc(&small, 64) == CUDA_SUCCESS);
+  CHECK((small < other || small >= other + (1 << 16)));
+  REQUIRE(api.cuMemAlloc(&b, 1 << 16) == CUDA_SUCCESS);
+  CHECK(b == other);
+  REQUIRE(api.cuMemAlloc(&other, 1 << 16) == CUDA_SUCCESS);
+  REQUIRE(api.cuMemFree(other) == CUDA_SUCCESS);
+  REQUIRE(api.cuMemFree(b) == CUDA_SUCCESS);
+  REQUIRE(api.cuMemAlloc(&next, 1 << 16) == CUDA_SUCCESS);
+  CHECK(next == b);
+  for (CUdeviceptr p : {again, small, next}) CHECK(api.cuMemFree(p) == CUDA_SUCCESS);
+}
+
 TEST_CASE("events time work with a steady clock and streams run it in order", "[standin]") {
   const Api& api = Driver();
   CUstream stream = nullptr;

@@ -3,7 +3,9 @@
 // varying order, events from a pool; a racing kernel whose data reaches the host only through
 // an asynchronous copy; programs that fail, or refuse a launch, or exit differently.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include "formats/trace_reader.h"
@@ -55,6 +57,90 @@ TEST_CASE("check: threads that get their streams from a pool in varying order ar
   INFO(planted.out << planted.err);
   CHECK(planted.status == 1);
   CHECK_THAT(planted.out, Catch::Contains("(nondeterministic_op; RacySum("));
+}
+
+TEST_CASE("check: threads whose scratch tensors get freed ranges back in racing order agree",
+          "[verdict]") {
+  // --empty-cache: every worker cudaMallocs and cudaFrees a scratch tensor of the same size each
+  // iteration, and the driver hands a freed range out again to whichever thread asks next.
+  ndt::testing::TempDir dir;
+  for (int check = 0; check < 2; ++check) {
+    const RunResult result = Check((dir / std::to_string(check)).string(), "-n 4",
+                                   "'" PROG_THREAD_STREAMS "' --empty-cache");
+    INFO(result.out << result.err);
+    REQUIRE(result.status == 0);
+    CHECK_THAT(result.out, Catch::Contains("ndtrace check: deterministic: 4 runs gave "
+                                           "bitwise-identical results"));
+  }
+}
+
+TEST_CASE("every device pointer names the allocation live at its address when ranges are reused",
+          "[verdict]") {
+  ndt::testing::TempDir dir;
+  const std::string trace = (dir / "reuse.ndt").string();
+  const RunResult run = Run(kNdtrace + " record -o '" + trace + "' -- '" PROG_THREAD_STREAMS
+                            "' --empty-cache --iterations 12");
+  INFO(run.out << run.err);
+  REQUIRE(run.status == 0);
+
+  // Each allocation's range and life in op sequence: allocated before op `from`, freed before
+  // op `to` (never: UINT64_MAX).
+  struct Life {
+    uint64_t base = 0, bytes = 0, from = 0, to = UINT64_MAX;
+  };
+  std::map<uint64_t, Life> lives;
+  std::map<uint64_t, int> allocations_at;  // how many allocations each base address had
+  const std::vector<Record> records = ReadAll(trace);
+  for (const Record& record : records) {
+    const auto* event = std::get_if<ndt::format::AllocationRecord>(&record);
+    if (event == nullptr) continue;
+    Life& life = lives[event->allocation_id];
+    if (event->event == ndt::format::AllocationEvent::kAllocate) {
+      life.base = event->raw_address;
+      life.bytes = event->bytes;
+      life.from = event->before_op;
+      ++allocations_at[event->raw_address];
+    } else if (event->event == ndt::format::AllocationEvent::kFree) {
+      life.to = event->before_op;
+    }
+  }
+  const bool reused = std::any_of(allocations_at.begin(), allocations_at.end(),
+                                  [](const auto& entry) { return entry.second > 1; });
+  REQUIRE(reused);  // else this test would check nothing the fresh-address tests do not
+
+  size_t checked = 0;
+  const auto check_pointer = [&](const OpRecord& op, const DevicePointer& pointer) {
+    if (pointer.allocation_id == 0) return;
+    INFO("op " << op.sequence << " " << op.name << ": a" << pointer.allocation_id << "+"
+               << pointer.offset << " at 0x" << std::hex << pointer.raw_address);
+    const auto named = lives.find(pointer.allocation_id);
+    REQUIRE(named != lives.end());
+    const Life& life = named->second;
+    CHECK(life.base + pointer.offset == pointer.raw_address);
+    CHECK(pointer.offset < life.bytes);
+    CHECK(life.from <= op.sequence);
+    CHECK(op.sequence < life.to);
+    // No other allocation surely alive at this op (its allocation and free both strictly
+    // around it: records of one op's window on two threads come in no set order) holds it.
+    for (const auto& [id, other] : lives) {
+      if (id == pointer.allocation_id || !(other.from < op.sequence && op.sequence < other.to)) {
+        continue;
+      }
+      CHECK_FALSE((other.base <= pointer.raw_address &&
+                   pointer.raw_address < other.base + other.bytes));
+    }
+    ++checked;
+  };
+  for (const OpRecord& op : Ops(records)) {
+    for (const auto& argument : op.args) {
+      if (const auto* pointer = std::get_if<DevicePointer>(&argument.value)) {
+        check_pointer(op, *pointer);
+      }
+    }
+    for (const auto& buffer : op.inputs) check_pointer(op, buffer.pointer);
+    for (const auto& buffer : op.outputs) check_pointer(op, buffer.pointer);
+  }
+  CHECK(checked > 400);
 }
 
 TEST_CASE("check names the racing kernel of a multi-threaded program by replaying its suspect",
