@@ -15,9 +15,15 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <exception>
 #include <limits>
 #include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
 #include <unordered_set>
 
 #include "formats/byte_order.h"
@@ -59,6 +65,14 @@ ChunkInfo InfoFrom(const ChunkHeader& header, uint64_t offset) {
 template <typename T>
 class RawBuffer {
  public:
+  RawBuffer() = default;
+  RawBuffer(RawBuffer&& other) noexcept { *this = std::move(other); }
+  RawBuffer& operator=(RawBuffer&& other) noexcept {  // leaves `other` empty, not stale
+    data_ = std::move(other.data_);
+    size_ = std::exchange(other.size_, 0);
+    capacity_ = std::exchange(other.capacity_, 0);
+    return *this;
+  }
   T* data() { return data_.get(); }
   const T* data() const { return data_.get(); }
   size_t size() const { return size_; }
@@ -78,18 +92,29 @@ class RawBuffer {
 };
 using Words = RawBuffer<uint64_t>;
 
+// A zstd context with the reader's window limit and the buffer compressed payloads are read
+// into: one per thread that decompresses (the reader's own, its read-ahead thread's).
+struct Decompressor {
+  Decompressor() : dctx(ZSTD_createDCtx()) {
+    ZSTD_DCtx_setParameter(dctx, ZSTD_d_windowLogMax, container::kZstdWindowLogMax);
+  }
+  ~Decompressor() { ZSTD_freeDCtx(dctx); }
+  Decompressor(const Decompressor&) = delete;
+  Decompressor& operator=(const Decompressor&) = delete;
+  ZSTD_DCtx* dctx;
+  RawBuffer<char> compressed;
+};
+
 uint64_t ChunkInfo::end() const { return offset + kChunkHeaderBytes + compressed_size; }
 
 class TraceReader::Impl {
  public:
   Impl(std::string path, int fd, uint64_t size) : path_(std::move(path)), fd_(fd), size_(size) {
-    dctx_ = ZSTD_createDCtx();
-    ZSTD_DCtx_setParameter(dctx_, ZSTD_d_windowLogMax, container::kZstdWindowLogMax);
     blob_hash_ = XXH3_createState();
   }
   ~Impl() {
+    ahead_.reset();  // its thread reads the file
     XXH3_freeState(blob_hash_);
-    ZSTD_freeDCtx(dctx_);
     ::close(fd_);
   }
 
@@ -189,7 +214,13 @@ class TraceReader::Impl {
     }
   }
 
+  void ReadAheadOn(bool on) {
+    read_ahead_ = on;
+    if (!on) ahead_.reset();
+  }
+
   void Rewind() {
+    ahead_.reset();  // it loads from the old position
     chunk_pos_ = 0;
     frames_.clear();
     frame_pos_ = 0;
@@ -342,24 +373,25 @@ class TraceReader::Impl {
     return header;
   }
 
-  // Reads, verifies and decompresses a chunk's payload into whole words.
+  // Reads, verifies and decompresses a chunk's payload into whole words, with `with`'s zstd
+  // context and buffer (the reader's own unless given: the read-ahead thread has its own).
   Status ReadPayload(uint64_t offset, const std::string& header_bytes, const ChunkHeader& header,
-                     Words* out) {
-    NDT_RETURN_IF_ERROR(
-        ReadAt(offset + kChunkHeaderBytes, header.compressed_size, &compressed_));
-    if (!container::ChunkHashMatches(header_bytes,
-                                     std::string_view(compressed_.data(), compressed_.size()))) {
+                     Words* out, Decompressor* with = nullptr) {
+    Decompressor& d = with != nullptr ? *with : decompressor_;
+    NDT_RETURN_IF_ERROR(ReadAt(offset + kChunkHeaderBytes, header.compressed_size, &d.compressed));
+    if (!container::ChunkHashMatches(
+            header_bytes, std::string_view(d.compressed.data(), d.compressed.size()))) {
       return Status::Error("checksum mismatch");
     }
     const unsigned long long declared =
-        ZSTD_getFrameContentSize(compressed_.data(), compressed_.size());
+        ZSTD_getFrameContentSize(d.compressed.data(), d.compressed.size());
     if (declared != header.uncompressed_size) {
       return Status::Error("compressed frame does not declare the chunk's size");
     }
     out->resize((header.uncompressed_size + 7) / 8);
     if (header.uncompressed_size % 8 != 0) out->data()[out->size() - 1] = 0;  // no stale tail
-    const size_t n = ZSTD_decompressDCtx(dctx_, out->data(), header.uncompressed_size,
-                                         compressed_.data(), compressed_.size());
+    const size_t n = ZSTD_decompressDCtx(d.dctx, out->data(), header.uncompressed_size,
+                                         d.compressed.data(), d.compressed.size());
     if (ZSTD_isError(n)) {
       return Status::Error(std::string("decompression failed: ") + ZSTD_getErrorName(n));
     }
@@ -367,24 +399,32 @@ class TraceReader::Impl {
     return Status::Ok();
   }
 
-  // Loads a chunk listed in chunks_; on failure records the damage and returns false.
-  bool LoadPayload(const ChunkInfo& chunk, Words* out) {
+  // Reads a chunk listed in chunks_, checked against its index entry, into `out`. Reads only
+  // what Open left unchanged: the read-ahead thread calls it too, with its own `with`.
+  Status LoadChunk(const ChunkInfo& chunk, Words* out, Decompressor* with = nullptr) {
     std::string header_bytes;
     StatusOr<ChunkHeader> header = ReadChunkHeader(chunk.offset, &header_bytes);
-    Status status = header.status();
-    if (status.ok() && (header->kind != chunk.kind || header->sequence != chunk.sequence ||
-                        header->compressed_size != chunk.compressed_size)) {
-      status = Status::Error("chunk does not match its index entry");
+    if (!header.ok()) return header.status();
+    if (header->kind != chunk.kind || header->sequence != chunk.sequence ||
+        header->compressed_size != chunk.compressed_size) {
+      return Status::Error("chunk does not match its index entry");
     }
-    if (status.ok()) status = ReadPayload(chunk.offset, header_bytes, *header, out);
-    if (!status.ok()) {
-      if (damaged_chunks_.insert_unique(chunk.offset)) {
-        AddDamage(chunk.offset, chunk.end(), std::string(ChunkKindName(chunk.kind)) +
-                                                 " chunk: " + status.message());
-      }
-      return false;
+    return ReadPayload(chunk.offset, header_bytes, *header, out, with);
+  }
+
+  // Lists a chunk that could not be loaded as damage (once, however often iterated).
+  void ChunkDamaged(const ChunkInfo& chunk, const Status& status) {
+    if (damaged_chunks_.insert_unique(chunk.offset)) {
+      AddDamage(chunk.offset, chunk.end(),
+                std::string(ChunkKindName(chunk.kind)) + " chunk: " + status.message());
     }
-    return true;
+  }
+
+  // Loads a chunk listed in chunks_; on failure records the damage and returns false.
+  bool LoadPayload(const ChunkInfo& chunk, Words* out) {
+    const Status status = LoadChunk(chunk, out);
+    if (!status.ok()) ChunkDamaged(chunk, status);
+    return status.ok();
   }
 
   // Whether a verified chunk is the writer's summary: a blob of the writer's own whose content
@@ -435,11 +475,23 @@ class TraceReader::Impl {
   bool LoadNextRecordsChunk() {
     frames_.clear();
     frame_pos_ = 0;
+    if (read_ahead_ && ahead_ == nullptr && chunk_pos_ < chunks_.size()) {
+      ahead_ = std::make_unique<ReadAhead>(*this, chunk_pos_);
+    }
     while (chunk_pos_ < chunks_.size()) {
       const ChunkInfo& chunk = chunks_[chunk_pos_++];
-      if (chunk.kind == ChunkKind::kBlob) CheckBlobPart(chunk);
-      if (chunk.kind != ChunkKind::kRecords) continue;
-      if (LoadPayload(chunk, &frames_)) {
+      if (chunk.kind != ChunkKind::kBlob && chunk.kind != ChunkKind::kRecords) continue;
+      Words& into = chunk.kind == ChunkKind::kBlob ? blob_payload_ : frames_;
+      Status status;
+      if (ahead_ != nullptr) {
+        status = ahead_->Take(&into);  // chunk_pos_ - 1: the thread loads them in this order
+      } else {
+        status = LoadChunk(chunk, &into);
+      }
+      if (!status.ok()) ChunkDamaged(chunk, status);
+      if (chunk.kind == ChunkKind::kBlob) {
+        CheckBlobPart(chunk, status.ok());
+      } else if (status.ok()) {
         frames_.resize(chunk.uncompressed_size / 8);  // frames are whole words
         return true;
       }
@@ -452,8 +504,9 @@ class TraceReader::Impl {
   // place in its blob, and each whole blob against its id. The writer stores a blob's parts
   // one after another under one lock (records of other threads may fall between them), so
   // one running hash suffices.
-  void CheckBlobPart(const ChunkInfo& chunk) {
-    if (!LoadPayload(chunk, &blob_payload_)) {  // reported there
+  // `loaded`: its payload is in blob_payload_ (else it was reported as damage).
+  void CheckBlobPart(const ChunkInfo& chunk, bool loaded) {
+    if (!loaded) {
       if (!blob_.open || !(blob_.id == chunk.blob)) {
         EndBlob(/*at_end=*/false);
         blob_ = OpenBlob{.open = true, .id = chunk.blob};
@@ -729,7 +782,7 @@ class TraceReader::Impl {
   const std::string path_;
   const int fd_;
   const uint64_t size_;
-  ZSTD_DCtx* dctx_ = nullptr;
+  Decompressor decompressor_;
   TraceHeader header_;
   bool complete_ = false;
   std::optional<WriterSummary> summary_;
@@ -737,7 +790,6 @@ class TraceReader::Impl {
   std::vector<ChunkInfo> chunks_;
   std::vector<TraceDamage> damage_;
   OffsetSet damaged_chunks_;
-  RawBuffer<char> compressed_;
 
   // The blob whose parts iteration is passing (CheckBlobPart).
   struct OpenBlob {
@@ -759,6 +811,92 @@ class TraceReader::Impl {
   size_t frame_pos_ = 0;          // next frame, in words
   uint64_t skip_below_ = 0;       // SeekToOp: op records below this are skipped
   uint32_t pass_over_ = 0;        // PassOver: record types Next does not decode
+
+  // Loads the chunks Next will need, chunks_[first..] in order (records and blobs), on a thread
+  // of its own, at most kAhead of them before Next takes them: reading, checking and
+  // decompressing a chunk leave the thread that decodes. Started by LoadNextRecordsChunk when
+  // read_ahead_ is on, stopped by Rewind (SeekToOp) and the destructor.
+  class ReadAhead {
+   public:
+    ReadAhead(Impl& impl, size_t first) : impl_(impl), next_(first), thread_([this] { Run(); }) {}
+    ~ReadAhead() {
+      {
+        std::lock_guard lock(mu_);
+        stop_ = true;
+      }
+      room_.notify_all();
+      thread_.join();
+    }
+    ReadAhead(const ReadAhead&) = delete;
+    ReadAhead& operator=(const ReadAhead&) = delete;
+
+    // The next chunk's load (LoadChunk's status), its payload swapped into *out: the buffer
+    // *out held goes back to the thread for a later chunk.
+    Status Take(Words* out) {
+      std::unique_lock lock(mu_);
+      ready_.wait(lock, [&] { return !loaded_.empty(); });
+      Loaded front = std::move(loaded_.front());
+      loaded_.pop_front();
+      if (front.error) std::rethrow_exception(front.error);
+      std::swap(*out, front.payload);
+      spare_.push_back(std::move(front.payload));
+      lock.unlock();
+      room_.notify_one();
+      return front.status;
+    }
+
+   private:
+    static constexpr size_t kAhead = 2;
+    struct Loaded {
+      Status status;
+      Words payload;
+      std::exception_ptr error;  // out of memory: rethrown by Take, as Next would throw it
+    };
+
+    void Run() {
+      Decompressor own;
+      while (true) {
+        Loaded loaded;
+        size_t index = 0;
+        {
+          std::unique_lock lock(mu_);
+          room_.wait(lock, [&] { return stop_ || loaded_.size() < kAhead; });
+          while (next_ < impl_.chunks_.size() && impl_.chunks_[next_].kind != ChunkKind::kBlob &&
+                 impl_.chunks_[next_].kind != ChunkKind::kRecords) {
+            ++next_;
+          }
+          if (stop_ || next_ == impl_.chunks_.size()) return;
+          index = next_++;
+          if (!spare_.empty()) {
+            loaded.payload = std::move(spare_.back());
+            spare_.pop_back();
+          }
+        }
+        try {
+          loaded.status = impl_.LoadChunk(impl_.chunks_[index], &loaded.payload, &own);
+        } catch (...) {
+          loaded.error = std::current_exception();
+        }
+        {
+          std::lock_guard lock(mu_);
+          loaded_.push_back(std::move(loaded));
+        }
+        ready_.notify_one();
+      }
+    }
+
+    Impl& impl_;
+    std::mutex mu_;
+    std::condition_variable ready_;  // a chunk was loaded
+    std::condition_variable room_;   // one was taken, or stop_ set
+    std::deque<Loaded> loaded_;      // under mu_, in chunk order
+    std::vector<Words> spare_;       // buffers Take gave back, under mu_
+    size_t next_;                    // under mu_
+    bool stop_ = false;              // under mu_
+    std::thread thread_;
+  };
+  bool read_ahead_ = false;           // ReadAheadOn
+  std::unique_ptr<ReadAhead> ahead_;  // while reading ahead
 };
 
 namespace {
@@ -821,6 +959,7 @@ const std::vector<TraceDamage>& TraceReader::damage() const { return impl_->dama
 bool TraceReader::Next(Record* record) { return impl_->Next(record); }
 void TraceReader::Rewind() { impl_->Rewind(); }
 void TraceReader::PassOver(uint32_t record_types) { impl_->PassOver(record_types); }
+void TraceReader::ReadAhead(bool on) { impl_->ReadAheadOn(on); }
 void TraceReader::SeekToOp(uint64_t sequence) { impl_->SeekToOp(sequence); }
 std::optional<OpRecord> TraceReader::FindOp(uint64_t sequence) {
   return impl_->FindOp(sequence);

@@ -10,7 +10,7 @@
 // Limits: a chunk holds at most 16 MiB (the index 64 MiB), a record 1 MiB; a chunk is
 // decompressed into a buffer of exactly its declared size. Memory use is bounded by those
 // limits, not by the file.
-// Not thread-safe: use one reader per thread.
+// Not thread-safe: use one reader per thread (its read-ahead thread, when on, is its own).
 #pragma once
 
 #include <cstdint>
@@ -81,6 +81,11 @@ class TraceReader {
   // looked at no further than its frame's prefix, so damage inside it goes unreported (the
   // chunk's hash is still checked). 0, the default, decodes every record.
   void PassOver(uint32_t record_types);
+  // On: Next reads, checks and decompresses the chunks ahead of the one it decodes on a thread
+  // of the reader's own (at most two chunks ahead), so that a reader on a machine with a spare
+  // core decodes while the next chunks load. What Next returns and the damage it finds are the
+  // same either way. Off (the default): no thread. Rewind and SeekToOp restart it.
+  void ReadAhead(bool on);
   // Restarts iteration at the first chunk that may hold op `sequence`; from there Next
   // skips op records with a smaller sequence (metadata records are still returned).
   void SeekToOp(uint64_t sequence);

@@ -185,6 +185,9 @@ class Differ {
         format::RecordTypeBit<format::GpuActivityRecord>();
     a_->PassOver(kUnused);
     b_->PassOver(kUnused);
+    // Each trace's chunks are read and decompressed on a thread of its reader's own.
+    a_->ReadAhead(true);
+    b_->ReadAhead(true);
   }
 
   void Run() {

@@ -89,6 +89,8 @@ StatusOr<RunFacts> ReadRunFacts(const std::string& trace, uint64_t* processes) {
     StatusOr<std::unique_ptr<format::TraceReader>> reader = format::TraceReader::Open(process.path);
     if (!reader.ok()) return reader.status();
     ++*processes;
+    (*reader)->PassOver(~format::RecordTypeBit<format::OpRecord>());  // ops are all it counts
+    (*reader)->ReadAhead(true);
     format::Record record;
     while ((*reader)->Next(&record)) {
       const auto* op = std::get_if<format::OpRecord>(&record);

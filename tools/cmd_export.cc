@@ -397,6 +397,7 @@ int ExportPerfettoDiff(const ExportOptions& options, const replay::RunDiff& diff
       return;
     }
     writer.BeginProcess(++pid, name, marked, mark);
+    reader->ReadAhead(true);
     format::Record record;
     while (reader->Next(&record)) writer.Add(record);
     state = std::max(state, ReportTraceState(path, *reader));
@@ -467,6 +468,7 @@ int RunExport(const ExportOptions& options) {
   if (reader == nullptr) return kExitUsage;
   std::unique_ptr<OutputFile> out = open_output();
   if (out == nullptr) return kExitUsage;
+  reader->ReadAhead(true);
   if (options.format == "json") {
     ExportJson(*reader, options, *out);
   } else {

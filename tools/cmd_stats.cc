@@ -197,6 +197,7 @@ int RunStats(const StatsOptions& options) {
   if (reader == nullptr) return kExitUsage;
   TraceStats stats;
   CountChunks(reader->chunks(), &stats);
+  reader->ReadAhead(true);
   format::Record record;
   while (reader->Next(&record)) Count(record, &stats);
 

@@ -2,7 +2,8 @@
 # The test command: installs what is needed, then
 #   1. a short fuzz smoke run of every trace-reader entry point and of what the tracer reads in
 #      the traced process (clang, libFuzzer, ASan+UBSan);
-#   2. the whole suite under ASan+UBSan, and the concurrency tests of the writer and the tracer's record rings under TSan;
+#   2. the whole suite under ASan+UBSan, and the concurrency tests of the writer, the reader's
+#      read-ahead and the tracer's record rings under TSan;
 #   3. the whole suite in the dev build (warnings are errors) — its summary closes the output.
 # FUZZ_SECONDS (default 20) sets the fuzzing time per target; 0 skips fuzzing.
 # SANITIZERS=0 skips step 2. The exit status is non-zero if anything failed.
@@ -24,8 +25,8 @@ if [ "${SANITIZERS:-1}" != 0 ]; then
   cmake --build --preset asan
   ctest --preset asan
   cmake --preset tsan
-  cmake --build --preset tsan --target trace_writer_test record_ring_test
-  ctest --preset tsan -R "trace_writer_test|record_ring_test"
+  cmake --build --preset tsan --target trace_writer_test trace_reader_test record_ring_test
+  ctest --preset tsan -R "trace_writer_test|trace_reader_test:read-ahead|record_ring_test"
 fi
 
 cmake --preset dev

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <tuple>
 
 #include "formats/byte_order.h"
 #include "formats/container.h"
@@ -401,6 +402,65 @@ TEST_CASE("the preamble's format version must agree with the header's", "[format
   auto reader = TraceReader::Open(changed.str());
   REQUIRE_FALSE(reader.ok());
   CHECK_THAT(reader.status().message(), Catch::Contains("format version"));
+}
+
+
+std::vector<std::tuple<uint64_t, uint64_t, std::string>> DamageOf(const TraceReader& reader) {
+  std::vector<std::tuple<uint64_t, uint64_t, std::string>> damage;
+  for (const TraceDamage& d : reader.damage()) damage.emplace_back(d.begin, d.end, d.what);
+  return damage;
+}
+
+TEST_CASE("read-ahead: the same records and the same damage as reading on one thread",
+          "[formats][read_ahead]") {
+  TempPath path("ahead-source.ndt");
+  TempPath changed("ahead.ndt");
+  const std::string bytes = WriteTraceWithBlobs(path.str(), 300);
+  // The clean trace, then every 5th byte changed: damaged records chunks, blob parts, index.
+  for (size_t at = 0; at < bytes.size(); at += 5) {
+    std::string copy = bytes;
+    if (at != 0) copy[at] = static_cast<char>(copy[at] ^ 0x20);
+    WriteFile(changed.str(), copy);
+    INFO("byte " << at << " changed");
+    auto plain = TraceReader::Open(changed.str());
+    auto ahead = TraceReader::Open(changed.str());
+    REQUIRE(plain.ok() == ahead.ok());
+    if (!plain.ok()) continue;
+    (*ahead)->ReadAhead(true);
+    REQUIRE(ReadAll(**ahead) == ReadAll(**plain));
+    REQUIRE(DamageOf(**ahead) == DamageOf(**plain));
+  }
+}
+
+TEST_CASE("read-ahead: seeking, rewinding and closing mid-way", "[formats][read_ahead]") {
+  TempPath path("ahead-seek.ndt");
+  WriteSmallTrace(path.str(), 5000, 2048);
+  auto opened = TraceReader::Open(path.str());
+  REQUIRE(opened.ok());
+  TraceReader& reader = **opened;
+  const std::vector<Record> all = ReadAll(reader);
+  reader.Rewind();
+  reader.ReadAhead(true);
+  Record record;
+  for (int i = 0; i < 1234; ++i) REQUIRE(reader.Next(&record));
+  reader.SeekToOp(4000);
+  REQUIRE(reader.Next(&record));
+  CHECK(std::get<OpRecord>(record).sequence == 4000);
+  reader.Rewind();
+  CHECK(ReadAll(reader) == all);
+  reader.Rewind();
+  for (int i = 0; i < 100; ++i) REQUIRE(reader.Next(&record));
+  reader.ReadAhead(false);
+  size_t rest = 0;
+  while (reader.Next(&record)) ++rest;
+  CHECK(rest == all.size() - 100);
+  // Destroyed while its thread reads ahead.
+  auto again = TraceReader::Open(path.str());
+  REQUIRE(again.ok());
+  (*again)->ReadAhead(true);
+  REQUIRE((*again)->Next(&record));
+  again->reset();
+  CHECK(reader.damage().empty());
 }
 
 }  // namespace
