@@ -80,7 +80,13 @@ CudnnDriver LoadCudnnDriver() {
       *slot = reinterpret_cast<std::remove_reference_t<decltype(*slot)>>(function);
     }
   };
-  resolve("cuStreamSynchronize", &driver.stream_synchronize);
+  // The stand-in driver's own synchronise, out of a tracer's sight, as in
+  // standin_library_driver.h: the real cuDNN's calls are asynchronous.
+  driver.stream_synchronize = reinterpret_cast<decltype(driver.stream_synchronize)>(
+      dlsym(library, "ndt_standin_stream_synchronize"));
+  if (driver.stream_synchronize == nullptr) {
+    resolve("cuStreamSynchronize", &driver.stream_synchronize);
+  }
   resolve("cuMemAlloc", &driver.mem_alloc);
   resolve("cuMemFree", &driver.mem_free);
   return driver;

@@ -1463,6 +1463,14 @@ __attribute__((visibility("default"))) void ndt_standin_run_as_kernel(CUstream s
   });
 }
 
+// cuStreamSynchronize for the stand-in libraries, which synchronise before they compute on the
+// host: reached by dlsym, not through an entry point a tracer interposes, because the real
+// libraries' calls are asynchronous and make no such call.
+__attribute__((visibility("default"))) CUresult ndt_standin_stream_synchronize(CUstream stream) {
+  ::ndt::standin::RunDeferredLaunches();
+  return ndt::standin::StreamSync(stream);
+}
+
 // --- Initialization, version, errors -------------------------------------------------------
 
 CUresult cuInit(unsigned int flags) {

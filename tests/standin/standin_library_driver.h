@@ -36,7 +36,13 @@ const Driver& TheDriver() {
         slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(pointer);
       }
     };
-    lookup("cuStreamSynchronize", found.stream_synchronize);
+    // The stand-in driver's own synchronise, out of a tracer's sight: a real library's call
+    // is asynchronous and synchronises nothing, so a traced program must not show one.
+    found.stream_synchronize = reinterpret_cast<CUresult (*)(CUstream)>(
+        dlsym(library, "ndt_standin_stream_synchronize"));
+    if (found.stream_synchronize == nullptr) {
+      lookup("cuStreamSynchronize", found.stream_synchronize);
+    }
     lookup("cuMemGetAddressRange", found.address_range);
     lookup("cuCtxGetDevice", found.ctx_get_device);
     lookup("cuDeviceGetAttribute", found.device_attribute);
