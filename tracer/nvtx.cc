@@ -177,18 +177,19 @@ Session* Active() {
 void Write(Session& session, format::NvtxEvent kind, uint64_t range_id, uint64_t parent,
            const nvtxDomainRegistration_st* domain, uint32_t category, Message message,
            uint64_t steady_ns, uint64_t before_op) {
-  format::NvtxRangeRecord record;
+  RecordRings::NvtxFields fields;
+  format::NvtxRangeRecord& record = fields.numbers;
   record.thread_id = ThreadLineageId();
   record.kind = kind;
   record.push = kind == format::NvtxEvent::kPush;
-  record.name.assign(message.data, message.bytes);
   record.before_op = before_op;
   record.time_ns = session.SinceStart(steady_ns);
   record.range_id = range_id;
   record.parent_id = parent;
-  if (domain != nullptr) record.domain = domain->name;
   record.category = category;
-  session.Append(format::Record(std::move(record)));
+  fields.name = {message.data, message.bytes};
+  if (domain != nullptr) fields.domain = domain->name;
+  session.AppendNvtx(fields);
 }
 
 // ---- the range stack ----------------------------------------------------------------------

@@ -299,6 +299,41 @@ void RecordRings::Append(const format::Record& record, uint64_t origin) {
   });
 }
 
+namespace {
+
+// `into` made the record `fields` describe, its strings assigned in place.
+void FillNvtx(const RecordRings::NvtxFields& fields, format::NvtxRangeRecord& into) {
+  const format::NvtxRangeRecord& from = fields.numbers;
+  into.thread_id = from.thread_id;
+  into.push = from.push;
+  into.name.assign(fields.name);
+  into.before_op = from.before_op;
+  into.time_ns = from.time_ns;
+  into.kind = from.kind;
+  into.range_id = from.range_id;
+  into.parent_id = from.parent_id;
+  into.domain.assign(fields.domain);
+  into.category = from.category;
+}
+
+}  // namespace
+
+void RecordRings::AppendNvtx(const NvtxFields& fields, uint64_t origin) {
+  Push([&](Ring::Slot* slot, unsigned char*) {
+    if (slot == nullptr) {
+      format::Record record{format::NvtxRangeRecord{}};
+      FillNvtx(fields, std::get<format::NvtxRangeRecord>(record));
+      writer_->Append(record, origin);
+      return;
+    }
+    slot->holds = Ring::Holds::kOther;
+    slot->origin = origin;
+    auto* record = std::get_if<format::NvtxRangeRecord>(&slot->other);
+    if (record == nullptr) record = &slot->other.emplace<format::NvtxRangeRecord>();
+    FillNvtx(fields, *record);
+  });
+}
+
 void RecordRings::DrainCallingThread() {
   const CallingRing& calling = t_ring;
   if (calling.uid != uid_) return;

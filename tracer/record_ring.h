@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <vector>
 
 #include "formats/records.h"
@@ -77,6 +78,15 @@ class RecordRings {
   // Queues the parts of `op` in use (its header in a slot, its arguments and bytes in the
   // ring's arena); the encoder turns it into an op record (raw_op.h).
   void AppendRaw(const RawOp& op, uint64_t origin);
+  // An NVTX range record with its strings as views, for AppendNvtx.
+  struct NvtxFields {
+    format::NvtxRangeRecord numbers;  // every field but the strings (not read)
+    std::string_view name;
+    std::string_view domain;
+  };
+  // Queues the NVTX range record `fields` describe, built in its slot: the slot's strings keep
+  // their capacity, so in steady state nothing is allocated (the NVTX hooks' path).
+  void AppendNvtx(const NvtxFields& fields, uint64_t origin);
   // Swaps two op records member by member (cheaper than std::swap's three whole moves).
   static void SwapOp(format::OpRecord& a, format::OpRecord& b);
 

@@ -1017,6 +1017,17 @@ void Session::Append(const format::OpRecord& op) {
   AfterAppend(op);
 }
 
+void Session::AppendNvtx(const RecordRings::NvtxFields& fields) {
+  if (held_count_.load(std::memory_order_acquire) == 0) {
+    rings_.AppendNvtx(fields, fields.numbers.thread_id);
+    return;
+  }
+  format::NvtxRangeRecord record = fields.numbers;
+  record.name = fields.name;
+  record.domain = fields.domain;
+  AppendRecord(format::Record(std::move(record)));
+}
+
 void Session::DrainHeldLocked(size_t keep) {
   while (!held_.empty()) {
     const bool wait = held_.size() > keep;

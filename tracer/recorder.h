@@ -151,6 +151,9 @@ class Session {
   void Append(const format::Record& record);
   // The same for an op, without copying it into a Record when nothing is held (the hot path).
   void Append(const format::OpRecord& op);
+  // The same for an NVTX range record, built in its ring slot when nothing is held (the NVTX
+  // hooks' path; fields.numbers.thread_id is its origin).
+  void AppendNvtx(const RecordRings::NvtxFields& fields);
 
   // Asks for the Python stacks of the ops at `places` (NDTRACE_PYTHON_STACK; python_stack.h).
   // Call before the session is shared with other threads.

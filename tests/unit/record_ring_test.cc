@@ -220,6 +220,59 @@ TEST_CASE("raw ops reach the trace as the op records a hook would build, in orde
   CHECK(next == 3001);
 }
 
+TEST_CASE("NVTX range records built in their slots equal the records, whatever the slot held",
+          "[tracer]") {
+  TempPath path("nvtx.ndt");
+  auto writer = MustCreate(path.str());
+  // Names of every length (short ones in the string itself, long ones on the heap), domains or
+  // none, in slots that held ops, other records and longer names before.
+  const auto expected = [](uint64_t i) {
+    format::NvtxRangeRecord record;
+    record.thread_id = 7;
+    record.kind = i % 3 == 0 ? format::NvtxEvent::kPop : format::NvtxEvent::kPush;
+    record.push = record.kind == format::NvtxEvent::kPush;
+    record.name = std::string(i % 41, static_cast<char>('a' + i % 26));
+    record.before_op = i;
+    record.time_ns = 1000 + i;
+    record.range_id = (uint64_t{7} << 32) | i;
+    record.parent_id = i / 2;
+    record.domain = i % 4 == 0 ? "" : std::string("pytorch.module") + std::string(i % 9, 'x');
+    record.category = static_cast<uint32_t>(i % 5);
+    return record;
+  };
+  {
+    RecordRings rings(writer.get(), 64);
+    for (uint64_t i = 0; i < 3000; ++i) {
+      if (i % 5 == 1) {
+        rings.Append(SampleOp(i, 7), 7);
+        continue;
+      }
+      if (i % 5 == 2) {
+        rings.Append(Record(format::TracerNote{format::Severity::kInfo, "note", i, 7}), 7);
+        continue;
+      }
+      const format::NvtxRangeRecord record = expected(i);
+      rings.AppendNvtx({record, record.name, record.domain}, 7);
+    }
+    rings.Stop();
+    const format::NvtxRangeRecord last = expected(3000);
+    rings.AppendNvtx({last, last.name, last.domain}, 7);  // after Stop: straight to the writer
+  }
+  REQUIRE(writer->Close().ok());
+  auto reader = format::TraceReader::Open(path.str());
+  REQUIRE(reader.ok());
+  Record record;
+  uint64_t next = 0;
+  while ((*reader)->Next(&record)) {
+    while (next % 5 == 1 || next % 5 == 2) ++next;
+    if (!std::holds_alternative<format::NvtxRangeRecord>(record)) continue;
+    INFO("record " << next);
+    REQUIRE(std::get<format::NvtxRangeRecord>(record) == expected(next));
+    ++next;
+  }
+  CHECK(next == 3001);
+}
+
 TEST_CASE("a raw op refuses arguments and bytes beyond its fixed size", "[tracer]") {
   RawOp raw;
   ResetRawOp(raw, format::OpKind::kMemset, "cuMemsetD8_v2", 0);
