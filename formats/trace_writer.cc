@@ -66,8 +66,10 @@ constexpr uint32_t kMaxSpareNodes = 4;
 // A worker that wrote a chunk within kBusyWindow sleeps at most kPollInterval and is not woken
 // by appending threads unless kWakeBacklog chunks are in flight (Impl::Wake): at 1 GB/s a
 // 256 KiB chunk is sealed every 250 us, so a busy stretch costs the appending threads no system
-// call, and a record waits at most kPollInterval longer.
-constexpr auto kBusyWindow = std::chrono::milliseconds(50);
+// call, and a record waits at most kPollInterval longer. A program that fills a chunk only
+// every few milliseconds or less often gets its workers woken (a system call a chunk) and
+// leaves them asleep in between, not polling.
+constexpr auto kBusyWindow = std::chrono::milliseconds(5);
 constexpr auto kPollInterval = std::chrono::milliseconds(1);
 constexpr uint32_t kWakeBacklog = 16;
 constexpr size_t kRecordTypes = std::variant_size_v<Record>;
