@@ -25,6 +25,11 @@ std::optional<Allocation> AllocationMap::Remove(uint64_t base) {
   return allocation;
 }
 
+void AllocationMap::Restore(const Allocation& allocation) {
+  Add(allocation.base, allocation.bytes, allocation.id);
+  by_base_[allocation.base] = allocation;
+}
+
 std::optional<Allocation> AllocationMap::Find(uint64_t address) const {
   auto it = by_base_.upper_bound(address);
   if (it == by_base_.begin()) return std::nullopt;

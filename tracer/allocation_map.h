@@ -29,6 +29,8 @@ class AllocationMap {
 
   // Removes the allocation that starts at `base` and returns it, or nullopt if none does.
   std::optional<Allocation> Remove(uint64_t base);
+  // Puts back an allocation Remove returned (its free failed), as it was.
+  void Restore(const Allocation& allocation);
 
   // The allocation containing `address`, or nullopt. A zero-byte allocation contains only
   // its base address.

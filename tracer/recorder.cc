@@ -1098,21 +1098,31 @@ void Session::OnAllocate(uint64_t base, uint64_t bytes, const char* api, uint32_
   Append(record);
 }
 
-void Session::OnFree(uint64_t base, const char* api, uint32_t stream_id) {
-  std::optional<Allocation> allocation;
-  {
+Session::Freeing Session::BeginFree(uint64_t base) {
+  Freeing freeing;
+  std::lock_guard lock(mutex_);
+  freeing.allocation = allocations_.Remove(base);
+  freeing.before_op = PeekOpSequence();
+  allocations_version_.fetch_add(1, std::memory_order_release);
+  return freeing;
+}
+
+void Session::EndFree(const Freeing& freeing, bool freed, const char* api, uint32_t stream_id) {
+  const std::optional<Allocation>& allocation = freeing.allocation;
+  if (!allocation) return;  // not ours to name
+  if (!freed) {  // the driver refused (a double free, a bad stream): it is still there
     std::lock_guard lock(mutex_);
-    allocation = allocations_.Remove(base);
+    allocations_.Restore(*allocation);
     allocations_version_.fetch_add(1, std::memory_order_release);
+    return;
   }
-  if (!allocation) return;  // not ours to name (or a double free the driver rejected)
   format::AllocationRecord record;
   record.allocation_id = allocation->id;
   record.event = format::AllocationEvent::kFree;
   record.bytes = allocation->bytes;
   record.api = api;
-  record.raw_address = base;
-  record.before_op = PeekOpSequence();
+  record.raw_address = allocation->base;
+  record.before_op = freeing.before_op;
   record.stream_id = stream_id;
   Append(record);
 }

@@ -187,9 +187,18 @@ class Session {
   // was not applied is also said once on stderr per distinct `decision.action`.
   void Decide(const format::PolicyDecisionRecord& decision);
 
-  // Allocation bookkeeping; each appends an AllocationRecord.
+  // Allocation bookkeeping. OnAllocate, after the real call, appends an AllocationRecord. A free
+  // is two calls around the real one: BeginFree takes the allocation at `base` out of the map
+  // before the range can be handed to another thread's allocation (after the real call that
+  // thread's OnAllocate may come first, and would be taken for it); EndFree appends the free
+  // record if the real call freed it, else puts it back.
   void OnAllocate(uint64_t base, uint64_t bytes, const char* api, uint32_t stream_id);
-  void OnFree(uint64_t base, const char* api, uint32_t stream_id);
+  struct Freeing {
+    std::optional<Allocation> allocation;  // null: not one of ours
+    uint64_t before_op = 0;                // when it left the map: the free record's time
+  };
+  Freeing BeginFree(uint64_t base);
+  void EndFree(const Freeing& freeing, bool freed, const char* api, uint32_t stream_id);
   // A module or library loaded from `image` (may be null); appends a ModuleLoadRecord.
   void OnModuleLoad(const void* handle, const char* api, const void* image);
   // A kernel handle obtained from a module or library by mangled name.

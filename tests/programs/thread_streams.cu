@@ -17,7 +17,8 @@
 // own every iteration, allocated with cudaMalloc and freed once its work is done, as a caching
 // allocator that empties its cache (torch.cuda.empty_cache) or serves a large tensor does: the
 // driver hands a freed range out again to whichever thread allocates next, so the addresses a
-// worker's scratch gets vary from run to run. Prints "checksum <hex>".
+// worker's scratch gets vary from run to run; each iteration also allocates, fills and frees
+// kChurn blocks in quick succession. Prints "checksum <hex>".
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -55,6 +56,7 @@ constexpr int kN = 1 << 12;
 constexpr size_t kBlock = kN * sizeof(float);
 constexpr int kBlocks = 16;
 constexpr int kPlantN = 1 << 16;
+constexpr int kChurn = 16;  // --empty-cache: allocations freed at once, per iteration
 
 void Check(cudaError_t error, const char* what) {
   if (error == cudaSuccess) return;
@@ -189,6 +191,14 @@ void Worker(int index, int iterations, bool plant, bool empty_cache, CachingAllo
     Check(cudaEventSynchronize(done), "cudaEventSynchronize");
     events.Give(done);
     if (scratch != nullptr) Check(cudaFree(scratch), "cudaFree scratch");
+    // Churn, as threads that allocate and free the same sizes do: a range one thread frees is
+    // at once another's next allocation (the tracer must never name one for the other).
+    for (int churn = 0; empty_cache && churn < kChurn; ++churn) {
+      void* block = nullptr;
+      Check(cudaMalloc(&block, kBlock), "cudaMalloc churn");
+      Check(cudaMemsetAsync(block, churn, kBlock, stream), "memset churn");
+      Check(cudaFree(block), "cudaFree churn");
+    }
     allocator.Give(x);
     allocator.Give(y);
     x = z;

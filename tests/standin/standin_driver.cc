@@ -30,6 +30,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <thread>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -226,6 +227,18 @@ bool DeferLaunches() {
     return value != nullptr && *value != '\0' && std::strcmp(value, "0") != 0;
   }();
   return defer;
+}
+
+// NDT_STANDIN_FREE_RETURN_US=N: a free of device memory returns N microseconds after the range
+// is free for the next allocation, by any thread: a driver call preempted on its way out, made
+// wide enough that a tracer's work after the real call always races with another thread's
+// allocation of the same range.
+unsigned FreeReturnMicroseconds() {
+  static const unsigned delay = [] {
+    const char* value = std::getenv("NDT_STANDIN_FREE_RETURN_US");
+    return value != nullptr ? static_cast<unsigned>(std::strtoul(value, nullptr, 10)) : 0u;
+  }();
+  return delay;
 }
 
 struct DeferredLaunches {
@@ -1423,6 +1436,7 @@ namespace ndt::standin {
 CUresult Allocate(CUdeviceptr* dptr, size_t bytesize, const CUstream* stream,
                   bool pinned_host = false);
 CUresult Free(CUdeviceptr dptr, const CUstream* stream, bool pinned_host = false);
+CUresult FreeNow(CUdeviceptr dptr, const CUstream* stream, bool pinned_host);
 }  // namespace ndt::standin
 
 using ndt::standin::Dim3;
@@ -1805,6 +1819,14 @@ CUresult Allocate(CUdeviceptr* dptr, size_t bytesize, const CUstream* stream, bo
 
 // cuMemFree_v2 and the like; with `pinned_host`, cuMemFreeHost. Each frees only its own kind.
 CUresult Free(CUdeviceptr dptr, const CUstream* stream, bool pinned_host) {
+  const CUresult result = FreeNow(dptr, stream, pinned_host);
+  if (result == CUDA_SUCCESS && FreeReturnMicroseconds() != 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(FreeReturnMicroseconds()));
+  }
+  return result;
+}
+
+CUresult FreeNow(CUdeviceptr dptr, const CUstream* stream, bool pinned_host) {
   ndt::standin::SynchronizeBeforeFree();
   auto& d = GetDriver();
   std::lock_guard lock(d.mu);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 
 #include "formats/trace_reader.h"
@@ -65,8 +66,9 @@ TEST_CASE("check: threads whose scratch tensors get freed ranges back in racing 
   // iteration, and the driver hands a freed range out again to whichever thread asks next.
   ndt::testing::TempDir dir;
   for (int check = 0; check < 2; ++check) {
-    const RunResult result = Check((dir / std::to_string(check)).string(), "-n 4",
-                                   "'" PROG_THREAD_STREAMS "' --empty-cache");
+    const RunResult result =
+        Run("NDT_STANDIN_FREE_RETURN_US=200 " + kNdtrace + " check -n 4 -o '" +
+            (dir / std::to_string(check)).string() + "' -- '" PROG_THREAD_STREAMS "' --empty-cache");
     INFO(result.out << result.err);
     REQUIRE(result.status == 0);
     CHECK_THAT(result.out, Catch::Contains("ndtrace check: deterministic: 4 runs gave "
@@ -78,8 +80,10 @@ TEST_CASE("every device pointer names the allocation live at its address when ra
           "[verdict]") {
   ndt::testing::TempDir dir;
   const std::string trace = (dir / "reuse.ndt").string();
-  const RunResult run = Run(kNdtrace + " record -o '" + trace + "' -- '" PROG_THREAD_STREAMS
-                            "' --empty-cache --iterations 12");
+  // Each free returns 200 us after its range is free (NDT_STANDIN_FREE_RETURN_US): another
+  // thread's allocation of the range always comes before the freeing thread is back.
+  const RunResult run = Run("NDT_STANDIN_FREE_RETURN_US=200 " + kNdtrace + " record -o '" + trace +
+                            "' -- '" PROG_THREAD_STREAMS "' --empty-cache --iterations 12");
   INFO(run.out << run.err);
   REQUIRE(run.status == 0);
 
@@ -108,11 +112,27 @@ TEST_CASE("every device pointer names the allocation live at its address when ra
                                   [](const auto& entry) { return entry.second > 1; });
   REQUIRE(reused);  // else this test would check nothing the fresh-address tests do not
 
+  // Each free names an allocation made at its address and not freed before.
+  std::set<uint64_t> freed;
+  for (const Record& record : records) {
+    const auto* event = std::get_if<ndt::format::AllocationRecord>(&record);
+    if (event == nullptr || event->event != ndt::format::AllocationEvent::kFree) continue;
+    INFO("free of a" << event->allocation_id << " at 0x" << std::hex << event->raw_address);
+    CHECK(lives[event->allocation_id].base == event->raw_address);
+    CHECK(freed.insert(event->allocation_id).second);
+  }
+
   size_t checked = 0;
   const auto check_pointer = [&](const OpRecord& op, const DevicePointer& pointer) {
-    if (pointer.allocation_id == 0) return;
     INFO("op " << op.sequence << " " << op.name << ": a" << pointer.allocation_id << "+"
                << pointer.offset << " at 0x" << std::hex << pointer.raw_address);
+    // Every pointer this program gives a kernel or a memset is into device memory it allocated
+    // (a copy's host side is not).
+    if (op.kind == ndt::format::OpKind::kKernelLaunch || op.kind == ndt::format::OpKind::kMemset) {
+      REQUIRE(pointer.allocation_id != 0);
+    } else if (pointer.allocation_id == 0) {
+      return;
+    }
     const auto named = lives.find(pointer.allocation_id);
     REQUIRE(named != lives.end());
     const Life& life = named->second;

@@ -500,11 +500,11 @@ NDT_ALLOC_HOOK(cuMemAllocAsync_ptsz, true, stream)
     __VA_OPT__(hstream = stream;)                                                                \
     auto pass = [&] { return real(dptr __VA_OPT__(, stream)); };                                 \
     return ndt::tracer::RunHook(#NAME, real != nullptr, pass, [&](Session& s, RealCall& c) {     \
+      const auto freeing = s.BeginFree(dptr);                                                    \
       const CUresult result = c.Set(pass());                                                     \
-      if (result == CUDA_SUCCESS) {                                                              \
-        const bool async = (__VA_OPT__(true ||) false);                                          \
-        s.OnFree(dptr, #NAME, async ? s.StreamId(ndt::tracer::Handle(hstream), PER_THREAD) : 0); \
-      }                                                                                          \
+      const bool async = (__VA_OPT__(true ||) false);                                            \
+      s.EndFree(freeing, result == CUDA_SUCCESS, #NAME,                                          \
+                async ? s.StreamId(ndt::tracer::Handle(hstream), PER_THREAD) : 0);               \
       return result;                                                                             \
     });                                                                                          \
   }
@@ -789,8 +789,9 @@ extern "C" CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   auto real = NDT_REAL(cuMemUnmap);
   auto pass = [&] { return real(ptr, size); };
   return ndt::tracer::RunHook("cuMemUnmap", real != nullptr, pass, [&](Session& s, RealCall& c) {
+    const auto unmapping = s.BeginFree(ptr);
     const CUresult result = c.Set(pass());
-    if (result == CUDA_SUCCESS) s.OnFree(ptr, "cuMemUnmap", 0);
+    s.EndFree(unmapping, result == CUDA_SUCCESS, "cuMemUnmap", 0);
     return result;
   });
 }
