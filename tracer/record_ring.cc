@@ -318,12 +318,16 @@ void FillNvtx(const RecordRings::NvtxFields& fields, format::NvtxRangeRecord& in
 
 }  // namespace
 
+format::NvtxRangeRecord RecordRings::NvtxFields::ToRecord() const {
+  format::NvtxRangeRecord record;
+  FillNvtx(*this, record);
+  return record;
+}
+
 void RecordRings::AppendNvtx(const NvtxFields& fields, uint64_t origin) {
   Push([&](Ring::Slot* slot, unsigned char*) {
     if (slot == nullptr) {
-      format::Record record{format::NvtxRangeRecord{}};
-      FillNvtx(fields, std::get<format::NvtxRangeRecord>(record));
-      writer_->Append(record, origin);
+      writer_->Append(format::Record(fields.ToRecord()), origin);
       return;
     }
     slot->holds = Ring::Holds::kOther;

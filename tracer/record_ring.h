@@ -83,6 +83,8 @@ class RecordRings {
     format::NvtxRangeRecord numbers;  // every field but the strings (not read)
     std::string_view name;
     std::string_view domain;
+    // The record, strings copied: for the paths that do not build it in a slot.
+    format::NvtxRangeRecord ToRecord() const;
   };
   // Queues the NVTX range record `fields` describe, built in its slot: the slot's strings keep
   // their capacity, so in steady state nothing is allocated (the NVTX hooks' path).

@@ -1022,10 +1022,7 @@ void Session::AppendNvtx(const RecordRings::NvtxFields& fields) {
     rings_.AppendNvtx(fields, fields.numbers.thread_id);
     return;
   }
-  format::NvtxRangeRecord record = fields.numbers;
-  record.name = fields.name;
-  record.domain = fields.domain;
-  AppendRecord(format::Record(std::move(record)));
+  AppendRecord(format::Record(fields.ToRecord()));
 }
 
 void Session::DrainHeldLocked(size_t keep) {
