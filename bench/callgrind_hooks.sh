@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Instructions per hooked call under callgrind, the stable figure on a noisy machine: for each
-# case, the measured loop of bench_hooks (memset, launch) or bench_library_hooks (one library
-# call) is run plain and with libndtrace.so preloaded and recording, each with N1 and N2 calls;
+# case, the measured loop of bench_hooks (memset, launch) or bench_library_hooks (a GEMM, a
+# setter PyTorch calls before every GEMM, a small cuRAND generate) is run plain and with
+# libndtrace.so preloaded and recording, each with N1 and N2 calls;
 # (instructions(N2) - instructions(N1)) / (N2 - N1) is the cost of one call, set-up and exit
 # cancelling out. Printed per case: plain, traced and traced minus plain, counted on the calling
 # thread alone (callgrind --separate-threads; the thread that makes the calls is the first) and
@@ -113,8 +114,9 @@ fi
 if [[ $which == all || $which == library ]]; then
   [[ -e $build/bench/bench_library_hooks ]] ||
     { echo "error: build bench_library_hooks for the library case" >&2; exit 3; }
-  measure "cublasSgemm_v2(4x4x4)" "$build/bench/bench_library_hooks" \
-    --child @N@ --only "cublasSgemm_v2(4x4x4)" --no-clock
+  for call in "cublasSgemm_v2(4x4x4)" cublasSetMathMode "curandGenerateUniform(4)"; do
+    measure "$call" "$build/bench/bench_library_hooks" --child @N@ --only "$call" --no-clock
+  done
 fi
 echo "(hook = traced - plain: the hook's instructions per call; thread = the calling thread in main,"
 echo " less the records it encoded itself for a full ring; all = every thread of the process from"

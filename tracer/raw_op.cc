@@ -34,6 +34,9 @@ void ToOpRecord(const RawOpHeader& header, const unsigned char* body, format::Op
       case RawOp::Type::kUnsigned:
         to.value = from.a;
         break;
+      case RawOp::Type::kSigned:
+        to.value = static_cast<int64_t>(from.a);
+        break;
       case RawOp::Type::kPointer:
         to.value = format::DevicePointer{from.a, from.b, from.c};
         break;
@@ -62,6 +65,7 @@ void ToOpRecord(const RawOpHeader& header, const unsigned char* body, format::Op
   op.module_id = header.module_id;
   op.device_ordinal = 0;
   op.nvtx_range_id = header.nvtx_range_id;
+  if (header.build != nullptr) header.build(bytes, op);
 }
 
 void ToOpRecord(const RawOp& raw, format::OpRecord& op) {

@@ -8,6 +8,11 @@
 // itself; what moves off the calling thread is the building: strings, argument vectors and
 // variants.
 //
+// A library op's many arguments (a GEMM has twenty-odd, text among them) take another way: the
+// hook copies the call's facts, a plain struct, into the bytes and names a builder (SetFacts),
+// which the encoder calls to add the record's arguments and algorithm from them. The hook and the
+// builder share the code that turns facts into arguments, so both ways give the same record.
+//
 // An op that does not fit (more than kMaxArgs arguments or kMaxBytes of parameter bytes), or
 // that needs what only an OpRecord holds (digests, an RNG state, captured blobs), is recorded
 // the usual way (Session::BeginOp/EndOp).
@@ -16,13 +21,19 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "formats/records.h"
 
 namespace ndt::tracer {
 
 struct RawOpHeader {
+  // Adds the op's arguments (and algorithm) to `op` from the facts at `facts` (RawOp::SetFacts);
+  // runs on whichever thread encodes the op. Null: the arguments are the raw op's own.
+  using BuildFn = void (*)(const unsigned char* facts, format::OpRecord& op);
+
   const char* name;  // static storage or Session::InternName: lives as long as the process
+  BuildFn build;
   uint64_t sequence;
   uint64_t start_ns;
   uint64_t end_ns;
@@ -44,10 +55,10 @@ struct RawOp : RawOpHeader {
   static constexpr size_t kMaxArgs = 40;
   static constexpr size_t kMaxBytes = 1024;
 
-  enum class Type : uint8_t { kUnsigned, kPointer, kDims, kBytes };
+  enum class Type : uint8_t { kUnsigned, kSigned, kPointer, kDims, kBytes };
   struct Arg {
     const char* name;  // static storage
-    uint64_t a, b, c;  // kUnsigned: a. kPointer: allocation id, offset, raw address.
+    uint64_t a, b, c;  // kUnsigned, kSigned (two's complement): a. kPointer: allocation id, offset, raw address.
                        // kDims: x, y, z. kBytes: offset and size in the op's bytes.
     Type type;
   };
@@ -58,6 +69,9 @@ struct RawOp : RawOpHeader {
   // Each returns false, adding nothing, when the op is full.
   bool AddUnsigned(const char* arg_name, uint64_t value) {
     return Add(arg_name, Type::kUnsigned, value, 0, 0);
+  }
+  bool AddSigned(const char* arg_name, int64_t value) {
+    return Add(arg_name, Type::kSigned, static_cast<uint64_t>(value), 0, 0);
   }
   bool AddPointer(const char* arg_name, const format::DevicePointer& pointer) {
     return Add(arg_name, Type::kPointer, pointer.allocation_id, pointer.offset,
@@ -73,6 +87,17 @@ struct RawOp : RawOpHeader {
     args[arg_count++] = {arg_name, at, size, 0, Type::kBytes};
     bytes_used = static_cast<uint16_t>(at + size);
     return true;
+  }
+
+  // Makes `facts` the op's bytes and `builder` its builder (RawOpHeader::BuildFn). Call on an
+  // op with no argument or byte yet (as BeginRawOp returns it), instead of adding any.
+  template <typename Facts>
+  void SetFacts(BuildFn builder, const Facts& facts) {
+    static_assert(std::is_trivially_copyable_v<Facts> && sizeof(Facts) <= kMaxBytes);
+    arg_count = 0;
+    std::memcpy(bytes, &facts, sizeof(Facts));
+    bytes_used = sizeof(Facts);
+    build = builder;
   }
 
   // Bytes the arguments and parameter bytes in use take, packed (PackBody).

@@ -430,6 +430,86 @@ TEST_CASE("cublas: calls through dlopen(RTLD_LOCAL) + dlsym reach the hooks", "[
   CHECK(plain.out == traced.out);
 }
 
+// Metadata only (NDTRACE_LIBRARY_DIGESTS=0, as `ndtrace run` records), a GEMM takes the raw
+// path: the hook keeps the call's facts and the encoder thread builds the record. Every GEMM must
+// come out as the hook builds it when digests are on: same arguments, in the same order, same
+// algorithm, same place; only the digests are missing.
+TEST_CASE("cublas: metadata only, GEMM records are built off the calling thread and equal the "
+          "records with digests, digests aside",
+          "[tracer][cublas]") {
+  const auto gemms = [](const std::string& trace) {
+    std::vector<OpRecord> found;
+    for (const OpRecord& op : Ops(ReadAll(trace))) {
+      if (op.kind == OpKind::kCublasGemm) found.push_back(op);
+    }
+    return found;
+  };
+  const std::string with = TempPath("gemm_digests.ndt");
+  const std::string without = TempPath("gemm_metadata.ndt");
+  struct Case {
+    std::string program, options;
+    bool deterministic;  // prints the same checksum in every run, traced or not
+  };
+  for (const Case& c : {Case{"'" PROG_GEMM "'", "", true},
+                        Case{"'" PROG_GEMM "' --atomics --autotune", "--deterministic", false},
+                        Case{"'" PROG_GEMM "' --atomics", "", false},
+                        Case{"'" CORPUS_BLAS_THREADS "'", "", true}}) {
+    INFO(c.program << " " << c.options);
+    std::remove(with.c_str());
+    std::remove(without.c_str());
+    const RunResult digests =
+        Run("'" NDTRACE_BIN "' record " + c.options + " -o '" + with + "' -- " + c.program);
+    const RunResult metadata = Run("NDTRACE_LIBRARY_DIGESTS=0 '" NDTRACE_BIN "' record " +
+                                   c.options + " -o '" + without + "' -- " + c.program);
+    REQUIRE(digests.status == 0);
+    REQUIRE(metadata.status == 0);
+    if (c.deterministic) CHECK(metadata.out == Run(c.program).out);
+    const std::vector<OpRecord> a = gemms(with);
+    const std::vector<OpRecord> b = gemms(without);
+    REQUIRE(!a.empty());
+    REQUIRE(a.size() == b.size());
+    // Threads interleave differently from run to run: compare per thread, in op order.
+    const auto by_thread = [](std::vector<OpRecord> ops) {
+      std::stable_sort(ops.begin(), ops.end(), [](const OpRecord& x, const OpRecord& y) {
+        return x.thread_id < y.thread_id;
+      });
+      return ops;
+    };
+    const std::vector<OpRecord> sorted_a = by_thread(a), sorted_b = by_thread(b);
+    for (size_t i = 0; i < sorted_a.size(); ++i) {
+      const OpRecord& x = sorted_a[i];
+      const OpRecord& y = sorted_b[i];
+      INFO("GEMM " << i << ": " << x.name);
+      CHECK(x.name == y.name);
+      CHECK(x.thread_id == y.thread_id);
+      CHECK(x.stream_id == y.stream_id);
+      CHECK(x.status == y.status);
+      CHECK(x.nvtx_range_id == y.nvtx_range_id);
+      CHECK(!x.inputs.empty());
+      CHECK(y.inputs.empty());
+      CHECK(y.outputs.empty());
+      CHECK(x.algorithm == y.algorithm);
+      REQUIRE(x.args.size() == y.args.size());
+      for (size_t j = 0; j < x.args.size(); ++j) {
+        INFO("argument " << x.args[j].name);
+        CHECK(x.args[j].name == y.args[j].name);
+        const auto* pointer = std::get_if<ndt::format::DevicePointer>(&x.args[j].value);
+        if (pointer != nullptr) {
+          // The same allocation and offset; its raw address is the run's own.
+          const auto* other = std::get_if<ndt::format::DevicePointer>(&y.args[j].value);
+          REQUIRE(other != nullptr);
+          CHECK(pointer->allocation_id == other->allocation_id);
+          CHECK(pointer->offset == other->offset);
+        } else {
+          CHECK(x.args[j].value == y.args[j].value);
+        }
+      }
+    }
+  }
+  std::remove(with.c_str());
+  std::remove(without.c_str());
+}
+
 TEST_CASE("cublas: axpy, dot, gemv and strided batched GEMMs are recorded with "
           "exact-extent digests",
           "[tracer][cublas]") {

@@ -235,3 +235,56 @@ TEST_CASE("the deterministic policy replaces the device-dependent PSEUDO_DYNAMIC
 }
 
 }  // namespace
+
+// Metadata only (NDTRACE_LIBRARY_DIGESTS=0, as `ndtrace run` records), a generate takes the raw
+// path: the encoder builds its record from the call's facts. It must equal the record the hook
+// builds with digests on, digests aside: arguments, fingerprint and RNG state, with the policy
+// changing the ordering too.
+TEST_CASE("metadata only, generate records are built off the calling thread and equal the "
+          "records with digests, digests aside",
+          "[tracer][curand]") {
+  const std::string with = TempPath("curand_digests.ndt");
+  const std::string without = TempPath("curand_metadata.ndt");
+  for (const std::string options : {"", "--deterministic"}) {
+    INFO("options: " << options);
+    const std::string program = "'" + kProgram + "' --dynamic 3";
+    std::remove(with.c_str());
+    std::remove(without.c_str());
+    REQUIRE(Run("'" NDTRACE_BIN "' record " + options + " -o '" + with + "' -- " + program)
+                .status == 0);
+    const RunResult metadata = Run("NDTRACE_LIBRARY_DIGESTS=0 '" NDTRACE_BIN "' record " +
+                                   options + " -o '" + without + "' -- " + program);
+    REQUIRE(metadata.status == 0);
+    // (The deterministic policy replaces the ordering: other numbers than untraced.)
+    if (options.empty()) CHECK(Checksum(metadata.out) == Checksum(Run(program).out));
+    const std::vector<OpRecord> a = Generates(Ops(ReadAll(with)));
+    const std::vector<OpRecord> b = Generates(Ops(ReadAll(without)));
+    REQUIRE(a.size() == 6);  // 3 uniform and 3 normal draws
+    REQUIRE(b.size() == a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      INFO("generate " << i << ": " << a[i].name);
+      CHECK(a[i].name == b[i].name);
+      CHECK(a[i].stream_id == b[i].stream_id);
+      CHECK(a[i].status == b[i].status);
+      CHECK(a[i].rng == b[i].rng);
+      CHECK(a[i].rng.has_value());
+      CHECK(!a[i].outputs.empty());
+      CHECK(b[i].outputs.empty());
+      CHECK(a[i].args.size() == b[i].args.size());
+      for (size_t j = 0; j < std::min(a[i].args.size(), b[i].args.size()); ++j) {
+        INFO("argument " << a[i].args[j].name);
+        CHECK(a[i].args[j].name == b[i].args[j].name);
+        if (const auto* p = std::get_if<ndt::format::DevicePointer>(&a[i].args[j].value)) {
+          const auto* q = std::get_if<ndt::format::DevicePointer>(&b[i].args[j].value);
+          REQUIRE(q != nullptr);
+          CHECK(p->allocation_id == q->allocation_id);
+          CHECK(p->offset == q->offset);
+        } else {
+          CHECK(a[i].args[j].value == b[i].args[j].value);
+        }
+      }
+    }
+  }
+  std::remove(with.c_str());
+  std::remove(without.c_str());
+}

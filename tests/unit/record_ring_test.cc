@@ -3,7 +3,9 @@
 #include "tracer/record_ring.h"
 
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <map>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -145,7 +147,22 @@ std::string LargeParam(uint64_t sequence) {
   return bytes;
 }
 
-// A RawOp (raw_op.h) with one argument of every kind, for op `sequence` of thread `thread`.
+// Facts a raw op may carry instead of arguments (RawOp::SetFacts), and their builder.
+struct SampleFacts {
+  uint64_t sequence;
+  int32_t delta;
+};
+
+void BuildSample(const unsigned char* bytes, OpRecord& op) {
+  SampleFacts facts;
+  std::memcpy(&facts, bytes, sizeof facts);
+  op.args.push_back({"facts", facts.sequence});
+  op.args.push_back({"delta", int64_t{facts.delta}});
+  op.algorithm.emplace().library = "sample " + std::to_string(facts.sequence);
+}
+
+// A RawOp (raw_op.h) with one argument of every kind, for op `sequence` of thread `thread`;
+// every fourth (sequence % 4 == 2) carries facts for BuildSample instead.
 const RawOp& SampleRawOp(uint64_t sequence, uint32_t thread) {
   static RawOp raw;  // 7 KB: not on the stack
   ResetRawOp(raw, format::OpKind::kKernelLaunch, "Kernel(float*, int)", 3);
@@ -156,8 +173,13 @@ const RawOp& SampleRawOp(uint64_t sequence, uint32_t thread) {
   raw.module_id = 4;
   raw.nvtx_range_id = 9;
   raw.status = 700;
+  if (sequence % 4 == 2) {
+    raw.SetFacts(&BuildSample, SampleFacts{sequence, -7});
+    return raw;
+  }
   REQUIRE(raw.AddDims("grid", 2, 1, 1));
   REQUIRE(raw.AddUnsigned("sharedMemBytes", sequence));
+  REQUIRE(raw.AddSigned("offset", -static_cast<int64_t>(sequence)));
   REQUIRE(raw.AddPointer("arg0", {7, 64, 0x7000040}));
   const int32_t count = 33;
   REQUIRE(raw.AddBytes("arg1", &count, sizeof count));
@@ -178,17 +200,24 @@ OpRecord ExpectedOp(uint64_t sequence, uint32_t thread) {
   op.stream_id = 3;
   op.kind = format::OpKind::kKernelLaunch;
   op.name = "Kernel(float*, int)";
-  op.args.push_back({"grid", Argument::Dims{2, 1, 1}});
-  op.args.push_back({"sharedMemBytes", sequence});
-  op.args.push_back({"arg0", format::DevicePointer{7, 64, 0x7000040}});
-  op.args.push_back({"arg1", Argument::Bytes{std::string("\x21\0\0\0", 4)}});
-  op.args.push_back({"arg2", Argument::Bytes{}});
-  if (sequence % 3 == 0) op.args.push_back({"arg3", Argument::Bytes{LargeParam(sequence)}});
   op.status = 700;
   op.start_ns = 10 * sequence;
   op.end_ns = 10 * sequence + 5;
   op.module_id = 4;
   op.nvtx_range_id = 9;
+  if (sequence % 4 == 2) {
+    op.args.push_back({"facts", sequence});
+    op.args.push_back({"delta", int64_t{-7}});
+    op.algorithm.emplace().library = "sample " + std::to_string(sequence);
+    return op;
+  }
+  op.args.push_back({"grid", Argument::Dims{2, 1, 1}});
+  op.args.push_back({"sharedMemBytes", sequence});
+  op.args.push_back({"offset", -static_cast<int64_t>(sequence)});
+  op.args.push_back({"arg0", format::DevicePointer{7, 64, 0x7000040}});
+  op.args.push_back({"arg1", Argument::Bytes{std::string("\x21\0\0\0", 4)}});
+  op.args.push_back({"arg2", Argument::Bytes{}});
+  if (sequence % 3 == 0) op.args.push_back({"arg3", Argument::Bytes{LargeParam(sequence)}});
   return op;
 }
 

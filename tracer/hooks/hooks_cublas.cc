@@ -256,6 +256,15 @@ OpRecord BeginHandleOp(Session& session, const char* name, cublasHandle_t handle
   return op;
 }
 
+// The same on the raw path (raw_op.h), for the calls made before every GEMM (PyTorch sets the
+// handle's stream, workspace and math mode each time it takes the handle).
+RawOp& BeginRawHandleOp(Session& session, const char* name, cublasHandle_t handle,
+                        cudaStream_t stream) {
+  RawOp& op = session.BeginRawOp(OpKind::kOther, name, session.StreamId(Address(stream), false));
+  op.AddUnsigned("handle", CublasState::Get().HandleId(handle));
+  return op;
+}
+
 // Gives (handle, stream) a workspace of its own under the deterministic policy.
 void GiveWorkspace(Session& session, uint64_t op_sequence, cublasHandle_t handle,
                    cudaStream_t stream, uint32_t stream_id) {
@@ -342,24 +351,26 @@ AlgorithmChoice GemmChoice(int algo, bool atomics, ChoiceSource source) {
   return choice;
 }
 
-// Records a GEMM around the real call `real(algo)`.
-template <typename Real>
-cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, GemmCall g,
-                          Real real) {
-  const cudaStream_t stream = HandleStream(g.handle);
-  OpRecord op =
-      session.BeginOp(OpKind::kCublasGemm, g.api, session.StreamId(Address(stream), false));
-  cublasAtomicsMode_t atomics = CUBLAS_ATOMICS_NOT_ALLOWED;
-  if (auto get = NDT_REAL_LIBRARY(kCublas, cublasGetAtomicsMode)) get(g.handle, &atomics);
-  cublasMath_t math = CUBLAS_DEFAULT_MATH;
-  if (auto get = NDT_REAL_LIBRARY(kCublas, cublasGetMathMode)) get(g.handle, &math);
-  cublasPointerMode_t pointer_mode = CUBLAS_POINTER_MODE_HOST;
-  if (auto get = NDT_REAL_LIBRARY(kCublas, cublasGetPointerMode_v2)) get(g.handle, &pointer_mode);
+// A GEMM's record besides its header: what the call said and what the hook found, as a plain
+// struct. AddGemmArguments makes the record's arguments and algorithm of it, on the calling
+// thread or, for a GEMM on the raw path (metadata only), on the encoder's (BuildGemmRecord).
+struct GemmFacts {
+  GemmCall call;  // its pointers are not read again: a, b and c are below, the scalars too
+  uint64_t handle_id;
+  format::DevicePointer a, b, c;
+  // Each scalar as ScalarArgument records it: in device memory, read from the host, or unread.
+  enum class Scalar : uint8_t { kDevice, kValue, kUnread };
+  Scalar alpha_kind, beta_kind;
+  double alpha, beta;
+  int math;           // cublasMath_t of the handle
+  bool atomics;       // the handle allows atomics (after the policy's change, if any)
+  int algo;           // the algo that runs (the policy's, if it replaced the program's)
+  ChoiceSource source;
+};
 
-  const std::string a_type = TypeName(g.a_type), b_type = TypeName(g.b_type),
-                    c_type = TypeName(g.c_type);
-  // "<api> op=N,T m=.. n=.. k=.. lda=.. ldb=.. ldc=.. A=f32 B=f32 C=f32 compute=.. math=..
-  // [batch=.. strides=..,..,..]", appended piece by piece (no temporaries: every GEMM pays it).
+// "<api> op=N,T m=.. n=.. k=.. lda=.. ldb=.. ldc=.. A=f32 B=f32 C=f32 compute=.. math=..
+// [batch=.. strides=..,..,..]": the key a pinned GEMM's choice is found by.
+std::string GemmFingerprint(const GemmCall& g, int math) {
   std::string fingerprint;
   fingerprint.reserve(160);
   const auto field = [&fingerprint](const char* label, int64_t value) {
@@ -374,16 +385,90 @@ cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, Gemm
   field(" lda=", g.lda);
   field(" ldb=", g.ldb);
   field(" ldc=", g.ldc);
-  fingerprint.append(" A=").append(a_type).append(" B=").append(b_type).append(" C=").append(
-      c_type);
+  fingerprint.append(" A=").append(TypeName(g.a_type)).append(" B=").append(TypeName(g.b_type));
+  fingerprint.append(" C=").append(TypeName(g.c_type));
   field(" compute=", g.compute);
-  field(" math=", static_cast<int>(math));
+  field(" math=", math);
   if (g.batch > 0) {
     field(" batch=", g.batch);
     field(" strides=", g.stride_a);
     field(",", g.stride_b);
     field(",", g.stride_c);
   }
+  return fingerprint;
+}
+
+void AddGemmArguments(const GemmFacts& f, OpRecord& op) {
+  const GemmCall& g = f.call;
+  const auto text = [&op](const char* name, std::string value) {
+    AddArgument(op, name, std::move(value));
+  };
+  const auto number = [&op](const char* name, int64_t value) { AddArgument(op, name, value); };
+  const auto scalar = [&op](const char* name, GemmFacts::Scalar kind, double value) {
+    format::Argument& argument = op.args.emplace_back();
+    argument.name = name;
+    if (kind == GemmFacts::Scalar::kDevice) {
+      argument.value = std::string("device pointer");
+    } else if (kind == GemmFacts::Scalar::kValue) {
+      argument.value = value;
+    }
+  };
+  text("fingerprint", GemmFingerprint(g, f.math));
+  AddArgument(op, "handle", f.handle_id);
+  text("transa", OperationName(g.trans_a));
+  text("transb", OperationName(g.trans_b));
+  number("m", g.m);
+  number("n", g.n);
+  number("k", g.k);
+  scalar("alpha", f.alpha_kind, f.alpha);
+  AddArgument(op, "A", f.a);
+  text("Atype", TypeName(g.a_type));
+  number("lda", g.lda);
+  AddArgument(op, "B", f.b);
+  text("Btype", TypeName(g.b_type));
+  number("ldb", g.ldb);
+  scalar("beta", f.beta_kind, f.beta);
+  AddArgument(op, "C", f.c);
+  text("Ctype", TypeName(g.c_type));
+  number("ldc", g.ldc);
+  if (g.batch > 0) {
+    number("strideA", g.stride_a);
+    number("strideB", g.stride_b);
+    number("strideC", g.stride_c);
+    number("batchCount", g.batch);
+  }
+  if (g.compute >= 0) number("computeType", g.compute);
+  number("algo", g.algo);
+  text("atomics", f.atomics ? "allowed" : "not allowed");
+  number("mathMode", f.math);
+  op.algorithm = GemmChoice(f.algo, f.atomics, f.source);
+}
+
+void BuildGemmRecord(const unsigned char* facts, OpRecord& op) {
+  GemmFacts f;
+  std::memcpy(&f, facts, sizeof(f));
+  AddGemmArguments(f, op);
+}
+
+// Records a GEMM around the real call `real(algo)`. Metadata only (no digest of library ops,
+// nothing captured), the record is built off the calling thread: it takes the facts
+// (GemmFacts) and queues them as a raw op.
+template <typename Real>
+cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, GemmCall g,
+                          Real real) {
+  const cudaStream_t stream = HandleStream(g.handle);
+  const uint32_t stream_id = session.StreamId(Address(stream), false);
+  const bool raw = !session.policy().library_digests && !CaptureAny();
+  RawOp* raw_op = raw ? &session.BeginRawOp(OpKind::kCublasGemm, g.api, stream_id) : nullptr;
+  OpRecord op;
+  if (!raw) op = session.BeginOp(OpKind::kCublasGemm, g.api, stream_id);
+  const uint64_t sequence = raw ? raw_op->sequence : op.sequence;
+  cublasAtomicsMode_t atomics = CUBLAS_ATOMICS_NOT_ALLOWED;
+  if (auto get = NDT_REAL_LIBRARY(kCublas, cublasGetAtomicsMode)) get(g.handle, &atomics);
+  cublasMath_t math = CUBLAS_DEFAULT_MATH;
+  if (auto get = NDT_REAL_LIBRARY(kCublas, cublasGetMathMode)) get(g.handle, &math);
+  cublasPointerMode_t pointer_mode = CUBLAS_POINTER_MODE_HOST;
+  if (auto get = NDT_REAL_LIBRARY(kCublas, cublasGetPointerMode_v2)) get(g.handle, &pointer_mode);
 
   const PolicyConfig& policy = session.policy();
   int algo = g.algo;
@@ -399,7 +484,7 @@ cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, Gemm
       if (auto set = NDT_REAL_LIBRARY(kCublas, cublasSetAtomicsMode);
           set != nullptr && set(g.handle, CUBLAS_ATOMICS_NOT_ALLOWED) == CUBLAS_STATUS_SUCCESS) {
         atomics = CUBLAS_ATOMICS_NOT_ALLOWED;
-        session.Decide({op.sequence, "cublas",
+        session.Decide({sequence, "cublas",
                         std::string("disallowed atomics on the handle before ") + g.api,
                         requested(), GemmChoice(g.algo, false, ChoiceSource::kEnforced), true});
         source = ChoiceSource::kEnforced;
@@ -408,14 +493,15 @@ cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, Gemm
     if (g.has_algo && algo == CUBLAS_GEMM_AUTOTUNE) {
       algo = CUBLAS_GEMM_DEFAULT;
       source = ChoiceSource::kEnforced;
-      session.Decide({op.sequence, "cublas",
+      session.Decide({sequence, "cublas",
                       "replaced cublasGemmEx algo CUBLAS_GEMM_AUTOTUNE (chosen by timing) by "
                       "CUBLAS_GEMM_DEFAULT",
                       requested(), GemmChoice(algo, false, source), true});
     }
   } else if (policy.mode == PolicyMode::kPin && g.has_algo && session.pins() != nullptr) {
+    const std::string fingerprint = GemmFingerprint(g, static_cast<int>(math));
     const AlgorithmChoice* recorded = session.pins()->Choice(fingerprint);
-    PolicyDecisionRecord decision{op.sequence, "cublas", "", requested(), std::nullopt, false};
+    PolicyDecisionRecord decision{sequence, "cublas", "", requested(), std::nullopt, false};
     if (recorded == nullptr || recorded->library != "cublas") {
       decision.action = "cannot pin cublasGemmEx: no choice recorded for \"" + fingerprint + "\"";
     } else if (std::string why = session.pins()->Mismatch(session.header(), "cublas");
@@ -439,39 +525,36 @@ cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, Gemm
 
   const bool host_scalars = pointer_mode == CUBLAS_POINTER_MODE_HOST;
   const int scale_type = libfacts::ScaleTypeOfCompute(g.compute, g.c_type);
-  const auto text = [&op](const char* name, std::string value) {
-    AddArgument(op, name, std::move(value));
+  GemmFacts facts{g,
+                  CublasState::Get().HandleId(g.handle),
+                  session.Canonical(Address(g.a)),
+                  session.Canonical(Address(g.b)),
+                  session.Canonical(Address(g.c)),
+                  GemmFacts::Scalar::kUnread,
+                  GemmFacts::Scalar::kUnread,
+                  0,
+                  0,
+                  static_cast<int>(math),
+                  atomics == CUBLAS_ATOMICS_ALLOWED,
+                  algo,
+                  source};
+  const auto read_scalar = [&](const void* value, GemmFacts::Scalar* kind, double* read) {
+    if (!host_scalars) {
+      *kind = GemmFacts::Scalar::kDevice;
+    } else if (std::optional<double> host = HostScalar(value, scale_type)) {
+      *kind = GemmFacts::Scalar::kValue;
+      *read = *host;
+    }
   };
-  const auto number = [&op](const char* name, int64_t value) { AddArgument(op, name, value); };
-  text("fingerprint", std::move(fingerprint));
-  AddArgument(op, "handle", CublasState::Get().HandleId(g.handle));
-  text("transa", OperationName(g.trans_a));
-  text("transb", OperationName(g.trans_b));
-  number("m", g.m);
-  number("n", g.n);
-  number("k", g.k);
-  op.args.push_back(ScalarArgument("alpha", g.alpha, scale_type, host_scalars));
-  AddArgument(op, "A", session.Canonical(Address(g.a)));
-  text("Atype", a_type);
-  number("lda", g.lda);
-  AddArgument(op, "B", session.Canonical(Address(g.b)));
-  text("Btype", b_type);
-  number("ldb", g.ldb);
-  op.args.push_back(ScalarArgument("beta", g.beta, scale_type, host_scalars));
-  AddArgument(op, "C", session.Canonical(Address(g.c)));
-  text("Ctype", c_type);
-  number("ldc", g.ldc);
-  if (g.batch > 0) {
-    number("strideA", g.stride_a);
-    number("strideB", g.stride_b);
-    number("strideC", g.stride_c);
-    number("batchCount", g.batch);
+  read_scalar(g.alpha, &facts.alpha_kind, &facts.alpha);
+  read_scalar(g.beta, &facts.beta_kind, &facts.beta);
+  if (raw) {
+    raw_op->SetFacts(&BuildGemmRecord, facts);
+    call.Run([&] { return real(algo); });
+    session.EndRawOp(*raw_op, static_cast<int32_t>(call.result()));
+    return call.result();
   }
-  if (g.compute >= 0) number("computeType", g.compute);
-  number("algo", g.algo);
-  text("atomics", atomics == CUBLAS_ATOMICS_ALLOWED ? "allowed" : "not allowed");
-  number("mathMode", static_cast<int>(math));
-  op.algorithm = GemmChoice(algo, atomics == CUBLAS_ATOMICS_ALLOWED, source);
+  AddGemmArguments(facts, op);
 
   const auto dims = [](bool transposed, int rows_n, int rows_t, int cols_n, int cols_t) {
     return transposed ? std::pair<uint64_t, uint64_t>(rows_t, cols_t)
@@ -835,16 +918,16 @@ cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
       "cublasSetStream_v2", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED,
       [&] { return real(handle, stream); },
       [&](Session& session, RealCall<cublasStatus_t>& call) {
-        ndt::format::OpRecord op =
-            ndt::tracer::BeginHandleOp(session, "cublasSetStream_v2", handle, stream);
-        op.args.push_back(ndt::tracer::UnsignedArgument("stream", op.stream_id));
+        ndt::tracer::RawOp& op =
+            ndt::tracer::BeginRawHandleOp(session, "cublasSetStream_v2", handle, stream);
+        op.AddUnsigned("stream", op.stream_id);
         const cublasStatus_t status = call.Run([&] { return real(handle, stream); });
         // As the real library: a new stream goes back to the default workspace pool.
         if (status == CUBLAS_STATUS_SUCCESS) CublasState::Get().SetWorkspaceBytes(handle, 0);
         if (status == CUBLAS_STATUS_SUCCESS && session.policy().mode == PolicyMode::kEnforce) {
           ndt::tracer::GiveWorkspace(session, op.sequence, handle, stream, op.stream_id);
         }
-        session.EndOp(op, static_cast<int32_t>(status));
+        session.EndRawOp(op, static_cast<int32_t>(status));
         return status;
       });
 }
@@ -855,13 +938,13 @@ cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void* workspace, siz
       "cublasSetWorkspace_v2", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED,
       [&] { return real(handle, workspace, bytes); },
       [&](Session& session, RealCall<cublasStatus_t>& call) {
-        ndt::format::OpRecord op = ndt::tracer::BeginHandleOp(
+        ndt::tracer::RawOp& op = ndt::tracer::BeginRawHandleOp(
             session, "cublasSetWorkspace_v2", handle, ndt::tracer::HandleStream(handle));
-        op.args.push_back(ndt::tracer::PointerArgument(session, "workspace", Address(workspace)));
-        op.args.push_back(ndt::tracer::UnsignedArgument("bytes", bytes));
+        op.AddPointer("workspace", session.Canonical(Address(workspace)));
+        op.AddUnsigned("bytes", bytes);
         const cublasStatus_t status = call.Run([&] { return real(handle, workspace, bytes); });
         if (status == CUBLAS_STATUS_SUCCESS) CublasState::Get().SetWorkspaceBytes(handle, bytes);
-        session.EndOp(op, static_cast<int32_t>(status));
+        session.EndRawOp(op, static_cast<int32_t>(status));
         return status;
       });
 }
@@ -897,11 +980,11 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
       "cublasSetMathMode", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED,
       [&] { return real(handle, mode); },
       [&](Session& session, RealCall<cublasStatus_t>& call) {
-        ndt::format::OpRecord op = ndt::tracer::BeginHandleOp(
+        ndt::tracer::RawOp& op = ndt::tracer::BeginRawHandleOp(
             session, "cublasSetMathMode", handle, ndt::tracer::HandleStream(handle));
-        op.args.push_back(ndt::tracer::SignedArgument("mode", static_cast<int>(mode)));
+        op.AddSigned("mode", static_cast<int>(mode));
         const cublasStatus_t status = call.Run([&] { return real(handle, mode); });
-        session.EndOp(op, static_cast<int32_t>(status));
+        session.EndRawOp(op, static_cast<int32_t>(status));
         return status;
       });
 }

@@ -25,6 +25,7 @@
 
 #include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -263,10 +264,9 @@ void PinState(Session& session, uint64_t sequence, curandGenerator_t generator,
 // What a generate call draws.
 struct Draw {
   const char* distribution;  // "uniform", "normal", "bits"
-  std::string parameters;    // " mean=0 stddev=1", or empty
   format::DType dtype;
-  double mean = 0;
-  double stddev = 0;
+  double mean = 0;    // "normal"
+  double stddev = 0;  // "normal"
 };
 
 std::string Number(double value) {
@@ -275,41 +275,95 @@ std::string Number(double value) {
   return text;
 }
 
+// What names a draw's parameters after its size: " mean=0 stddev=1", or nothing.
+std::string DrawParameters(const Draw& draw) {
+  if (std::strcmp(draw.distribution, "normal") != 0) return "";
+  return " mean=" + Number(draw.mean) + " stddev=" + Number(draw.stddev);
+}
+
+// "curand generator 1 philox uniform n=4": a generate call without its index.
+std::string DrawDescription(const ShadowGenerator& shadow, const Draw& draw, size_t n) {
+  return "curand generator " + std::to_string(shadow.id) + " " + ShortTypeName(shadow.type) +
+         " " + draw.distribution + " n=" + std::to_string(n) + DrawParameters(draw);
+}
+
+// "curand generator 1 generate 0: philox uniform n=4": the key a pinned draw's state is found by.
+std::string DrawFingerprint(const ShadowGenerator& shadow, const Draw& draw, size_t n) {
+  return "curand generator " + std::to_string(shadow.id) + " generate " +
+         std::to_string(shadow.generates) + ": " + ShortTypeName(shadow.type) + " " +
+         draw.distribution + " n=" + std::to_string(n) + DrawParameters(draw);
+}
+
+// A generate call's record besides its header, as a plain struct (the way of GemmFacts in
+// hooks_cublas.cc): AddGenerateArguments makes the arguments and RNG state of it, on the calling
+// thread or, metadata only, on the encoder's (BuildGenerateRecord).
+struct GenerateFacts {
+  bool known;              // the generator was made while traced: `shadow` is its state
+  ShadowGenerator shadow;  // as the call runs (after the policy's changes)
+  Draw draw;
+  uint64_t n;
+  format::DevicePointer output;
+};
+
+void AddGenerateArguments(const GenerateFacts& f, format::OpRecord& op) {
+  op.args.push_back(UnsignedArgument("generator", f.known ? f.shadow.id : 0));
+  op.args.push_back(UnsignedArgument("n", f.n));
+  if (std::strcmp(f.draw.distribution, "normal") == 0) {
+    op.args.push_back(RealArgument("mean", f.draw.mean));
+    op.args.push_back(RealArgument("stddev", f.draw.stddev));
+  }
+  format::Argument& output = op.args.emplace_back();
+  output.name = "output";
+  output.value = f.output;
+  if (f.known) {
+    op.args.push_back(TextArgument("fingerprint", DrawFingerprint(f.shadow, f.draw, f.n)));
+    op.rng = StateOf(f.shadow);
+  }
+}
+
+void BuildGenerateRecord(const unsigned char* facts, format::OpRecord& op) {
+  GenerateFacts f;
+  std::memcpy(&f, facts, sizeof(f));
+  AddGenerateArguments(f, op);
+}
+
+// Records a generate call around the real call; metadata only (no digest, nothing captured)
+// the record is built off the calling thread.
 template <typename Real>
 curandStatus_t RecordGenerate(Session& session, RealCall<curandStatus_t>& call, const char* api,
                               curandGenerator_t generator, const void* output, size_t n,
                               const Draw& draw, Real real) {
   std::optional<ShadowGenerator> shadow = Generators::Get().Find(generator);
   const uint64_t stream = shadow ? shadow->stream : 0;
-  format::OpRecord op =
-      session.BeginOp(format::OpKind::kCurandGenerate, api, session.StreamId(stream, false));
-  op.args.push_back(GeneratorArgument(shadow));
-  op.args.push_back(UnsignedArgument("n", n));
-  if (std::string(draw.distribution) == "normal") {
-    op.args.push_back(RealArgument("mean", draw.mean));
-    op.args.push_back(RealArgument("stddev", draw.stddev));
+  const uint32_t stream_id = session.StreamId(stream, false);
+  const bool raw = !session.policy().library_digests && !CaptureAny();
+  RawOp* raw_op =
+      raw ? &session.BeginRawOp(format::OpKind::kCurandGenerate, api, stream_id) : nullptr;
+  format::OpRecord op;
+  if (!raw) op = session.BeginOp(format::OpKind::kCurandGenerate, api, stream_id);
+  const uint64_t sequence = raw ? raw_op->sequence : op.sequence;
+  if (shadow) {
+    EnforceOrdering(session, sequence, generator, *shadow);
+    if (session.policy().mode == PolicyMode::kPin) {
+      PinState(session, sequence, generator, *shadow, DrawFingerprint(*shadow, draw, n),
+               DrawDescription(*shadow, draw, n));
+    }
   }
   const auto address = reinterpret_cast<uint64_t>(output);
-  op.args.push_back(PointerArgument(session, "output", address));
-  if (shadow) {
-    const std::string description = "curand generator " + std::to_string(shadow->id) + " " +
-                                    ShortTypeName(shadow->type) + " " + draw.distribution +
-                                    " n=" + std::to_string(n) + draw.parameters;
-    const std::string fingerprint = "curand generator " + std::to_string(shadow->id) +
-                                    " generate " + std::to_string(shadow->generates) + ": " +
-                                    ShortTypeName(shadow->type) + " " + draw.distribution +
-                                    " n=" + std::to_string(n) + draw.parameters;
-    EnforceOrdering(session, op.sequence, generator, *shadow);
-    PinState(session, op.sequence, generator, *shadow, fingerprint, description);
-    op.args.push_back(TextArgument("fingerprint", fingerprint));
-    op.rng = StateOf(*shadow);
-  }
+  const GenerateFacts facts{shadow.has_value(), shadow.value_or(ShadowGenerator{}), draw, n,
+                            session.Canonical(address)};
+  if (raw) raw_op->SetFacts(&BuildGenerateRecord, facts);
+  if (!raw) AddGenerateArguments(facts, op);
   const curandStatus_t result = call.Run(real);
   if (shadow) {
     Generators::Get().Update(generator, [&](ShadowGenerator& g) {
       if (result == CURAND_STATUS_SUCCESS) g.offset += n;
       ++g.generates;
     });
+  }
+  if (raw) {
+    session.EndRawOp(*raw_op, static_cast<int32_t>(result));
+    return result;
   }
   if (result == CURAND_STATUS_SUCCESS && n > 0) {
     const std::vector<Extent> outputs = {{"output", address, n * 4, draw.dtype}};
@@ -482,7 +536,7 @@ extern "C" curandStatus_t curandGenerate(curandGenerator_t generator, unsigned i
       "curandGenerate", real != nullptr, ndt::tracer::kUnavailable, draw,
       [&](Session& session, RealCall<curandStatus_t>& call) {
         return ndt::tracer::RecordGenerate(session, call, "curandGenerate", generator, output_ptr,
-                                           num, {"bits", "", ndt::format::DType::kUnknown}, draw);
+                                           num, {"bits", ndt::format::DType::kUnknown}, draw);
       });
 }
 
@@ -495,7 +549,7 @@ extern "C" curandStatus_t curandGenerateUniform(curandGenerator_t generator, flo
       [&](Session& session, RealCall<curandStatus_t>& call) {
         return ndt::tracer::RecordGenerate(session, call, "curandGenerateUniform", generator,
                                            output_ptr, num,
-                                           {"uniform", "", ndt::format::DType::kF32}, draw);
+                                           {"uniform", ndt::format::DType::kF32}, draw);
       });
 }
 
@@ -506,10 +560,8 @@ extern "C" curandStatus_t curandGenerateNormal(curandGenerator_t generator, floa
   return RunLibraryHook<curandStatus_t>(
       "curandGenerateNormal", real != nullptr, ndt::tracer::kUnavailable, draw,
       [&](Session& session, RealCall<curandStatus_t>& call) {
-        const std::string parameters = " mean=" + ndt::tracer::Number(mean) +
-                                       " stddev=" + ndt::tracer::Number(stddev);
         return ndt::tracer::RecordGenerate(
             session, call, "curandGenerateNormal", generator, output_ptr, n,
-            {"normal", parameters, ndt::format::DType::kF32, mean, stddev}, draw);
+            {"normal", ndt::format::DType::kF32, mean, stddev}, draw);
       });
 }
