@@ -130,6 +130,22 @@ int Child(long calls) {
           device + 8192, 64);
   });
 
+  // The cuBLASLt matmul PyTorch's Linear layers make, 4x4x4, the library's own algo choice.
+  cublasLtHandle_t lt = nullptr;
+  cublasLtMatmulDesc_t matmul = nullptr;
+  cublasLtMatrixLayout_t layout = nullptr;
+  Require(NDT_FIND(cublasLtCreate)(&lt) == CUBLAS_STATUS_SUCCESS &&
+              NDT_FIND(cublasLtMatmulDescCreate)(&matmul, CUBLAS_COMPUTE_32F, CUDA_R_32F) ==
+                  CUBLAS_STATUS_SUCCESS &&
+              NDT_FIND(cublasLtMatrixLayoutCreate)(&layout, CUDA_R_32F, 4, 4, 4) ==
+                  CUBLAS_STATUS_SUCCESS,
+          "cublasLt set-up");
+  const auto lt_matmul = NDT_FIND(cublasLtMatmul);
+  Time("cublasLtMatmul(4x4x4)", calls, [&](long) {
+    lt_matmul(lt, matmul, &one, device, layout, device + 16, layout, &zero, device + 32, layout,
+              device + 32, layout, nullptr, nullptr, 0, nullptr);
+  });
+
   curandGenerator_t generator = nullptr;
   Require(NDT_FIND(curandCreateGenerator)(&generator, CURAND_RNG_PSEUDO_PHILOX4_32_10) ==
               CURAND_STATUS_SUCCESS,

@@ -114,7 +114,8 @@ fi
 if [[ $which == all || $which == library ]]; then
   [[ -e $build/bench/bench_library_hooks ]] ||
     { echo "error: build bench_library_hooks for the library case" >&2; exit 3; }
-  for call in "cublasSgemm_v2(4x4x4)" cublasSetMathMode "curandGenerateUniform(4)"; do
+  for call in "cublasSgemm_v2(4x4x4)" "cublasLtMatmul(4x4x4)" cublasSetMathMode \
+      "curandGenerateUniform(4)"; do
     measure "$call" "$build/bench/bench_library_hooks" --child @N@ --only "$call" --no-clock
   done
 fi

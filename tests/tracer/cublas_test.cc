@@ -430,17 +430,19 @@ TEST_CASE("cublas: calls through dlopen(RTLD_LOCAL) + dlsym reach the hooks", "[
   CHECK(plain.out == traced.out);
 }
 
-// Metadata only (NDTRACE_LIBRARY_DIGESTS=0, as `ndtrace run` records), a GEMM takes the raw
-// path: the hook keeps the call's facts and the encoder thread builds the record. Every GEMM must
-// come out as the hook builds it when digests are on: same arguments, in the same order, same
-// algorithm, same place; only the digests are missing.
-TEST_CASE("cublas: metadata only, GEMM records are built off the calling thread and equal the "
-          "records with digests, digests aside",
+// Metadata only (NDTRACE_LIBRARY_DIGESTS=0, as `ndtrace run` records), a GEMM or cuBLASLt matmul
+// takes the raw path: the hook keeps the call's facts and the encoder thread builds the record.
+// Every one must come out as the hook builds it when digests are on: same arguments, in the same
+// order, same algorithm, same place; only the digests are missing.
+TEST_CASE("cublas: metadata only, GEMM and cuBLASLt matmul records are built off the calling "
+          "thread and equal the records with digests, digests aside",
           "[tracer][cublas]") {
   const auto gemms = [](const std::string& trace) {
     std::vector<OpRecord> found;
     for (const OpRecord& op : Ops(ReadAll(trace))) {
-      if (op.kind == OpKind::kCublasGemm) found.push_back(op);
+      if (op.kind == OpKind::kCublasGemm || op.kind == OpKind::kCublasLtMatmul) {
+        found.push_back(op);
+      }
     }
     return found;
   };
@@ -453,6 +455,8 @@ TEST_CASE("cublas: metadata only, GEMM records are built off the calling thread 
   for (const Case& c : {Case{"'" PROG_GEMM "'", "", true},
                         Case{"'" PROG_GEMM "' --atomics --autotune", "--deterministic", false},
                         Case{"'" PROG_GEMM "' --atomics", "", false},
+                        Case{"'" PROG_GEMM "' --lt", "", false},
+                        Case{"'" PROG_GEMM "' --lt", "--deterministic", false},
                         Case{"'" CORPUS_BLAS_THREADS "'", "", true}}) {
     INFO(c.program << " " << c.options);
     std::remove(with.c_str());

@@ -230,6 +230,31 @@ std::optional<double> HostScalar(const void* value, int type) {
   return std::nullopt;
 }
 
+// A GEMM's scalar (alpha, beta) as ScalarArgument records it, read on the calling thread: in
+// device memory, read from the host, or of a type not read here.
+struct ScalarFact {
+  enum class Kind : uint8_t { kDevice, kValue, kUnread };
+  Kind kind;
+  double value;
+};
+
+ScalarFact ReadScalar(const void* value, int type, bool host) {
+  if (!host) return {ScalarFact::Kind::kDevice, 0};
+  if (std::optional<double> read = HostScalar(value, type)) return {ScalarFact::Kind::kValue, *read};
+  return {ScalarFact::Kind::kUnread, 0};
+}
+
+// Appends `fact` as ScalarArgument(name, ...) would have made it.
+void AddScalar(OpRecord& op, const char* name, const ScalarFact& fact) {
+  format::Argument& argument = op.args.emplace_back();
+  argument.name = name;
+  if (fact.kind == ScalarFact::Kind::kDevice) {
+    argument.value = std::string("device pointer");
+  } else if (fact.kind == ScalarFact::Kind::kValue) {
+    argument.value = fact.value;
+  }
+}
+
 format::Argument ScalarArgument(std::string name, const void* value, int type, bool host) {
   format::Argument argument;
   argument.name = std::move(name);
@@ -358,10 +383,7 @@ struct GemmFacts {
   GemmCall call;  // its pointers are not read again: a, b and c are below, the scalars too
   uint64_t handle_id;
   format::DevicePointer a, b, c;
-  // Each scalar as ScalarArgument records it: in device memory, read from the host, or unread.
-  enum class Scalar : uint8_t { kDevice, kValue, kUnread };
-  Scalar alpha_kind, beta_kind;
-  double alpha, beta;
+  ScalarFact alpha, beta;
   int math;           // cublasMath_t of the handle
   bool atomics;       // the handle allows atomics (after the policy's change, if any)
   int algo;           // the algo that runs (the policy's, if it replaced the program's)
@@ -404,15 +426,6 @@ void AddGemmArguments(const GemmFacts& f, OpRecord& op) {
     AddArgument(op, name, std::move(value));
   };
   const auto number = [&op](const char* name, int64_t value) { AddArgument(op, name, value); };
-  const auto scalar = [&op](const char* name, GemmFacts::Scalar kind, double value) {
-    format::Argument& argument = op.args.emplace_back();
-    argument.name = name;
-    if (kind == GemmFacts::Scalar::kDevice) {
-      argument.value = std::string("device pointer");
-    } else if (kind == GemmFacts::Scalar::kValue) {
-      argument.value = value;
-    }
-  };
   text("fingerprint", GemmFingerprint(g, f.math));
   AddArgument(op, "handle", f.handle_id);
   text("transa", OperationName(g.trans_a));
@@ -420,14 +433,14 @@ void AddGemmArguments(const GemmFacts& f, OpRecord& op) {
   number("m", g.m);
   number("n", g.n);
   number("k", g.k);
-  scalar("alpha", f.alpha_kind, f.alpha);
+  AddScalar(op, "alpha", f.alpha);
   AddArgument(op, "A", f.a);
   text("Atype", TypeName(g.a_type));
   number("lda", g.lda);
   AddArgument(op, "B", f.b);
   text("Btype", TypeName(g.b_type));
   number("ldb", g.ldb);
-  scalar("beta", f.beta_kind, f.beta);
+  AddScalar(op, "beta", f.beta);
   AddArgument(op, "C", f.c);
   text("Ctype", TypeName(g.c_type));
   number("ldc", g.ldc);
@@ -530,24 +543,12 @@ cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, Gemm
                   session.Canonical(Address(g.a)),
                   session.Canonical(Address(g.b)),
                   session.Canonical(Address(g.c)),
-                  GemmFacts::Scalar::kUnread,
-                  GemmFacts::Scalar::kUnread,
-                  0,
-                  0,
+                  ReadScalar(g.alpha, scale_type, host_scalars),
+                  ReadScalar(g.beta, scale_type, host_scalars),
                   static_cast<int>(math),
                   atomics == CUBLAS_ATOMICS_ALLOWED,
                   algo,
                   source};
-  const auto read_scalar = [&](const void* value, GemmFacts::Scalar* kind, double* read) {
-    if (!host_scalars) {
-      *kind = GemmFacts::Scalar::kDevice;
-    } else if (std::optional<double> host = HostScalar(value, scale_type)) {
-      *kind = GemmFacts::Scalar::kValue;
-      *read = *host;
-    }
-  };
-  read_scalar(g.alpha, &facts.alpha_kind, &facts.alpha);
-  read_scalar(g.beta, &facts.beta_kind, &facts.beta);
   if (raw) {
     raw_op->SetFacts(&BuildGemmRecord, facts);
     call.Run([&] { return real(algo); });
@@ -721,7 +722,6 @@ uint64_t LayoutBytes(const LtLayout& l) {
 struct LtProblem {
   LtDesc desc;
   LtLayout a, b, c, d;
-  std::string fingerprint;
 };
 
 LtProblem ReadProblem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
@@ -733,14 +733,16 @@ LtProblem ReadProblem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
   p.b = ReadLayout(b);
   p.c = ReadLayout(c);
   p.d = d != nullptr ? ReadLayout(d) : p.c;
-  p.fingerprint = "cublasLtMatmul compute=" + std::to_string(p.desc.compute) +
-                  " scale=" + TypeName(p.desc.scale) + " op=" + OperationName(p.desc.trans_a) +
-                  "," + OperationName(p.desc.trans_b) +
-                  " epilogue=" + std::to_string(p.desc.epilogue) +
-                  " pointer_mode=" + std::to_string(p.desc.pointer_mode) +
-                  " A=" + LayoutText(p.a) + " B=" + LayoutText(p.b) + " C=" + LayoutText(p.c) +
-                  " D=" + LayoutText(p.d);
   return p;
+}
+
+// The key a pinned matmul's algo is found by: the descriptor's attributes and the layouts.
+std::string LtFingerprint(const LtProblem& p) {
+  return "cublasLtMatmul compute=" + std::to_string(p.desc.compute) +
+         " scale=" + TypeName(p.desc.scale) + " op=" + OperationName(p.desc.trans_a) + "," +
+         OperationName(p.desc.trans_b) + " epilogue=" + std::to_string(p.desc.epilogue) +
+         " pointer_mode=" + std::to_string(p.desc.pointer_mode) + " A=" + LayoutText(p.a) +
+         " B=" + LayoutText(p.b) + " C=" + LayoutText(p.c) + " D=" + LayoutText(p.d);
 }
 
 // The matmul descriptor's attributes and the four layouts as arguments, for standalone replay
@@ -786,33 +788,95 @@ bool OutOfPlaceSplitK(uint32_t slices, uint32_t scheme) {
                                   CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE)) != 0;
 }
 
-AlgorithmChoice LtChoice(const cublasLtMatmulAlgo_t& algo, ChoiceSource source) {
+// A cuBLASLt algo and its configuration as the library reports it, read on the calling thread
+// (the library is not called from the encoder's): LtChoiceOf makes the recorded choice of it.
+struct LtAlgoFacts {
+  cublasLtMatmulAlgo_t algo;
+  std::optional<int32_t> id;
+  std::optional<uint32_t> tile, slices, scheme, stages;
+};
+
+LtAlgoFacts ReadLtAlgo(const cublasLtMatmulAlgo_t& algo) {
+  return {algo,
+          AlgoConfig<int32_t>(&algo, CUBLASLT_ALGO_CONFIG_ID),
+          AlgoConfig<uint32_t>(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
+          AlgoConfig<uint32_t>(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+          AlgoConfig<uint32_t>(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
+          AlgoConfig<uint32_t>(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID)};
+}
+
+AlgorithmChoice LtChoiceOf(const LtAlgoFacts& f, ChoiceSource source) {
   AlgorithmChoice choice;
   choice.library = "cublasLt";
-  choice.opaque.assign(reinterpret_cast<const char*>(&algo), sizeof(algo));
+  choice.opaque.assign(reinterpret_cast<const char*>(&f.algo), sizeof(f.algo));
   choice.source = source;
-  if (auto id = AlgoConfig<int32_t>(&algo, CUBLASLT_ALGO_CONFIG_ID)) choice.id = *id;
-  const auto tile = AlgoConfig<uint32_t>(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID);
-  const auto slices = AlgoConfig<uint32_t>(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
-  const auto scheme = AlgoConfig<uint32_t>(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
-  const auto stages = AlgoConfig<uint32_t>(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID);
+  if (f.id) choice.id = *f.id;
   for (const auto& [attribute, value] :
-       {std::pair{CUBLASLT_ALGO_CONFIG_TILE_ID, tile},
-        std::pair{CUBLASLT_ALGO_CONFIG_SPLITK_NUM, slices},
-        std::pair{CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, scheme},
-        std::pair{CUBLASLT_ALGO_CONFIG_STAGES_ID, stages}}) {
+       {std::pair{CUBLASLT_ALGO_CONFIG_TILE_ID, f.tile},
+        std::pair{CUBLASLT_ALGO_CONFIG_SPLITK_NUM, f.slices},
+        std::pair{CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, f.scheme},
+        std::pair{CUBLASLT_ALGO_CONFIG_STAGES_ID, f.stages}}) {
     if (value) choice.knobs.push_back({attribute, *value});
   }
-  if (slices && scheme) {
-    choice.determinism = OutOfPlaceSplitK(*slices, *scheme) ? Determinism::kNondeterministic
-                                                            : Determinism::kDeterministic;
+  if (f.slices && f.scheme) {
+    choice.determinism = OutOfPlaceSplitK(*f.slices, *f.scheme) ? Determinism::kNondeterministic
+                                                                : Determinism::kDeterministic;
     choice.name = "algo " + std::to_string(choice.id) + " tile " +
-                  std::to_string(tile.value_or(0)) + " splitK " + std::to_string(*slices) +
-                  " reduction " + std::to_string(*scheme);
+                  std::to_string(f.tile.value_or(0)) + " splitK " + std::to_string(*f.slices) +
+                  " reduction " + std::to_string(*f.scheme);
   } else {
     choice.name = "algo " + std::to_string(choice.id);
   }
   return choice;
+}
+
+AlgorithmChoice LtChoice(const cublasLtMatmulAlgo_t& algo, ChoiceSource source) {
+  return LtChoiceOf(ReadLtAlgo(algo), source);
+}
+
+// A cuBLASLt matmul's record besides its header (GemmFacts's way): AddLtMatmulArguments makes
+// its arguments and algorithm, on the calling thread or, metadata only, on the encoder's.
+struct LtMatmulFacts {
+  LtProblem problem;
+  ScalarFact alpha, beta;
+  format::DevicePointer a, b, c, d, workspace;
+  uint64_t workspace_bytes;
+  bool chosen;         // an algo runs (else the library's implicit heuristic choice)
+  LtAlgoFacts algo;    // when chosen: the one that runs (the policy's, if it replaced it)
+  ChoiceSource source;
+};
+
+void AddLtMatmulArguments(const LtMatmulFacts& f, OpRecord& op) {
+  const LtProblem& problem = f.problem;
+  AddArgument(op, "fingerprint", LtFingerprint(problem));
+  const uint64_t m = problem.d.rows, n = problem.d.cols;
+  const uint64_t k = problem.desc.trans_a == CUBLAS_OP_N ? problem.a.cols : problem.a.rows;
+  AddArgument(op, "m", m);
+  AddArgument(op, "n", n);
+  AddArgument(op, "k", k);
+  AddScalar(op, "alpha", f.alpha);
+  AddScalar(op, "beta", f.beta);
+  AddArgument(op, "A", f.a);
+  AddArgument(op, "B", f.b);
+  AddArgument(op, "C", f.c);
+  AddArgument(op, "D", f.d);
+  AddArgument(op, "workspace", f.workspace);
+  AddArgument(op, "workspaceSizeInBytes", f.workspace_bytes);
+  if (f.chosen) {
+    op.algorithm = LtChoiceOf(f.algo, f.source);
+  } else {
+    AlgorithmChoice implicit;
+    implicit.library = "cublasLt";
+    implicit.name = "implicit heuristic (null algo)";
+    implicit.source = ChoiceSource::kHeuristic;
+    op.algorithm = implicit;
+  }
+}
+
+void BuildLtMatmulRecord(const unsigned char* facts, OpRecord& op) {
+  LtMatmulFacts f;
+  std::memcpy(&f, facts, sizeof(f));
+  AddLtMatmulArguments(f, op);
 }
 
 bool Nondeterministic(const cublasLtMatmulAlgo_t& algo) {
@@ -1276,7 +1340,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
         ndt::format::OpRecord op = session.BeginOp(ndt::format::OpKind::kOther,
                                                    "cublasLtMatmulAlgoGetHeuristic",
                                                    session.StreamId(0, false));
-        op.args.push_back(TextArgument("fingerprint", problem.fingerprint));
+        op.args.push_back(TextArgument("fingerprint", LtFingerprint(problem)));
         op.args.push_back(SignedArgument("requested", requested));
         const bool filter = session.policy().mode == PolicyMode::kEnforce && requested > 0 &&
                             results != nullptr && returned != nullptr;
@@ -1351,9 +1415,18 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         using namespace ndt::tracer;  // NOLINT(google-build-using-namespace)
         using ndt::format::ChoiceSource;
         const LtProblem problem = ReadProblem(desc, a_desc, b_desc, c_desc, d_desc);
-        ndt::format::OpRecord op = session.BeginOp(ndt::format::OpKind::kCublasLtMatmul,
-                                                   "cublasLtMatmul",
-                                                   session.StreamId(Address(stream), false));
+        const uint32_t stream_id = session.StreamId(Address(stream), false);
+        // Metadata only (no digest, nothing captured): the record is built off this thread.
+        const bool raw = !session.policy().library_digests && !CaptureAny();
+        RawOp* raw_op =
+            raw ? &session.BeginRawOp(ndt::format::OpKind::kCublasLtMatmul, "cublasLtMatmul",
+                                      stream_id)
+                : nullptr;
+        ndt::format::OpRecord op;
+        if (!raw) {
+          op = session.BeginOp(ndt::format::OpKind::kCublasLtMatmul, "cublasLtMatmul", stream_id);
+        }
+        const uint64_t sequence = raw ? raw_op->sequence : op.sequence;
         std::optional<cublasLtMatmulAlgo_t> chosen;
         if (algo != nullptr) chosen = *algo;
         ChoiceSource source = ChoiceSource::kRequested;
@@ -1369,24 +1442,24 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
           if (replacement) {
             chosen = replacement;
             source = ChoiceSource::kEnforced;
-            session.Decide({op.sequence, "cublasLt",
+            session.Decide({sequence, "cublasLt",
                             "replaced " + what + " by the heuristic's first deterministic algo",
                             requested, LtChoice(*chosen, source), true});
           } else {
-            session.Decide({op.sequence, "cublasLt",
+            session.Decide({sequence, "cublasLt",
                             "cannot replace " + what + ": no deterministic algo within " +
                                 std::to_string(workspace_bytes) + " bytes of workspace",
                             requested, std::nullopt, false});
           }
         } else if (mode == PolicyMode::kPin && session.pins() != nullptr) {
-          const ndt::format::AlgorithmChoice* recorded =
-              session.pins()->Choice(problem.fingerprint);
-          PolicyDecisionRecord decision{op.sequence, "cublasLt", "", requested, std::nullopt,
+          const std::string fingerprint = LtFingerprint(problem);
+          const ndt::format::AlgorithmChoice* recorded = session.pins()->Choice(fingerprint);
+          PolicyDecisionRecord decision{sequence, "cublasLt", "", requested, std::nullopt,
                                         false};
           if (recorded == nullptr || recorded->library != "cublasLt" ||
               recorded->opaque.size() != sizeof(cublasLtMatmulAlgo_t)) {
             decision.action = "cannot pin cublasLtMatmul: no 64-byte algo recorded for \"" +
-                              problem.fingerprint + "\"";
+                              fingerprint + "\"";
           } else if (std::string why = session.pins()->Mismatch(session.header(), "cublasLt");
                      !why.empty()) {
             decision.action = "cannot pin cublasLtMatmul to the recorded " + recorded->name +
@@ -1421,30 +1494,27 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
           if (!decision.action.empty()) session.Decide(decision);
         }
 
-        op.args.push_back(TextArgument("fingerprint", problem.fingerprint));
-        const uint64_t m = problem.d.rows, n = problem.d.cols;
-        const uint64_t k = problem.desc.trans_a == CUBLAS_OP_N ? problem.a.cols : problem.a.rows;
-        op.args.push_back(UnsignedArgument("m", m));
-        op.args.push_back(UnsignedArgument("n", n));
-        op.args.push_back(UnsignedArgument("k", k));
         const bool host_scalars = problem.desc.pointer_mode == CUBLASLT_POINTER_MODE_HOST;
-        op.args.push_back(ScalarArgument("alpha", alpha, problem.desc.scale, host_scalars));
-        op.args.push_back(ScalarArgument("beta", beta, problem.desc.scale, host_scalars));
-        op.args.push_back(PointerArgument(session, "A", Address(a)));
-        op.args.push_back(PointerArgument(session, "B", Address(b)));
-        op.args.push_back(PointerArgument(session, "C", Address(c)));
-        op.args.push_back(PointerArgument(session, "D", Address(d)));
-        op.args.push_back(PointerArgument(session, "workspace", Address(workspace)));
-        op.args.push_back(UnsignedArgument("workspaceSizeInBytes", workspace_bytes));
-        if (chosen) {
-          op.algorithm = LtChoice(*chosen, source);
-        } else {
-          ndt::format::AlgorithmChoice implicit;
-          implicit.library = "cublasLt";
-          implicit.name = "implicit heuristic (null algo)";
-          implicit.source = ChoiceSource::kHeuristic;
-          op.algorithm = implicit;
+        const LtMatmulFacts facts{problem,
+                                  ReadScalar(alpha, problem.desc.scale, host_scalars),
+                                  ReadScalar(beta, problem.desc.scale, host_scalars),
+                                  session.Canonical(Address(a)),
+                                  session.Canonical(Address(b)),
+                                  session.Canonical(Address(c)),
+                                  session.Canonical(Address(d)),
+                                  session.Canonical(Address(workspace)),
+                                  workspace_bytes,
+                                  chosen.has_value(),
+                                  chosen ? ReadLtAlgo(*chosen) : LtAlgoFacts{},
+                                  source};
+        if (raw) {
+          raw_op->SetFacts(&BuildLtMatmulRecord, facts);
+          const cublasStatus_t status =
+              call.Run([&] { return call_real(chosen ? &*chosen : nullptr); });
+          session.EndRawOp(*raw_op, static_cast<int32_t>(status));
+          return status;
         }
+        AddLtMatmulArguments(facts, op);
 
         std::vector<Extent> inputs = {
             {"A", Address(a), LayoutBytes(problem.a), DTypeOf(static_cast<int>(problem.a.type))},
