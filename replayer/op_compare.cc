@@ -8,6 +8,9 @@
 #include <unordered_map>
 #include <vector>
 
+#define XXH_INLINE_ALL  // header only: nothing to link
+#include <xxhash.h>
+
 #include "libfacts/knob_names.h"
 
 namespace ndt::replay {
@@ -104,10 +107,9 @@ std::vector<std::string_view> Parameters(std::string_view name) {
 }  // namespace
 
 bool SameArgument(const format::Argument& a, const format::Argument& b) {
-  if (a.name != b.name || a.value.index() != b.value.index()) return false;
-  if (std::holds_alternative<format::DevicePointer>(a.value)) return true;
-  if (a.name == "event" || a.name == "stream" || a.name == "eventStream") return true;
-  return a.value == b.value;
+  if (a.value.index() != b.value.index() || a.name != b.name) return false;
+  if (std::holds_alternative<format::DevicePointer>(a.value) || a.value == b.value) return true;
+  return a.name == "event" || a.name == "stream" || a.name == "eventStream";
 }
 
 uint64_t LaneKeys::Key(const format::OpRecord& op) {
@@ -260,7 +262,9 @@ namespace {
 const std::vector<bool>& ConstPointerParameters(std::string_view demangled_name) {
   struct Hash {
     using is_transparent = void;
-    size_t operator()(std::string_view text) const { return std::hash<std::string_view>{}(text); }
+    // XXH3, not std::hash: demangled names run to hundreds of bytes, hashed for every pointer
+    // argument diff reads.
+    size_t operator()(std::string_view text) const { return XXH3_64bits(text.data(), text.size()); }
   };
   constexpr size_t kMaxNames = 4096;
   thread_local std::unordered_map<std::string, std::vector<bool>, Hash, std::equal_to<>> cache;

@@ -16,12 +16,14 @@
 #include "replayer/trace_diff.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <deque>
 #include <map>
 #include <memory>
 #include <set>
+#include <unordered_map>
 #include <utility>
 
 #include "formats/trace_reader.h"
@@ -113,9 +115,44 @@ std::vector<std::string> DifferingCaptures(const OpRecord& a, const OpRecord& b,
   return names;
 }
 
+// A lane's ops waiting for their partners, oldest first: a ring of records. Its slots keep
+// their strings' and vectors' capacity: a decoded record is swapped in for the slot's old one,
+// into which the reader decodes the next record, so steady reading allocates nothing.
+class OpQueue {
+ public:
+  bool empty() const { return size_ == 0; }
+  size_t size() const { return size_; }
+  const OpRecord& front() const { return slots_[head_]; }
+  const OpRecord& operator[](size_t i) const { return slots_[(head_ + i) & (slots_.size() - 1)]; }
+  // Appends `op`, which comes back holding a record of no use but its capacity.
+  void SwapIn(OpRecord& op) {
+    if (size_ == slots_.size()) Grow();
+    std::swap(slots_[(head_ + size_) & (slots_.size() - 1)], op);
+    ++size_;
+  }
+  void pop_front() {
+    head_ = (head_ + 1) & (slots_.size() - 1);
+    --size_;
+  }
+
+ private:
+  void Grow() {
+    std::vector<OpRecord> bigger(std::max<size_t>(8, 2 * slots_.size()));
+    for (size_t i = 0; i < size_; ++i) {
+      std::swap(bigger[i], slots_[(head_ + i) & (slots_.size() - 1)]);
+    }
+    slots_.swap(bigger);
+    head_ = 0;
+  }
+
+  std::vector<OpRecord> slots_;  // a power of two of them
+  size_t head_ = 0;
+  size_t size_ = 0;
+};
+
 struct Lane {
-  std::deque<OpRecord> a;
-  std::deque<OpRecord> b;
+  OpQueue a;
+  OpQueue b;
   uint64_t next_index_a = 0;  // lane position of a.front()
   uint64_t next_index_b = 0;
 };
@@ -132,6 +169,38 @@ struct LastWriter {
   // A device-to-device copy: where its data came from (resolved to that place's writer when a
   // root is named: a copy is deterministic).
   std::optional<format::DevicePointer> copied_from;
+};
+
+// The last few ops that wrote one place, oldest overwritten first: a fixed ring, so that
+// remembering a write reuses the slot's name capacity instead of allocating.
+template <size_t N>
+class WriterRing {
+ public:
+  void Push(const LastWriter& writer) {
+    slots_[next_] = writer;
+    next_ = (next_ + 1) % N;
+    if (size_ < N) ++size_;
+  }
+  // The writer of the latest op (`at`) before op `before`, or null; of equals, the oldest.
+  const LastWriter* LatestBefore(uint64_t before) const {
+    const LastWriter* found = nullptr;
+    for (size_t i = 0; i < size_; ++i) {
+      const LastWriter& writer = slots_[(next_ + N - size_ + i) % N];
+      if (writer.at < before && (!found || writer.at > found->at)) found = &writer;
+    }
+    return found;
+  }
+
+ private:
+  std::array<LastWriter, N> slots_;
+  size_t next_ = 0;
+  size_t size_ = 0;
+};
+
+struct PlaceHash {
+  size_t operator()(const std::pair<uint64_t, uint64_t>& place) const {
+    return std::hash<uint64_t>{}(place.first * 0x9E3779B97F4A7C15ull ^ place.second);
+  }
 };
 
 struct RootQuery {
@@ -220,8 +289,12 @@ class Differ {
     }
     for (auto& [key, lane] : lanes_) Match(lane);
     for (auto& [key, lane] : lanes_) {
-      for (const OpRecord& op : lane.a) Structural(&op, lane.next_index_a++, nullptr, 0, "only in run A");
-      for (const OpRecord& op : lane.b) Structural(nullptr, 0, &op, lane.next_index_b++, "only in run B");
+      for (size_t i = 0; i < lane.a.size(); ++i) {
+        Structural(&lane.a[i], lane.next_index_a++, nullptr, 0, "only in run A");
+      }
+      for (size_t i = 0; i < lane.b.size(); ++i) {
+        Structural(nullptr, 0, &lane.b[i], lane.next_index_b++, "only in run B");
+      }
     }
     CompareStateDigests();
     ResolveDeferred();
@@ -256,12 +329,8 @@ class Differ {
       (run_a ? starts_a_ : starts_b_).Observe(*op);
       threads_.insert(op->thread_id);
       Lane& lane = lanes_[(run_a ? lane_keys_a_ : lane_keys_b_).Key(*op)];
-      (run_a ? lane.a : lane.b).push_back(std::move(*op));
-      if (!spare_.empty()) {
-        // The next record is decoded into the strings and vectors of one already compared.
-        *op = std::move(spare_.back());
-        spare_.pop_back();
-      }
+      // The next record is decoded into the strings and vectors of one already compared.
+      (run_a ? lane.a : lane.b).SwapIn(*op);
       Match(lane);
     } else if (auto* state = std::get_if<format::StateDigestRecord>(&record)) {
       (run_a ? states_a_ : states_b_).push_back(std::move(*state));
@@ -370,21 +439,15 @@ class Differ {
   }
 
   void Pop(Lane& lane, bool run_a) {
-    std::deque<OpRecord>& ops = run_a ? lane.a : lane.b;
+    OpQueue& ops = run_a ? lane.a : lane.b;
     if (run_a) {
       NoteWrites(ops.front(), lane.next_index_a);
       ++lane.next_index_a;
     } else {
       ++lane.next_index_b;
     }
-    if (spare_.size() < kSpareRecords) spare_.push_back(std::move(ops.front()));
     ops.pop_front();
   }
-
-  // Compared records kept for their capacity (Take decodes the next record into one of them):
-  // reading then allocates nothing per record in the steady state.
-  static constexpr size_t kSpareRecords = 16;
-  std::vector<OpRecord> spare_;
 
   // Remembers which ops last wrote (or may have written) each allocation, in run A: the
   // last few per place, since lanes are compared in the order both runs' records arrive, not
@@ -393,9 +456,17 @@ class Differ {
   // only when the graph is launched: its writes are the graph's, and each launch of the graph
   // writes them all (named with the graph's kernels).
   void NoteWrites(const OpRecord& op, uint64_t lane_index) {
-    LastWriter writer{op.sequence,  op.kind,    op.name,     op.thread_id,
-                      op.stream_id, lane_index, op.sequence, lane_keys_a_.Find(op),
-                      std::nullopt};
+    // Built in a member kept for its name's capacity (every op read passes here).
+    LastWriter& writer = writer_;
+    writer.sequence = op.sequence;
+    writer.kind = op.kind;
+    writer.name.assign(op.name);
+    writer.thread_id = op.thread_id;
+    writer.stream_id = op.stream_id;
+    writer.lane_index = lane_index;
+    writer.at = op.sequence;
+    writer.lane = lane_keys_a_.Find(op);
+    writer.copied_from.reset();
     if (op.kind == format::OpKind::kGraphLaunch) {
       const uint64_t* graph = UnsignedArgument(op, "graph");
       const auto captured = graph ? graph_writes_.find(*graph) : graph_writes_.end();
@@ -455,11 +526,8 @@ class Differ {
   }
 
   void RememberWrite(const LastWriter& writer, const format::DevicePointer& p) {
-    for (std::deque<LastWriter>* writers :
-         {&last_writer_[p.allocation_id], &last_writer_exact_[{p.allocation_id, p.offset}]}) {
-      writers->push_back(writer);
-      if (writers->size() > kWritersKept) writers->pop_front();
-    }
+    last_writer_[p.allocation_id].Push(writer);
+    last_writer_exact_[{p.allocation_id, p.offset}].Push(writer);
     RefineRootQuery(writer, p);
   }
 
@@ -909,22 +977,15 @@ class Differ {
                                  bool* exact) const {
     *exact = false;
     if (pointer.allocation_id == 0) return nullptr;
-    const auto latest = [before](const std::deque<LastWriter>& writers) {
-      const LastWriter* found = nullptr;
-      for (const LastWriter& writer : writers) {
-        if (writer.at < before && (!found || writer.at > found->at)) found = &writer;
-      }
-      return found;
-    };
     if (auto it = last_writer_exact_.find({pointer.allocation_id, pointer.offset});
         it != last_writer_exact_.end()) {
-      if (const LastWriter* writer = latest(it->second)) {
+      if (const LastWriter* writer = it->second.LatestBefore(before)) {
         *exact = true;
         return writer;
       }
     }
     const auto it = last_writer_.find(pointer.allocation_id);
-    return it == last_writer_.end() ? nullptr : latest(it->second);
+    return it == last_writer_.end() ? nullptr : it->second.LatestBefore(before);
   }
 
   // The inputs of op `sequence` at `pointer` already differ: the op that last wrote them is
@@ -1311,8 +1372,10 @@ class Differ {
     std::string kernels;                          // their names, once each
   };
   std::map<uint64_t, GraphWrites> graph_writes_;            // by graph id
-  std::map<uint64_t, std::deque<LastWriter>> last_writer_;  // by allocation id
-  std::map<std::pair<uint64_t, uint64_t>, std::deque<LastWriter>> last_writer_exact_;
+  LastWriter writer_;  // NoteWrites's
+  std::unordered_map<uint64_t, WriterRing<kWritersKept>> last_writer_;  // by allocation id
+  std::unordered_map<std::pair<uint64_t, uint64_t>, WriterRing<kWritersKept>, PlaceHash>
+      last_writer_exact_;  // by allocation id and offset
   // Choices forced over what the program asked for (ForcedOverRequest), by op sequence.
   std::map<uint64_t, format::PolicyDecisionRecord> forced_a_;
   std::map<uint64_t, format::PythonStackRecord> python_stacks_a_;  // by op sequence
