@@ -1372,7 +1372,7 @@ class Differ {
     std::string kernels;                          // their names, once each
   };
   std::map<uint64_t, GraphWrites> graph_writes_;            // by graph id
-  LastWriter writer_;  // NoteWrites's
+  LastWriter writer_;                                       // NoteWrites's
   std::unordered_map<uint64_t, WriterRing<kWritersKept>> last_writer_;  // by allocation id
   std::unordered_map<std::pair<uint64_t, uint64_t>, WriterRing<kWritersKept>, PlaceHash>
       last_writer_exact_;  // by allocation id and offset

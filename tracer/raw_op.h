@@ -58,8 +58,9 @@ struct RawOp : RawOpHeader {
   enum class Type : uint8_t { kUnsigned, kSigned, kPointer, kDims, kBytes };
   struct Arg {
     const char* name;  // static storage
-    uint64_t a, b, c;  // kUnsigned, kSigned (two's complement): a. kPointer: allocation id, offset, raw address.
-                       // kDims: x, y, z. kBytes: offset and size in the op's bytes.
+    uint64_t a, b, c;  // kUnsigned, kSigned (two's complement): a. kPointer: allocation id,
+                       // offset, raw address. kDims: x, y, z. kBytes: offset and size in the
+                       // op's bytes.
     Type type;
   };
 

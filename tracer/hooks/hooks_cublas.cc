@@ -240,7 +240,9 @@ struct ScalarFact {
 
 ScalarFact ReadScalar(const void* value, int type, bool host) {
   if (!host) return {ScalarFact::Kind::kDevice, 0};
-  if (std::optional<double> read = HostScalar(value, type)) return {ScalarFact::Kind::kValue, *read};
+  if (std::optional<double> read = HostScalar(value, type)) {
+    return {ScalarFact::Kind::kValue, *read};
+  }
   return {ScalarFact::Kind::kUnread, 0};
 }
 
@@ -384,9 +386,9 @@ struct GemmFacts {
   uint64_t handle_id;
   format::DevicePointer a, b, c;
   ScalarFact alpha, beta;
-  int math;           // cublasMath_t of the handle
-  bool atomics;       // the handle allows atomics (after the policy's change, if any)
-  int algo;           // the algo that runs (the policy's, if it replaced the program's)
+  int math;      // cublasMath_t of the handle
+  bool atomics;  // the handle allows atomics (after the policy's change, if any)
+  int algo;      // the algo that runs (the policy's, if it replaced the program's)
   ChoiceSource source;
 };
 
@@ -467,8 +469,7 @@ void BuildGemmRecord(const unsigned char* facts, OpRecord& op) {
 // nothing captured), the record is built off the calling thread: it takes the facts
 // (GemmFacts) and queues them as a raw op.
 template <typename Real>
-cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, GemmCall g,
-                          Real real) {
+cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, GemmCall g, Real real) {
   const cudaStream_t stream = HandleStream(g.handle);
   const uint32_t stream_id = session.StreamId(Address(stream), false);
   const bool raw = !session.policy().library_digests && !CaptureAny();
@@ -811,11 +812,10 @@ AlgorithmChoice LtChoiceOf(const LtAlgoFacts& f, ChoiceSource source) {
   choice.opaque.assign(reinterpret_cast<const char*>(&f.algo), sizeof(f.algo));
   choice.source = source;
   if (f.id) choice.id = *f.id;
-  for (const auto& [attribute, value] :
-       {std::pair{CUBLASLT_ALGO_CONFIG_TILE_ID, f.tile},
-        std::pair{CUBLASLT_ALGO_CONFIG_SPLITK_NUM, f.slices},
-        std::pair{CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, f.scheme},
-        std::pair{CUBLASLT_ALGO_CONFIG_STAGES_ID, f.stages}}) {
+  for (const auto& [attribute, value] : {std::pair{CUBLASLT_ALGO_CONFIG_TILE_ID, f.tile},
+                                         std::pair{CUBLASLT_ALGO_CONFIG_SPLITK_NUM, f.slices},
+                                         std::pair{CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, f.scheme},
+                                         std::pair{CUBLASLT_ALGO_CONFIG_STAGES_ID, f.stages}}) {
     if (value) choice.knobs.push_back({attribute, *value});
   }
   if (f.slices && f.scheme) {
@@ -841,8 +841,8 @@ struct LtMatmulFacts {
   ScalarFact alpha, beta;
   format::DevicePointer a, b, c, d, workspace;
   uint64_t workspace_bytes;
-  bool chosen;         // an algo runs (else the library's implicit heuristic choice)
-  LtAlgoFacts algo;    // when chosen: the one that runs (the policy's, if it replaced it)
+  bool chosen;       // an algo runs (else the library's implicit heuristic choice)
+  LtAlgoFacts algo;  // when chosen: the one that runs (the policy's, if it replaced it)
   ChoiceSource source;
 };
 
@@ -1044,8 +1044,8 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
       "cublasSetMathMode", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED,
       [&] { return real(handle, mode); },
       [&](Session& session, RealCall<cublasStatus_t>& call) {
-        ndt::tracer::RawOp& op = ndt::tracer::BeginRawHandleOp(
-            session, "cublasSetMathMode", handle, ndt::tracer::HandleStream(handle));
+        ndt::tracer::RawOp& op = ndt::tracer::BeginRawHandleOp(session, "cublasSetMathMode", handle,
+                                                               ndt::tracer::HandleStream(handle));
         op.AddSigned("mode", static_cast<int>(mode));
         const cublasStatus_t status = call.Run([&] { return real(handle, mode); });
         session.EndRawOp(op, static_cast<int32_t>(status));
@@ -1418,10 +1418,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         const uint32_t stream_id = session.StreamId(Address(stream), false);
         // Metadata only (no digest, nothing captured): the record is built off this thread.
         const bool raw = !session.policy().library_digests && !CaptureAny();
-        RawOp* raw_op =
-            raw ? &session.BeginRawOp(ndt::format::OpKind::kCublasLtMatmul, "cublasLtMatmul",
-                                      stream_id)
-                : nullptr;
+        RawOp* raw_op = raw ? &session.BeginRawOp(ndt::format::OpKind::kCublasLtMatmul,
+                                                  "cublasLtMatmul", stream_id)
+                            : nullptr;
         ndt::format::OpRecord op;
         if (!raw) {
           op = session.BeginOp(ndt::format::OpKind::kCublasLtMatmul, "cublasLtMatmul", stream_id);
@@ -1454,12 +1453,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         } else if (mode == PolicyMode::kPin && session.pins() != nullptr) {
           const std::string fingerprint = LtFingerprint(problem);
           const ndt::format::AlgorithmChoice* recorded = session.pins()->Choice(fingerprint);
-          PolicyDecisionRecord decision{sequence, "cublasLt", "", requested, std::nullopt,
-                                        false};
+          PolicyDecisionRecord decision{sequence, "cublasLt", "", requested, std::nullopt, false};
           if (recorded == nullptr || recorded->library != "cublasLt" ||
               recorded->opaque.size() != sizeof(cublasLtMatmulAlgo_t)) {
-            decision.action = "cannot pin cublasLtMatmul: no 64-byte algo recorded for \"" +
-                              fingerprint + "\"";
+            decision.action =
+                "cannot pin cublasLtMatmul: no 64-byte algo recorded for \"" + fingerprint + "\"";
           } else if (std::string why = session.pins()->Mismatch(session.header(), "cublasLt");
                      !why.empty()) {
             decision.action = "cannot pin cublasLtMatmul to the recorded " + recorded->name +

@@ -283,8 +283,8 @@ std::string DrawParameters(const Draw& draw) {
 
 // "curand generator 1 philox uniform n=4": a generate call without its index.
 std::string DrawDescription(const ShadowGenerator& shadow, const Draw& draw, size_t n) {
-  return "curand generator " + std::to_string(shadow.id) + " " + ShortTypeName(shadow.type) +
-         " " + draw.distribution + " n=" + std::to_string(n) + DrawParameters(draw);
+  return "curand generator " + std::to_string(shadow.id) + " " + ShortTypeName(shadow.type) + " " +
+         draw.distribution + " n=" + std::to_string(n) + DrawParameters(draw);
 }
 
 // "curand generator 1 generate 0: philox uniform n=4": the key a pinned draw's state is found by.
@@ -548,8 +548,8 @@ extern "C" curandStatus_t curandGenerateUniform(curandGenerator_t generator, flo
       "curandGenerateUniform", real != nullptr, ndt::tracer::kUnavailable, draw,
       [&](Session& session, RealCall<curandStatus_t>& call) {
         return ndt::tracer::RecordGenerate(session, call, "curandGenerateUniform", generator,
-                                           output_ptr, num,
-                                           {"uniform", ndt::format::DType::kF32}, draw);
+                                           output_ptr, num, {"uniform", ndt::format::DType::kF32},
+                                           draw);
       });
 }
 
