@@ -268,6 +268,26 @@ if wants samples; then
   say "| program | plain run | check | verdict |"
   say "|---|---|---|---|"
   for row in "${table[@]}"; do say "$row"; done
+
+  say ""
+  say "### Library records built off the calling thread"
+  say ""
+  say "Recorded with library digests (the hook builds the record) and without"
+  say "(\`NDTRACE_LIBRARY_DIGESTS=0\`, as \`ndtrace run\` records: the encoder builds it from the"
+  say "call's facts), then diffed: every GEMM, matmul and generate must have the same arguments"
+  say "and choice, so **0 structural differences** (outputs may differ where the program is not"
+  say "deterministic, and one side has no digests)."
+  for sample in "gemm" "gemm --lt" "curand_sample"; do
+    read -r -a words <<<"$sample"
+    [ -x "$programs/${words[0]}" ] || continue
+    tag=${sample// /_}
+    run 60 'ndtrace:|error' "$ndtrace" record --quiet -o "$work/raw-$tag-digests.ndt" -- \
+      "$programs/${words[0]}" "${words[@]:1}"
+    run 60 'ndtrace:|error' env NDTRACE_LIBRARY_DIGESTS=0 "$ndtrace" record --quiet \
+      -o "$work/raw-$tag-metadata.ndt" -- "$programs/${words[0]}" "${words[@]:1}"
+    run 60 'structural|different arguments|^identical|^diverged|^error' "$ndtrace" diff \
+      "$work/raw-$tag-digests.ndt" "$work/raw-$tag-metadata.ndt"
+  done
 fi
 
 # --- digest kernels --------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 # in a temporary directory, and the bundle's gpu_suite.sh runs with --standin and a short
 # budget. Checks the bundle's contents and size, and that the results file says it is not a GPU
 # result, has every step's heading, and has racy_sum reported not deterministic by
-# `ndtrace check` and vector_add deterministic, with its expected checksum, and the window
-# replay step naming a varying op and its fix. Also byte-compiles the PyTorch scripts. The
+# `ndtrace check` and vector_add deterministic, with its expected checksum, the library records
+# made with and without digests alike, and the window replay step naming a varying op and its
+# fix. Also byte-compiles the PyTorch scripts. The
 # budget (120 s) leaves the last steps room on a loaded machine.
 #
 # usage: bundle_suite_test.sh SOURCE_DIR BUILD_DIR STANDIN_DIR [BUDGET_SECONDS]
@@ -77,6 +78,11 @@ section vector_add | grep -q '^ndtrace check: deterministic' ||
   fail "vector_add is not reported deterministic: $(section vector_add)"
 grep -q '^| vector_add  *| exit 0, checksum 664dc617a67a437d (as expected) | exit 0 |' "$results" ||
   fail "the summary has no row for vector_add with its expected checksum"
+# Library records built off the calling thread: recorded with and without library digests, the
+# three programs' traces have the same ops and arguments.
+raw=$(section "Library records built off the calling thread")
+[ "$(printf '%s\n' "$raw" | grep -c ' 0 structural differences')" -eq 3 ] ||
+  fail "library records made with and without digests differ: $raw"
 # The policies: pinned and deterministic runs of conv_legacy --benchmark are each identical.
 for configuration in pin deterministic; do
   grep -q "^| $configuration | identical |" "$results" ||
