@@ -394,7 +394,8 @@ class TraceWriter::Impl {
   ZSTD_CCtx* NewCCtx() const {
     ZSTD_CCtx* cctx = ZSTD_createCCtx();
     ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, options_.compression_level);
-    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+    // No content checksum: the chunk's hash covers the compressed bytes (formats/README.md).
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 0);
     ZSTD_CCtx_setParameter(cctx, ZSTD_c_windowLog, container::kZstdWindowLogMax);
     return cctx;
   }
