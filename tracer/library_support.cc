@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "tracer/capture.h"
 #include "tracer/driver_table.h"
 #include "tracer/real_dl.h"
 
@@ -70,6 +71,10 @@ format::NumericSummary SummarizeF32(uint64_t address, uint64_t bytes) {
 }
 
 }  // namespace
+
+bool LibraryOpOffThread(const Session& session) {
+  return !session.policy().library_digests && !CaptureAny();
+}
 
 std::vector<format::BufferDigest> DigestExtents(Session& session, uint64_t stream,
                                                 const std::vector<Extent>& extents) {

@@ -124,6 +124,10 @@ struct Extent {
 std::vector<format::BufferDigest> DigestExtents(Session& session, uint64_t stream,
                                                 const std::vector<Extent>& extents);
 
+// Whether a library op records no digest and nothing captured, so that its hook may take the
+// raw path (RawOp::SetFacts: the record is built from the call's facts off the calling thread).
+bool LibraryOpOffThread(const Session& session);
+
 // Largest f32 extent summarised (min, max, sum, NaN and Inf counts) besides its digest: the
 // summary needs the values on the host (a second copy, or bytes staged by the GPU path).
 inline constexpr uint64_t kSummaryMaxBytes = uint64_t{64} << 20;

@@ -9,9 +9,9 @@
 // variants.
 //
 // A library op's many arguments (a GEMM has twenty-odd, text among them) take another way: the
-// hook copies the call's facts, a plain struct, into the bytes and names a builder (SetFacts),
-// which the encoder calls to add the record's arguments and algorithm from them. The hook and the
-// builder share the code that turns facts into arguments, so both ways give the same record.
+// hook copies the call's facts, a plain struct, into the bytes and names the function that turns
+// them into arguments and an algorithm (SetFacts); whoever encodes the op calls it. The hook's
+// own path calls the same function, so both ways give the same record.
 //
 // An op that does not fit (more than kMaxArgs arguments or kMaxBytes of parameter bytes), or
 // that needs what only an OpRecord holds (digests, an RNG state, captured blobs), is recorded
@@ -90,15 +90,20 @@ struct RawOp : RawOpHeader {
     return true;
   }
 
-  // Makes `facts` the op's bytes and `builder` its builder (RawOpHeader::BuildFn). Call on an
-  // op with no argument or byte yet (as BeginRawOp returns it), instead of adding any.
-  template <typename Facts>
-  void SetFacts(BuildFn builder, const Facts& facts) {
+  // Makes `facts` the op's bytes, and its builder one that calls `Add(facts, op)`: the function
+  // the hook's own path uses to add the same arguments. Call on an op with no argument or byte
+  // yet (as BeginRawOp returns it), instead of adding any.
+  template <auto Add, typename Facts>
+  void SetFacts(const Facts& facts) {
     static_assert(std::is_trivially_copyable_v<Facts> && sizeof(Facts) <= kMaxBytes);
     arg_count = 0;
     std::memcpy(bytes, &facts, sizeof(Facts));
     bytes_used = sizeof(Facts);
-    build = builder;
+    build = [](const unsigned char* stored, format::OpRecord& op) {
+      Facts copy;  // the arena is 8-byte aligned; Facts may want more
+      std::memcpy(&copy, stored, sizeof(Facts));
+      Add(copy, op);
+    };
   }
 
   // Bytes the arguments and parameter bytes in use take, packed (PackBody).

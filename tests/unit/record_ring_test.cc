@@ -3,7 +3,6 @@
 #include "tracer/record_ring.h"
 
 #include <catch2/catch.hpp>
-#include <cstring>
 #include <map>
 #include <string>
 #include <thread>
@@ -147,22 +146,20 @@ std::string LargeParam(uint64_t sequence) {
   return bytes;
 }
 
-// Facts a raw op may carry instead of arguments (RawOp::SetFacts), and their builder.
+// Facts a raw op may carry instead of arguments (RawOp::SetFacts), and what adds them.
 struct SampleFacts {
   uint64_t sequence;
   int32_t delta;
 };
 
-void BuildSample(const unsigned char* bytes, OpRecord& op) {
-  SampleFacts facts;
-  std::memcpy(&facts, bytes, sizeof facts);
+void AddSample(const SampleFacts& facts, OpRecord& op) {
   op.args.push_back({"facts", facts.sequence});
   op.args.push_back({"delta", int64_t{facts.delta}});
   op.algorithm.emplace().library = "sample " + std::to_string(facts.sequence);
 }
 
 // A RawOp (raw_op.h) with one argument of every kind, for op `sequence` of thread `thread`;
-// every fourth (sequence % 4 == 2) carries facts for BuildSample instead.
+// every fourth (sequence % 4 == 2) carries facts for AddSample instead.
 const RawOp& SampleRawOp(uint64_t sequence, uint32_t thread) {
   static RawOp raw;  // 7 KB: not on the stack
   ResetRawOp(raw, format::OpKind::kKernelLaunch, "Kernel(float*, int)", 3);
@@ -174,7 +171,7 @@ const RawOp& SampleRawOp(uint64_t sequence, uint32_t thread) {
   raw.nvtx_range_id = 9;
   raw.status = 700;
   if (sequence % 4 == 2) {
-    raw.SetFacts(&BuildSample, SampleFacts{sequence, -7});
+    raw.SetFacts<&AddSample>(SampleFacts{sequence, -7});
     return raw;
   }
   REQUIRE(raw.AddDims("grid", 2, 1, 1));

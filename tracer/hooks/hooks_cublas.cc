@@ -380,7 +380,7 @@ AlgorithmChoice GemmChoice(int algo, bool atomics, ChoiceSource source) {
 
 // A GEMM's record besides its header: what the call said and what the hook found, as a plain
 // struct. AddGemmArguments makes the record's arguments and algorithm of it, on the calling
-// thread or, for a GEMM on the raw path (metadata only), on the encoder's (BuildGemmRecord).
+// thread or, for a GEMM on the raw path (metadata only), on the encoder's (RawOp::SetFacts).
 struct GemmFacts {
   GemmCall call;  // its pointers are not read again: a, b and c are below, the scalars too
   uint64_t handle_id;
@@ -459,12 +459,6 @@ void AddGemmArguments(const GemmFacts& f, OpRecord& op) {
   op.algorithm = GemmChoice(f.algo, f.atomics, f.source);
 }
 
-void BuildGemmRecord(const unsigned char* facts, OpRecord& op) {
-  GemmFacts f;
-  std::memcpy(&f, facts, sizeof(f));
-  AddGemmArguments(f, op);
-}
-
 // Records a GEMM around the real call `real(algo)`. Metadata only (no digest of library ops,
 // nothing captured), the record is built off the calling thread: it takes the facts
 // (GemmFacts) and queues them as a raw op.
@@ -472,7 +466,7 @@ template <typename Real>
 cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, GemmCall g, Real real) {
   const cudaStream_t stream = HandleStream(g.handle);
   const uint32_t stream_id = session.StreamId(Address(stream), false);
-  const bool raw = !session.policy().library_digests && !CaptureAny();
+  const bool raw = LibraryOpOffThread(session);
   RawOp* raw_op = raw ? &session.BeginRawOp(OpKind::kCublasGemm, g.api, stream_id) : nullptr;
   OpRecord op;
   if (!raw) op = session.BeginOp(OpKind::kCublasGemm, g.api, stream_id);
@@ -551,7 +545,7 @@ cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, Gemm
                   algo,
                   source};
   if (raw) {
-    raw_op->SetFacts(&BuildGemmRecord, facts);
+    raw_op->SetFacts<&AddGemmArguments>(facts);
     call.Run([&] { return real(algo); });
     session.EndRawOp(*raw_op, static_cast<int32_t>(call.result()));
     return call.result();
@@ -871,12 +865,6 @@ void AddLtMatmulArguments(const LtMatmulFacts& f, OpRecord& op) {
     implicit.source = ChoiceSource::kHeuristic;
     op.algorithm = implicit;
   }
-}
-
-void BuildLtMatmulRecord(const unsigned char* facts, OpRecord& op) {
-  LtMatmulFacts f;
-  std::memcpy(&f, facts, sizeof(f));
-  AddLtMatmulArguments(f, op);
 }
 
 bool Nondeterministic(const cublasLtMatmulAlgo_t& algo) {
@@ -1417,7 +1405,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         const LtProblem problem = ReadProblem(desc, a_desc, b_desc, c_desc, d_desc);
         const uint32_t stream_id = session.StreamId(Address(stream), false);
         // Metadata only (no digest, nothing captured): the record is built off this thread.
-        const bool raw = !session.policy().library_digests && !CaptureAny();
+        const bool raw = LibraryOpOffThread(session);
         RawOp* raw_op = raw ? &session.BeginRawOp(ndt::format::OpKind::kCublasLtMatmul,
                                                   "cublasLtMatmul", stream_id)
                             : nullptr;
@@ -1506,7 +1494,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                                   chosen ? ReadLtAlgo(*chosen) : LtAlgoFacts{},
                                   source};
         if (raw) {
-          raw_op->SetFacts(&BuildLtMatmulRecord, facts);
+          raw_op->SetFacts<&AddLtMatmulArguments>(facts);
           const cublasStatus_t status =
               call.Run([&] { return call_real(chosen ? &*chosen : nullptr); });
           session.EndRawOp(*raw_op, static_cast<int32_t>(status));

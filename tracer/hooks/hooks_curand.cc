@@ -296,7 +296,7 @@ std::string DrawFingerprint(const ShadowGenerator& shadow, const Draw& draw, siz
 
 // A generate call's record besides its header, as a plain struct (the way of GemmFacts in
 // hooks_cublas.cc): AddGenerateArguments makes the arguments and RNG state of it, on the calling
-// thread or, metadata only, on the encoder's (BuildGenerateRecord).
+// thread or, metadata only, on the encoder's (RawOp::SetFacts).
 struct GenerateFacts {
   bool known;              // the generator was made while traced: `shadow` is its state
   ShadowGenerator shadow;  // as the call runs (after the policy's changes)
@@ -321,12 +321,6 @@ void AddGenerateArguments(const GenerateFacts& f, format::OpRecord& op) {
   }
 }
 
-void BuildGenerateRecord(const unsigned char* facts, format::OpRecord& op) {
-  GenerateFacts f;
-  std::memcpy(&f, facts, sizeof(f));
-  AddGenerateArguments(f, op);
-}
-
 // Records a generate call around the real call; metadata only (no digest, nothing captured)
 // the record is built off the calling thread.
 template <typename Real>
@@ -336,7 +330,7 @@ curandStatus_t RecordGenerate(Session& session, RealCall<curandStatus_t>& call, 
   std::optional<ShadowGenerator> shadow = Generators::Get().Find(generator);
   const uint64_t stream = shadow ? shadow->stream : 0;
   const uint32_t stream_id = session.StreamId(stream, false);
-  const bool raw = !session.policy().library_digests && !CaptureAny();
+  const bool raw = LibraryOpOffThread(session);
   RawOp* raw_op =
       raw ? &session.BeginRawOp(format::OpKind::kCurandGenerate, api, stream_id) : nullptr;
   format::OpRecord op;
@@ -352,8 +346,11 @@ curandStatus_t RecordGenerate(Session& session, RealCall<curandStatus_t>& call, 
   const auto address = reinterpret_cast<uint64_t>(output);
   const GenerateFacts facts{shadow.has_value(), shadow.value_or(ShadowGenerator{}), draw, n,
                             session.Canonical(address)};
-  if (raw) raw_op->SetFacts(&BuildGenerateRecord, facts);
-  if (!raw) AddGenerateArguments(facts, op);
+  if (raw) {
+    raw_op->SetFacts<&AddGenerateArguments>(facts);
+  } else {
+    AddGenerateArguments(facts, op);
+  }
   const curandStatus_t result = call.Run(real);
   if (shadow) {
     Generators::Get().Update(generator, [&](ShadowGenerator& g) {
