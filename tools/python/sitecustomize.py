@@ -12,6 +12,8 @@
 #        torch.autograd.profiler.emit_nvtx) on a PyTorch built with CUDA; on one without NVTX
 #        (CPU-only builds) a TorchDispatchMode names each aten op in the domain "pytorch.op".
 #      Ranges reach the tracer through its C functions ndtrace_range_push/pop (ctypes).
+#      While the program's own PyTorch profiler is on in a thread, op naming steps aside there
+#      (_NdtraceProfilerGate), so that the profiler starts and counts as without ndtrace.
 #   3. wherever the dispatch mode runs (CPU-only builds), and on CUDA builds with
 #      NDTRACE_TENSOR_DIGESTS=1 (what --tensor-digests sets; there the dispatch mode then names
 #      the ops instead of emit_nvtx), the dispatch mode also tells the tracer each aten op's
@@ -151,16 +153,15 @@ def _ndtrace_annotate_torch(torch):
     cuda_nvtx = bool(getattr(torch.version, "cuda", None)) and hasattr(torch._C, "_nvtx")
     asked = os.environ.get("NDTRACE_TENSOR_DIGESTS", "")
     tensor_digests = asked not in ("", "0") if cuda_nvtx else asked != "0"
+    gate = _NdtraceProfilerGate(torch, push, pop)
     if cuda_nvtx and not tensor_digests:
-        # PyTorch's own per-op ranges ("aten::op, seq = N"); kept on for the whole run.
-        # emit_nvtx's __enter__ calls torch.cuda.synchronize(), which would initialise CUDA at
-        # import time (a program may still set CUDA_VISIBLE_DEVICES or fork workers): skipped.
-        synchronize = torch.cuda.synchronize
-        torch.cuda.synchronize = lambda *args, **kwargs: None
-        try:
-            torch.autograd.profiler.emit_nvtx(record_shapes=False).__enter__()
-        finally:
-            torch.cuda.synchronize = synchronize
+        # PyTorch's own per-op ranges ("aten::op, seq = N"), on for the whole run but while the
+        # program's own profiler is on; not at all where the gate cannot see that profiler.
+        if not gate.usable:
+            _ndtrace_say("PyTorch's profiler entry points are not where expected; "
+                         "PyTorch ops are not annotated")
+            return
+        gate.install(_NdtraceNvtxEmission(torch, gate.enable, gate.disable))
         return
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -189,6 +190,11 @@ def _ndtrace_annotate_torch(torch):
     # Dispatch modes are per thread: entered in this thread for the whole run, and in every
     # thread `threading` starts, as it starts (before its target runs).
     _NdtraceOpRanges().__enter__()
+    try:
+        if gate.usable:
+            gate.install(_NdtraceModeEmission(_NdtraceOpRanges))
+    except Exception as error:  # ops stay named while the program's profiler is on
+        _ndtrace_say("the program's PyTorch profiler will count the shim's op calls: %r" % (error,))
     original_bootstrap = getattr(threading.Thread, "_bootstrap_inner", None)
     if original_bootstrap is None:
         _ndtrace_say("cannot watch thread starts; only the main thread's ops are annotated")
@@ -202,6 +208,241 @@ def _ndtrace_annotate_torch(torch):
         original_bootstrap(thread)
 
     threading.Thread._bootstrap_inner = _bootstrap_inner
+
+
+class _NdtraceProfilerGate(object):
+    """Keeps the shim's op emission out of the way of the program's own PyTorch profiler.
+
+    PyTorch has one profiler state per thread, and emit_nvtx (the shim's op ranges on CUDA
+    builds) is one: the program's profiler (torch.profiler.profile, autograd.profiler.profile,
+    emit_nvtx, emit_itt, the legacy profiler) would fail to start beside it. The dispatch mode
+    (CPU builds, tensor digests) is not a profiler state, but its own calls of each op would
+    be counted by the program's profiler. Every start and stop of a profiler state goes through
+    torch.autograd's _enable_profiler/_disable_profiler (and the _legacy pair); `install`
+    replaces them, in the modules of torch that hold them, with functions that stop the shim's
+    emission in the calling thread before the program's profiler starts there, and start it
+    again once that profiler has stopped; meanwhile the thread is in the range "program
+    profiler on" of the NVTX domain "ndtrace.python". `torch.autograd._profiler_enabled()`
+    answers as without the shim. The program's own calls run unchanged: same results, same
+    exceptions. Nothing here raises into the program; a failure is said once.
+    """
+
+    def __init__(self, torch, push, pop):
+        import threading
+
+        self.autograd = autograd = torch.autograd
+        self.push, self.pop = push, pop
+        self.pairs = [(getattr(autograd, enable, None), getattr(autograd, disable, None))
+                      for enable, disable in (("_enable_profiler", "_disable_profiler"),
+                                              ("_enable_profiler_legacy",
+                                               "_disable_profiler_legacy"))]
+        self.pairs = [pair for pair in self.pairs if callable(pair[0]) and callable(pair[1])]
+        self.enable, self.disable = (getattr(autograd, "_enable_profiler", None),
+                                     getattr(autograd, "_disable_profiler", None))
+        self.usable = (callable(self.enable) and callable(self.disable) and
+                       getattr(autograd, "profiler", None) is not None)
+        self.local = threading.local()  # .aside: this thread's emission waits for its profiler
+        self.lock = threading.Lock()
+        self.programs = 0  # the program's profilers on now, in all threads
+        self.said = False
+
+    def install(self, emission):
+        import sys
+
+        self.emission = emission
+        holders = [self.autograd, self.autograd.profiler,
+                   sys.modules.get("torch.autograd.profiler_legacy")]
+        for enable, disable in self.pairs:
+            self._replace(holders, enable, self._enabler(enable))
+            self._replace(holders, disable, self._disabler(disable))
+        query = getattr(self.autograd, "_profiler_enabled", None)
+        if callable(query) and emission.has_state:
+            self._replace(holders, query, self._query(query))
+
+    @staticmethod
+    def _replace(holders, original, replacement):
+        for holder in holders:
+            for name, value in list(getattr(holder, "__dict__", {}).items()):
+                if value is original:
+                    setattr(holder, name, replacement)
+
+    def _say(self, error):
+        if not self.said:
+            self.said = True
+            _ndtrace_say("PyTorch op annotation around the program's profiler: %r" % (error,))
+
+    def _off(self):
+        try:
+            if not self.emission.off():
+                return False
+        except Exception as error:
+            self._say(error)
+            return False
+        self.push(b"ndtrace.python", b"program profiler on")
+        return True
+
+    def _on(self):
+        self.pop(b"ndtrace.python")
+        try:
+            self.emission.on()
+        except Exception as error:
+            self._say(error)
+
+    def _enabler(self, original):
+        def enable(*args, **kwargs):
+            aside = self._off()
+            try:
+                result = original(*args, **kwargs)
+            except BaseException:
+                if aside:
+                    self._on()
+                raise
+            if aside:
+                self.local.aside = True
+            with self.lock:
+                self.programs += 1
+            return result
+
+        return enable
+
+    def _disabler(self, original):
+        def disable(*args, **kwargs):
+            borrowed = self._off()  # the shim's state is on here: the call meets PyTorch's alone
+            try:
+                result = original(*args, **kwargs)
+            except BaseException:
+                if borrowed:
+                    self._on()
+                raise
+            with self.lock:
+                self.programs = max(0, self.programs - 1)
+            if borrowed or getattr(self.local, "aside", False):
+                self.local.aside = False
+                self._on()
+            return result
+
+        return disable
+
+    def _query(self, original):
+        def _profiler_enabled():
+            enabled = original()
+            if enabled:
+                try:
+                    return not self.emission.answers(self.programs)
+                except Exception:
+                    pass
+            return enabled
+
+        return _profiler_enabled
+
+
+class _NdtraceNvtxEmission(object):
+    """PyTorch's own per-op NVTX ranges (emit_nvtx), on in the thread that imported torch.
+
+    Entered as emit_nvtx enters, but for two calls: its torch.cuda.synchronize(), which would
+    initialise CUDA at import time (a program may still set CUDA_VISIBLE_DEVICES or fork
+    workers), is skipped, and the Python flag PyTorch 2 keeps for "a profiler is on"
+    (torch.autograd.profiler._is_profiler_enabled) is left as it was. Stopped and started again
+    with the arguments emit_nvtx gave _enable_profiler, with no synchronisation.
+    """
+
+    has_state = True
+
+    def __init__(self, torch, enable, disable):
+        import atexit
+        import threading
+
+        self.enable, self.disable = enable, disable
+        self.get_ident = threading.get_ident
+        profiler = torch.autograd.profiler
+        profiler_type = getattr(torch._C._autograd, "_profiler_type", None)
+        nvtx_type = getattr(getattr(torch._C._autograd, "ActiveProfilerType", None), "NVTX", None)
+        self.nvtx_here = ((lambda: profiler_type() == nvtx_type)
+                          if callable(profiler_type) and nvtx_type is not None else lambda: True)
+        calls = []
+
+        def capture(*args, **kwargs):
+            calls.append((args, kwargs))
+            return enable(*args, **kwargs)
+
+        flag = profiler.__dict__.get("_is_profiler_enabled")
+        held = profiler._enable_profiler
+        synchronize = torch.cuda.synchronize
+        nvtx = profiler.emit_nvtx(record_shapes=False)
+        torch.cuda.synchronize = lambda *args, **kwargs: None
+        profiler._enable_profiler = capture
+        try:
+            nvtx.__enter__()
+            if len(calls) != 1:  # entered some other way: left, as there is no stepping aside
+                nvtx.__exit__(None, None, None)
+        finally:
+            profiler._enable_profiler = held
+            torch.cuda.synchronize = synchronize
+            if flag is not None:
+                profiler._is_profiler_enabled = flag
+        if len(calls) != 1:
+            raise LookupError("emit_nvtx did not call torch.autograd.profiler._enable_profiler")
+        self.call = calls[0]
+        self.thread = self.get_ident()
+        self.running = True
+        # Left on at exit, PyTorch warns on stderr of a leaked callback ("observer.cpp").
+        atexit.register(self.leave)
+
+    def leave(self):
+        try:
+            self.off()
+        except Exception:
+            pass
+
+    def off(self):
+        if not self.running or self.get_ident() != self.thread:
+            return False
+        self.disable()
+        self.running = False
+        return True
+
+    def on(self):
+        args, kwargs = self.call
+        self.enable(*args, **kwargs)
+        self.running = True
+
+    def answers(self, programs):
+        """Whether the profiler state this thread sees is the shim's."""
+        return (self.running and (self.get_ident() == self.thread or programs == 0) and
+                self.nvtx_here())
+
+
+class _NdtraceModeEmission(object):
+    """The shim's dispatch mode, stepped aside in a thread where it is the innermost mode."""
+
+    has_state = False
+
+    def __init__(self, mode_type):
+        import threading
+
+        from torch.utils import _python_dispatch
+
+        self.mode_type = mode_type
+        self.stack = _python_dispatch._get_current_dispatch_mode_stack
+        self.push_mode = _python_dispatch._push_mode
+        self.pop_mode = _python_dispatch._pop_mode
+        self.local = threading.local()  # .mode: this thread's mode, while stepped aside
+
+    def off(self):
+        stack = self.stack()
+        if not stack or not isinstance(stack[-1], self.mode_type):
+            return False
+        self.local.mode = self.pop_mode()
+        return True
+
+    def on(self):
+        mode = getattr(self.local, "mode", None)
+        if mode is not None:
+            self.local.mode = None
+            self.push_mode(mode)
+
+    def answers(self, programs):
+        return False
 
 
 class _NdtraceTensorOps(object):
