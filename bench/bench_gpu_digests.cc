@@ -12,6 +12,7 @@
 // Usage: bench_gpu_digests [CALLS [BYTES]]   (default 4000 calls, 4 KiB)
 //        bench_gpu_digests --child CALLS BYTES (internal: the measured process)
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include <algorithm>
 #include <chrono>
@@ -41,7 +42,7 @@ int Child(long calls, long bytes) {
   auto alloc = ResolveDriver<CUresult (*)(CUdeviceptr*, size_t)>(gpa, "cuMemAlloc");
   using MemsetAsync = CUresult (*)(CUdeviceptr, unsigned char, size_t, CUstream);
   auto memset = ResolveDriver<MemsetAsync>(gpa, "cuMemsetD8Async");
-  auto synchronize = ResolveDriver<CUresult (*)()>(gpa, "cuCtxSynchronize");
+  auto synchronize = ResolveDriver<PFN_cuCtxSynchronize_v13000>(gpa, "cuCtxSynchronize");
   CUdevice device;
   CUcontext context;
   CUdeviceptr buffer;
@@ -60,7 +61,7 @@ int Child(long calls, long bytes) {
     memset(buffer, static_cast<unsigned char>(i), static_cast<size_t>(bytes), nullptr);
     ns[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
   }
-  synchronize();
+  synchronize(nullptr);
   const long total =
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - begin).count();
   std::sort(ns.begin(), ns.end());

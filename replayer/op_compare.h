@@ -28,8 +28,13 @@ bool SameArgument(const format::Argument& a, const format::Argument& b);
 // (an input or an output), never as an argument the program passed.
 bool IsBlobArgument(std::string_view name);
 
-// The op's arguments other than blob references and measurements (a cuDNN Find's `first`,
-// ranked by timing), pairwise in order. Returns the index pair of
+// The op's arguments other than blob references, measurements (a cuDNN Find's `first`,
+// ranked by timing) and "insideOp" (the tracer's note of the call an op was made from inside),
+// pairwise in order. A kernel's by-value struct parameters and its pointer
+// parameters that hold host addresses are compared through the data, not as bytes (their bytes
+// differ from run to run in deterministic programs: uninitialized slots, stack addresses); the
+// device pointers inside structs are arguments of their own ("<name>@<offset>",
+// tracer/README.md) and compare as pointers. Returns the index pair of
 // the first that differs (an index equal to the size: that side has no more), or nullopt.
 struct ArgumentMismatch {
   size_t a = 0;

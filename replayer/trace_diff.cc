@@ -520,6 +520,15 @@ class Differ {
     }
   }
 
+  // A library call writes what it writes when it returns, after the kernels, copies and memsets
+  // it made from inside (cuBLAS launches its GEMM kernel; the tracer records such an op's
+  // "insideOp", and it comes before the call in the trace). For them, "the last op that wrote
+  // this before" means before the call.
+  static uint64_t EffectiveSequence(const OpRecord& op) {
+    const uint64_t* inside = UnsignedArgument(op, "insideOp");
+    return inside != nullptr && *inside < op.sequence ? *inside : op.sequence;
+  }
+
   static const uint64_t* UnsignedArgument(const OpRecord& op, std::string_view name) {
     const format::Argument* argument = FindArgument(op, name);
     return argument ? std::get_if<uint64_t>(&argument->value) : nullptr;
@@ -639,7 +648,7 @@ class Differ {
           (allocation == 0 || !last_writer_.count(allocation))) {
         d.what = "the host data copied to the GPU differs: the runs diverged on the CPU";
       } else {
-        PointBack(a.inputs[i].pointer, a.sequence, &d);
+        PointBack(a.inputs[i].pointer, EffectiveSequence(a), &d);
       }
       AddOutputEvidence(a, b, &d);
       return Found(std::move(d), a, b);
@@ -687,7 +696,8 @@ class Differ {
                                      *TextOf(b, captured.front()) + " in run B");
       const auto* base = FindArgument(a, role);  // a launch's `alloc<id>`
       const auto* allocation = base ? std::get_if<format::DevicePointer>(&base->value) : nullptr;
-      PointBack(allocation ? *allocation : format::DevicePointer{}, a.sequence, &*propagated);
+      PointBack(allocation ? *allocation : format::DevicePointer{}, EffectiveSequence(a),
+                &*propagated);
       if (deferred != nullptr && deferred->input == captured.front()) {
         // Its root was asked for as the pair was compared (the writers before it may since
         // have been forgotten), and refined as later-read writers arrived.
@@ -725,7 +735,7 @@ class Differ {
         if (source == nullptr || arg.name == "src") source = &arg;
       }
       if (source != nullptr) {
-        Query(std::get<format::DevicePointer>(source->value), a.sequence,
+        Query(std::get<format::DevicePointer>(source->value), EffectiveSequence(a),
               "the data this op copied already differs on the device",
               "the data this op copied already differs on the device; `" + source->name +
                   "` was last written by op ");

@@ -221,6 +221,23 @@ Treatment TreatmentOf(const format::OpRecord& op, std::string* why) {
   return written.empty() ? Treatment::kOrdering : Treatment::kRecorded;
 }
 
+// For each op of the window, the sequence of the library call re-executed in the window that
+// made it from inside (its "insideOp": cuBLAS launching its GEMM kernel), or 0.
+std::vector<uint64_t> InsideLibraryCalls(const WindowOps& window) {
+  std::vector<uint64_t> inside(window.ops.size(), 0);
+  std::map<uint64_t, bool> replayed;  // the window's ops by sequence: re-executed?
+  for (const format::OpRecord& op : window.ops) {
+    std::string why;
+    replayed[op.sequence] =
+        op.kind != format::OpKind::kKernelLaunch && TreatmentOf(op, &why) == Treatment::kReplay;
+  }
+  for (size_t i = 0; i < window.ops.size(); ++i) {
+    const uint64_t call = UnsignedArgument(window.ops[i], "insideOp");
+    if (const auto it = replayed.find(call); it != replayed.end() && it->second) inside[i] = call;
+  }
+  return inside;
+}
+
 // The source and destination of a copy (0: host) and its size.
 struct Copy {
   uint64_t dst = 0, src = 0, bytes = 0;
@@ -354,7 +371,10 @@ Status CheckWindow(const WindowOps& window) {
     }
     return Status::Error(NotKept(op, role, text.empty() ? "not captured" : text, window));
   };
-  for (const format::OpRecord& op : window.ops) {
+  const std::vector<uint64_t> inside = InsideLibraryCalls(window);
+  for (size_t i = 0; i < window.ops.size(); ++i) {
+    const format::OpRecord& op = window.ops[i];
+    if (inside[i] != 0) continue;
     std::string why;
     switch (TreatmentOf(op, &why)) {
       case Treatment::kRefused:
@@ -487,7 +507,11 @@ class WindowRunner {
  public:
   WindowRunner(format::TraceReader& reader, const WindowOps& window,
                const WindowReplayOptions& options, WindowReplayReport* report)
-      : reader_(reader), window_(window), options_(options), report_(report) {}
+      : reader_(reader),
+        window_(window),
+        options_(options),
+        report_(report),
+        inside_(InsideLibraryCalls(window)) {}
 
   // Applies or replays op `index` of the window. Sets `*varies` when its K outputs differ
   // (then nothing is written to the image); `alternative` >= 0 replays the candidate of that
@@ -497,6 +521,11 @@ class WindowRunner {
     WindowOpResult result;
     result.op = op;
     *varies = false;
+    if (inside_[index] != 0) {
+      result.step = WindowStep::kInside;
+      report_->ops.push_back(std::move(result));
+      return Status::Ok();
+    }
     std::string why;
     switch (TreatmentOf(op, &why)) {
       case Treatment::kRefused:
@@ -639,6 +668,7 @@ class WindowRunner {
   const WindowOps& window_;
   const WindowReplayOptions& options_;
   WindowReplayReport* report_;
+  std::vector<uint64_t> inside_;  // InsideLibraryCalls
   DeviceImage image_;
 };
 

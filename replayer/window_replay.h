@@ -85,6 +85,8 @@ enum class WindowStep {
   kRecorded,  // a call window replay does not re-execute that writes device memory at known
               // places (cudnnSetDropoutDescriptor, cublasSaxpy_v2...): what it wrote is taken
               // from the captured inputs of the ops that read it
+  kInside,    // a launch, copy or memset a library call made from inside (cuBLAS launches its
+              // GEMM kernels): re-executed as part of that call, not again on its own
 };
 
 struct WindowOpResult {

@@ -116,12 +116,13 @@ int RunReplayWindow(const ReplayWindowOptions& options) {
   }
   const replay::WindowReplayReport& r = *report;
 
-  size_t replayed = 0, applied = 0, ordering = 0;
+  size_t replayed = 0, applied = 0, ordering = 0, inside = 0;
   std::vector<std::string> as_recorded;
   for (const replay::WindowOpResult& result : r.ops) {
     replayed += result.step == replay::WindowStep::kReplayed;
     applied += result.step == replay::WindowStep::kApplied;
     ordering += result.step == replay::WindowStep::kOrdering;
+    inside += result.step == replay::WindowStep::kInside;
     if (result.step == replay::WindowStep::kRecorded) {
       as_recorded.push_back(fmt::format("op {} ({})", result.op.sequence, result.op.name));
     }
@@ -133,8 +134,12 @@ int RunReplayWindow(const ReplayWindowOptions& options) {
       machine->cc_major, machine->cc_minor, machine->driver, mismatches.empty() ? "" : ", forced");
   fmt::print(
       "  replayed {} ops: {} re-executed, {} copies and memsets applied, {} "
-      "synchronisation, event and stream ops kept in order{}\n",
+      "synchronisation, event and stream ops kept in order{}{}\n",
       r.ops.size(), replayed, applied, ordering,
+      inside == 0 ? ""
+                  : fmt::format(", {} launched from inside the library calls (re-executed with "
+                                "them)",
+                                inside),
       as_recorded.empty() ? "" : fmt::format(", {} taken as recorded", as_recorded.size()));
   if (!as_recorded.empty()) {
     std::string list;

@@ -66,6 +66,11 @@ void ToOpRecord(const RawOpHeader& header, const unsigned char* body, format::Op
   op.device_ordinal = 0;
   op.nvtx_range_id = header.nvtx_range_id;
   if (header.build != nullptr) header.build(bytes, op);
+  if (header.inside != 0) {
+    Argument& inside = op.args.emplace_back();
+    inside.name.assign("insideOp");
+    inside.value = header.inside;
+  }
 }
 
 void ToOpRecord(const RawOp& raw, format::OpRecord& op) {

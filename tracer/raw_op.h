@@ -39,6 +39,7 @@ struct RawOpHeader {
   uint64_t end_ns;
   uint64_t module_id;
   uint64_t nvtx_range_id;
+  uint64_t inside;  // the op open on this thread when this one began (a library call), or 0
   uint32_t thread_id;
   uint32_t stream_id;
   int32_t status;

@@ -690,11 +690,37 @@ Session::Session(std::unique_ptr<format::TraceWriter> writer, format::TraceHeade
       rings_(writer_.get(), ring_slots, &StartOwnThread) {}
 
 namespace {
-thread_local std::optional<uint64_t> t_open_op;  // Session::OpenOp
+// The ops open on this thread, innermost last (Session::OpenOp): a library call's own launches
+// are made from inside it, and record so ("insideOp"). Deeper than kOpenDepth is not kept.
+constexpr unsigned kOpenDepth = 4;
+thread_local std::array<uint64_t, kOpenDepth> t_open_ops;
+thread_local unsigned t_open_depth = 0;
+
+// Opens op `sequence`; returns the op it is made from inside, or 0.
+uint64_t PushOpenOp(uint64_t sequence) {
+  const uint64_t inside = t_open_depth > 0 ? t_open_ops[t_open_depth - 1] : 0;
+  if (t_open_depth < kOpenDepth) t_open_ops[t_open_depth++] = sequence;
+  return inside;
+}
+
+// Closes op `sequence` (and any op opened inside it and never closed); returns the op it was
+// made from inside, or 0 (also when it is not open: too deep, or closed already).
+uint64_t PopOpenOp(uint64_t sequence) {
+  for (unsigned i = t_open_depth; i-- > 0;) {
+    if (t_open_ops[i] != sequence) continue;
+    t_open_depth = i;
+    return i > 0 ? t_open_ops[i - 1] : 0;
+  }
+  return 0;
+}
 // An op record whose strings and vectors keep their capacity, for this thread's next BeginOp.
 thread_local format::OpRecord t_spare_op;
-// This thread's op on the hot path (BeginRawOp).
-thread_local RawOp t_raw_op;
+// This thread's ops on the hot path (BeginRawOp), one per nesting level: a library call that is
+// a raw op (a GEMM) launches its kernels, raw ops too, before it ends. Deeper than that reuses
+// the innermost.
+constexpr unsigned kRawOpDepth = 3;
+thread_local std::array<RawOp, kRawOpDepth> t_raw_ops;
+thread_local unsigned t_raw_depth = 0;
 
 // What a thread looked up last (Session::Kernel, Session::Canonical), valid while the session's
 // version of that table is the one it was looked up in.
@@ -746,14 +772,17 @@ void ResetOp(format::OpRecord& op) {
 }
 }  // namespace
 
-std::optional<uint64_t> Session::OpenOp() { return t_open_op; }
+std::optional<uint64_t> Session::OpenOp() {
+  if (t_open_depth == 0) return std::nullopt;
+  return t_open_ops[t_open_depth - 1];
+}
 
 format::OpRecord Session::BeginOp(format::OpKind kind, std::string_view name, uint32_t stream_id) {
   format::OpRecord op;
   RecordRings::SwapOp(op, t_spare_op);
   ResetOp(op);
   op.sequence = TakeOpSequence();
-  t_open_op = op.sequence;
+  PushOpenOp(op.sequence);  // EndOp notes the op it is inside
   op.thread_id = ThreadId();
   op.stream_id = stream_id;
   op.kind = kind;
@@ -766,10 +795,11 @@ format::OpRecord Session::BeginOp(format::OpKind kind, std::string_view name, ui
 }
 
 RawOp& Session::BeginRawOp(format::OpKind kind, const char* name, uint32_t stream_id) {
-  RawOp& op = t_raw_op;
+  RawOp& op = t_raw_ops[std::min(t_raw_depth, kRawOpDepth - 1)];
+  ++t_raw_depth;
   ResetRawOp(op, kind, name, stream_id);
   op.sequence = TakeOpSequence();
-  t_open_op = op.sequence;
+  op.inside = PushOpenOp(op.sequence);
   op.thread_id = ThreadId();
   op.start_ns = NowNs();
   WriteOpenNvtxRanges(*this, op.sequence);
@@ -778,6 +808,8 @@ RawOp& Session::BeginRawOp(format::OpKind kind, const char* name, uint32_t strea
 }
 
 void Session::EndRawOp(RawOp& op, int32_t status, std::vector<format::BufferDigest> outputs) {
+  if (t_raw_depth > 0) --t_raw_depth;
+  PopOpenOp(op.sequence);
   if (!outputs.empty() || held_count_.load(std::memory_order_acquire) != 0 ||
       python_stacks_ != nullptr) {
     // Digests, held records and Python stacks need the whole record.
@@ -787,7 +819,6 @@ void Session::EndRawOp(RawOp& op, int32_t status, std::vector<format::BufferDige
     EndOp(record, status);
     return;
   }
-  t_open_op.reset();
   op.status = status;
   op.end_ns = NowNs();
   rings_.AppendRaw(op, op.thread_id);
@@ -917,7 +948,12 @@ void AddOutstanding(GpuDigests& gpu, const std::vector<format::BufferDigest>& di
 }  // namespace
 
 void Session::EndOp(format::OpRecord& op, int32_t status) {
-  t_open_op.reset();
+  if (const uint64_t inside = PopOpenOp(op.sequence); inside != 0) {
+    format::Argument argument;
+    argument.name = "insideOp";
+    argument.value = inside;
+    op.args.push_back(std::move(argument));
+  }
   op.status = status;
   op.end_ns = NowNs();
   bool outstanding = false;
@@ -1085,6 +1121,12 @@ void Session::OnAllocate(uint64_t base, uint64_t bytes, const char* api, uint32_
     std::lock_guard lock(mutex_);
     allocations_.Add(base, bytes, record.allocation_id);
     allocations_version_.fetch_add(1, std::memory_order_release);
+    if (base < allocation_low_.load(std::memory_order_relaxed)) {
+      allocation_low_.store(base, std::memory_order_relaxed);
+    }
+    if (base + bytes > allocation_high_.load(std::memory_order_relaxed)) {
+      allocation_high_.store(base + bytes, std::memory_order_relaxed);
+    }
   }
   record.event = format::AllocationEvent::kAllocate;
   record.bytes = bytes;

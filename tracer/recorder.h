@@ -141,6 +141,12 @@ class Session {
   format::DevicePointer Canonical(uint64_t address);
   // Whether `address` lies in a known allocation.
   bool IsDevice(uint64_t address);
+  // False when `word` lies outside the span of every allocation made so far: a cheap test
+  // before Canonical for words that are most often not addresses (a struct's fields).
+  bool MayBeDevice(uint64_t word) const {
+    return word >= allocation_low_.load(std::memory_order_relaxed) &&
+           word < allocation_high_.load(std::memory_order_relaxed);
+  }
 
   // The next op's sequence number, taken in issue order (dense from 0).
   uint64_t TakeOpSequence() { return next_op_.fetch_add(1, std::memory_order_relaxed); }
@@ -291,6 +297,9 @@ class Session {
   // lookup cache) is valid while they are unchanged.
   std::atomic<uint64_t> kernels_version_{0};
   std::atomic<uint64_t> allocations_version_{0};
+  // The span of every allocation made so far (MayBeDevice): it only grows.
+  std::atomic<uint64_t> allocation_low_{UINT64_MAX};
+  std::atomic<uint64_t> allocation_high_{0};
   std::vector<PendingDigest> pending_;
   std::vector<std::string> said_;  // unapplied decisions already said on stderr
   std::unordered_set<std::string> names_;  // InternName's (never erased: RawOp points into it)

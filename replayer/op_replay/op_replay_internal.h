@@ -58,7 +58,7 @@ struct Driver {
   CUresult (*mem_free)(CUdeviceptr) = nullptr;
   CUresult (*copy_to_device)(CUdeviceptr, const void*, size_t) = nullptr;
   CUresult (*copy_to_host)(void*, CUdeviceptr, size_t) = nullptr;
-  CUresult (*synchronize)() = nullptr;
+  CUresult (*synchronize)(CUcontext) = nullptr;  // cuCtxSynchronize at CUDA 13: cuCtxSynchronize_v2
   CUresult (*error_string)(CUresult, const char**) = nullptr;
   // For what else a replayer needs (cuModuleLoadData, cuMemAddressReserve...).
   CUresult (*get_proc_address)(const char*, void**, int, cuuint64_t,

@@ -5,13 +5,17 @@
 // recorded configuration and argument bytes.
 //
 // Re-creating an allocation at its address: the granule-aligned range around it is reserved with
-// cuMemAddressReserve asking for exactly that address (allocations sharing a granule share one
-// range), backed by cuMemCreate and mapped with cuMemMap + cuMemSetAccess. The driver may give
-// another range when the requested one is in use: the replay then fails saying so. This runs
-// before the module is loaded, which takes device memory of its own.
+// cuMemAddressReserve asking for that address (allocations sharing a granule share one range),
+// backed by cuMemCreate and mapped with cuMemMap + cuMemSetAccess. The driver gives another
+// range when the requested one is in use (a real driver shares the address space with the host,
+// whose layout differs from process to process): the allocations there are then relocated, every
+// 8-byte word of the arguments and of the captured inputs that held an address in a recorded
+// range is moved by the same distance, and the report says so. This runs before the module is
+// loaded, which takes device memory of its own.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <string>
 #include <variant>
@@ -196,24 +200,19 @@ class FixedMemory {
     }
   }
 
-  // Maps [start, start + bytes) (granule-aligned) at exactly that address on device `ordinal`.
-  Status Map(uint64_t start, uint64_t bytes, int ordinal, const std::string& what) {
-    ranges_.push_back({start, bytes});
+  // Maps `bytes` (granule-aligned) on device `ordinal` at `wanted` when that range is free, else
+  // where the driver offers; returns the start.
+  StatusOr<uint64_t> Map(uint64_t wanted, uint64_t bytes, int ordinal, const std::string& what) {
+    ranges_.push_back({wanted, bytes});
     Range& range = ranges_.back();
     CUdeviceptr got = 0;
-    if (const CUresult result = k_.reserve(&got, bytes, 0, start, 0); result != CUDA_SUCCESS) {
-      return Status::Error(fmt::format(
-          "cannot re-create {} at its recorded address: the range {:#x}..{:#x} cannot be "
-          "reserved ({})",
-          what, start, start + bytes, driver_.Error("cuMemAddressReserve", result)));
+    if (const CUresult result = k_.reserve(&got, bytes, 0, wanted, 0); result != CUDA_SUCCESS) {
+      return Status::Error(
+          fmt::format("cannot re-create {}: {} bytes of address space cannot be reserved ({})",
+                      what, bytes, driver_.Error("cuMemAddressReserve", result)));
     }
-    if (got != start) {
-      k_.address_free(got, bytes);
-      return Status::Error(fmt::format(
-          "cannot re-create {} at its recorded address: the range {:#x}..{:#x} is not free on "
-          "this device (cuMemAddressReserve offered {:#x} instead)",
-          what, start, start + bytes, got));
-    }
+    const uint64_t start = got;
+    range.start = start;
     range.reserved = true;
     CUmemAllocationProp prop = {};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -236,7 +235,7 @@ class FixedMemory {
     if (const CUresult result = k_.set_access(start, bytes, &access, 1); result != CUDA_SUCCESS) {
       return Status::Error(driver_.Error("cuMemSetAccess", result) + " (" + what + ")");
     }
-    return Status::Ok();
+    return start;
   }
 
   StatusOr<CUfunction> Load(const std::string& image, const std::string& mangled) {
@@ -264,6 +263,44 @@ class FixedMemory {
   const KernelDriver& k_;
   std::vector<Range> ranges_;
   CUmodule module_ = nullptr;
+};
+
+// Where the recorded ranges were re-created: addresses in them move by their range's distance.
+class Relocation {
+ public:
+  void Add(uint64_t start, uint64_t end, uint64_t placed, const std::string& what) {
+    ranges_.push_back({start, end, placed});
+    if (placed != start) {
+      moves_ +=
+          fmt::format("{}{} from {:#x} to {:#x}", moves_.empty() ? "" : ", ", what, start, placed);
+    }
+  }
+  bool moved() const { return !moves_.empty(); }
+  const std::string& Moves() const { return moves_; }
+
+  uint64_t Address(uint64_t address) const {
+    for (const Range& range : ranges_) {
+      if (address >= range.start && address < range.end)
+        return address - range.start + range.placed;
+    }
+    return address;
+  }
+  // Every 8-byte word of `bytes` (from its start) that is an address in a recorded range.
+  void Words(std::string* bytes) const {
+    for (size_t at = 0; at + 8 <= bytes->size(); at += 8) {
+      uint64_t word = 0;
+      std::memcpy(&word, bytes->data() + at, 8);
+      const uint64_t moved = Address(word);
+      if (moved != word) std::memcpy(bytes->data() + at, &moved, 8);
+    }
+  }
+
+ private:
+  struct Range {
+    uint64_t start, end, placed;
+  };
+  std::vector<Range> ranges_;
+  std::string moves_;
 };
 
 bool HandlesKernel(const format::OpRecord& op) {
@@ -323,11 +360,19 @@ StatusOr<OpReplayReport> ReplayKernel(format::TraceReader& reader, const format:
     ranges.erase(next);
   }
   FixedMemory memory(driver, k);
+  Relocation relocation;
   for (const auto& [start, range] : ranges) {
-    if (Status status = memory.Map(start, range.first - start, static_cast<int>(op.device_ordinal),
-                                   range.second);
-        !status.ok()) {
-      return status.Prefixed(fmt::format("replaying op {}", op.sequence));
+    StatusOr<uint64_t> placed =
+        memory.Map(start, range.first - start, static_cast<int>(op.device_ordinal), range.second);
+    if (!placed.ok()) return placed.status().Prefixed(fmt::format("replaying op {}", op.sequence));
+    relocation.Add(start, range.first, *placed, range.second);
+  }
+  if (relocation.moved()) {
+    for (std::string& bytes : launch.params) relocation.Words(&bytes);
+    for (CapturedAllocation& allocation : launch.allocations) {
+      allocation.base = relocation.Address(allocation.base);
+      relocation.Words(&allocation.before);
+      if (allocation.after) relocation.Words(&*allocation.after);  // a table of pointers moves too
     }
   }
   StatusOr<CUfunction> function = memory.Load(*image, launch.mangled);
@@ -380,10 +425,13 @@ StatusOr<OpReplayReport> ReplayKernel(format::TraceReader& reader, const format:
                           allocation.base, allocation.bytes);
   }
   report.problem = fmt::format(
-      "kernel {} grid ({},{},{}) block ({},{},{}) shared {} bytes; allocations re-created at "
-      "their recorded addresses: {}",
+      "kernel {} grid ({},{},{}) block ({},{},{}) shared {} bytes; allocations re-created {}: {}",
       launch.mangled, launch.grid[0], launch.grid[1], launch.grid[2], launch.block[0],
-      launch.block[1], launch.block[2], launch.shared_bytes, placed);
+      launch.block[1], launch.block[2], launch.shared_bytes,
+      relocation.moved() ? "elsewhere (" + relocation.Moves() +
+                               "; the addresses in the arguments and inputs moved with them)"
+                         : std::string("at their recorded addresses"),
+      placed);
   report.output_role = roles;
   report.output_bytes = buffers.output_bytes;
   for (const auto& [index, bytes] : buffers.more_outputs) report.output_bytes += bytes;

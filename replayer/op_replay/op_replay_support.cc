@@ -201,7 +201,7 @@ StatusOr<AlgorithmRuns> RunCandidate(const Driver& driver, const ReplayBuffers& 
     }
     const auto start = std::chrono::steady_clock::now();
     const std::optional<std::string> failure = run();
-    const CUresult synchronized = driver.synchronize();
+    const CUresult synchronized = driver.synchronize(nullptr);
     total_ms +=
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (failure) {

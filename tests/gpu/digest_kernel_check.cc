@@ -8,6 +8,7 @@
 // must equal DigestV1 of the same bytes. Exit 0 all equal, 1 a mismatch, 77 no usable driver
 // or device (skip).
 #include <cuda.h>
+#include <cudaTypedefs.h>
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -52,7 +53,8 @@ int main() {
   auto memset = Proc<CUresult (*)(CUdeviceptr, unsigned char, size_t)>(get_proc, "cuMemsetD8");
   auto to_device = Proc<CUresult (*)(CUdeviceptr, const void*, size_t)>(get_proc, "cuMemcpyHtoD");
   auto to_host = Proc<CUresult (*)(void*, CUdeviceptr, size_t)>(get_proc, "cuMemcpyDtoH");
-  auto synchronize = Proc<CUresult (*)()>(get_proc, "cuCtxSynchronize");
+  // At CUDA 13, "cuCtxSynchronize" is cuCtxSynchronize_v2, which takes the context.
+  auto synchronize = Proc<PFN_cuCtxSynchronize_v13000>(get_proc, "cuCtxSynchronize");
   CUdevice device = 0;
   CUcontext context = nullptr;
   if (init == nullptr || init(0) != CUDA_SUCCESS || device_get(&device, 0) != CUDA_SUCCESS ||
@@ -114,11 +116,12 @@ int main() {
       for (auto [grid, block] :
            {std::pair{0u, 256u}, std::pair{1u, 32u}, std::pair{7u, 96u}, std::pair{528u, 1024u}}) {
         ++ticket;
-        if (gpu.Enqueue(buffer + offset, c.bytes.size(), sums, out, ticket, nullptr, grid, block) !=
-                CUDA_SUCCESS ||
-            synchronize() != CUDA_SUCCESS) {
-          std::printf("error: the digest kernels failed (%s, offset %zu)\n", c.name.c_str(),
-                      offset);
+        CUresult status =
+            gpu.Enqueue(buffer + offset, c.bytes.size(), sums, out, ticket, nullptr, grid, block);
+        if (status == CUDA_SUCCESS) status = synchronize(nullptr);
+        if (status != CUDA_SUCCESS) {
+          std::printf("error: the digest kernels failed with CUresult %d (%s, offset %zu)\n",
+                      static_cast<int>(status), c.name.c_str(), offset);
           return 1;
         }
         unsigned long long result[3] = {};

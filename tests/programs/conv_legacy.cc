@@ -220,6 +220,29 @@ int main(int argc, char** argv) {
   }
 
   size_t fwd_bytes = 0, data_bytes = 0, filter_bytes = 0;
+  // A fixed algorithm this cuDNN does not support for these descriptors (cuDNN 9.19 on an H200
+  // refuses BWD_DATA_ALGO_1 for the padded dy): the first its heuristics list as supported, as a
+  // framework falls back.
+  if (selection == Selection::kFixed && cudnnGetConvolutionBackwardDataWorkspaceSize(
+                                            handle, w_desc, y_desc, conv, x_desc,
+                                            static_cast<cudnnConvolutionBwdDataAlgo_t>(data_algo),
+                                            &data_bytes) == CUDNN_STATUS_NOT_SUPPORTED) {
+    cudnnConvolutionBwdDataAlgoPerf_t listed[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int count = 0;
+    if (!Ok(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w_desc, y_desc, conv, x_desc,
+                                                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                                                        &count, listed),
+            "cudnnGetConvolutionBackwardDataAlgorithm_v7")) {
+      return 1;
+    }
+    const int fallback = Fastest(listed, count);
+    if (fallback < 0) {
+      std::fprintf(stderr, "conv_legacy: no backward data algorithm supports these tensors\n");
+      return 1;
+    }
+    std::printf("backward data algo %d not supported here: algo %d\n", data_algo, fallback);
+    data_algo = fallback;
+  }
   if (!Ok(cudnnGetConvolutionForwardWorkspaceSize(handle, x_desc, w_desc, conv, y_desc,
                                                   static_cast<cudnnConvolutionFwdAlgo_t>(fwd_algo),
                                                   &fwd_bytes),

@@ -67,7 +67,7 @@ int main() {
   const auto htod = Resolve<PFN_cuMemcpyHtoD_v3020>("cuMemcpyHtoD");
   const auto dtoh = Resolve<PFN_cuMemcpyDtoH_v3020>("cuMemcpyDtoH");
   const auto launch = Resolve<PFN_cuLaunchKernel_v4000>("cuLaunchKernel");
-  const auto synchronize = Resolve<PFN_cuCtxSynchronize_v2000>("cuCtxSynchronize");
+  const auto synchronize = Resolve<PFN_cuCtxSynchronize_v13000>("cuCtxSynchronize");
   if (!init || !device_get || !retain || !release || !set_current || !load || !get_function ||
       !unload || !alloc || !mem_free || !htod || !dtoh || !launch || !synchronize) {
     return 1;
@@ -97,7 +97,7 @@ int main() {
   int n = kN;
   void* params[] = {&d_data, &mul, &add, &n};
   if (!Ok(launch(function, 16, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr), "cuLaunchKernel") ||
-      !Ok(synchronize(), "cuCtxSynchronize") ||
+      !Ok(synchronize(nullptr), "cuCtxSynchronize") ||
       !Ok(dtoh(data.data(), d_data, kN * sizeof(std::uint32_t)), "cuMemcpyDtoH") ||
       !Ok(mem_free(d_data), "cuMemFree") || !Ok(unload(module), "cuModuleUnload") ||
       !Ok(release(device), "cuDevicePrimaryCtxRelease")) {

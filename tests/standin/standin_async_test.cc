@@ -40,7 +40,7 @@ struct Api {
   NDT_GET(cuInit, v2000);
   NDT_GET(cuDevicePrimaryCtxRetain, v7000);
   NDT_GET(cuCtxSetCurrent, v4000);
-  NDT_GET(cuCtxSynchronize, v2000);
+  NDT_GET(cuCtxSynchronize, v13000);  // CUDA 13: cuCtxSynchronize_v2, which takes the context
   NDT_GET(cuMemAlloc, v3020);
   NDT_GET(cuMemFree, v3020);
   NDT_GET(cuMemcpyHtoD, v3020);
@@ -210,7 +210,7 @@ TEST_CASE("the legacy default stream waits for blocking streams, not for non-blo
   REQUIRE(api.cuStreamSynchronize(other) == CUDA_SUCCESS);
   CHECK(Word(p, 0) == 5);
   CHECK(Word(p, 8) == 7);
-  REQUIRE(api.cuCtxSynchronize() == CUDA_SUCCESS);
+  REQUIRE(api.cuCtxSynchronize(nullptr) == CUDA_SUCCESS);
   CHECK(api.cuStreamQuery(blocking) == CUDA_SUCCESS);
   api.cuStreamDestroy(blocking);
   api.cuStreamDestroy(non_blocking);
@@ -262,7 +262,7 @@ TEST_CASE("two streams writing one buffer without an event really race", "[stand
   for (int i = 0; i < 2000 && !(saw_one && saw_two); ++i) {
     REQUIRE(api.cuMemsetD32Async(p, 1, 1, s1) == CUDA_SUCCESS);
     REQUIRE(api.cuMemsetD32Async(p, 2, 1, s2) == CUDA_SUCCESS);
-    REQUIRE(api.cuCtxSynchronize() == CUDA_SUCCESS);
+    REQUIRE(api.cuCtxSynchronize(nullptr) == CUDA_SUCCESS);
     (Word(p) == 1 ? saw_one : saw_two) = true;
   }
   CHECK(saw_one);

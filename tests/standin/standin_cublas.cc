@@ -211,6 +211,9 @@ cublasStatus_t RunGemm(cublasHandle_t handle, cublasOperation_t transa, cublasOp
   g.ldb = ldb;
   g.c = static_cast<float*>(c);
   g.ldc = ldc;
+  LaunchLibraryKernel(
+      handle->stream,
+      {{a, b, c}, static_cast<uint32_t>(m), static_cast<uint32_t>(n), static_cast<uint32_t>(k)});
   try {
     AsKernel(handle->stream, [&] {
       if (handle->atomics == CUBLAS_ATOMICS_ALLOWED && k >= kRacingSlices) {

@@ -43,7 +43,7 @@ unsigned DeviceLanes() {
   CUdevice device = 0;
   int count = 0;
   if (driver.ctx_get_device == nullptr || driver.device_attribute == nullptr ||
-      driver.ctx_get_device(&device) != CUDA_SUCCESS ||
+      driver.ctx_get_device(&device, nullptr) != CUDA_SUCCESS ||
       driver.device_attribute(&count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device) !=
           CUDA_SUCCESS ||
       count <= 0) {
@@ -115,12 +115,13 @@ bool IsSupportedPseudo(curandRngType_t type) {
          type == CURAND_RNG_PSEUDO_PHILOX4_32_10;
 }
 
-// Checks a generate call's arguments and synchronises its stream.
+// Checks a generate call's arguments, synchronises its stream and launches the library's kernel.
 curandStatus_t Prepare(curandGenerator_t generator, const void* out, size_t n) {
   if (generator == nullptr) return CURAND_STATUS_NOT_INITIALIZED;
   if (n == 0) return CURAND_STATUS_SUCCESS;
   if (!IsDeviceRange(out, n * 4)) return CURAND_STATUS_LAUNCH_FAILURE;
   if (!Synchronize(generator->stream)) return CURAND_STATUS_PREEXISTING_FAILURE;
+  LaunchLibraryKernel(generator->stream, {{out, nullptr, nullptr}, static_cast<uint32_t>(n)});
   return CURAND_STATUS_SUCCESS;
 }
 

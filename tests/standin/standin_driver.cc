@@ -1224,7 +1224,9 @@ const ProcRow kProcRows[] = {
     NDT_PROC("cuCtxPopCurrent", 2000, cuCtxPopCurrent),
     NDT_PROC("cuCtxPopCurrent", 4000, cuCtxPopCurrent_v2),
     NDT_PROC("cuCtxGetDevice", 2000, cuCtxGetDevice),
+    NDT_PROC("cuCtxGetDevice", 13000, cuCtxGetDevice_v2),
     NDT_PROC("cuCtxSynchronize", 2000, cuCtxSynchronize),
+    NDT_PROC("cuCtxSynchronize", 13000, cuCtxSynchronize_v2),
     NDT_PROC("cuCtxGetApiVersion", 3020, cuCtxGetApiVersion),
     NDT_PROC("cuCtxGetStreamPriorityRange", 5050, cuCtxGetStreamPriorityRange),
     NDT_PROC("cuMemAlloc", 2000, cuMemAlloc),
@@ -2759,9 +2761,16 @@ CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CU
       (alignment != 0 && alignment > kVmmGranularity)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  // A fixed address request is honoured exactly when that range is free (MAP_FIXED_NOREPLACE
-  // never replaces a mapping; a kernel that does not know the flag takes it as a hint).
-  if (addr != 0 && addr % kVmmGranularity == 0) {
+  // The requested address is a hint. The real driver (seen on an H200 with driver 580) placed
+  // every range asked for at another process's addresses elsewhere, near its own: so does this
+  // one, unless NDT_STANDIN_RESERVE_AT_HINT=1, which honours a request whose range is free
+  // (MAP_FIXED_NOREPLACE never replaces a mapping; a kernel that does not know the flag takes it
+  // as a hint).
+  static const bool at_hint = [] {
+    const char* value = std::getenv("NDT_STANDIN_RESERVE_AT_HINT");
+    return value != nullptr && std::string_view(value) == "1";
+  }();
+  if (at_hint && addr != 0 && addr % kVmmGranularity == 0) {
     void* fixed = ::mmap(reinterpret_cast<void*>(addr), size, PROT_NONE,
                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
     if (fixed == reinterpret_cast<void*>(addr)) {
@@ -2773,8 +2782,8 @@ CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CU
   }
   // Anywhere else (as the real driver does when the requested range is taken): over-reserve by
   // one granule to place the range on a granule boundary.
-  void* raw = ::mmap(addr == 0 ? nullptr : reinterpret_cast<void*>(addr), size + kVmmGranularity,
-                     PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* raw = ::mmap(nullptr, size + kVmmGranularity, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   const auto start = reinterpret_cast<std::uintptr_t>(raw);
   const std::uintptr_t base = (start + kVmmGranularity - 1) / kVmmGranularity * kVmmGranularity;

@@ -181,6 +181,14 @@ bool RunFill(const LaunchGeometry&, const KernelArgs& args) {
   return true;
 }
 
+// standin_library_entry(LibraryParams): the kernel the stand-in libraries launch from inside
+// their calls (standin_library_driver.h, LaunchLibraryKernel); their work runs on the host.
+constexpr ParamSlot kLibraryEntryParams[] = {{0, 40}};
+
+bool RunLibraryEntry(const LaunchGeometry&, const KernelArgs&) {
+  return true;
+}
+
 // GatherRows(const float* const* rows, float* out, int row_length, int row_count):
 // out[i] = 2 * rows[i / row_length][i % row_length], each row pointer read from device memory.
 constexpr ParamSlot kGatherRowsParams[] = {{0, 8}, {8, 8}, {16, 4}, {20, 4}};
@@ -448,6 +456,7 @@ constexpr HostKernel kHostKernels[] = {
     {"ndt_digest_v1_finish", kDigestFinishParams, RunDigestFinish},
     {"_Z11DropoutLikeN2at15PhiloxCudaStateEPKfPfi", kDropoutLikeParams, RunDropoutLike},
     {"_Z4FillPlli", kFillParams, RunFill},
+    {"_Z21standin_library_entry13LibraryParams", kLibraryEntryParams, RunLibraryEntry},
     {"_Z10GatherRowsPKPKfPfii", kGatherRowsParams, RunGatherRows},
 };
 

@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 namespace {
@@ -16,8 +17,12 @@ namespace {
 struct Driver {
   CUresult (*stream_synchronize)(CUstream) = nullptr;
   CUresult (*address_range)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
-  CUresult (*ctx_get_device)(CUdevice*) = nullptr;
+  CUresult (*ctx_get_device)(CUdevice*, CUcontext) = nullptr;  // CUDA 13: cuCtxGetDevice_v2
   CUresult (*device_attribute)(int*, CUdevice_attribute, CUdevice) = nullptr;
+  CUresult (*module_load_data)(CUmodule*, const void*) = nullptr;
+  CUresult (*module_get_function)(CUfunction*, CUmodule, const char*) = nullptr;
+  CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            unsigned, CUstream, void**, void**) = nullptr;
 };
 
 const Driver& TheDriver() {
@@ -46,6 +51,9 @@ const Driver& TheDriver() {
     lookup("cuMemGetAddressRange", found.address_range);
     lookup("cuCtxGetDevice", found.ctx_get_device);
     lookup("cuDeviceGetAttribute", found.device_attribute);
+    lookup("cuModuleLoadData", found.module_load_data);
+    lookup("cuModuleGetFunction", found.module_get_function);
+    lookup("cuLaunchKernel", found.launch_kernel);
     return found;
   }();
   return driver;
@@ -56,6 +64,46 @@ const Driver& TheDriver() {
   const Driver& driver = TheDriver();
   return driver.stream_synchronize != nullptr &&
          driver.stream_synchronize(reinterpret_cast<CUstream>(stream)) == CUDA_SUCCESS;
+}
+
+// The library's own kernel, as a real library launches one (or several) from inside its call:
+// through the driver entry points cuGetProcAddress handed out (a tracer's, when one is there),
+// with a by-value parameter struct that holds the call's device pointers, as CUTLASS's Params
+// do. Registered in standin_kernels.cc as standin_library_entry(LibraryParams); it computes
+// nothing (the library computes on the host, AsKernel), it is there to be seen. The launch is
+// then waited for, out of a tracer's sight (Synchronize), with whatever a tracer enqueued
+// around it: the host computation that follows comes after it in stream order, as on a GPU.
+// Does nothing when the driver lacks a function or the module does not load.
+struct LibraryParams {
+  const void* pointers[3];
+  uint32_t m = 0, n = 0, k = 0, reserved = 0;
+};
+static_assert(sizeof(LibraryParams) == 40);
+
+[[maybe_unused]] void LaunchLibraryKernel(cudaStream_t stream, LibraryParams params) {
+  const Driver& driver = TheDriver();
+  static const CUfunction function = [&driver]() -> CUfunction {
+    if (driver.module_load_data == nullptr || driver.module_get_function == nullptr) {
+      return nullptr;
+    }
+    static constexpr char kImage[] =
+        "//\n// stand-in library kernels\n//\n.version 9.0\n.target sm_90\n.address_size 64\n"
+        ".visible .entry _Z21standin_library_entry13LibraryParams("
+        ".param .align 8 .b8 params[40])\n{\n\tret;\n}\n";
+    CUmodule module = nullptr;
+    CUfunction found = nullptr;
+    if (driver.module_load_data(&module, kImage) != CUDA_SUCCESS ||
+        driver.module_get_function(&found, module, "_Z21standin_library_entry13LibraryParams") !=
+            CUDA_SUCCESS) {
+      return nullptr;
+    }
+    return found;
+  }();
+  if (function == nullptr || driver.launch_kernel == nullptr) return;
+  void* args[] = {&params};
+  driver.launch_kernel(function, 1, 1, 1, 32, 1, 1, 0, reinterpret_cast<CUstream>(stream), args,
+                       nullptr);
+  Synchronize(stream);
 }
 
 // Whether [pointer, pointer + bytes) lies inside one device allocation.

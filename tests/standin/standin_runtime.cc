@@ -77,7 +77,7 @@ struct DriverApi {
   PFN_cuDevicePrimaryCtxReset_v11000 cuDevicePrimaryCtxReset = nullptr;
   PFN_cuCtxGetCurrent_v4000 cuCtxGetCurrent = nullptr;
   PFN_cuCtxSetCurrent_v4000 cuCtxSetCurrent = nullptr;
-  PFN_cuCtxSynchronize_v2000 cuCtxSynchronize = nullptr;
+  PFN_cuCtxSynchronize_v13000 cuCtxSynchronize = nullptr;  // CUDA 13: takes the context
   PFN_cuMemAlloc_v3020 cuMemAlloc = nullptr;
   PFN_cuMemFree_v3020 cuMemFree = nullptr;
   PFN_cuMemGetInfo_v3020 cuMemGetInfo = nullptr;
@@ -719,7 +719,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 
 cudaError_t cudaDeviceSynchronize(void) {
   if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
-  return ReportDriver(Api().cuCtxSynchronize());
+  return ReportDriver(Api().cuCtxSynchronize(nullptr));
 }
 
 // Frees everything the device's primary context holds. Registered kernels stay usable: their

@@ -121,7 +121,7 @@ TEST_CASE("vector_add under ndtrace record keeps its output and records every op
       "cuEventRecord",        "cuStreamSynchronize",        "cuEventDestroy_v2",
       "cuEventDestroy_v2",    "cuStreamDestroy_v2",         "cuStreamSynchronize",
       "cuEventDestroy_v2",    "cuEventDestroy_v2",          "cuStreamDestroy_v2",
-      "cuCtxSynchronize"};
+      "cuCtxSynchronize_v2"};
   REQUIRE(names == expected);
   for (size_t i = 0; i < ops.size(); ++i) CHECK(ops[i].sequence == i);
 
@@ -320,7 +320,7 @@ TEST_CASE("driver_only, which reaches the driver only through cuGetProcAddress_v
   CHECK(names ==
         std::vector<std::string>{"cuMemcpyHtoD_v2",
                                  "ScaleOffset(unsigned int*, unsigned int, unsigned int, int)",
-                                 "cuCtxSynchronize", "cuMemcpyDtoH_v2"});
+                                 "cuCtxSynchronize_v2", "cuMemcpyDtoH_v2"});
   REQUIRE(ops.size() == 4);
   CHECK((ops[1].module_id >> 63) == 1);
   CHECK(PointerArg(ops[1], "arg0").allocation_id == 1);

@@ -13,7 +13,9 @@
 #include <cuda.h>
 #pragma GCC visibility pop
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -23,8 +25,8 @@
 #include "kernels/digest_v1.h"
 #include "tracer/capture.h"
 #include "tracer/driver_table.h"
-#include "tracer/philox_args.h"
 #include "tracer/gpu_time.h"
+#include "tracer/philox_args.h"
 #include "tracer/recorder.h"
 
 // Per-thread-default-stream variants, which cuda.h declares only under
@@ -322,6 +324,46 @@ constexpr std::array<const char*, 64> kParamNames = [] {
   return names;
 }();
 
+// Device pointers held in a launch's by-value struct parameters (PyTorch's TensorInfo and
+// std::array<char*, N>, CUTLASS's Params): each 8-byte word of a parameter larger than 8 bytes
+// that points into an allocation. Recorded as arguments of their own, "arg<i>@<byte offset>"
+// after the parameter's bytes, so that diff compares where they point (allocation, offset), not
+// the raw address, which differs from run to run (tracer/README.md, "Kernel launches").
+struct EmbeddedPointer {
+  const char* name;
+  format::DevicePointer pointer;
+};
+constexpr size_t kMaxEmbeddedPointers = 24;  // per launch; more are left as bytes
+constexpr size_t kEmbeddedWords = 128;       // words scanned per parameter (its first 1 KiB)
+
+// "arg<param>@<offset>", interned once per (param, word).
+const char* EmbeddedName(Session& session, size_t param, size_t word) {
+  static std::array<std::atomic<const char*>, 64 * kEmbeddedWords> names{};
+  std::atomic<const char*>& slot = names[param * kEmbeddedWords + word];
+  const char* name = slot.load(std::memory_order_acquire);
+  if (name == nullptr) {
+    name = session.InternName("arg" + std::to_string(param) + "@" + std::to_string(word * 8));
+    slot.store(name, std::memory_order_release);
+  }
+  return name;
+}
+
+// The embedded pointers of parameter `index` (its bytes at `bytes`), appended to `found` (which
+// holds `*count`, at most kMaxEmbeddedPointers).
+void FindEmbeddedPointers(Session& session, size_t index, uint64_t offset, uint64_t size,
+                          const void* bytes, EmbeddedPointer* found, size_t* count) {
+  if (bytes == nullptr || size <= 8 || offset % 8 != 0 || index >= 64) return;
+  const size_t words = std::min<size_t>(size / 8, kEmbeddedWords);
+  for (size_t w = 0; w < words && *count < kMaxEmbeddedPointers; ++w) {
+    uint64_t word = 0;
+    std::memcpy(&word, static_cast<const char*>(bytes) + w * 8, 8);
+    if (word == 0 || !session.MayBeDevice(word)) continue;
+    const format::DevicePointer pointer = session.Canonical(word);
+    if (pointer.allocation_id == 0) continue;
+    found[(*count)++] = {EmbeddedName(session, index, w), pointer};
+  }
+}
+
 // Whether a launch of `kernel` can be recorded as a RawOp: nothing in it needs an OpRecord (an
 // RNG state, digests, captured blobs, a parameter layout to be described) and it fits.
 bool RawLaunch(const Session& session, const KernelInfo& kernel) {
@@ -357,6 +399,12 @@ CUresult RecordRawLaunch(Session& session, RealCall& call, const KernelInfo& ker
       }
     }
     op.AddBytes(kParamNames[i], bytes, bytes != nullptr ? size : 0);
+    EmbeddedPointer embedded[kMaxEmbeddedPointers];
+    size_t count = 0;
+    FindEmbeddedPointers(session, i, offset, size, bytes, embedded, &count);
+    for (size_t e = 0; e < count; ++e) {
+      if (!op.AddPointer(embedded[e].name, embedded[e].pointer)) break;
+    }
   }
   Captured(session, op);
   return CallAndEnd(session, call, op, real);
@@ -388,8 +436,11 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
   const bool philox = kernel.philox;
   std::vector<std::string> raw;
   const size_t first_param = op.args.size();  // op.args index of parameter 0
+  std::vector<size_t> param_at;  // op.args index of each parameter (embedded pointers between)
+  param_at.reserve(kernel.params.size());
   for (size_t i = 0; i < kernel.params.size(); ++i) {
     const auto [offset, size] = kernel.params[i];
+    param_at.push_back(op.args.size());
     Argument& argument = op.args.emplace_back();
     if (i < kParamNames.size()) {
       argument.name = kParamNames[i];
@@ -404,8 +455,17 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
     if (word != 0) pointer = session.Canonical(word);  // allocation id 0: in no allocation
     if (pointer.allocation_id != 0) {
       argument.value = pointer;
-    } else {
-      argument.value = Argument::Bytes{std::move(bytes)};
+      continue;
+    }
+    EmbeddedPointer embedded[kMaxEmbeddedPointers];
+    size_t count = 0;
+    FindEmbeddedPointers(session, i, offset, bytes.size() == size ? size : 0, bytes.data(),
+                         embedded, &count);
+    argument.value = Argument::Bytes{std::move(bytes)};
+    for (size_t e = 0; e < count; ++e) {
+      Argument& inner = op.args.emplace_back();
+      inner.name = embedded[e].name;
+      inner.value = embedded[e].pointer;
     }
   }
   const uint64_t graph = Captured(session, op);
@@ -419,7 +479,7 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
             FindPhiloxArgument(kernel.name, kernel.params, raw,
                                captured ? DeviceWordReader() : RealDriverWordReader(sync_stream))) {
       // The state is the op's RNG state, compared as such; not its bytes as an argument.
-      op.args[first_param + state->index].value = std::string("at::PhiloxCudaState (see rng)");
+      op.args[param_at[state->index]].value = std::string("at::PhiloxCudaState (see rng)");
       if (captured && state->captured) {
         session.objects().AddPhiloxWords(graph, state->seed_address, state->offset_address,
                                          state->offset_intragraph);
