@@ -39,6 +39,11 @@ struct Cupti {
   CUptiResult (*pop)(CUpti_ExternalCorrelationKind, uint64_t*) = nullptr;
 };
 
+// The activity kinds ndtrace enables.
+constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+                                         CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+                                         CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
+
 // Which ops one CUPTI correlation id (one driver API call) belongs to.
 struct Owners {
   std::optional<uint64_t> op;
@@ -207,15 +212,9 @@ std::string Start(Session* session, bool simulated_device) {
   if (c.register_callbacks(RequestBuffer, CompleteBuffer) != CUPTI_SUCCESS) {
     return "off (CUPTI refused the activity buffers: another tool may own CUPTI)";
   }
-  for (CUpti_ActivityKind kind :
-       {CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-        CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET}) {
+  for (CUpti_ActivityKind kind : kKinds) {
     if (c.enable(kind) != CUPTI_SUCCESS) {
-      for (CUpti_ActivityKind other :
-           {CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-            CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET}) {
-        c.disable(other);
-      }
+      for (CUpti_ActivityKind other : kKinds) c.disable(other);
       return "off (CUPTI refused activity kind " + std::to_string(static_cast<int>(kind)) + ")";
     }
   }
@@ -234,6 +233,25 @@ void Stop() {
   }
   s.unmatched.clear();
   s.session = nullptr;
+}
+
+void YieldToProgram() {
+  State& s = Get();
+  if (!s.active.load(std::memory_order_acquire)) return;
+  Session* session = nullptr;
+  {
+    std::lock_guard lock(s.mutex);
+    session = s.session;
+  }
+  Stop();
+  for (CUpti_ActivityKind kind : kKinds) s.cupti.disable(kind);
+  if (session == nullptr) return;
+  format::TracerNote note;
+  note.text =
+      "GPU time: off from here: the program registered CUPTI activity buffers of its own (a "
+      "profiler, such as torch.profiler with CUDA activities), and CUPTI serves one client";
+  note.time_ns = session->NowNs();
+  session->Append(note);
 }
 
 void ForgetAfterFork() {

@@ -32,6 +32,12 @@ std::string Start(Session* session, bool simulated_device);
 void Stop();
 // In a forked child: forget the parent's session (CUPTI is not used there).
 void ForgetAfterFork();
+// The program is registering CUPTI activity buffers of its own (a profiler: torch.profiler's
+// Kineto). CUPTI keeps one pair of buffer callbacks per process, and a buffer of ndtrace's
+// completed through the program's would be freed by it: GPU times stop here, everything CUPTI
+// holds delivered first and ndtrace's activity kinds disabled, with a note in the trace. Called
+// by the cuptiActivityRegisterCallbacks libndtrace.so exports (hooks/hooks_cupti.cc).
+void YieldToProgram();
 
 // Whether GPU times are being taken (one relaxed load: the hooks' fast path).
 bool Active();

@@ -1,0 +1,21 @@
+// CUPTI as the traced program uses it. A profiler in the program (torch.profiler's Kineto)
+// registers CUPTI activity buffers of its own; CUPTI keeps one pair of buffer callbacks per
+// process, so ndtrace's GPU time steps aside first (gpu_time::YieldToProgram), and the program's
+// profiler sees what it would without ndtrace. ndtrace's own CUPTI calls go to the libcupti it
+// loaded, never through here.
+#include <cupti.h>
+#include <dlfcn.h>
+
+#include "tracer/gpu_time.h"
+#include "tracer/real_dl.h"
+
+extern "C" __attribute__((visibility("default"))) CUptiResult cuptiActivityRegisterCallbacks(
+    CUpti_BuffersCallbackRequestFunc request, CUpti_BuffersCallbackCompleteFunc complete) {
+  using Register =
+      CUptiResult (*)(CUpti_BuffersCallbackRequestFunc, CUpti_BuffersCallbackCompleteFunc);
+  static const auto real = reinterpret_cast<Register>(
+      ndt::tracer::RealDlsym()(RTLD_NEXT, "cuptiActivityRegisterCallbacks"));
+  if (real == nullptr) return CUPTI_ERROR_NOT_INITIALIZED;
+  ndt::tracer::gpu_time::YieldToProgram();
+  return real(request, complete);
+}
