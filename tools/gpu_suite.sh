@@ -159,6 +159,39 @@ if ldd "$programs/vector_add" 2>/dev/null | grep -q 'libcudart.so.13 => not foun
   export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$bundle/lib/cudart
   say "- no libcudart.so.13 found here: the bundle's lib/cudart is last on LD_LIBRARY_PATH"
 fi
+# cuDNN, cuBLAS, cuRAND, NCCL and CUPTI where the programs' RUNPATH (the toolkit's lib) and the
+# loader's search find none: a machine whose PyTorch came from pip has them in Python's `nvidia`
+# packages, the toolkit has CUPTI under extras/. Their directories go last on LD_LIBRARY_PATH.
+find_libraries() {
+  local -a roots=(/usr/local/cuda/extras/CUPTI/lib64 /usr/local/cuda/lib64 /usr/local/cuda/targets)
+  local python_dir
+  if python_dir=$(python3 -c 'import os, sys
+print("\n".join(os.path.join(p, "nvidia") for p in sys.path
+                if os.path.isdir(os.path.join(p, "nvidia"))))' 2>/dev/null); then
+    while read -r dir; do [ -n "$dir" ] && roots+=("$dir"); done <<<"$python_dir"
+  fi
+  local library dir found=
+  for library in libcudnn.so.9 libcublas.so.13 libcublasLt.so.13 libcurand.so.10 libnccl.so.2 \
+    libcupti.so.13; do
+    if [ "$library" = libcupti.so.13 ]; then
+      ldconfig -p 2>/dev/null | grep -q "$library" && continue
+    elif ! ldd "$programs"/* 2>/dev/null | grep -q "$library => not found"; then
+      continue
+    fi
+    dir=$(find "${roots[@]}" -name "$library" -print -quit 2>/dev/null)
+    [ -n "$dir" ] || continue
+    dir=$(dirname "$dir")
+    case ":${LD_LIBRARY_PATH:-}:" in
+      *":$dir:"*) ;;
+      *)
+        found="$found:$dir"
+        export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$dir
+        ;;
+    esac
+  done
+  [ -z "$found" ] || say "- CUDA libraries the loader did not find, from: ${found#:}"
+}
+[ -n "$standin" ] || find_libraries
 say "- LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
 # The hook benchmarks measure the driver and libraries this suite uses, with this libndtrace.so.
 # bench_library_hooks dlopens cuBLAS, cuDNN, ...: on a GPU it also gets the directory the
@@ -439,40 +472,32 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN",
   return 1
 }
 
+# script_checks NAME: NAME.py run plain (its checksum, its time); under `ndtrace check` as it is;
+# again with digests of every op's buffers, so that the report names the op rather than a
+# suspect; and with the script's --deterministic (torch.use_deterministic_algorithms(True)).
+script_checks() {
+  say ""
+  say "### $1.py"
+  run 120 '^checksum|Error' "$python" "$1.py"
+  run 240 "$check_report" "$ndtrace" check -n 3 -o "$work/torch-$1" -- "$python" "$1.py"
+  run 240 "$check_report" "$ndtrace" check -n 2 --digest-window 0: -o "$work/torch-$1-window" \
+    -- "$python" "$1.py"
+  run 240 "$check_report" "$ndtrace" check -n 3 -o "$work/torch-$1-det" -- \
+    "$python" "$1.py" --deterministic
+}
+
 if wants pytorch; then
   say ""
   say "## PyTorch"
   if torch_ready; then
     cd "$bundle/pytorch" || die "no $bundle/pytorch"
-    # Each script: one plain run (its checksum, its time); `ndtrace check` as it is; again with
-    # digests of every op's buffers, so that the report names the op rather than a suspect;
-    # and with the script's --deterministic (torch.use_deterministic_algorithms(True)).
-    for script in index_add scatter_add conv_benchmark; do
-      say ""
-      say "### $script.py"
-      run 120 '^checksum|Error' "$python" "$script.py"
-      run 240 "$check_report" "$ndtrace" check -n 3 -o "$work/torch-$script" -- \
-        "$python" "$script.py"
-      run 240 "$check_report" "$ndtrace" check -n 2 --digest-window 0: \
-        -o "$work/torch-$script-window" -- "$python" "$script.py"
-      run 240 "$check_report" "$ndtrace" check -n 3 -o "$work/torch-$script-det" -- \
-        "$python" "$script.py" --deterministic
-    done
+    # What tells most comes first, so that a short budget still sees it: index_add.py's checks,
+    # train_step.py's counts and names, conv_benchmark.py's, replay and bisect, scatter_add.py's.
+    script_checks index_add
     say ""
     say "### index_add.py: every aten op with digests of exactly its tensors (--tensor-digests)"
     run 240 "$check_report" "$ndtrace" check -n 3 --tensor-digests \
       -o "$work/torch-index_add-tensors" -- "$python" index_add.py
-    say ""
-    say "### index_add.py: replay and bisect"
-    if [ -f "$work/torch-index_add/run-1.ndt" ]; then
-      run 240 tail:30 "$ndtrace" replay "$work/torch-index_add/run-1.ndt" --stop -- \
-        "$python" index_add.py
-    else
-      say ""
-      say "no trace of index_add.py from its check: replay not run"
-    fi
-    run 300 tail:30 "$ndtrace" bisect --max-runs 20 -o "$work/bisect-index_add" -- \
-      "$python" index_add.py
     say ""
     say "### train_step.py: kernel launches, trace against torch.profiler"
     run 240 '^profiler|^checksum|^ndtrace:|Error' "$ndtrace" record -o "$work/train.ndt" -- \
@@ -506,6 +531,19 @@ print("launches", len(launches), "with an aten op", len(named), "with a module",
 for r in collections.OrderedDict((r["framework_op"], r) for r in named).values():
     print("sample", r["framework_op"], "|", r.get("module", "-"), "|", r["name"][:80])
 ' "$ndtrace" "$work/train.ndt"
+    script_checks conv_benchmark
+    say ""
+    say "### index_add.py: replay and bisect"
+    if [ -f "$work/torch-index_add/run-1.ndt" ]; then
+      run 240 tail:30 "$ndtrace" replay "$work/torch-index_add/run-1.ndt" --stop -- \
+        "$python" index_add.py
+    else
+      say ""
+      say "no trace of index_add.py from its check: replay not run"
+    fi
+    run 300 tail:30 "$ndtrace" bisect --max-runs 20 -o "$work/bisect-index_add" -- \
+      "$python" index_add.py
+    script_checks scatter_add
     cd "$bundle" || true
   fi
 fi
