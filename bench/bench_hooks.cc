@@ -35,13 +35,19 @@
 #include <vector>
 
 #include "bench_paths.h"
+#if NDT_BENCH_VECTOR_ADD_FATBIN
+#include "bench/vector_add_fatbin.h"  // kVectorAddFatbin: vector_add_kernel.cu built by nvcc
+#endif
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A fat binary (bare, as the stand-in and the tracer read it) naming the stand-in's VectorAdd.
+// The launch case's kernel, by its mangled name.
 constexpr char kVectorAdd[] = "_Z9VectorAddPKfS0_Pfi";
+#if !NDT_BENCH_VECTOR_ADD_FATBIN
+// Without nvcc: a fat binary (bare, as the stand-in and the tracer read it) naming it; only the
+// stand-in loads it.
 std::vector<uint64_t> VectorAddImage() {
   const std::string payload = std::string(kVectorAdd) + '\0';
   const uint64_t padded = (payload.size() + 7) / 8 * 8;
@@ -51,6 +57,7 @@ std::vector<uint64_t> VectorAddImage() {
   std::memcpy(&image[2], payload.data(), payload.size());
   return image;
 }
+#endif
 
 struct Driver {
   void* gpa = nullptr;
@@ -74,14 +81,19 @@ Driver SetUp(bool launch) {
   auto get_current = ResolveDriver<CUresult (*)(CUcontext*)>(d.gpa, "cuCtxGetCurrent");
   if (get_current(&d.context) != CUDA_SUCCESS) std::exit(3);
   if (launch) {
-    static const std::vector<uint64_t> image = VectorAddImage();
+#if NDT_BENCH_VECTOR_ADD_FATBIN
+    const void* image = kVectorAddFatbin;
+#else
+    static const std::vector<uint64_t> bare = VectorAddImage();
+    const void* image = bare.data();
+#endif
     auto load = ResolveDriver<CUresult (*)(CUmodule*, const void*)>(d.gpa, "cuModuleLoadData");
     auto get = ResolveDriver<CUresult (*)(CUfunction*, CUmodule, const char*)>(
         d.gpa, "cuModuleGetFunction");
     d.launch = reinterpret_cast<decltype(d.launch)>(
         ResolveDriver<void*>(d.gpa, "cuLaunchKernel"));
     CUmodule module = nullptr;
-    if (load(&module, image.data()) != CUDA_SUCCESS ||
+    if (load(&module, image) != CUDA_SUCCESS ||
         get(&d.vector_add, module, kVectorAdd) != CUDA_SUCCESS) {
       std::fprintf(stderr, "error: cannot load the VectorAdd kernel\n");
       std::exit(3);
