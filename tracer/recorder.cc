@@ -692,24 +692,30 @@ Session::Session(std::unique_ptr<format::TraceWriter> writer, format::TraceHeade
 namespace {
 // The ops open on this thread, innermost last (Session::OpenOp): a library call's own launches
 // are made from inside it, and record so ("insideOp"). Deeper than kOpenDepth is not kept.
-constexpr unsigned kOpenDepth = 4;
-thread_local std::array<uint64_t, kOpenDepth> t_open_ops;
-thread_local unsigned t_open_depth = 0;
+// One thread-local, so that each function finds it once (TlsRef).
+struct OpenOps {
+  static constexpr unsigned kDepth = 4;
+  std::array<uint64_t, kDepth> sequences;
+  unsigned depth = 0;
+};
+thread_local OpenOps t_open;
 
 // Opens op `sequence`; returns the op it is made from inside, or 0.
 uint64_t PushOpenOp(uint64_t sequence) {
-  const uint64_t inside = t_open_depth > 0 ? t_open_ops[t_open_depth - 1] : 0;
-  if (t_open_depth < kOpenDepth) t_open_ops[t_open_depth++] = sequence;
+  OpenOps& open = TlsRef(t_open);
+  const uint64_t inside = open.depth > 0 ? open.sequences[open.depth - 1] : 0;
+  if (open.depth < OpenOps::kDepth) open.sequences[open.depth++] = sequence;
   return inside;
 }
 
 // Closes op `sequence` (and any op opened inside it and never closed); returns the op it was
 // made from inside, or 0 (also when it is not open: too deep, or closed already).
 uint64_t PopOpenOp(uint64_t sequence) {
-  for (unsigned i = t_open_depth; i-- > 0;) {
-    if (t_open_ops[i] != sequence) continue;
-    t_open_depth = i;
-    return i > 0 ? t_open_ops[i - 1] : 0;
+  OpenOps& open = TlsRef(t_open);
+  for (unsigned i = open.depth; i-- > 0;) {
+    if (open.sequences[i] != sequence) continue;
+    open.depth = i;
+    return i > 0 ? open.sequences[i - 1] : 0;
   }
   return 0;
 }
@@ -718,9 +724,12 @@ thread_local format::OpRecord t_spare_op;
 // This thread's ops on the hot path (BeginRawOp), one per nesting level: a library call that is
 // a raw op (a GEMM) launches its kernels, raw ops too, before it ends. Deeper than that reuses
 // the innermost.
-constexpr unsigned kRawOpDepth = 3;
-thread_local std::array<RawOp, kRawOpDepth> t_raw_ops;
-thread_local unsigned t_raw_depth = 0;
+struct RawOps {
+  static constexpr unsigned kDepth = 3;
+  std::array<RawOp, kDepth> ops;
+  unsigned depth = 0;
+};
+thread_local RawOps t_raw;
 
 // What a thread looked up last (Session::Kernel, Session::Canonical), valid while the session's
 // version of that table is the one it was looked up in.
@@ -773,8 +782,9 @@ void ResetOp(format::OpRecord& op) {
 }  // namespace
 
 std::optional<uint64_t> Session::OpenOp() {
-  if (t_open_depth == 0) return std::nullopt;
-  return t_open_ops[t_open_depth - 1];
+  const OpenOps& open = TlsRef(t_open);
+  if (open.depth == 0) return std::nullopt;
+  return open.sequences[open.depth - 1];
 }
 
 format::OpRecord Session::BeginOp(format::OpKind kind, std::string_view name, uint32_t stream_id) {
@@ -795,8 +805,9 @@ format::OpRecord Session::BeginOp(format::OpKind kind, std::string_view name, ui
 }
 
 RawOp& Session::BeginRawOp(format::OpKind kind, const char* name, uint32_t stream_id) {
-  RawOp& op = t_raw_ops[std::min(t_raw_depth, kRawOpDepth - 1)];
-  ++t_raw_depth;
+  RawOps& raw = TlsRef(t_raw);
+  RawOp& op = raw.ops[std::min(raw.depth, RawOps::kDepth - 1)];
+  ++raw.depth;
   ResetRawOp(op, kind, name, stream_id);
   op.sequence = TakeOpSequence();
   op.inside = PushOpenOp(op.sequence);
@@ -808,7 +819,7 @@ RawOp& Session::BeginRawOp(format::OpKind kind, const char* name, uint32_t strea
 }
 
 void Session::EndRawOp(RawOp& op, int32_t status, std::vector<format::BufferDigest> outputs) {
-  if (t_raw_depth > 0) --t_raw_depth;
+  if (RawOps& raw = TlsRef(t_raw); raw.depth > 0) --raw.depth;
   PopOpenOp(op.sequence);
   if (!outputs.empty() || held_count_.load(std::memory_order_acquire) != 0 ||
       python_stacks_ != nullptr) {

@@ -329,10 +329,6 @@ constexpr std::array<const char*, 64> kParamNames = [] {
 // that points into an allocation. Recorded as arguments of their own, "arg<i>@<byte offset>"
 // after the parameter's bytes, so that diff compares where they point (allocation, offset), not
 // the raw address, which differs from run to run (tracer/README.md, "Kernel launches").
-struct EmbeddedPointer {
-  const char* name;
-  format::DevicePointer pointer;
-};
 constexpr size_t kMaxEmbeddedPointers = 24;  // per launch; more are left as bytes
 constexpr size_t kEmbeddedWords = 128;       // words scanned per parameter (its first 1 KiB)
 
@@ -348,19 +344,21 @@ const char* EmbeddedName(Session& session, size_t param, size_t word) {
   return name;
 }
 
-// The embedded pointers of parameter `index` (its bytes at `bytes`), appended to `found` (which
-// holds `*count`, at most kMaxEmbeddedPointers).
-void FindEmbeddedPointers(Session& session, size_t index, uint64_t offset, uint64_t size,
-                          const void* bytes, EmbeddedPointer* found, size_t* count) {
+// Calls `visit(name, pointer)` for each embedded pointer of parameter `index` (its bytes at
+// `bytes`), while `*left` (the launch's allowance, kMaxEmbeddedPointers) lasts.
+template <typename Visit>
+void ForEachEmbeddedPointer(Session& session, size_t index, uint64_t offset, uint64_t size,
+                            const void* bytes, size_t* left, Visit&& visit) {
   if (bytes == nullptr || size <= 8 || offset % 8 != 0 || index >= 64) return;
   const size_t words = std::min<size_t>(size / 8, kEmbeddedWords);
-  for (size_t w = 0; w < words && *count < kMaxEmbeddedPointers; ++w) {
+  for (size_t w = 0; w<words&& * left> 0; ++w) {
     uint64_t word = 0;
     std::memcpy(&word, static_cast<const char*>(bytes) + w * 8, 8);
     if (word == 0 || !session.MayBeDevice(word)) continue;
     const format::DevicePointer pointer = session.Canonical(word);
     if (pointer.allocation_id == 0) continue;
-    found[(*count)++] = {EmbeddedName(session, index, w), pointer};
+    --*left;
+    visit(EmbeddedName(session, index, w), pointer);
   }
 }
 
@@ -386,6 +384,7 @@ CUresult RecordRawLaunch(Session& session, RealCall& call, const KernelInfo& ker
   op.AddDims("block", block[0], block[1], block[2]);
   op.AddUnsigned("sharedMemBytes", shared_bytes);
   if (attributes != 0) op.AddUnsigned("launchAttributes", attributes);
+  size_t embedded_left = kMaxEmbeddedPointers;
   for (size_t i = 0; i < kernel.params.size(); ++i) {
     const auto [offset, size] = kernel.params[i];
     const void* bytes = ParamAddress(params, extra, i, offset, size);
@@ -399,12 +398,10 @@ CUresult RecordRawLaunch(Session& session, RealCall& call, const KernelInfo& ker
       }
     }
     op.AddBytes(kParamNames[i], bytes, bytes != nullptr ? size : 0);
-    EmbeddedPointer embedded[kMaxEmbeddedPointers];
-    size_t count = 0;
-    FindEmbeddedPointers(session, i, offset, size, bytes, embedded, &count);
-    for (size_t e = 0; e < count; ++e) {
-      if (!op.AddPointer(embedded[e].name, embedded[e].pointer)) break;
-    }
+    ForEachEmbeddedPointer(session, i, offset, size, bytes, &embedded_left,
+                           [&op](const char* name, const format::DevicePointer& pointer) {
+                             op.AddPointer(name, pointer);
+                           });
   }
   Captured(session, op);
   return CallAndEnd(session, call, op, real);
@@ -438,6 +435,7 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
   const size_t first_param = op.args.size();  // op.args index of parameter 0
   std::vector<size_t> param_at;  // op.args index of each parameter (embedded pointers between)
   param_at.reserve(kernel.params.size());
+  size_t embedded_left = kMaxEmbeddedPointers;
   for (size_t i = 0; i < kernel.params.size(); ++i) {
     const auto [offset, size] = kernel.params[i];
     param_at.push_back(op.args.size());
@@ -457,15 +455,17 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
       argument.value = pointer;
       continue;
     }
-    EmbeddedPointer embedded[kMaxEmbeddedPointers];
-    size_t count = 0;
-    FindEmbeddedPointers(session, i, offset, bytes.size() == size ? size : 0, bytes.data(),
-                         embedded, &count);
+    std::vector<std::pair<const char*, format::DevicePointer>> embedded;
+    ForEachEmbeddedPointer(session, i, offset, bytes.size() == size ? size : 0, bytes.data(),
+                           &embedded_left,
+                           [&embedded](const char* name, const format::DevicePointer& inner) {
+                             embedded.emplace_back(name, inner);
+                           });
     argument.value = Argument::Bytes{std::move(bytes)};
-    for (size_t e = 0; e < count; ++e) {
+    for (const auto& [name, inner_pointer] : embedded) {
       Argument& inner = op.args.emplace_back();
-      inner.name = embedded[e].name;
-      inner.value = embedded[e].pointer;
+      inner.name = name;
+      inner.value = inner_pointer;
     }
   }
   const uint64_t graph = Captured(session, op);
