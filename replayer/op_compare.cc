@@ -138,10 +138,6 @@ bool Measured(const format::OpRecord& op, std::string_view argument) {
   return argument == "first" && op.name.rfind("cudnnFind", 0) == 0;
 }
 
-}  // namespace
-
-namespace {
-
 // Whether a.args[i] and b.args[j] are kernel parameter bytes compared through the data rather
 // than as bytes: a by-value struct (larger than 8 bytes: PyTorch's TensorInfo leaves the sizes
 // and strides past its dims uninitialized, cuDNN's and CUTLASS's Params hold stack and heap

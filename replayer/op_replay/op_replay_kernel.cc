@@ -185,13 +185,14 @@ StatusOr<KernelDriver> ResolveKernelDriver(const Driver& driver) {
   return k;
 }
 
-// Device memory at fixed addresses and the loaded module, released in reverse on destruction.
-class FixedMemory {
+// Device memory mapped for the replay (at the recorded addresses when the driver gives them) and
+// the loaded module, released in reverse on destruction.
+class ReplayMemory {
  public:
-  FixedMemory(const Driver& driver, const KernelDriver& k) : driver_(driver), k_(k) {}
-  FixedMemory(const FixedMemory&) = delete;
-  FixedMemory& operator=(const FixedMemory&) = delete;
-  ~FixedMemory() {
+  ReplayMemory(const Driver& driver, const KernelDriver& k) : driver_(driver), k_(k) {}
+  ReplayMemory(const ReplayMemory&) = delete;
+  ReplayMemory& operator=(const ReplayMemory&) = delete;
+  ~ReplayMemory() {
     if (module_ != nullptr) k_.module_unload(module_);
     for (auto it = ranges_.rbegin(); it != ranges_.rend(); ++it) {
       if (it->mapped) k_.unmap(it->start, it->bytes);
@@ -359,7 +360,7 @@ StatusOr<OpReplayReport> ReplayKernel(format::TraceReader& reader, const format:
     it->second.second += "+" + next->second.second;
     ranges.erase(next);
   }
-  FixedMemory memory(driver, k);
+  ReplayMemory memory(driver, k);
   Relocation relocation;
   for (const auto& [start, range] : ranges) {
     StatusOr<uint64_t> placed =

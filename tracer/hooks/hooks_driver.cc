@@ -433,12 +433,12 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
   const bool philox = kernel.philox;
   std::vector<std::string> raw;
   const size_t first_param = op.args.size();  // op.args index of parameter 0
-  std::vector<size_t> param_at;  // op.args index of each parameter (embedded pointers between)
-  param_at.reserve(kernel.params.size());
+  // Philox kernels: the op.args index of each parameter (embedded pointers lie between).
+  std::vector<size_t> param_at;
   size_t embedded_left = kMaxEmbeddedPointers;
   for (size_t i = 0; i < kernel.params.size(); ++i) {
     const auto [offset, size] = kernel.params[i];
-    param_at.push_back(op.args.size());
+    if (philox) param_at.push_back(op.args.size());
     Argument& argument = op.args.emplace_back();
     if (i < kParamNames.size()) {
       argument.name = kParamNames[i];
