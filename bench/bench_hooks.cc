@@ -7,7 +7,9 @@
 // append):
 //   memset  cuMemsetD8_v2 on a 16-byte allocation (cheap on the stand-in);
 //   launch  cuLaunchKernel of VectorAdd(a, b, c, n) with three pointer arguments into known
-//           allocations and n = 1, grid 1x1x1, block 1x1x1 (the stand-in runs one element).
+//           allocations and n = 1, grid 1x1x1, block 1x1x1 (the stand-in runs one element);
+//   stream  the same launch on a stream the calling thread created (cuStreamCreate), as a data
+//           loader's copy thread, DDP's communication or a program's side streams launch.
 // With T threads, T threads call at once (each its own buffers), started together; the median
 // and p99 are over every call of every thread.
 //
@@ -17,7 +19,7 @@
 // calls, as a program does between its launches (a PyTorch eager step spends microseconds of
 // host time per kernel): the hook's cost while the encoder keeps up.
 //
-// Usage: bench_hooks [CALLS] [--case memset|launch|all] [--threads 1,4] [--gap NS]
+// Usage: bench_hooks [CALLS] [--case memset|launch|stream|all] [--threads 1,4] [--gap NS]
 //        bench_hooks --child CASE THREADS CALLS [--no-clock] [--gap NS]   (internal: the
 //        measured process; --no-clock makes the calls without timing them, for
 //        callgrind_hooks.sh)
@@ -67,6 +69,7 @@ struct Driver {
   CUresult (*memset)(CUdeviceptr, unsigned char, size_t) = nullptr;
   CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                      unsigned, CUstream, void**, void**) = nullptr;
+  CUresult (*stream_create)(CUstream*, unsigned) = nullptr;
   CUfunction vector_add = nullptr;
 };
 
@@ -92,6 +95,7 @@ Driver SetUp(bool launch) {
         d.gpa, "cuModuleGetFunction");
     d.launch = reinterpret_cast<decltype(d.launch)>(
         ResolveDriver<void*>(d.gpa, "cuLaunchKernel"));
+    d.stream_create = ResolveDriver<CUresult (*)(CUstream*, unsigned)>(d.gpa, "cuStreamCreate");
     CUmodule module = nullptr;
     if (load(&module, image) != CUDA_SUCCESS ||
         get(&d.vector_add, module, kVectorAdd) != CUDA_SUCCESS) {
@@ -103,9 +107,13 @@ Driver SetUp(bool launch) {
 }
 
 // One thread's calls: `calls` of the case, each timed into `ns` unless `ns` is null.
-void Calls(const Driver& d, bool launch, long calls, long gap_ns, long* ns,
+void Calls(const Driver& d, bool launch, bool own_stream, long calls, long gap_ns, long* ns,
            std::atomic<int>* ready, int threads) {
   if (d.set_current(d.context) != CUDA_SUCCESS) std::exit(3);
+  CUstream stream = nullptr;
+  if (own_stream && d.stream_create(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+    std::exit(3);
+  }
   CUdeviceptr buffers[3] = {};
   for (CUdeviceptr& buffer : buffers) {
     if (d.alloc(&buffer, 16) != CUDA_SUCCESS) std::exit(3);
@@ -118,7 +126,7 @@ void Calls(const Driver& d, bool launch, long calls, long gap_ns, long* ns,
   for (long i = 0; i < calls; ++i) {
     const auto start = ns != nullptr ? Clock::now() : Clock::time_point();
     const CUresult result =
-        launch ? d.launch(d.vector_add, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr)
+        launch ? d.launch(d.vector_add, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr)
                : d.memset(buffers[0], static_cast<unsigned char>(i), 16);
     if (result != CUDA_SUCCESS) {
       std::fprintf(stderr, "error: call failed (%d)\n", static_cast<int>(result));
@@ -134,16 +142,17 @@ void Calls(const Driver& d, bool launch, long calls, long gap_ns, long* ns,
 // The measured process: prints "median_ns p99_ns" over every call of every thread. The calls of
 // a single thread are made on the main thread.
 int Child(const std::string& which, int threads, long calls, long gap_ns, bool clock) {
-  const bool launch = which == "launch";
+  const bool own_stream = which == "stream";
+  const bool launch = which == "launch" || own_stream;
   const Driver d = SetUp(launch);
   std::vector<long> ns(clock ? calls * threads : 0);
   std::atomic<int> ready{0};
   std::vector<std::thread> workers;
   for (int t = 1; t < threads; ++t) {
-    workers.emplace_back(Calls, std::cref(d), launch, calls, gap_ns,
+    workers.emplace_back(Calls, std::cref(d), launch, own_stream, calls, gap_ns,
                          clock ? ns.data() + t * calls : nullptr, &ready, threads);
   }
-  Calls(d, launch, calls, gap_ns, clock ? ns.data() : nullptr, &ready, threads);
+  Calls(d, launch, own_stream, calls, gap_ns, clock ? ns.data() : nullptr, &ready, threads);
   for (std::thread& worker : workers) worker.join();
   if (!clock) return 0;
   std::sort(ns.begin(), ns.end());
@@ -212,18 +221,19 @@ int main(int argc, char** argv) {
   }
   long calls = 200000;
   long gap_ns = 0;
-  std::vector<std::string> cases = {"memset", "launch"};
+  std::vector<std::string> cases = {"memset", "launch", "stream"};
   std::vector<int> threads = {1, 4};
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--case" && i + 1 < argc) {
       const std::string which = argv[++i];
       if (which == "all") {
-        cases = {"memset", "launch"};
-      } else if (which == "memset" || which == "launch") {
+        cases = {"memset", "launch", "stream"};
+      } else if (which == "memset" || which == "launch" || which == "stream") {
         cases = {which};
       } else {
-        std::fprintf(stderr, "error: --case %s: expected memset, launch or all\n", which.c_str());
+        std::fprintf(stderr, "error: --case %s: expected memset, launch, stream or all\n",
+                     which.c_str());
         return 2;
       }
     } else if (arg == "--threads" && i + 1 < argc) {
@@ -234,7 +244,7 @@ int main(int argc, char** argv) {
       calls = std::atol(arg.c_str());
     } else {
       std::fprintf(stderr,
-                   "usage: bench_hooks [CALLS] [--case memset|launch|all] [--threads 1,4] "
+                   "usage: bench_hooks [CALLS] [--case memset|launch|stream|all] [--threads 1,4] "
                    "[--gap NS]\n");
       return 2;
     }
@@ -256,6 +266,7 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "(ns per call; memset = cuMemsetD8_v2 of 16 bytes, launch = cuLaunchKernel of VectorAdd "
-      "with 3 pointer arguments; targets: overhead median <= 150 ns, p99 <= 1000 ns)\n");
+      "with 3 pointer arguments, stream = the same on the thread's own stream; targets: overhead "
+      "median <= 150 ns, p99 <= 1000 ns)\n");
   return 0;
 }

@@ -745,6 +745,13 @@ struct LookupCache {
   uint64_t allocations_version = 0;
   std::array<Allocation, 4> allocations{};  // bytes 0: empty
   unsigned next_allocation = 0;
+  uint64_t streams_version = 0;
+  struct StreamEntry {
+    uint64_t handle;
+    uint32_t id;  // 0: empty
+  };
+  std::array<StreamEntry, 4> streams{};
+  unsigned next_stream = 0;
 };
 thread_local LookupCache t_lookups;
 
@@ -869,6 +876,7 @@ uint32_t Session::ThreadId() {
 void Session::RetireStream(uint64_t handle) {
   std::lock_guard lock(mutex_);
   streams_.erase(handle);
+  streams_version_.fetch_add(1, std::memory_order_release);
 }
 
 uint32_t Session::StreamId(uint64_t handle, bool per_thread_variant) {
@@ -876,19 +884,36 @@ uint32_t Session::StreamId(uint64_t handle, bool per_thread_variant) {
   const auto per_thread = reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD);
   if (handle == legacy || (handle == 0 && !per_thread_variant)) return 0;
   if (handle == per_thread || handle == 0) return PerThreadStreamId();
+  // A stream this thread used lately (a side stream: a data loader's copies, DDP's NCCL
+  // stream): no lock.
+  LookupCache& cache = Lookups(this);
+  const uint64_t version = streams_version_.load(std::memory_order_acquire);
+  if (cache.streams_version != version) {
+    cache.streams = {};
+    cache.streams_version = version;
+  }
+  for (const LookupCache::StreamEntry& known : cache.streams) {
+    if (known.handle == handle && known.id != 0) return known.id;
+  }
+  uint32_t id = 0;
   {
     std::lock_guard lock(mutex_);
-    if (const auto it = streams_.find(handle); it != streams_.end()) return it->second;
+    if (const auto it = streams_.find(handle); it != streams_.end()) id = it->second;
   }
-  const uint32_t id = NewStreamId();
-  std::lock_guard lock(mutex_);
-  return streams_.try_emplace(handle, id).first->second;
+  if (id == 0) {
+    const uint32_t fresh = NewStreamId();
+    std::lock_guard lock(mutex_);
+    id = streams_.try_emplace(handle, fresh).first->second;
+  }
+  cache.streams[cache.next_stream++ % cache.streams.size()] = {handle, id};
+  return id;
 }
 
 uint32_t Session::OnStreamCreated(uint64_t handle) {
   const uint32_t id = NewStreamId();
   std::lock_guard lock(mutex_);
   streams_[handle] = id;
+  streams_version_.fetch_add(1, std::memory_order_release);
   return id;
 }
 

@@ -293,10 +293,11 @@ class Session {
   std::unordered_map<uint64_t, uint32_t> streams_;
   std::unordered_map<const void*, uint64_t> modules_;  // CUmodule / CUlibrary -> module id
   std::unordered_map<const void*, const KernelInfo*> kernels_;  // never freed (Kernel)
-  // Bumped at every change of kernels_ and allocations_: what a thread keeps of them (its
-  // lookup cache) is valid while they are unchanged.
+  // Bumped at every change of kernels_, allocations_ and streams_: what a thread keeps of them
+  // (its lookup cache) is valid while they are unchanged.
   std::atomic<uint64_t> kernels_version_{0};
   std::atomic<uint64_t> allocations_version_{0};
+  std::atomic<uint64_t> streams_version_{0};
   // The span of every allocation made so far (MayBeDevice): it only grows.
   std::atomic<uint64_t> allocation_low_{UINT64_MAX};
   std::atomic<uint64_t> allocation_high_{0};

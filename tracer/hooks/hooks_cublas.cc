@@ -47,9 +47,9 @@
 
 #include <atomic>
 #include <cstring>
-#include <optional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -61,6 +61,7 @@
 #include "tracer/driver_table.h"
 #include "tracer/library_support.h"
 #include "tracer/recorder.h"
+#include "tracer/tls_ref.h"
 
 namespace ndt::tracer {
 namespace {
@@ -92,11 +93,23 @@ class CublasState {
     return *state;
   }
 
-  // Named by the thread that first names it (its creator: cublasCreate_v2 is hooked).
+  // Named by the thread that first names it (its creator: cublasCreate_v2 is hooked). The
+  // handle a thread named last is kept by it, valid until a handle is forgotten: PyTorch calls
+  // with one handle per thread and device, several times per GEMM, and takes no lock for it.
   uint64_t HandleId(const void* handle) {
+    struct Last {
+      const void* handle = nullptr;
+      uint64_t id = 0;
+      uint64_t version = 0;
+    };
+    thread_local Last last;
+    Last& mine = TlsRef(last);
+    const uint64_t version = version_.load(std::memory_order_acquire);
+    if (mine.handle == handle && mine.version == version && mine.id != 0) return mine.id;
     std::lock_guard lock(mutex_);
     auto [it, added] = handles_.try_emplace(handle, 0);
     if (added) it->second = NewObjectId(ObjectKind::kCublasHandle);
+    mine = {handle, it->second, version};
     return it->second;
   }
 
@@ -125,6 +138,7 @@ class CublasState {
   std::vector<CUdeviceptr> Forget(const void* handle) {
     std::lock_guard lock(mutex_);
     handles_.erase(handle);
+    version_.fetch_add(1, std::memory_order_release);
     workspace_bytes_.erase(handle);
     std::vector<CUdeviceptr> released;
     for (auto it = workspaces_.begin(); it != workspaces_.end();) {
@@ -140,6 +154,7 @@ class CublasState {
 
  private:
   std::mutex mutex_;
+  std::atomic<uint64_t> version_{0};  // bumped when a handle is forgotten
   std::unordered_map<const void*, uint64_t> handles_;
   std::map<std::pair<const void*, const void*>, CUdeviceptr> workspaces_;
   std::unordered_map<const void*, uint64_t> workspace_bytes_;
