@@ -66,7 +66,7 @@ cp tools/python/sitecustomize.py "$out/bin/python/"
 
 programs=(vector_add vector_add_static racy_sum driver_only conv_legacy conv_backend gemm
   dlopen_cublas curand_sample philox_dropout streams_graphs many_ops workers allreduce
-  thread_streams lstm_train gpu_probe nvtx_ranges)
+  thread_streams lstm_train gpu_probe nvtx_ranges cupti_client cupti_correlation)
 missing=()
 for name in "${programs[@]}"; do
   if [ -x "$build/tests/programs/$name" ]; then

@@ -344,6 +344,8 @@ if wants bench; then
     hook_calls=200000 library_calls=20000 digest_mib=1024
   fi
   run 120 tail:12 "$bundle/bench/bench_hooks" "$hook_calls"
+  # The same without GPU times: what CUPTI's part of the hook costs on this machine.
+  run 120 tail:12 env NDTRACE_GPU_TIME=0 "$bundle/bench/bench_hooks" "$hook_calls"
   run 120 tail:12 "$bundle/bench/bench_digest"
   run 120 tail:12 "$bundle/bench/bench_digest_gpu" "$digest_mib"
   run 180 tail:20 "$bundle/bench/bench_library_hooks" "$library_calls"
@@ -378,6 +380,20 @@ if wants gputime; then
       -o "$work/gputime-$program.json"
     run 10 tail:5 grep -o '"name":"[^"]*· GPU"' "$work/gputime-$program.json"
   done
+  # Why activities came back tied to no op on the H200: what CUPTI ties to what, with and
+  # without API records, with the imitated hook's id popped at once or at the next driver call.
+  if [ -x "$programs/cupti_correlation" ]; then
+    for mode in "api immediate" "api deferred" "bare immediate"; do
+      run 60 -v:'^$' "$programs/cupti_correlation" $mode
+    done
+  fi
+  # A program that is a CUPTI client of its own (as torch.profiler is), recorded: ndtrace must
+  # step aside (the note) and the program count its kernels (exit 0).
+  if [ -x "$programs/cupti_client" ]; then
+    run 60 'cupti kernels|checksum|trace written' "$ndtrace" record \
+      -o "$work/cupti_client.ndt" -- "$programs/cupti_client"
+    run 30 'note' "$ndtrace" show "$work/cupti_client.ndt"
+  fi
   if [ -x "$programs/many_ops" ]; then
     for flag in "" "--no-gpu-time"; do
       run 120 'elapsed' bash -c 'TIMEFORMAT="elapsed %R s"; time "$@" >/dev/null' _ \
