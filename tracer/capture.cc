@@ -22,6 +22,7 @@
 
 #include "kernels/digest_v1.h"
 #include "tracer/driver_table.h"
+#include "tracer/gpu_time.h"
 #include "tracer/library_support.h"
 
 namespace ndt::tracer {
@@ -130,6 +131,7 @@ std::vector<std::byte> ReadExtent(const Extent& extent, std::string* error) {
     *error = "missing: larger than 1 GiB";
   } else {
     std::vector<std::byte> bytes(extent.bytes);
+    const gpu_time::OwnWork own;
     if (copy(bytes.data(), extent.address, extent.bytes) == CUDA_SUCCESS) return bytes;
     *error = "missing: the device memory could not be read";
   }

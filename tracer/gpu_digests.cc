@@ -14,6 +14,7 @@
 
 #include "kernels/digest_v1.h"
 #include "tracer/driver_table.h"
+#include "tracer/gpu_time.h"
 #if defined(NDT_HAVE_DIGEST_FATBIN)
 #include "kernels/digest_v1_gpu.h"
 #endif
@@ -268,6 +269,7 @@ std::optional<uint64_t> GpuDigests::Enqueue(uint64_t address, uint64_t bytes, ui
     tickets_[ticket] = {nullptr, 0, true, {empty.lo, empty.hi}};
     return ticket;
   }
+  const gpu_time::OwnWork own;  // the set-up memset, the staging copy and the kernels
   Engine* engine = EngineForCurrentContext();
   if (engine == nullptr) return std::nullopt;
   const uint32_t slot = engine->next;

@@ -15,6 +15,7 @@
 #include "formats/records.h"
 #include "tracer/real_dl.h"
 #include "tracer/recorder.h"
+#include "tracer/tls_ref.h"
 
 namespace ndt::tracer::gpu_time {
 namespace {
@@ -22,7 +23,10 @@ namespace {
 constexpr size_t kBufferBytes = size_t{1} << 20;  // per buffer CUPTI asks for
 constexpr size_t kCorrelationsKept = size_t{1} << 16;
 constexpr size_t kUnmatchedKept = size_t{1} << 16;
-constexpr CUpti_ExternalCorrelationKind kDriverKind = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0;
+// torch.profiler's Kineto pushes CUSTOM0 around its ops and CUSTOM1 around user annotations;
+// a driver op's id, which can stay pushed after its hook returns (Scope), is CUSTOM2, which it
+// does not use.
+constexpr CUpti_ExternalCorrelationKind kDriverKind = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2;
 constexpr CUpti_ExternalCorrelationKind kLibraryKind = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM1;
 
 // The CUPTI functions we call, from the libcupti we loaded.
@@ -39,10 +43,20 @@ struct Cupti {
   CUptiResult (*pop)(CUpti_ExternalCorrelationKind, uint64_t*) = nullptr;
 };
 
-// The activity kinds ndtrace enables.
-constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+// The activity kinds ndtrace enables. RUNTIME and DRIVER records are not read: CUPTI writes
+// external correlation records only before API records, so without them there are none (on an
+// H200 every activity came back tied to no op).
+constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_RUNTIME,
+                                         CUPTI_ACTIVITY_KIND_DRIVER,
+                                         CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
                                          CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-                                         CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
+                                         CUPTI_ACTIVITY_KIND_MEMCPY,
+                                         CUPTI_ACTIVITY_KIND_MEMSET};
+
+// Whether this thread's last driver op left its id pushed (Scope).
+thread_local bool t_driver_id_pushed = false;
+// The driver id that marks ndtrace's own GPU work (OwnWork): no op's.
+constexpr uint64_t kOwnWork = UINT64_MAX;
 
 // Which ops one CUPTI correlation id (one driver API call) belongs to.
 struct Owners {
@@ -90,6 +104,8 @@ void AppendLocked(State& s, uint32_t correlation, format::GpuActivityRecord reco
 }
 
 void NoteOwnerLocked(State& s, const CUpti_ActivityExternalCorrelation& c) {
+  if (c.externalKind != kDriverKind && c.externalKind != kLibraryKind) return;
+  if (c.externalKind == kDriverKind && c.externalId == kOwnWork) return;
   auto [it, added] = s.owners.try_emplace(c.correlationId);
   if (added) {
     s.owner_order.push_back(c.correlationId);
@@ -163,6 +179,15 @@ void CUPTIAPI CompleteBuffer(CUcontext, uint32_t, uint8_t* buffer, size_t, size_
   std::free(buffer);
 }
 
+// Takes the id of the calling thread's last driver op off CUPTI's stack (Scope).
+void PopDriverId() {
+  bool& pushed = TlsRef(t_driver_id_pushed);
+  if (!pushed) return;
+  pushed = false;
+  uint64_t popped = 0;
+  Get().cupti.pop(kDriverKind, &popped);
+}
+
 template <typename F>
 bool Resolve(void* library, const char* name, F* out) {
   *out = reinterpret_cast<F>(RealDlsym()(library, name));
@@ -222,11 +247,17 @@ std::string Start(Session* session, bool simulated_device) {
   return "on (CUPTI " + std::to_string(version) + ": kernels, copies and memsets)";
 }
 
-void Stop() {
+void Stop(bool flush) {
   State& s = Get();
   if (!s.active.exchange(false, std::memory_order_acq_rel)) return;
-  s.cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-  std::lock_guard lock(s.mutex);
+  PopDriverId();  // this thread's; another thread's stays pushed, of a kind nobody else uses
+  std::unique_lock lock(s.mutex, std::defer_lock);
+  if (flush) {
+    s.cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    lock.lock();
+  } else if (!lock.try_lock()) {
+    return;  // CUPTI's thread holds it, perhaps stopped by the same signal
+  }
   // What never met its correlation record is still GPU time: kept, tied to no op.
   for (auto& [correlation, record] : s.unmatched) {
     if (s.session != nullptr) s.session->Append(format::Record(record));
@@ -264,16 +295,36 @@ void ForgetAfterFork() {
   s.owner_order.clear();
 }
 
+// A driver op's id is pushed before its real call and popped only when this thread's next op
+// begins (or GPU times stop): the program may have reached the driver through the runtime
+// (cudaLaunchKernel calls cuLaunchKernel), whose work carries the runtime call's correlation id,
+// and CUPTI writes that call's record, preceded by the ids pushed then, when it returns, after
+// the hook has. A library op's id is popped when its call returns. What the runtime calls on the
+// thread in between (cudaGetLastError) is tied to the op too; such calls start no work.
 Scope::Scope(std::optional<uint64_t> sequence, bool library) : library_(library) {
+  PopDriverId();  // also after GPU times stopped: a profiler that took CUPTI over sees none
   State& s = Get();
-  if (!sequence || !s.active.load(std::memory_order_relaxed)) return;
+  if (!s.active.load(std::memory_order_relaxed) || !sequence) return;
   pushed_ = s.cupti.push(library ? kLibraryKind : kDriverKind, *sequence) == CUPTI_SUCCESS;
+  if (pushed_ && !library) t_driver_id_pushed = true;
 }
 
 Scope::~Scope() {
+  if (!pushed_ || !library_) return;
+  uint64_t popped = 0;
+  Get().cupti.pop(kLibraryKind, &popped);
+}
+
+OwnWork::OwnWork() {
+  State& s = Get();
+  if (!s.active.load(std::memory_order_relaxed)) return;
+  pushed_ = s.cupti.push(kDriverKind, kOwnWork) == CUPTI_SUCCESS;
+}
+
+OwnWork::~OwnWork() {
   if (!pushed_) return;
   uint64_t popped = 0;
-  Get().cupti.pop(library_ ? kLibraryKind : kDriverKind, &popped);
+  Get().cupti.pop(kDriverKind, &popped);
 }
 
 }  // namespace ndt::tracer::gpu_time

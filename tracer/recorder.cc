@@ -350,8 +350,9 @@ class Recorder {
   }
 
   // At exit: takes the exit state digest if that has not happened yet, and closes this
-  // process's trace. Later hooks pass through.
-  void Close() {
+  // process's trace (`signalled`: for a signal, from the watcher thread). Later hooks pass
+  // through.
+  void Close(bool signalled = false) {
     // Never in another process sharing our memory (a vfork child on its way to exec or _exit):
     // it must not touch the parent's session.
     if (owner_pid_ != getpid()) return;
@@ -362,7 +363,7 @@ class Recorder {
     if (session == nullptr || previous != State::kRecording || owner_pid_ != getpid()) return;
     const bool nested = t_in_hook;
     t_in_hook = true;  // our driver calls must not be recorded
-    gpu_time::Stop();  // CUPTI's last activities, before the trace closes
+    gpu_time::Stop(!signalled);  // CUPTI's last activities, before the trace closes
     session->FlushHeldRecords(true);
     session->StopRings();
     t_in_hook = nested;
@@ -539,7 +540,7 @@ class Recorder {
     WriteNvtxPreamble(*session);
     session_.store(session, std::memory_order_release);
     state_.store(State::kRecording, std::memory_order_release);
-    InstallSignalFlush([] { Get().Close(); }, [] { return t_in_hook; });
+    InstallSignalFlush([] { Get().Close(/*signalled=*/true); }, [] { return t_in_hook; });
     return session;
   }
 
@@ -1345,6 +1346,7 @@ std::optional<format::Digest> Session::DigestDevice(uint64_t base, uint64_t byte
   const auto copy = reinterpret_cast<CopyFn>(RealDriverFunction(Hook::k_cuMemcpyDtoH_v2));
   if (copy == nullptr) return std::nullopt;
   std::lock_guard lock(digest_mutex_);
+  const gpu_time::OwnWork own;
   const uint64_t wanted = std::min(bytes, kDigestBufferBytes);
   if (digest_buffer_.size() < wanted) digest_buffer_.resize(wanted);
   kernels::DigestV1Accumulator sum;

@@ -14,9 +14,12 @@
 enum NdtStandinActivityKind { kNdtActivityKernel = 0, kNdtActivityMemcpy = 1, kNdtActivityMemset = 2 };
 
 struct NdtStandinActivitySink {
-  // On the thread making a driver call that starts GPU work: the call's correlation id (CUPTI
-  // writes the external correlation records of the ids pushed on that thread then).
+  // On the thread making a driver call that starts GPU work: the correlation id the work
+  // carries (the driver call's own, or the runtime call's it is made inside).
   uint32_t (*api_call)();
+  // On the thread making a runtime call that starts GPU work: 1 when it enters, 0 when it
+  // returns (ndt_standin_runtime_call).
+  void (*runtime_call)(int entering);
   // When the work has run, on whichever thread ran it (a stream's worker under
   // NDT_STANDIN_ASYNC): times from CLOCK_MONOTONIC, in ns.
   void (*ran)(int kind, uint32_t correlation, uint64_t start_ns, uint64_t end_ns,
@@ -25,6 +28,10 @@ struct NdtStandinActivitySink {
 
 // Null stops the reports.
 extern "C" void ndt_standin_set_activity_sink(const NdtStandinActivitySink* sink);
+
+// Called by the stand-in runtime around each of its calls that start work (a launch, a copy, a
+// memset): passed on to the sink.
+extern "C" void ndt_standin_runtime_call(int entering);
 
 // Runs `work(context)` as a kernel on `stream` as far as CUPTI is concerned: for the stand-in
 // libraries, whose computations run on the host.

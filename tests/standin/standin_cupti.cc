@@ -1,10 +1,19 @@
 // The stand-in libcupti.so.13: the part of CUPTI's activity API ndtrace uses (tracer/gpu_time.h),
 // over the stand-in driver's reports of the work it runs (standin_activity.h).
 //
-// As CUPTI does: every driver call that starts work gets a correlation id; while external
-// correlation ids are pushed on the calling thread, an EXTERNAL_CORRELATION record per pushed
-// kind ties them to it; the work's CONCURRENT_KERNEL / MEMCPY / MEMSET record (with its start and
-// end, from the steady clock as cuptiGetTimestamp gives it) carries the correlation id. Records
+// As CUPTI does: every runtime call and every driver call made outside the runtime that starts
+// work gets a correlation id, and the work's CONCURRENT_KERNEL / MEMCPY / MEMSET record (with its
+// start and end, from the steady clock as cuptiGetTimestamp gives it) carries it: a driver call
+// the runtime makes inside a runtime call has no id of its own, and its work carries the runtime
+// call's. External correlation records come only with API records (CUPTI's header: "when a CUPTI
+// activity API record is created while within an external API region"), so only when the RUNTIME
+// or DRIVER kind is enabled: before the API record, one per kind of external id pushed on the
+// thread then. A driver call's record is written when it starts its work, a runtime call's when it
+// returns (it carries the call's end time): an id pushed and popped inside a runtime call, around
+// the driver call it makes, is not tied to its work. How a real CUPTI ties work to calls is what
+// tests/programs/cupti_correlation.cu prints on a GPU; what is assumed here (no DRIVER records
+// for the runtime's own driver calls, the runtime record written at return) is its to confirm.
+// Records
 // are written into the buffers the client hands out, in the order they happen. A full buffer is
 // delivered (the client's completion callback) on the stand-in's own delivery thread, as CUPTI
 // delivers on a thread of its own, never on the thread whose work filled it;
@@ -13,11 +22,11 @@
 // the rest of CUPTI is absent.
 #include <cupti.h>
 #include <dlfcn.h>
-
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -49,11 +58,27 @@ State& Get() {
   return *state;
 }
 
-thread_local std::vector<uint64_t> t_pushed[CUPTI_EXTERNAL_CORRELATION_KIND_SIZE];
+// The external ids pushed on this thread, per kind. Trivially destructible: the tracer's exit
+// digests run after the main thread's thread-locals are destroyed.
+struct Pushed {
+  static constexpr int kDepth = 16;  // deeper pushes are counted, not kept
+  uint64_t ids[kDepth];
+  int depth = 0;
+  bool empty() const { return depth == 0; }
+  uint64_t back() const { return ids[std::min(depth, kDepth) - 1]; }
+};
+thread_local Pushed t_pushed[CUPTI_EXTERNAL_CORRELATION_KIND_SIZE];
+// The runtime calls that start work this thread is inside (nested: a launch through another
+// runtime function), and the outermost one's correlation id.
+thread_local int t_runtime_depth = 0;
+thread_local uint32_t t_runtime_correlation = 0;
 
 size_t RecordSize(CUpti_ActivityKind kind) {
   switch (kind) {
     case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: return sizeof(CUpti_ActivityExternalCorrelation);
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+    case CUPTI_ACTIVITY_KIND_DRIVER:
+      return sizeof(CUpti_ActivityAPI);
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: return sizeof(CUpti_ActivityKernel10);
     case CUPTI_ACTIVITY_KIND_MEMCPY: return sizeof(CUpti_ActivityMemcpy6);
     case CUPTI_ACTIVITY_KIND_MEMSET: return sizeof(CUpti_ActivityMemset4);
@@ -155,25 +180,60 @@ void HandOverLocked(State& s) {
   s.changed.notify_all();
 }
 
+uint64_t NowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// The API record of call `correlation` (RUNTIME or DRIVER), preceded by the external
+// correlation records of the ids pushed on this thread now; nothing when `kind` is not enabled.
+// Under the lock.
+void WriteApiRecordLocked(State& s, CUpti_ActivityKind kind, uint32_t correlation) {
+  if (!s.enabled[kind]) return;
+  if (s.enabled[CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION]) {
+    for (int external = 0; external < CUPTI_EXTERNAL_CORRELATION_KIND_SIZE; ++external) {
+      if (t_pushed[external].empty()) continue;
+      CUpti_ActivityExternalCorrelation record{};
+      record.kind = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
+      record.externalKind = static_cast<CUpti_ExternalCorrelationKind>(external);
+      record.externalId = t_pushed[external].back();
+      record.correlationId = correlation;
+      WriteLocked(s, record);
+    }
+  }
+  CUpti_ActivityAPI record{};
+  record.kind = kind;
+  record.start = record.end = NowNs();
+  record.processId = static_cast<uint32_t>(getpid());
+  record.threadId = static_cast<uint32_t>(pthread_self());
+  record.correlationId = correlation;
+  WriteLocked(s, record);
+}
+
+// A driver call that starts work: the correlation id its work carries.
 uint32_t ApiCall() {
   State& s = Get();
+  if (t_runtime_depth > 0) return t_runtime_correlation;  // the runtime's own call
   const uint32_t correlation = s.next_correlation.fetch_add(1, std::memory_order_relaxed);
-  {
-    std::lock_guard lock(s.mutex);
-    if (s.enabled[CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION]) {
-      for (int kind = 0; kind < CUPTI_EXTERNAL_CORRELATION_KIND_SIZE; ++kind) {
-        if (t_pushed[kind].empty()) continue;
-        CUpti_ActivityExternalCorrelation record{};
-        record.kind = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
-        record.externalKind = static_cast<CUpti_ExternalCorrelationKind>(kind);
-        record.externalId = t_pushed[kind].back();
-        record.correlationId = correlation;
-        WriteLocked(s, record);
-      }
-    }
-    HandOverLocked(s);
-  }
+  std::lock_guard lock(s.mutex);
+  WriteApiRecordLocked(s, CUPTI_ACTIVITY_KIND_DRIVER, correlation);
+  HandOverLocked(s);
   return correlation;
+}
+
+void RuntimeCall(int entering) {
+  State& s = Get();
+  if (entering != 0) {
+    if (t_runtime_depth++ == 0) {
+      t_runtime_correlation = s.next_correlation.fetch_add(1, std::memory_order_relaxed);
+    }
+    return;
+  }
+  if (t_runtime_depth == 0 || --t_runtime_depth > 0) return;
+  std::lock_guard lock(s.mutex);
+  WriteApiRecordLocked(s, CUPTI_ACTIVITY_KIND_RUNTIME, t_runtime_correlation);
+  HandOverLocked(s);
 }
 
 template <typename Record>
@@ -211,7 +271,7 @@ void Ran(int kind, uint32_t correlation, uint64_t start, uint64_t end, uint32_t 
   }
 }
 
-const NdtStandinActivitySink kSink{ApiCall, Ran};
+const NdtStandinActivitySink kSink{ApiCall, RuntimeCall, Ran};
 
 // Tells the stand-in driver (already loaded by the program) to report to us.
 bool ListenToDriver(bool on) {
@@ -316,7 +376,9 @@ CUptiResult cuptiActivityPushExternalCorrelationId(CUpti_ExternalCorrelationKind
   if (kind <= CUPTI_EXTERNAL_CORRELATION_KIND_INVALID || kind >= CUPTI_EXTERNAL_CORRELATION_KIND_SIZE) {
     return CUPTI_ERROR_INVALID_PARAMETER;
   }
-  t_pushed[kind].push_back(id);
+  Pushed& pushed = t_pushed[kind];
+  if (pushed.depth < Pushed::kDepth) pushed.ids[pushed.depth] = id;
+  ++pushed.depth;
   return CUPTI_SUCCESS;
 }
 
@@ -325,9 +387,10 @@ CUptiResult cuptiActivityPopExternalCorrelationId(CUpti_ExternalCorrelationKind 
   if (kind <= CUPTI_EXTERNAL_CORRELATION_KIND_INVALID || kind >= CUPTI_EXTERNAL_CORRELATION_KIND_SIZE) {
     return CUPTI_ERROR_INVALID_PARAMETER;
   }
-  if (t_pushed[kind].empty()) return CUPTI_ERROR_QUEUE_EMPTY;
-  if (id != nullptr) *id = t_pushed[kind].back();
-  t_pushed[kind].pop_back();
+  Pushed& pushed = t_pushed[kind];
+  if (pushed.empty()) return CUPTI_ERROR_QUEUE_EMPTY;
+  if (id != nullptr) *id = pushed.back();
+  --pushed.depth;
   return CUPTI_SUCCESS;
 }
 

@@ -1468,6 +1468,12 @@ __attribute__((visibility("default"))) void ndt_standin_set_activity_sink(
   ndt::standin::g_activity_sink.store(sink, std::memory_order_release);
 }
 
+__attribute__((visibility("default"))) void ndt_standin_runtime_call(int entering) {
+  const NdtStandinActivitySink* sink =
+      ndt::standin::g_activity_sink.load(std::memory_order_acquire);
+  if (sink != nullptr) sink->runtime_call(entering);
+}
+
 __attribute__((visibility("default"))) void ndt_standin_run_as_kernel(CUstream stream,
                                                                       void (*work)(void*),
                                                                       void* context) {

@@ -2,7 +2,9 @@
 // registration and launch glue that nvcc-generated host code calls.
 //
 // It reaches the driver only the way the real runtime does: on first use it dlopen()s
-// "libcuda.so.1", dlsym()s "cuGetProcAddress_v2" and nothing else, and asks cuGetProcAddress_v2
+// "libcuda.so.1", dlsym()s "cuGetProcAddress_v2" (and the stand-in's ndt_standin_runtime_call,
+// through which it tells the stand-in CUPTI when a call that starts work enters and returns, as
+// the real runtime tells CUPTI), and asks cuGetProcAddress_v2
 // for every driver function it needs, by base name with cudaVersion 13000. Stream-ordered
 // functions are fetched twice, with CU_GET_PROC_ADDRESS_LEGACY_STREAM and with
 // CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM; the runtime's _ptds/_ptsz entry points (what
@@ -159,6 +161,7 @@ struct Runtime {
   cudaError_t init_status = cudaErrorInitializationError;
   bool driver_loaded = false;
   PFN_cuGetProcAddress_v12000 get_proc_address = nullptr;
+  void (*runtime_call)(int entering) = nullptr;  // the stand-in driver's, for CUPTI
   DriverApi api;
   StreamApi stream_api[2];
   CUcontext primary = nullptr;
@@ -332,6 +335,7 @@ cudaError_t InitializeLocked(Runtime& rt) {
   rt.get_proc_address =
       reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(driver, "cuGetProcAddress_v2"));
   if (rt.get_proc_address == nullptr || !ResolveDriverApi(rt)) return cudaErrorInsufficientDriver;
+  rt.runtime_call = reinterpret_cast<void (*)(int)>(dlsym(driver, "ndt_standin_runtime_call"));
   rt.driver_loaded = true;
   if (const CUresult r = rt.api.cuInit(0); r != CUDA_SUCCESS) {
     return r == CUDA_ERROR_NO_DEVICE ? cudaErrorNoDevice : FromDriver(r);
@@ -405,9 +409,27 @@ CUdeviceptr ToDevicePtr(const void* p) {
   return reinterpret_cast<CUdeviceptr>(p);
 }
 
+// A runtime call that starts work, from its entry to its return, as CUPTI sees it: the work
+// carries the runtime call's correlation id (standin_activity.h). Made after EnsureContext.
+class RuntimeCall {
+ public:
+  RuntimeCall() : notify_(GetRuntime().runtime_call) {
+    if (notify_ != nullptr) notify_(1);
+  }
+  ~RuntimeCall() {
+    if (notify_ != nullptr) notify_(0);
+  }
+  RuntimeCall(const RuntimeCall&) = delete;
+  RuntimeCall& operator=(const RuntimeCall&) = delete;
+
+ private:
+  void (*notify_)(int);
+};
+
 cudaError_t Memcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                    cudaStream_t stream, bool async, DefaultStream flavour) {
   if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  const RuntimeCall call;
   const StreamApi& s = Streams(flavour);
   const CUstream cu_stream = ToDriver(stream);
   CUresult r;
@@ -438,6 +460,7 @@ cudaError_t Memcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind
 cudaError_t Memset(void* dst, int value, size_t count, cudaStream_t stream, bool async,
                    DefaultStream flavour) {
   if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  const RuntimeCall call;
   const StreamApi& s = Streams(flavour);
   const auto byte = static_cast<unsigned char>(value);
   return ReportDriver(async ? s.cuMemsetD8Async(ToDevicePtr(dst), byte, count, ToDriver(stream))
@@ -495,6 +518,7 @@ cudaError_t KernelForHostFunction(const void* host_function, CUkernel* out) {
 cudaError_t LaunchKernel(CUkernel kernel, dim3 grid, dim3 block, void** args, size_t shared_mem,
                          cudaStream_t stream, DefaultStream flavour) {
   if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  const RuntimeCall call;
   if (kernel == nullptr) return Report(cudaErrorInvalidDeviceFunction);
   if (shared_mem > UINT_MAX) return Report(cudaErrorInvalidValue);
   const CUresult r = Streams(flavour).cuLaunchKernel(
@@ -1007,6 +1031,7 @@ cudaError_t EndCapture(cudaStream_t stream, cudaGraph_t* graph, ndt::standin::De
 
 cudaError_t GraphLaunch(cudaGraphExec_t exec, cudaStream_t stream, ndt::standin::DefaultStream flavour) {
   if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  const ndt::standin::RuntimeCall call;
   return ReportDriver(ndt::standin::Streams(flavour).cuGraphLaunch(
       reinterpret_cast<CUgraphExec>(exec), ndt::standin::ToDriver(stream)));
 }

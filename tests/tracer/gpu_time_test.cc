@@ -1,7 +1,11 @@
 // GPU time from CUPTI (tracer/gpu_time.h) on the stand-in device and its stand-in libcupti
 // (tests/standin/standin_cupti.cc): every kernel, copy and memset a program starts is recorded
 // with its GPU start and end, tied to the op that started it, a library's kernels to the library
-// op; `--no-gpu-time` turns it off; the Perfetto export draws GPU tracks from it.
+// op; `--no-gpu-time` turns it off; the Perfetto export draws GPU tracks from it. The stand-in
+// CUPTI ties work to calls as a real one (a program's launches through cudart carry the runtime
+// call's correlation id, external ids are written only with API records): without the RUNTIME
+// and DRIVER kinds, or with a driver op's id popped when its hook returns, no activity would be
+// tied to its op, as on an H200.
 #include <catch2/catch.hpp>
 #include <map>
 #include <string>
