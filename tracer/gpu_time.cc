@@ -53,8 +53,10 @@ constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_RUNTIME,
                                          CUPTI_ACTIVITY_KIND_MEMCPY,
                                          CUPTI_ACTIVITY_KIND_MEMSET};
 
-// Whether this thread's last driver op left its id pushed (Scope).
+// Whether this thread's last driver op left its id pushed (Scope), and whether any thread's
+// ever did (not one thread-local read per hook while GPU times are off).
 thread_local bool t_driver_id_pushed = false;
+std::atomic<bool> g_driver_ids_pushed{false};
 // The driver id that marks ndtrace's own GPU work (OwnWork): no op's.
 constexpr uint64_t kOwnWork = UINT64_MAX;
 
@@ -181,6 +183,7 @@ void CUPTIAPI CompleteBuffer(CUcontext, uint32_t, uint8_t* buffer, size_t, size_
 
 // Takes the id of the calling thread's last driver op off CUPTI's stack (Scope).
 void PopDriverId() {
+  if (!g_driver_ids_pushed.load(std::memory_order_relaxed)) return;
   bool& pushed = TlsRef(t_driver_id_pushed);
   if (!pushed) return;
   pushed = false;
@@ -306,7 +309,10 @@ Scope::Scope(std::optional<uint64_t> sequence, bool library) : library_(library)
   State& s = Get();
   if (!s.active.load(std::memory_order_relaxed) || !sequence) return;
   pushed_ = s.cupti.push(library ? kLibraryKind : kDriverKind, *sequence) == CUPTI_SUCCESS;
-  if (pushed_ && !library) t_driver_id_pushed = true;
+  if (pushed_ && !library) {
+    t_driver_id_pushed = true;
+    if (!g_driver_ids_pushed.load(std::memory_order_relaxed)) g_driver_ids_pushed.store(true);
+  }
 }
 
 Scope::~Scope() {
