@@ -291,6 +291,9 @@ TEST_CASE("benchmark mode picks engines by noisy timing, and --pin reproduces th
     const std::vector<Record> records = ReadAll(traces.back());
     settled.insert(Settled(records).text);
     CHECK(OpsNamed(records, kFinalize).size() == 9);
+    // The program executed each candidate to time it: the engine it kept is the benchmark's.
+    REQUIRE(Executes(records).back().algorithm.has_value());
+    CHECK(Executes(records).back().algorithm->source == ChoiceSource::kBenchmark);
   }
   CHECK(settled.size() >= 2);
 
@@ -430,12 +433,15 @@ TEST_CASE("ndtrace check names the nondeterministic engine, and benchmark's sele
   CHECK(plain.out.find("nondeterministic_op") != std::string::npos);
   CHECK(plain.out.find("cudnnBackendExecute") != std::string::npos);
   CHECK(plain.out.find("cudnn engine 1 numerical_notes=NONDETERMINISTIC") != std::string::npos);
+  CHECK(plain.out.find("(picked by heuristics)") != std::string::npos);
 
   const RunResult benchmark = CheckConv("-n 3", "--benchmark", 3);
   INFO(benchmark.out << benchmark.err);
   CHECK(benchmark.status == 1);
   CHECK(benchmark.out.find("algorithm_selection") != std::string::npos);
   CHECK(benchmark.out.find("cudnnBackendExecute") != std::string::npos);
+  CHECK(benchmark.out.find("(picked by benchmark)") != std::string::npos);
+  CHECK(benchmark.out.find("(picked by heuristics)") == std::string::npos);
 
   const RunResult enforced = CheckConv("--deterministic", "", 1);
   INFO(enforced.out << enforced.err);

@@ -13,7 +13,9 @@
 // plan's engine config and its engine: global index, knob choices, numerical and behaviour
 // notes) at cudnnBackendFinalize of the plan, which is recorded as an op with the fingerprint
 // and that AlgorithmChoice; each cudnnBackendExecute is recorded with the same choice, the
-// variant pack's pointers (canonical) and digests of the tensors' exact extents.
+// variant pack's pointers (canonical) and digests of the tensors' exact extents. A heuristic
+// config is recorded as picked by benchmark once its graph has been executed with another config
+// in this process (TimedGraphs: the program timed cuDNN's candidates).
 //
 // Capture (NDTRACE_CAPTURE, tracer/capture.h): a chosen cudnnBackendExecute also stores every
 // tensor of its variant pack that the graph reads before the call ("blob:in:<role>") and its
@@ -32,11 +34,11 @@
 // (the returned array is partitioned, kept ones first, and the count reduced), and a plan with
 // such an engine is refused at finalize with CUDNN_STATUS_NOT_SUPPORTED (frameworks then try
 // their next config), and every plan of a graph gets the first deterministic engine config the
-// graph was finalized with (SettlePlan), so that a benchmark's timing cannot choose. Pin: at plan finalize, the engine and knobs recorded for the fingerprint
-// in the reference trace — the choice it used most for that fingerprint (PinTable), the one
-// the program settled on after any autotuning — are rebuilt through the real library and set
-// on the plan before it is finalized; when that cannot be done the
-// program's own plan stands and the decision says why.
+// graph was finalized with (SettlePlan), so that a benchmark's timing cannot choose. Pin: at plan
+// finalize, the engine and knobs recorded for the fingerprint in the reference trace — the choice
+// it used most for that fingerprint (PinTable), the one the program settled on after any autotuning
+// — are rebuilt through the real library and set on the plan before it is finalized; when that
+// cannot be done the program's own plan stands and the decision says why.
 #pragma GCC visibility push(default)
 #include <cudnn.h>
 #pragma GCC visibility pop
@@ -812,6 +814,35 @@ class SettledEngines {
   std::unordered_map<std::string, format::AlgorithmChoice> choices_;
 };
 
+// The graphs (by fingerprint) this process executed with more than one engine config. A program
+// that times the candidates cuDNN's heuristics list and keeps the fastest (PyTorch with
+// torch.backends.cudnn.benchmark=True, through cudnn-frontend) executes each of them; from the
+// second on, the config a graph runs was picked by timing, not by the heuristics' order.
+// Thread-safe; never destroyed.
+class TimedGraphs {
+ public:
+  static TimedGraphs& Get() {
+    static auto* timed = new TimedGraphs();
+    return *timed;
+  }
+  // Notes that the graph `fingerprint` is executed with `config`; returns whether it has been
+  // executed with another config before.
+  bool Note(const std::string& fingerprint, const std::string& config) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto [it, added] = graphs_.try_emplace(fingerprint, Graph{config, false});
+    if (!added && it->second.first_config != config) it->second.timed = true;
+    return it->second.timed;
+  }
+
+ private:
+  struct Graph {
+    std::string first_config;
+    bool timed;
+  };
+  std::mutex mutex_;
+  std::unordered_map<std::string, Graph> graphs_;
+};
+
 // The enforce policy at plan finalize, after nondeterministic engines are refused: deterministic
 // engines differ from one another in their results too, and a framework that benchmarks
 // (cudnn.benchmark=True) picks among its plans by measured time, which varies from run to run.
@@ -1158,6 +1189,12 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
         if (facts != nullptr) {
           ndt::tracer::AddChoiceArguments(op, *facts);
           ndt::tracer::PackExtents(session, *facts, uids, pointers, op, &inputs, &outputs);
+          if (op.algorithm && op.algorithm->source == ndt::format::ChoiceSource::kHeuristic &&
+              facts->problem != nullptr && !facts->problem->fingerprint.empty() &&
+              ndt::tracer::TimedGraphs::Get().Note(facts->problem->fingerprint,
+                                                   ndt::tracer::ChoiceText(*op.algorithm))) {
+            op.algorithm->source = ndt::format::ChoiceSource::kBenchmark;
+          }
         }
         op.inputs = ndt::tracer::DigestExtents(session, stream, inputs);
         const bool capture = ndt::tracer::CaptureWanted(op);
