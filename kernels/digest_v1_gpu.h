@@ -45,7 +45,8 @@ class DigestV1Gpu {
       return false;
     }
     if (module_get_function_(&blocks_, module, "ndt_digest_v1_blocks") != CUDA_SUCCESS ||
-        module_get_function_(&finish_, module, "ndt_digest_v1_finish") != CUDA_SUCCESS) {
+        module_get_function_(&finish_, module, "ndt_digest_v1_finish") != CUDA_SUCCESS ||
+        module_get_function_(&zero_, module, "ndt_digest_v1_zero") != CUDA_SUCCESS) {
       *error = "the digest module lacks its kernels";
       return false;
     }
@@ -76,6 +77,15 @@ class DigestV1Gpu {
     return launch_kernel_(finish_, 1, 1, 1, 1, 1, 1, 0, stream, finish_args, nullptr);
   }
 
+  // Enqueues on `stream` the zeroing of `count` 8-byte words at `words` (sums before first use).
+  CUresult Zero(CUdeviceptr words, uint64_t count, CUstream stream) const {
+    unsigned long long n = count;
+    void* args[] = {&words, &n};
+    const uint64_t wanted = (count + 255) / 256;
+    const auto grid = static_cast<unsigned>(wanted < 1 ? 1 : wanted > 1056 ? 1056 : wanted);
+    return launch_kernel_(zero_, grid, 1, 1, 256, 1, 1, 0, stream, args, nullptr);
+  }
+
  private:
   CUresult (*module_load_data_)(CUmodule*, const void*) = nullptr;
   CUresult (*module_get_function_)(CUfunction*, CUmodule, const char*) = nullptr;
@@ -83,6 +93,7 @@ class DigestV1Gpu {
                              unsigned, unsigned, CUstream, void**, void**) = nullptr;
   CUfunction blocks_ = nullptr;
   CUfunction finish_ = nullptr;
+  CUfunction zero_ = nullptr;
 };
 
 }  // namespace ndt::kernels

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "formats/records.h"
+#include "kernels/digest_v1.h"
 #include "tracer/real_dl.h"
 #include "tracer/recorder.h"
 #include "tracer/tls_ref.h"
@@ -155,8 +156,16 @@ void CUPTIAPI CompleteBuffer(CUcontext, uint32_t, uint8_t* buffer, size_t, size_
         case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
         case CUPTI_ACTIVITY_KIND_KERNEL: {
           const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-          AppendLocked(s, k->correlationId,
-                       Activity(s, format::GpuActivityKind::kKernel, k->start, k->end, k->streamId));
+          format::GpuActivityRecord activity =
+              Activity(s, format::GpuActivityKind::kKernel, k->start, k->end, k->streamId);
+          // A digest kernel ndtrace launched from inside the program's runtime call carries
+          // that call's correlation id: its own work all the same (OwnWork cannot mark it).
+          if (k->name != nullptr && std::strncmp(k->name, kernels::kDigestKernelPrefix,
+                                                 sizeof kernels::kDigestKernelPrefix - 1) == 0) {
+            if (s.session != nullptr) s.session->Append(format::Record(activity));
+            break;
+          }
+          AppendLocked(s, k->correlationId, activity);
           break;
         }
         case CUPTI_ACTIVITY_KIND_MEMCPY: {

@@ -62,7 +62,9 @@ class Scope {
 };
 
 // Marks the GPU work ndtrace starts on the calling thread while it lives (digest kernels, the
-// copies its digests read) as no op's, over the mark a driver op may have left (Scope).
+// copies its digests read) as no op's, over the mark a driver op may have left (Scope). Inside
+// the program's runtime call the work carries that call's correlation id whatever is pushed:
+// digest kernels are then told by their name (kernels::kDigestKernelPrefix).
 class OwnWork {
  public:
   OwnWork();

@@ -21,9 +21,10 @@ struct NdtStandinActivitySink {
   // returns (ndt_standin_runtime_call).
   void (*runtime_call)(int entering);
   // When the work has run, on whichever thread ran it (a stream's worker under
-  // NDT_STANDIN_ASYNC): times from CLOCK_MONOTONIC, in ns.
-  void (*ran)(int kind, uint32_t correlation, uint64_t start_ns, uint64_t end_ns,
-              uint32_t stream, uint64_t bytes);
+  // NDT_STANDIN_ASYNC): times from CLOCK_MONOTONIC, in ns; a kernel's name (null for a copy or
+  // a memset), which lives as long as the process.
+  void (*ran)(int kind, uint32_t correlation, uint64_t start_ns, uint64_t end_ns, uint32_t stream,
+              uint64_t bytes, const char* name);
 };
 
 // Null stops the reports.

@@ -247,7 +247,7 @@ void Fill(Record* record, CUpti_ActivityKind kind, uint32_t correlation, uint64_
 }
 
 void Ran(int kind, uint32_t correlation, uint64_t start, uint64_t end, uint32_t stream,
-         uint64_t bytes) {
+         uint64_t bytes, const char* name) {
   State& s = Get();
   {
     std::lock_guard lock(s.mutex);
@@ -255,6 +255,7 @@ void Ran(int kind, uint32_t correlation, uint64_t start, uint64_t end, uint32_t 
       CUpti_ActivityKernel10 record{};
       Fill(&record, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, correlation, start, end, stream);
       record.completed = end;
+      record.name = name;
       WriteLocked(s, record);
     } else if (kind == kNdtActivityMemcpy && s.enabled[CUPTI_ACTIVITY_KIND_MEMCPY]) {
       CUpti_ActivityMemcpy6 record{};

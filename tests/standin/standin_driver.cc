@@ -526,6 +526,7 @@ struct Activity {
   int kind = kNdtActivityKernel;
   std::uint32_t stream = 0;
   std::uint64_t bytes = 0;
+  const char* name = nullptr;  // a kernel's (a string literal of the host kernel registry)
 };
 
 // CUPTI's stream number: the stream's id; the legacy and per-thread default streams 0 and 1.
@@ -557,7 +558,7 @@ auto Timed(const Activity& activity, Work&& work) {
   const std::uint64_t start = MonotonicNs();
   auto result = work();
   sink->ran(activity.kind, activity.correlation, start, MonotonicNs(), activity.stream,
-            activity.bytes);
+            activity.bytes, activity.name);
   return result;
 }
 
@@ -624,7 +625,8 @@ CUresult Launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_mem_bytes, 
     return CUDA_SUCCESS;
   }
   const LaunchGeometry geometry{grid, block, shared_mem_bytes};
-  const Activity activity = BeginActivity(kNdtActivityKernel, stream);
+  Activity activity = BeginActivity(kNdtActivityKernel, stream);
+  activity.name = kernel->mangled_name.data();
   if (queue != nullptr) {  // its fault is reported by the next synchronisation with the stream
     std::vector<std::vector<unsigned char>> copies;
     for (std::size_t i = 0; i < kernel->params.size(); ++i) {

@@ -214,8 +214,18 @@ bool RunGatherRows(const LaunchGeometry&, const KernelArgs& args) {
 // the stand-in too. ndt_digest_v1_blocks(data, bytes, sums): sums[0..1] += the terms of every
 // block (the whole grid's work; the sum does not depend on how a GPU splits it).
 // ndt_digest_v1_finish(sums, bytes, out, ticket): out = digest, ticket; sums = 0.
+// ndt_digest_v1_zero(words, count): words[0..count) = 0.
 constexpr ParamSlot kDigestBlocksParams[] = {{0, 8}, {8, 8}, {16, 8}};
 constexpr ParamSlot kDigestFinishParams[] = {{0, 8}, {8, 8}, {16, 8}, {24, 8}};
+constexpr ParamSlot kDigestZeroParams[] = {{0, 8}, {8, 8}};
+
+bool RunDigestZero(const LaunchGeometry&, const KernelArgs& args) {
+  const auto count = args.Value<std::uint64_t>(1);
+  std::uint64_t* words = count == 0 ? nullptr : args.DeviceArray<std::uint64_t>(0, count);
+  if (count != 0 && words == nullptr) return false;
+  for (std::uint64_t i = 0; i < count; ++i) words[i] = 0;
+  return true;
+}
 
 bool RunDigestBlocks(const LaunchGeometry&, const KernelArgs& args) {
   namespace digest = ndt::kernels::digest_v1;
@@ -454,6 +464,7 @@ constexpr HostKernel kHostKernels[] = {
     {"_Z4StepPfif", kStepParams, RunStep},
     {"ndt_digest_v1_blocks", kDigestBlocksParams, RunDigestBlocks},
     {"ndt_digest_v1_finish", kDigestFinishParams, RunDigestFinish},
+    {"ndt_digest_v1_zero", kDigestZeroParams, RunDigestZero},
     {"_Z11DropoutLikeN2at15PhiloxCudaStateEPKfPfi", kDropoutLikeParams, RunDropoutLike},
     {"_Z4FillPlli", kFillParams, RunFill},
     {"_Z21standin_library_entry13LibraryParams", kLibraryEntryParams, RunLibraryEntry},

@@ -153,15 +153,16 @@ TEST_CASE("window and state digests on the GPU equal the CPU path's, op by op", 
   CHECK(StateDigests(gpu_records).size() >= 300 / 7);
 
   // The GPU path launched the two digest kernels for each digest of device memory (the
-  // program's own launches are the same in both runs; the copies' digests are of host memory)
-  // and put its ring in mapped pinned memory.
+  // program's own launches are the same in both runs; the copies' digests are of host memory),
+  // and one that zeroes the sums once, and put its ring in mapped pinned memory.
   size_t device_digests = 0;
   for (const OpRecord& op : gpu_ops) {
     if (op.kind != OpKind::kMemcpy) device_digests += op.inputs.size() + op.outputs.size();
   }
   for (const auto& state : StateDigests(gpu_records)) device_digests += state.size();
   CHECK(Calls(gpu_log, {"cuLaunchKernel"}) ==
-        Calls(cpu_log, {"cuLaunchKernel"}) + 2 * device_digests);
+        Calls(cpu_log, {"cuLaunchKernel"}) + 2 * device_digests + 1);
+  CHECK(Calls(gpu_log, {"cuMemsetD8_v2"}) == Calls(cpu_log, {"cuMemsetD8_v2"}));
   CHECK(Calls(gpu_log, {"cuMemHostAlloc"}) == 1);
   CHECK(Calls(cpu_log, {"cuMemHostAlloc"}) == 0);
 }

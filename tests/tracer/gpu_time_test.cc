@@ -51,9 +51,13 @@ uint64_t UnsignedArg(const OpRecord& op, const std::string& name) {
 }
 
 TEST_CASE("every kernel, copy and memset gets its GPU time, tied to its op", "[tracer][gpu_time]") {
+  // With the digest window on, ndtrace's digest kernels run from inside the program's runtime
+  // calls and carry their correlation ids: they must not count as the ops' own.
+  const std::string flags = GENERATE(std::string(""), std::string("--digest-window 0: "));
+  INFO("record " << flags);
   const std::string trace = TempPath("gpu_time.ndt");
-  const RunResult run = Run(std::string("NDT_STANDIN_ASYNC=1 '") + NDTRACE_BIN + "' record -o '" +
-                            trace + "' -- '" + CORPUS_TRAIN_LOOP + "'");
+  const RunResult run = Run(std::string("NDT_STANDIN_ASYNC=1 '") + NDTRACE_BIN + "' record " +
+                            flags + "-o '" + trace + "' -- '" + CORPUS_TRAIN_LOOP + "'");
   REQUIRE(run.status == 0);
   const std::vector<Record> records = ReadAll(trace);
   CHECK(GpuTimeNote(records).rfind("GPU time: on", 0) == 0);
@@ -81,7 +85,7 @@ TEST_CASE("every kernel, copy and memset gets its GPU time, tied to its op", "[t
     if (!work || op.status != 0) continue;
     ++expected;
     INFO("op " << sequence << " " << op.name);
-    CHECK(timed.count(sequence) == 1);
+    CHECK(timed[sequence] == 1);  // its own work, once; ndtrace's digests are no op's
   }
   CHECK(expected > 50);
   std::remove(trace.c_str());
