@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cupti_work_cbids.h"
 #include "formats/records.h"
 #include "kernels/digest_v1.h"
 #include "tracer/real_dl.h"
@@ -42,17 +43,35 @@ struct Cupti {
   CUptiResult (*next_record)(uint8_t*, size_t, CUpti_Activity**) = nullptr;
   CUptiResult (*push)(CUpti_ExternalCorrelationKind, uint64_t) = nullptr;
   CUptiResult (*pop)(CUpti_ExternalCorrelationKind, uint64_t*) = nullptr;
+  // Optional (CUPTI 12.6 on): API records of chosen functions only.
+  CUptiResult (*enable_driver_api)(CUpti_CallbackId, uint8_t) = nullptr;
+  CUptiResult (*enable_runtime_api)(CUpti_CallbackId, uint8_t) = nullptr;
 };
 
-// The activity kinds ndtrace enables. RUNTIME and DRIVER records are not read: CUPTI writes
-// external correlation records only before API records, so without them there are none (on an
-// H200 every activity came back tied to no op).
-constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_RUNTIME,
-                                         CUPTI_ACTIVITY_KIND_DRIVER,
-                                         CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+// The activity kinds ndtrace enables; and the API records of the runtime and driver functions
+// that start work (cupti_work_cbids.h), or where CUPTI cannot choose functions, the RUNTIME and
+// DRIVER kinds whole. API records are not read: CUPTI writes external correlation records only
+// before API records, so without them there are none (on an H200 every activity came back tied
+// to no op). Only the calls that start work: an API record costs every call that has one.
+constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
                                          CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-                                         CUPTI_ACTIVITY_KIND_MEMCPY,
-                                         CUPTI_ACTIVITY_KIND_MEMSET};
+                                         CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
+constexpr CUpti_ActivityKind kApiKinds[] = {CUPTI_ACTIVITY_KIND_RUNTIME,
+                                            CUPTI_ACTIVITY_KIND_DRIVER};
+
+// Turns the API records of the work-starting functions on or off; false when a call failed.
+bool SetWorkApiRecords(const Cupti& c, bool on) {
+  bool ok = true;
+  if (c.enable_driver_api != nullptr && c.enable_runtime_api != nullptr) {
+    for (uint32_t cbid : kDriverWorkCbids) ok &= c.enable_driver_api(cbid, on) == CUPTI_SUCCESS;
+    for (uint32_t cbid : kRuntimeWorkCbids) ok &= c.enable_runtime_api(cbid, on) == CUPTI_SUCCESS;
+    return ok;
+  }
+  for (CUpti_ActivityKind kind : kApiKinds) {
+    ok &= (on ? c.enable(kind) : c.disable(kind)) == CUPTI_SUCCESS;
+  }
+  return ok;
+}
 
 // Whether this thread's last driver op left its id pushed (Scope), and whether any thread's
 // ever did (not one thread-local read per hook while GPU times are off).
@@ -233,6 +252,8 @@ std::string Start(Session* session, bool simulated_device) {
       !Resolve(library, "cuptiActivityPopExternalCorrelationId", &c.pop)) {
     return "off (libcupti lacks a function of the activity API)";
   }
+  Resolve(library, "cuptiActivityEnableDriverApi", &c.enable_driver_api);
+  Resolve(library, "cuptiActivityEnableRuntimeApi", &c.enable_runtime_api);
   uint32_t version = 0;
   if (c.get_version(&version) != CUPTI_SUCCESS || version != CUPTI_API_VERSION) {
     // Activity record layouts change between CUPTI versions: read none we were not built for.
@@ -254,6 +275,11 @@ std::string Start(Session* session, bool simulated_device) {
       for (CUpti_ActivityKind other : kKinds) c.disable(other);
       return "off (CUPTI refused activity kind " + std::to_string(static_cast<int>(kind)) + ")";
     }
+  }
+  if (!SetWorkApiRecords(c, true)) {
+    SetWorkApiRecords(c, false);
+    for (CUpti_ActivityKind kind : kKinds) c.disable(kind);
+    return "off (CUPTI refused the API records of the functions that start work)";
   }
   s.active.store(true, std::memory_order_release);
   return "on (CUPTI " + std::to_string(version) + ": kernels, copies and memsets)";
@@ -288,6 +314,7 @@ void YieldToProgram() {
   }
   Stop();
   for (CUpti_ActivityKind kind : kKinds) s.cupti.disable(kind);
+  SetWorkApiRecords(s.cupti, false);
   if (session == nullptr) return;
   format::TracerNote note;
   note.text =

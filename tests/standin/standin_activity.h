@@ -14,9 +14,9 @@
 enum NdtStandinActivityKind { kNdtActivityKernel = 0, kNdtActivityMemcpy = 1, kNdtActivityMemset = 2 };
 
 struct NdtStandinActivitySink {
-  // On the thread making a driver call that starts GPU work: the correlation id the work
-  // carries (the driver call's own, or the runtime call's it is made inside).
-  uint32_t (*api_call)();
+  // On the thread making a driver call that starts GPU work of `kind`: the correlation id the
+  // work carries (the driver call's own, or the runtime call's it is made inside).
+  uint32_t (*api_call)(int kind);
   // On the thread making a runtime call that starts GPU work: 1 when it enters, 0 when it
   // returns (ndt_standin_runtime_call).
   void (*runtime_call)(int entering);

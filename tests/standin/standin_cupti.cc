@@ -32,6 +32,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "standin_activity.h"
@@ -51,6 +52,9 @@ struct State {
   int delivering = 0;               // buffers taken from `full`, being delivered
   pid_t worker_pid = 0;             // the process whose delivery thread runs (fork: none)
   std::atomic<uint32_t> next_correlation{1};
+  // The functions whose API records were asked for one by one (cuptiActivityEnableDriverApi,
+  // cuptiActivityEnableRuntimeApi): [0] driver, [1] runtime.
+  std::set<CUpti_CallbackId> api_functions[2];
 };
 
 State& Get() {
@@ -72,6 +76,7 @@ thread_local Pushed t_pushed[CUPTI_EXTERNAL_CORRELATION_KIND_SIZE];
 // runtime function), and the outermost one's correlation id.
 thread_local int t_runtime_depth = 0;
 thread_local uint32_t t_runtime_correlation = 0;
+thread_local int t_runtime_work = -1;  // the kind of work the outermost one started, or -1
 
 size_t RecordSize(CUpti_ActivityKind kind) {
   switch (kind) {
@@ -186,11 +191,31 @@ uint64_t NowNs() {
                                    .count());
 }
 
-// The API record of call `correlation` (RUNTIME or DRIVER), preceded by the external
-// correlation records of the ids pushed on this thread now; nothing when `kind` is not enabled.
-// Under the lock.
-void WriteApiRecordLocked(State& s, CUpti_ActivityKind kind, uint32_t correlation) {
-  if (!s.enabled[kind]) return;
+// Whether the API record of a call that starts `work` is wanted: its kind is enabled, or the
+// function is. The stand-in does not know which function a call is; the one that stands for
+// each kind of work is cuLaunchKernel, cuMemcpyHtoDAsync_v2 or cuMemsetD8_v2 (cudaLaunchKernel,
+// cudaMemcpyAsync, cudaMemsetAsync). Under the lock.
+bool ApiRecordWantedLocked(const State& s, CUpti_ActivityKind kind, int work) {
+  if (s.enabled[kind]) return true;
+  const bool runtime = kind == CUPTI_ACTIVITY_KIND_RUNTIME;
+  CUpti_CallbackId function;
+  if (runtime) {
+    function = work == kNdtActivityKernel   ? CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000
+               : work == kNdtActivityMemcpy ? CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020
+                                            : CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020;
+  } else {
+    function = work == kNdtActivityKernel   ? CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel
+               : work == kNdtActivityMemcpy ? CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2
+                                            : CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2;
+  }
+  return s.api_functions[runtime ? 1 : 0].count(function) != 0;
+}
+
+// The API record of call `correlation` (RUNTIME or DRIVER) that started `work`, preceded by the
+// external correlation records of the ids pushed on this thread now; nothing when it is not
+// wanted. Under the lock.
+void WriteApiRecordLocked(State& s, CUpti_ActivityKind kind, uint32_t correlation, int work) {
+  if (!ApiRecordWantedLocked(s, kind, work)) return;
   if (s.enabled[CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION]) {
     for (int external = 0; external < CUPTI_EXTERNAL_CORRELATION_KIND_SIZE; ++external) {
       if (t_pushed[external].empty()) continue;
@@ -212,12 +237,15 @@ void WriteApiRecordLocked(State& s, CUpti_ActivityKind kind, uint32_t correlatio
 }
 
 // A driver call that starts work: the correlation id its work carries.
-uint32_t ApiCall() {
+uint32_t ApiCall(int work) {
   State& s = Get();
-  if (t_runtime_depth > 0) return t_runtime_correlation;  // the runtime's own call
+  if (t_runtime_depth > 0) {  // the runtime's own call
+    if (t_runtime_work < 0) t_runtime_work = work;
+    return t_runtime_correlation;
+  }
   const uint32_t correlation = s.next_correlation.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard lock(s.mutex);
-  WriteApiRecordLocked(s, CUPTI_ACTIVITY_KIND_DRIVER, correlation);
+  WriteApiRecordLocked(s, CUPTI_ACTIVITY_KIND_DRIVER, correlation, work);
   HandOverLocked(s);
   return correlation;
 }
@@ -227,12 +255,13 @@ void RuntimeCall(int entering) {
   if (entering != 0) {
     if (t_runtime_depth++ == 0) {
       t_runtime_correlation = s.next_correlation.fetch_add(1, std::memory_order_relaxed);
+      t_runtime_work = -1;
     }
     return;
   }
-  if (t_runtime_depth == 0 || --t_runtime_depth > 0) return;
+  if (t_runtime_depth == 0 || --t_runtime_depth > 0 || t_runtime_work < 0) return;
   std::lock_guard lock(s.mutex);
-  WriteApiRecordLocked(s, CUPTI_ACTIVITY_KIND_RUNTIME, t_runtime_correlation);
+  WriteApiRecordLocked(s, CUPTI_ACTIVITY_KIND_RUNTIME, t_runtime_correlation, t_runtime_work);
   HandOverLocked(s);
 }
 
@@ -335,6 +364,26 @@ CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) {
   if (RecordSize(kind) == 0) return CUPTI_ERROR_NOT_SUPPORTED;
   std::lock_guard lock(Get().mutex);
   Get().enabled[kind] = false;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t enable) {
+  std::lock_guard lock(Get().mutex);
+  if (enable != 0) {
+    Get().api_functions[0].insert(cbid);
+  } else {
+    Get().api_functions[0].erase(cbid);
+  }
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_t enable) {
+  std::lock_guard lock(Get().mutex);
+  if (enable != 0) {
+    Get().api_functions[1].insert(cbid);
+  } else {
+    Get().api_functions[1].erase(cbid);
+  }
   return CUPTI_SUCCESS;
 }
 

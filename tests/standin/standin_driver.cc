@@ -541,7 +541,7 @@ std::uint32_t ActivityStream(CUstream stream) {
 Activity BeginActivity(int kind, CUstream stream, std::uint64_t bytes = 0) {
   const NdtStandinActivitySink* sink = g_activity_sink.load(std::memory_order_acquire);
   if (sink == nullptr) return {};
-  return {sink->api_call(), kind, ActivityStream(stream), bytes};
+  return {sink->api_call(kind), kind, ActivityStream(stream), bytes};
 }
 
 std::uint64_t MonotonicNs() {
