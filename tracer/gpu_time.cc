@@ -43,7 +43,7 @@ struct Cupti {
   CUptiResult (*next_record)(uint8_t*, size_t, CUpti_Activity**) = nullptr;
   CUptiResult (*push)(CUpti_ExternalCorrelationKind, uint64_t) = nullptr;
   CUptiResult (*pop)(CUpti_ExternalCorrelationKind, uint64_t*) = nullptr;
-  // Optional (CUPTI 12.6 on): API records of chosen functions only.
+  // Optional (older CUPTIs lack them): API records of chosen functions only.
   CUptiResult (*enable_driver_api)(CUpti_CallbackId, uint8_t) = nullptr;
   CUptiResult (*enable_runtime_api)(CUpti_CallbackId, uint8_t) = nullptr;
 };
