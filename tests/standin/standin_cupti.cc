@@ -301,6 +301,18 @@ void Ran(int kind, uint32_t correlation, uint64_t start, uint64_t end, uint32_t 
   }
 }
 
+// cuptiActivityEnableDriverApi (`which` 0) and RuntimeApi (1).
+CUptiResult EnableApiFunction(int which, CUpti_CallbackId cbid, uint8_t enable) {
+  State& s = Get();
+  std::lock_guard lock(s.mutex);
+  if (enable != 0) {
+    s.api_functions[which].insert(cbid);
+  } else {
+    s.api_functions[which].erase(cbid);
+  }
+  return CUPTI_SUCCESS;
+}
+
 const NdtStandinActivitySink kSink{ApiCall, RuntimeCall, Ran};
 
 // Tells the stand-in driver (already loaded by the program) to report to us.
@@ -368,23 +380,11 @@ CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) {
 }
 
 CUptiResult cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t enable) {
-  std::lock_guard lock(Get().mutex);
-  if (enable != 0) {
-    Get().api_functions[0].insert(cbid);
-  } else {
-    Get().api_functions[0].erase(cbid);
-  }
-  return CUPTI_SUCCESS;
+  return EnableApiFunction(0, cbid, enable);
 }
 
 CUptiResult cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_t enable) {
-  std::lock_guard lock(Get().mutex);
-  if (enable != 0) {
-    Get().api_functions[1].insert(cbid);
-  } else {
-    Get().api_functions[1].erase(cbid);
-  }
-  return CUPTI_SUCCESS;
+  return EnableApiFunction(1, cbid, enable);
 }
 
 CUptiResult cuptiActivityFlushAll(uint32_t) {
