@@ -32,7 +32,7 @@ std::string Start(Session* session, bool simulated_device);
 // Delivers every activity CUPTI holds (a forced flush; not when `flush` is false) and stops
 // taking GPU times. Call before the session's trace is closed. A trace closed for a signal does
 // not flush: the thread the signal stopped may be inside CUPTI, holding the lock a flush takes
-// (every runtime and driver call writes an API record), and the trace must close at once.
+// (the calls that start work write API records), and the trace must close at once.
 void Stop(bool flush = true);
 // In a forked child: forget the parent's session (CUPTI is not used there).
 void ForgetAfterFork();
