@@ -351,7 +351,8 @@ void ForEachEmbeddedPointer(Session& session, size_t index, uint64_t offset, uin
                             const void* bytes, size_t* left, Visit&& visit) {
   if (bytes == nullptr || size <= 8 || offset % 8 != 0 || index >= 64) return;
   const size_t words = std::min<size_t>(size / 8, kEmbeddedWords);
-  for (size_t w = 0; w<words&& * left> 0; ++w) {
+  for (size_t w = 0; w < words; ++w) {
+    if (*left == 0) return;
     uint64_t word = 0;
     std::memcpy(&word, static_cast<const char*>(bytes) + w * 8, 8);
     if (word == 0 || !session.MayBeDevice(word)) continue;
@@ -436,6 +437,7 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
   // Philox kernels: the op.args index of each parameter (embedded pointers lie between).
   std::vector<size_t> param_at;
   size_t embedded_left = kMaxEmbeddedPointers;
+  std::vector<std::pair<const char*, format::DevicePointer>> embedded;  // one parameter's
   for (size_t i = 0; i < kernel.params.size(); ++i) {
     const auto [offset, size] = kernel.params[i];
     if (philox) param_at.push_back(op.args.size());
@@ -455,7 +457,7 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
       argument.value = pointer;
       continue;
     }
-    std::vector<std::pair<const char*, format::DevicePointer>> embedded;
+    embedded.clear();
     ForEachEmbeddedPointer(session, i, offset, bytes.size() == size ? size : 0, bytes.data(),
                            &embedded_left,
                            [&embedded](const char* name, const format::DevicePointer& inner) {
