@@ -4,7 +4,7 @@
 // cudnnFind* benchmark (PyTorch's cudnn.benchmark=True).
 //
 //   conv_legacy [--benchmark | --find-ex | --heuristic] [--algo N] [--workspace BYTES]
-//               [ITERATIONS]
+//               [--contiguous-dy] [ITERATIONS]
 //
 // Default algorithms: forward IMPLICIT_PRECOMP_GEMM, backward data ALGO_1, backward filter
 // ALGO_0 (nondeterministic, the common case in PyTorch); --algo N sets the backward-filter one.
@@ -13,7 +13,10 @@
 // workspace (as PyTorch does); --heuristic takes the first usable cudnnGet*Algorithm_v7 entry.
 // The workspace is the larger of what the chosen algorithms need and 1 MiB (a framework's
 // workspace budget), or exactly BYTES. Each iteration recomputes y and dx and accumulates dw
-// (beta = 1 after the first). Prints the chosen algorithms and the checksum of y, dx and dw.
+// (beta = 1 after the first). y and dy are stored with padded rows; the backward passes read a
+// contiguous copy of dy (as PyTorch makes grad_output contiguous) with --contiguous-dy, or when
+// this cuDNN supports no backward-data algorithm for the padded one (cuDNN 9.19 on an H200).
+// Prints the chosen algorithms and the checksum of y, dx and dw.
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
@@ -79,6 +82,7 @@ int main(int argc, char** argv) {
   enum class Selection { kFixed, kFind, kFindEx, kHeuristic } selection = Selection::kFixed;
   int filter_algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
   long long workspace_override = -1;
+  bool contiguous_dy = false;
   int iterations = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -92,12 +96,14 @@ int main(int argc, char** argv) {
       filter_algo = std::atoi(argv[++i]);
     } else if (arg == "--workspace" && i + 1 < argc) {
       workspace_override = std::atoll(argv[++i]);
+    } else if (arg == "--contiguous-dy") {
+      contiguous_dy = true;
     } else if (!arg.empty() && arg[0] != '-') {
       iterations = std::max(1, std::atoi(arg.c_str()));
     } else {
       std::fprintf(stderr,
                    "usage: conv_legacy [--benchmark | --find-ex | --heuristic] [--algo N] "
-                   "[--workspace BYTES] [ITERATIONS]\n");
+                   "[--workspace BYTES] [--contiguous-dy] [ITERATIONS]\n");
       return 2;
     }
   }
@@ -150,6 +156,31 @@ int main(int argc, char** argv) {
   float* dx = DeviceCopy(std::vector<float>(x_count, 0.0f));
   float* dw = DeviceCopy(std::vector<float>(w_count, 0.0f));
   if (!x || !w || !dy || !y || !dx || !dw) return 1;
+  // What the backward passes read dy through: the padded y_desc, or a contiguous copy.
+  cudnnTensorDescriptor_t dy_desc = y_desc;
+  float* dy_read = dy;
+  float* dy_packed = nullptr;
+  cudnnTensorDescriptor_t packed_desc = nullptr;
+  const auto use_contiguous_dy = [&]() -> bool {
+    std::vector<float> packed;
+    const std::vector<float> padded = Values(y_count, 3);
+    for (size_t i = 0; i < y_count; ++i) {
+      if (static_cast<int>(i % static_cast<size_t>(row)) < q) packed.push_back(padded[i]);
+    }
+    dy_packed = DeviceCopy(packed);
+    if (dy_packed == nullptr ||
+        !Ok(cudnnCreateTensorDescriptor(&packed_desc), "cudnnCreateTensorDescriptor") ||
+        !Ok(cudnnSetTensor4dDescriptor(packed_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, k, p,
+                                       q),
+            "cudnnSetTensor4dDescriptor")) {
+      return false;
+    }
+    dy_desc = packed_desc;
+    dy_read = dy_packed;
+    std::printf("dy made contiguous for the backward passes\n");
+    return true;
+  };
+  if (contiguous_dy && !use_contiguous_dy()) return 1;
   const size_t budget =
       workspace_override >= 0 ? static_cast<size_t>(workspace_override) : size_t{1} << 20;
   void* workspace = nullptr;
@@ -183,33 +214,33 @@ int main(int argc, char** argv) {
     fwd_algo = Fastest(fwd, count);
     switch (selection) {
       case Selection::kFind:
-        status = cudnnFindConvolutionBackwardDataAlgorithm(handle, w_desc, y_desc, conv, x_desc,
+        status = cudnnFindConvolutionBackwardDataAlgorithm(handle, w_desc, dy_desc, conv, x_desc,
                                                            data_max, &count, data);
         break;
       case Selection::kFindEx:
-        status = cudnnFindConvolutionBackwardDataAlgorithmEx(handle, w_desc, w, y_desc, dy, conv,
-                                                             x_desc, dx, data_max, &count, data,
-                                                             workspace, budget);
+        status = cudnnFindConvolutionBackwardDataAlgorithmEx(handle, w_desc, w, dy_desc, dy_read,
+                                                             conv, x_desc, dx, data_max, &count,
+                                                             data, workspace, budget);
         break;
       default:
-        status = cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w_desc, y_desc, conv, x_desc,
+        status = cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w_desc, dy_desc, conv, x_desc,
                                                              data_max, &count, data);
     }
     if (!Ok(status, "backward data algorithm query")) return 1;
     data_algo = Fastest(data, count);
     switch (selection) {
       case Selection::kFind:
-        status = cudnnFindConvolutionBackwardFilterAlgorithm(handle, x_desc, y_desc, conv, w_desc,
+        status = cudnnFindConvolutionBackwardFilterAlgorithm(handle, x_desc, dy_desc, conv, w_desc,
                                                              filter_max, &count, filter);
         break;
       case Selection::kFindEx:
-        status = cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, x_desc, x, y_desc, dy, conv,
-                                                               w_desc, dw, filter_max, &count,
+        status = cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, x_desc, x, dy_desc, dy_read,
+                                                               conv, w_desc, dw, filter_max, &count,
                                                                filter, workspace, budget);
         break;
       default:
-        status = cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, x_desc, y_desc, conv, w_desc,
-                                                               filter_max, &count, filter);
+        status = cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, x_desc, dy_desc, conv,
+                                                               w_desc, filter_max, &count, filter);
     }
     if (!Ok(status, "backward filter algorithm query")) return 1;
     filter_algo = Fastest(filter, count);
@@ -220,16 +251,23 @@ int main(int argc, char** argv) {
   }
 
   size_t fwd_bytes = 0, data_bytes = 0, filter_bytes = 0;
-  // A fixed algorithm this cuDNN does not support for these descriptors (cuDNN 9.19 on an H200
-  // refuses BWD_DATA_ALGO_1 for the padded dy): the first its heuristics list as supported, as a
-  // framework falls back.
-  if (selection == Selection::kFixed && cudnnGetConvolutionBackwardDataWorkspaceSize(
-                                            handle, w_desc, y_desc, conv, x_desc,
-                                            static_cast<cudnnConvolutionBwdDataAlgo_t>(data_algo),
-                                            &data_bytes) == CUDNN_STATUS_NOT_SUPPORTED) {
+  // A fixed backward-data algorithm this cuDNN does not support for the padded dy (cuDNN 9.19 on
+  // an H200 refuses BWD_DATA_ALGO_1 there, and its heuristics list none): a contiguous dy, then
+  // the first algorithm its heuristics list as supported, as a framework falls back.
+  const auto data_supported = [&] {
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(
+               handle, w_desc, dy_desc, conv, x_desc,
+               static_cast<cudnnConvolutionBwdDataAlgo_t>(data_algo),
+               &data_bytes) != CUDNN_STATUS_NOT_SUPPORTED;
+  };
+  if (selection == Selection::kFixed && !data_supported()) {
+    std::printf("backward data algo %d not supported for the padded dy\n", data_algo);
+    if (!contiguous_dy && !use_contiguous_dy()) return 1;
+  }
+  if (selection == Selection::kFixed && !data_supported()) {
     cudnnConvolutionBwdDataAlgoPerf_t listed[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     int count = 0;
-    if (!Ok(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w_desc, y_desc, conv, x_desc,
+    if (!Ok(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w_desc, dy_desc, conv, x_desc,
                                                         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
                                                         &count, listed),
             "cudnnGetConvolutionBackwardDataAlgorithm_v7")) {
@@ -248,11 +286,11 @@ int main(int argc, char** argv) {
                                                   &fwd_bytes),
           "cudnnGetConvolutionForwardWorkspaceSize") ||
       !Ok(cudnnGetConvolutionBackwardDataWorkspaceSize(
-              handle, w_desc, y_desc, conv, x_desc,
+              handle, w_desc, dy_desc, conv, x_desc,
               static_cast<cudnnConvolutionBwdDataAlgo_t>(data_algo), &data_bytes),
           "cudnnGetConvolutionBackwardDataWorkspaceSize") ||
       !Ok(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-              handle, x_desc, y_desc, conv, w_desc,
+              handle, x_desc, dy_desc, conv, w_desc,
               static_cast<cudnnConvolutionBwdFilterAlgo_t>(filter_algo), &filter_bytes),
           "cudnnGetConvolutionBackwardFilterWorkspaceSize")) {
     return 1;
@@ -270,12 +308,12 @@ int main(int argc, char** argv) {
                                     static_cast<cudnnConvolutionFwdAlgo_t>(fwd_algo), workspace,
                                     workspace_bytes, &zero, y_desc, y),
             "cudnnConvolutionForward") ||
-        !Ok(cudnnConvolutionBackwardData(handle, &one, w_desc, w, y_desc, dy, conv,
+        !Ok(cudnnConvolutionBackwardData(handle, &one, w_desc, w, dy_desc, dy_read, conv,
                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(data_algo),
                                          workspace, workspace_bytes, &zero, x_desc, dx),
             "cudnnConvolutionBackwardData") ||
         !Ok(cudnnConvolutionBackwardFilter(
-                handle, &one, x_desc, x, y_desc, dy, conv,
+                handle, &one, x_desc, x, dy_desc, dy_read, conv,
                 static_cast<cudnnConvolutionBwdFilterAlgo_t>(filter_algo), workspace,
                 workspace_bytes, iteration == 0 ? &zero : &one, w_desc, dw),
             "cudnnConvolutionBackwardFilter")) {
@@ -320,12 +358,14 @@ int main(int argc, char** argv) {
   cudaFree(x);
   cudaFree(w);
   cudaFree(dy);
+  if (dy_packed != nullptr) cudaFree(dy_packed);
   cudaFree(y);
   cudaFree(dx);
   cudaFree(dw);
   if (workspace != nullptr) cudaFree(workspace);
   cudnnDestroyTensorDescriptor(x_desc);
   cudnnDestroyTensorDescriptor(y_desc);
+  if (packed_desc != nullptr) cudnnDestroyTensorDescriptor(packed_desc);
   cudnnDestroyFilterDescriptor(w_desc);
   cudnnDestroyConvolutionDescriptor(conv);
   cudnnDestroy(handle);
