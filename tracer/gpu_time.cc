@@ -2,6 +2,7 @@
 
 #include <cupti.h>
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -12,7 +13,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cupti_work_cbids.h"
 #include "formats/records.h"
 #include "kernels/digest_v1.h"
 #include "tracer/real_dl.h"
@@ -20,6 +20,21 @@
 #include "tracer/tls_ref.h"
 
 namespace ndt::tracer::gpu_time {
+
+// A thread's driver ops as CUPTI names them (DriverScope; "How a driver op is named" below).
+constexpr uint64_t kRingSize = uint64_t{1} << 14;  // ops of a thread CUPTI may deliver late
+struct ThreadTokens {
+  uint64_t slot = 0;
+  uint32_t thread = 0;  // pthread_self(), as CUPTI's API records give it (32 bits)
+  uint64_t next = 0;    // the thread's next op count
+  bool pushed = false;  // the token of `next` is on CUPTI's stack
+  // Whether the thread's first op began with no token pushed (the runtime call that made it
+  // carries none: TieFirstOpLocked), and when, on CUPTI's clock.
+  std::atomic<bool> first_unannounced{false};
+  uint64_t first_op_cupti_ns = 0;
+  std::atomic<uint64_t> ring[kRingSize] = {};
+};
+
 namespace {
 
 constexpr size_t kBufferBytes = size_t{1} << 20;  // per buffer CUPTI asks for
@@ -43,46 +58,107 @@ struct Cupti {
   CUptiResult (*next_record)(uint8_t*, size_t, CUpti_Activity**) = nullptr;
   CUptiResult (*push)(CUpti_ExternalCorrelationKind, uint64_t) = nullptr;
   CUptiResult (*pop)(CUpti_ExternalCorrelationKind, uint64_t*) = nullptr;
-  // Optional (older CUPTIs lack them): API records of chosen functions only.
-  CUptiResult (*enable_driver_api)(CUpti_CallbackId, uint8_t) = nullptr;
-  CUptiResult (*enable_runtime_api)(CUpti_CallbackId, uint8_t) = nullptr;
 };
 
-// The activity kinds ndtrace enables; and the API records of the runtime and driver functions
-// that start work (cupti_work_cbids.h), or where CUPTI cannot choose functions, the RUNTIME and
-// DRIVER kinds whole. API records are not read: CUPTI writes external correlation records only
-// before API records, so without them there are none (on an H200 every activity came back tied
-// to no op). Only the calls that start work: an API record costs every call that has one.
+// The activity kinds ndtrace enables. The RUNTIME and DRIVER kinds (API records) because CUPTI
+// writes external correlation records only before API records: without them there are none (on
+// an H200 every activity came back tied to no op). Whole kinds: the API records of chosen
+// functions (cuptiActivityEnableDriverApi/RuntimeApi) are written only for contexts made after
+// they were asked for, and the program's context usually exists when ndtrace starts (on an
+// H200, none came); whole kinds cost no more there (tools/gpu_suite.sh's gputime step).
 constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
                                          CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-                                         CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
-constexpr CUpti_ActivityKind kApiKinds[] = {CUPTI_ACTIVITY_KIND_RUNTIME,
-                                            CUPTI_ACTIVITY_KIND_DRIVER};
+                                         CUPTI_ACTIVITY_KIND_MEMCPY,
+                                         CUPTI_ACTIVITY_KIND_MEMSET,
+                                         CUPTI_ACTIVITY_KIND_RUNTIME,
+                                         CUPTI_ACTIVITY_KIND_DRIVER};
 
-// Turns the API records of the work-starting functions on or off; false when a call failed.
-bool SetWorkApiRecords(const Cupti& c, bool on) {
-  bool ok = true;
-  if (c.enable_driver_api != nullptr && c.enable_runtime_api != nullptr) {
-    for (uint32_t cbid : kDriverWorkCbids) ok &= c.enable_driver_api(cbid, on) == CUPTI_SUCCESS;
-    for (uint32_t cbid : kRuntimeWorkCbids) ok &= c.enable_runtime_api(cbid, on) == CUPTI_SUCCESS;
-    return ok;
-  }
-  for (CUpti_ActivityKind kind : kApiKinds) {
-    ok &= (on ? c.enable(kind) : c.disable(kind)) == CUPTI_SUCCESS;
-  }
-  return ok;
-}
+// How a driver op is named to CUPTI. CUPTI ties the external ids pushed on a thread when an API
+// call begins to that call, and work the program starts through the runtime carries the runtime
+// call's correlation id: ids pushed by the driver hook inside it come too late (on an H200, the
+// work of each runtime call came back tied to the thread's previous op). So what a thread keeps
+// pushed between its ops is a token naming its next op, (thread slot, the thread's op count),
+// which names the same op whether the program calls the runtime or the driver (whose hook pushes
+// before the real call). Each op's hook writes token -> op into its thread's ring; the CUPTI
+// buffer thread reads it there when the activity arrives.
+constexpr uint32_t kMaxThreads = 1024;  // threads past this are not tied (untied work)
+constexpr int kCountBits = 44;          // token: (slot + 1) << 44 | op count
+constexpr uint64_t kCountMask = (uint64_t{1} << kCountBits) - 1;
+// A ring entry: the op count's low 20 bits (which lap), the op kind (4 bits), the sequence.
+constexpr int kSequenceBits = 40;
+constexpr uint64_t kSequenceMask = (uint64_t{1} << kSequenceBits) - 1;
+constexpr uint64_t kLapMask = (uint64_t{1} << 20) - 1;
 
-// Whether this thread's last driver op left its id pushed (Scope), and whether any thread's
-// ever did (not one thread-local read per hook while GPU times are off).
-thread_local bool t_driver_id_pushed = false;
-std::atomic<bool> g_driver_ids_pushed{false};
-// The driver id that marks ndtrace's own GPU work (OwnWork): no op's.
+std::atomic<ThreadTokens*> g_threads[kMaxThreads] = {};
+std::atomic<uint32_t> g_thread_count{0};
+thread_local ThreadTokens* t_tokens = nullptr;
+// Whether any thread ever pushed a token (not one thread-local read per hook while off).
+std::atomic<bool> g_tokens_pushed{false};
+// Whether the program uses CUPTI's activity API itself (YieldToProgram): GPU times then never
+// start, or stop.
+std::atomic<bool> g_program_uses_cupti{false};
+// The id that marks ndtrace's own GPU work (OwnWork): no op's.
 constexpr uint64_t kOwnWork = UINT64_MAX;
 
-// Which ops one CUPTI correlation id (one driver API call) belongs to.
+uint64_t Token(const ThreadTokens& t, uint64_t count) {
+  return ((t.slot + 1) << kCountBits) | (count & kCountMask);
+}
+
+// The calling thread's tokens, made on its first op; null past kMaxThreads threads (or out of
+// memory).
+ThreadTokens* ThisThread() {
+  ThreadTokens*& tokens = TlsRef(t_tokens);
+  if (tokens != nullptr) return tokens;
+  const uint32_t slot = g_thread_count.fetch_add(1, std::memory_order_relaxed);
+  if (slot >= kMaxThreads) return nullptr;
+  auto* made = new (std::nothrow) ThreadTokens();
+  if (made == nullptr) return nullptr;
+  made->slot = slot;
+  made->thread = static_cast<uint32_t>(pthread_self());
+  g_threads[slot].store(made, std::memory_order_release);
+  tokens = made;
+  return made;
+}
+
+struct TokenOp {
+  uint64_t sequence = 0;
+  format::OpKind kind = format::OpKind::kOther;
+};
+
+// The op a token names, if its thread's ring still holds it.
+std::optional<TokenOp> OpOfToken(uint64_t token) {
+  const uint64_t slot = (token >> kCountBits) - 1;
+  if ((token >> kCountBits) == 0 || slot >= kMaxThreads) return std::nullopt;
+  const ThreadTokens* t = g_threads[slot].load(std::memory_order_acquire);
+  if (t == nullptr) return std::nullopt;
+  const uint64_t count = token & kCountMask;
+  const uint64_t entry = t->ring[count % kRingSize].load(std::memory_order_acquire);
+  if (entry == 0 || (entry >> (kSequenceBits + 4)) != (count & kLapMask)) return std::nullopt;
+  return TokenOp{entry & kSequenceMask,
+                 static_cast<format::OpKind>((entry >> kSequenceBits) & 0xF)};
+}
+
+// Whether GPU work of `activity`'s kind can be an op of `op`'s kind: a token of a thread whose
+// runtime call started work through a driver function ndtrace does not record names the thread's
+// next op, which is then not the work's (left untied rather than tied wrongly).
+bool WorkOf(format::GpuActivityKind activity, format::OpKind op) {
+  using format::OpKind;
+  if (op == OpKind::kGraphLaunch) return true;
+  switch (activity) {
+    case format::GpuActivityKind::kKernel:  // the driver does some copies and memsets by kernel
+      return op == OpKind::kKernelLaunch || op == OpKind::kMemcpy || op == OpKind::kMemset;
+    case format::GpuActivityKind::kMemcpy:
+      return op == OpKind::kMemcpy;
+    case format::GpuActivityKind::kMemset:
+      return op == OpKind::kMemset;
+  }
+  return false;
+}
+
+// What was pushed when one CUPTI correlation id's API call began: a driver op's token, a library
+// op's sequence.
 struct Owners {
-  std::optional<uint64_t> op;
+  std::optional<uint64_t> token;
   std::optional<uint64_t> library_op;
 };
 
@@ -96,6 +172,12 @@ struct State {
   std::deque<uint32_t> owner_order;             // oldest first, to bound `owners`
   // Activities whose correlation record has not arrived yet (another buffer).
   std::vector<std::pair<uint32_t, format::GpuActivityRecord>> unmatched;
+  // What CUPTI delivered, for the closing note: activities, those tied to an op, correlation
+  // records naming an op of ndtrace's, API records.
+  uint64_t activities = 0;
+  uint64_t tied = 0;
+  uint64_t correlations = 0;
+  uint64_t api_records = 0;
 };
 
 State& Get() {
@@ -114,40 +196,77 @@ void CUPTIAPI RequestBuffer(uint8_t** buffer, size_t* size, size_t* max_records)
   *max_records = 0;
 }
 
+// Appends `record`, tied to the ops `owners` names.
+void TieLocked(State& s, const Owners& owners, format::GpuActivityRecord record) {
+  if (owners.token) {
+    if (std::optional<TokenOp> op = OpOfToken(*owners.token); op && WorkOf(record.kind, op->kind)) {
+      record.op_sequence = op->sequence;
+    }
+  }
+  record.library_op_sequence = owners.library_op;
+  if (record.op_sequence || record.library_op_sequence) ++s.tied;
+  if (s.session != nullptr) s.session->Append(format::Record(record));
+}
+
 void AppendLocked(State& s, uint32_t correlation, format::GpuActivityRecord record) {
+  ++s.activities;
   const auto owner = s.owners.find(correlation);
   if (owner == s.owners.end()) {
     if (s.unmatched.size() < kUnmatchedKept) s.unmatched.emplace_back(correlation, record);
     return;
   }
-  record.op_sequence = owner->second.op;
-  record.library_op_sequence = owner->second.library_op;
-  if (s.session != nullptr) s.session->Append(format::Record(record));
+  TieLocked(s, owner->second, record);
 }
 
-void NoteOwnerLocked(State& s, const CUpti_ActivityExternalCorrelation& c) {
-  if (c.externalKind != kDriverKind && c.externalKind != kLibraryKind) return;
-  if (c.externalKind == kDriverKind && c.externalId == kOwnWork) return;
-  auto [it, added] = s.owners.try_emplace(c.correlationId);
+// Notes that correlation id `correlation`'s call began with `id` pushed as `kind` (a driver op's
+// token or a library op's sequence), and ties the activities that arrived before this.
+void SetOwnerLocked(State& s, uint32_t correlation, CUpti_ExternalCorrelationKind kind,
+                    uint64_t id) {
+  auto [it, added] = s.owners.try_emplace(correlation);
   if (added) {
-    s.owner_order.push_back(c.correlationId);
+    s.owner_order.push_back(correlation);
     if (s.owner_order.size() > kCorrelationsKept) {
       s.owners.erase(s.owner_order.front());
       s.owner_order.pop_front();
     }
   }
-  (c.externalKind == kLibraryKind ? it->second.library_op : it->second.op) = c.externalId;
-  // Activities that arrived before this record.
+  (kind == kLibraryKind ? it->second.library_op : it->second.token) = id;
   for (size_t i = 0; i < s.unmatched.size();) {
-    if (s.unmatched[i].first != c.correlationId) {
+    if (s.unmatched[i].first != correlation) {
       ++i;
       continue;
     }
-    format::GpuActivityRecord record = s.unmatched[i].second;
-    record.op_sequence = it->second.op;
-    record.library_op_sequence = it->second.library_op;
-    if (s.session != nullptr) s.session->Append(format::Record(record));
+    TieLocked(s, it->second, s.unmatched[i].second);
     s.unmatched.erase(s.unmatched.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+}
+
+void NoteOwnerLocked(State& s, const CUpti_ActivityExternalCorrelation& c) {
+  if (c.externalKind != kDriverKind && c.externalKind != kLibraryKind) return;
+  if (c.externalKind == kDriverKind && c.externalId == kOwnWork) return;
+  ++s.correlations;
+  SetOwnerLocked(s, c.correlationId, c.externalKind, c.externalId);
+}
+
+// A thread's first op can be made inside a runtime call that began before ndtrace had pushed a
+// token on the thread. That call's API record carries no token: an API record on that thread with
+// none, whose call had not ended when the op began, is taken for the op's call. The thread's
+// earlier calls (cudaSetDevice, cudaMalloc) start no work; later ones all carry tokens.
+constexpr uint64_t kFirstOpSlackNs = 5'000;  // CUPTI's clock read in the hook and in the record
+
+void TieFirstOpLocked(State& s, const CUpti_ActivityAPI& api) {
+  const auto owner = s.owners.find(api.correlationId);
+  if (owner != s.owners.end() && owner->second.token) return;
+  const uint32_t threads = std::min(g_thread_count.load(std::memory_order_relaxed), kMaxThreads);
+  for (uint32_t slot = 0; slot < threads; ++slot) {
+    ThreadTokens* t = g_threads[slot].load(std::memory_order_acquire);
+    if (t == nullptr || t->thread != api.threadId) continue;
+    if (t->first_unannounced.load(std::memory_order_acquire) &&
+        api.start <= t->first_op_cupti_ns + kFirstOpSlackNs &&
+        api.end + kFirstOpSlackNs >= t->first_op_cupti_ns) {
+      SetOwnerLocked(s, api.correlationId, kDriverKind, Token(*t, 0));
+    }
+    return;
   }
 }
 
@@ -169,6 +288,13 @@ void CUPTIAPI CompleteBuffer(CUcontext, uint32_t, uint8_t* buffer, size_t, size_
     while (s.cupti.next_record != nullptr &&
            s.cupti.next_record(buffer, valid, &record) == CUPTI_SUCCESS) {
       switch (record->kind) {
+        case CUPTI_ACTIVITY_KIND_RUNTIME:
+          ++s.api_records;
+          TieFirstOpLocked(s, *reinterpret_cast<const CUpti_ActivityAPI*>(record));
+          break;
+        case CUPTI_ACTIVITY_KIND_DRIVER:
+          ++s.api_records;
+          break;
         case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION:
           NoteOwnerLocked(s, *reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(record));
           break;
@@ -181,6 +307,7 @@ void CUPTIAPI CompleteBuffer(CUcontext, uint32_t, uint8_t* buffer, size_t, size_
           // that call's correlation id: its own work all the same (OwnWork cannot mark it).
           if (k->name != nullptr && std::strncmp(k->name, kernels::kDigestKernelPrefix,
                                                  sizeof kernels::kDigestKernelPrefix - 1) == 0) {
+            ++s.activities;
             if (s.session != nullptr) s.session->Append(format::Record(activity));
             break;
           }
@@ -209,14 +336,21 @@ void CUPTIAPI CompleteBuffer(CUcontext, uint32_t, uint8_t* buffer, size_t, size_
   std::free(buffer);
 }
 
-// Takes the id of the calling thread's last driver op off CUPTI's stack (Scope).
-void PopDriverId() {
-  if (!g_driver_ids_pushed.load(std::memory_order_relaxed)) return;
-  bool& pushed = TlsRef(t_driver_id_pushed);
-  if (!pushed) return;
-  pushed = false;
+// Takes the calling thread's token off CUPTI's stack.
+void PopToken() {
+  if (!g_tokens_pushed.load(std::memory_order_relaxed)) return;
+  ThreadTokens* t = TlsRef(t_tokens);
+  if (t == nullptr || !t->pushed) return;
+  t->pushed = false;
   uint64_t popped = 0;
   Get().cupti.pop(kDriverKind, &popped);
+}
+
+// Puts the token of the calling thread's next op on CUPTI's stack.
+void PushToken(const Cupti& c, ThreadTokens& t) {
+  if (c.push(kDriverKind, Token(t, t.next)) != CUPTI_SUCCESS) return;
+  t.pushed = true;
+  if (!g_tokens_pushed.load(std::memory_order_relaxed)) g_tokens_pushed.store(true);
 }
 
 template <typename F>
@@ -232,6 +366,12 @@ bool Active() { return Get().active.load(std::memory_order_relaxed); }
 std::string Start(Session* session, bool simulated_device) {
   const char* setting = std::getenv("NDTRACE_GPU_TIME");
   if (setting != nullptr && std::strcmp(setting, "0") == 0) return "off (NDTRACE_GPU_TIME=0)";
+  if (g_program_uses_cupti.load(std::memory_order_acquire)) {
+    // A profiler started before the program's first CUDA call (torch.profiler around a whole
+    // run): ndtrace's buffers would take its activities.
+    return "off (the program uses CUPTI's activity API itself: a profiler such as torch.profiler, "
+           "and CUPTI serves one client)";
+  }
   const char* path = std::getenv("NDTRACE_CUPTI");
   const char* library_name = path != nullptr && *path != '\0' ? path : "libcupti.so.13";
   void* library = dlopen(library_name, RTLD_NOW | RTLD_LOCAL);
@@ -252,8 +392,6 @@ std::string Start(Session* session, bool simulated_device) {
       !Resolve(library, "cuptiActivityPopExternalCorrelationId", &c.pop)) {
     return "off (libcupti lacks a function of the activity API)";
   }
-  Resolve(library, "cuptiActivityEnableDriverApi", &c.enable_driver_api);
-  Resolve(library, "cuptiActivityEnableRuntimeApi", &c.enable_runtime_api);
   uint32_t version = 0;
   if (c.get_version(&version) != CUPTI_SUCCESS || version != CUPTI_API_VERSION) {
     // Activity record layouts change between CUPTI versions: read none we were not built for.
@@ -276,11 +414,6 @@ std::string Start(Session* session, bool simulated_device) {
       return "off (CUPTI refused activity kind " + std::to_string(static_cast<int>(kind)) + ")";
     }
   }
-  if (!SetWorkApiRecords(c, true)) {
-    SetWorkApiRecords(c, false);
-    for (CUpti_ActivityKind kind : kKinds) c.disable(kind);
-    return "off (CUPTI refused the API records of the functions that start work)";
-  }
   s.active.store(true, std::memory_order_release);
   return "on (CUPTI " + std::to_string(version) + ": kernels, copies and memsets)";
 }
@@ -288,7 +421,8 @@ std::string Start(Session* session, bool simulated_device) {
 void Stop(bool flush) {
   State& s = Get();
   if (!s.active.exchange(false, std::memory_order_acq_rel)) return;
-  PopDriverId();  // this thread's; another thread's stays pushed, of a kind nobody else uses
+  PopToken();  // this thread's; another thread's stays pushed until its next op, of a kind
+               // nobody else uses
   std::unique_lock lock(s.mutex, std::defer_lock);
   if (flush) {
     s.cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
@@ -301,11 +435,24 @@ void Stop(bool flush) {
     if (s.session != nullptr) s.session->Append(format::Record(record));
   }
   s.unmatched.clear();
+  if (s.session != nullptr && s.activities > 0) {
+    // How many activities found their op, and what CUPTI wrote to tie them: the first thing
+    // to read when GPU time is shown as no op's (tracer/README.md, "GPU time").
+    format::TracerNote note;
+    note.text = "GPU time: " + std::to_string(s.activities) + " activities, " +
+                std::to_string(s.tied) + " tied to ops; CUPTI wrote " +
+                std::to_string(s.correlations) + " correlation records naming ndtrace's ops and " +
+                std::to_string(s.api_records) + " API records";
+    note.before_op = s.session->PeekOpSequence();
+    note.time_ns = s.session->NowNs();
+    s.session->Append(note);
+  }
   s.session = nullptr;
 }
 
-void YieldToProgram() {
+void YieldToProgram(const char* why) {
   State& s = Get();
+  g_program_uses_cupti.store(true, std::memory_order_release);  // before ndtrace starts, too
   if (!s.active.load(std::memory_order_acquire)) return;
   Session* session = nullptr;
   {
@@ -314,12 +461,10 @@ void YieldToProgram() {
   }
   Stop();
   for (CUpti_ActivityKind kind : kKinds) s.cupti.disable(kind);
-  SetWorkApiRecords(s.cupti, false);
   if (session == nullptr) return;
   format::TracerNote note;
-  note.text =
-      "GPU time: off from here: the program registered CUPTI activity buffers of its own (a "
-      "profiler, such as torch.profiler with CUDA activities), and CUPTI serves one client";
+  note.text = std::string("GPU time: off from here: ") + why;
+  note.before_op = session->PeekOpSequence();
   note.time_ns = session->NowNs();
   session->Append(note);
 }
@@ -332,27 +477,55 @@ void ForgetAfterFork() {
   s.unmatched.clear();
   s.owners.clear();
   s.owner_order.clear();
+  s.activities = s.tied = s.correlations = s.api_records = 0;
+  g_tokens_pushed.store(false, std::memory_order_relaxed);  // the parent's: never popped here
 }
 
-// A driver op's id is pushed before its real call and popped only when this thread's next op
-// begins (or GPU times stop): the program may have reached the driver through the runtime
-// (cudaLaunchKernel calls cuLaunchKernel), whose work carries the runtime call's correlation id,
-// and CUPTI writes that call's record, preceded by the ids pushed then, when it returns, after
-// the hook has. A library op's id is popped when its call returns. What the runtime calls on the
-// thread in between (cudaGetLastError) is tied to the op too; such calls start no work.
-Scope::Scope(std::optional<uint64_t> sequence, bool library) : library_(library) {
-  PopDriverId();  // also after GPU times stopped: a profiler that took CUPTI over sees none
+DriverScope::DriverScope(std::optional<uint64_t> sequence, format::OpKind kind) {
+  State& s = Get();
+  if (!s.active.load(std::memory_order_relaxed)) {
+    PopToken();  // GPU times stopped: a profiler that took CUPTI over sees none of ndtrace's ids
+    return;
+  }
+  if (!sequence) return;
+  ThreadTokens* t = ThisThread();
+  if (t == nullptr) return;
+  const uint64_t count = t->next;
+  t->ring[count % kRingSize].store(((count & kLapMask) << (kSequenceBits + 4)) |
+                                       (static_cast<uint64_t>(kind) << kSequenceBits) |
+                                       (*sequence & kSequenceMask),
+                                   std::memory_order_release);
+  // The thread's first op: its token is pushed now, in time for a driver call; the runtime call
+  // this hook may be inside began without it (TieFirstOpLocked).
+  if (!t->pushed) {
+    if (count == 0 && s.cupti.get_timestamp(&t->first_op_cupti_ns) == CUPTI_SUCCESS) {
+      t->first_unannounced.store(true, std::memory_order_release);
+    }
+    PushToken(s.cupti, *t);
+  }
+  tokens_ = t;
+}
+
+DriverScope::~DriverScope() {
+  if (tokens_ == nullptr) return;
+  State& s = Get();
+  if (tokens_->pushed) {
+    uint64_t popped = 0;
+    s.cupti.pop(kDriverKind, &popped);
+    tokens_->pushed = false;
+  }
+  ++tokens_->next;
+  if (s.active.load(std::memory_order_relaxed)) PushToken(s.cupti, *tokens_);
+}
+
+LibraryScope::LibraryScope(std::optional<uint64_t> sequence) {
   State& s = Get();
   if (!s.active.load(std::memory_order_relaxed) || !sequence) return;
-  pushed_ = s.cupti.push(library ? kLibraryKind : kDriverKind, *sequence) == CUPTI_SUCCESS;
-  if (pushed_ && !library) {
-    t_driver_id_pushed = true;
-    if (!g_driver_ids_pushed.load(std::memory_order_relaxed)) g_driver_ids_pushed.store(true);
-  }
+  pushed_ = s.cupti.push(kLibraryKind, *sequence) == CUPTI_SUCCESS;
 }
 
-Scope::~Scope() {
-  if (!pushed_ || !library_) return;
+LibraryScope::~LibraryScope() {
+  if (!pushed_) return;
   uint64_t popped = 0;
   Get().cupti.pop(kLibraryKind, &popped);
 }

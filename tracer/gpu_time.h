@@ -2,14 +2,15 @@
 // be loaded, the GPU start and end of every kernel, copy and memset are recorded as
 // GpuActivityRecords tied to the ops that started them.
 //
-// How ops are tied: before the real call of a recorded driver op (launch, copy, memset, graph
-// launch) the op's sequence is pushed as CUPTI's external correlation id of kind CUSTOM2, popped
-// when the thread's next op begins (Scope says why), and around the real call of a library op
-// (cuDNN, cuBLAS, ...) the library op's as CUSTOM1; CUPTI then writes, before the API record of
-// every runtime or driver call made while they are pushed, a record joining the call's
-// correlation id to them, and the activity records carry the correlation id of the call that
-// started the work (the runtime call, when the program called the runtime). Kernels are taken
-// with CONCURRENT_KERNEL, which does not serialise the GPU (KERNEL would).
+// How ops are tied (tracer/README.md, "GPU time"): CUPTI ties to an API call the external ids
+// pushed on its thread when the call began, and work started through the runtime carries the
+// runtime call's correlation id, so what a thread keeps pushed (CUSTOM2) is a token naming its
+// next driver op; each op's hook writes token -> op down (DriverScope) and pushes the next token
+// when its real call returns. Around the real call of a library op (cuDNN, cuBLAS, ...) the
+// library op's sequence is pushed as CUSTOM1 (LibraryScope). CUPTI writes the records joining a
+// call's correlation id to those ids before the call's API record, so the RUNTIME and DRIVER kinds
+// are enabled. Kernels are taken with CONCURRENT_KERNEL, which does not serialise the GPU (KERNEL
+// would).
 //
 // Off with NDTRACE_GPU_TIME=0 (`--no-gpu-time`). On a stand-in device only ndtrace's stand-in
 // libcupti is used (a real one would drive a driver that is not there). In a forked child, GPU
@@ -20,11 +21,15 @@
 #include <optional>
 #include <string>
 
+#include "formats/records.h"
+
 namespace ndt::tracer {
 
 class Session;
 
 namespace gpu_time {
+
+struct ThreadTokens;
 
 // Starts taking GPU times for `session` (records are appended to it as CUPTI delivers them).
 // Returns what happened, for a note in the trace: "on (...)" or why it is off.
@@ -32,33 +37,48 @@ std::string Start(Session* session, bool simulated_device);
 // Delivers every activity CUPTI holds (a forced flush; not when `flush` is false) and stops
 // taking GPU times. Call before the session's trace is closed. A trace closed for a signal does
 // not flush: the thread the signal stopped may be inside CUPTI, holding the lock a flush takes
-// (the calls that start work write API records), and the trace must close at once.
+// (every runtime and driver call writes an API record), and the trace must close at once.
 void Stop(bool flush = true);
 // In a forked child: forget the parent's session (CUPTI is not used there).
 void ForgetAfterFork();
-// The program is registering CUPTI activity buffers of its own (a profiler: torch.profiler's
-// Kineto). CUPTI keeps one pair of buffer callbacks per process, and a buffer of ndtrace's
-// completed through the program's would be freed by it: GPU times stop here, everything CUPTI
-// holds delivered first and ndtrace's activity kinds disabled, with a note in the trace. Called
-// by the cuptiActivityRegisterCallbacks libndtrace.so exports (hooks/hooks_cupti.cc).
-void YieldToProgram();
+// The program is about to use CUPTI's activity API itself (a profiler: torch.profiler's Kineto).
+// CUPTI keeps one pair of buffer callbacks per process, and a buffer of ndtrace's completed
+// through the program's would be freed by it; a CUPTI of the program's own (linked into it, or
+// loaded from another path) gets no activities while ndtrace's has them: GPU times stop here,
+// everything CUPTI holds delivered first and ndtrace's activity kinds disabled, with a note in
+// the trace saying `why`. Called by the cuptiActivityRegisterCallbacks libndtrace.so exports
+// (hooks/hooks_cupti.cc), and by the Python shim as torch.profiler prepares CUDA activities
+// (ndtrace_cupti_yield).
+void YieldToProgram(const char* why);
 
 // Whether GPU times are being taken (one relaxed load: the hooks' fast path).
 bool Active();
 
-// Marks the GPU work the calling thread starts while it lives as op `sequence`'s: a driver op
-// (`library` false; its mark stays until the thread's next Scope, or GPU times stop) or a library
-// op. Nothing when GPU times are off or there is no op.
-class Scope {
+// Marks the GPU work of driver op `sequence` (of `kind`), whose real call is made while it
+// lives: the token of the thread's op count, already pushed (the runtime call around the hook
+// began with it), is written down as naming the op, and the next op's token is pushed when it
+// ends. Nothing when GPU times are off or there is no op.
+class DriverScope {
  public:
-  Scope(std::optional<uint64_t> sequence, bool library);
-  ~Scope();
-  Scope(const Scope&) = delete;
-  Scope& operator=(const Scope&) = delete;
+  DriverScope(std::optional<uint64_t> sequence, format::OpKind kind);
+  ~DriverScope();
+  DriverScope(const DriverScope&) = delete;
+  DriverScope& operator=(const DriverScope&) = delete;
+
+ private:
+  ThreadTokens* tokens_ = nullptr;
+};
+
+// Marks the GPU work the calling thread starts while it lives as library op `sequence`'s.
+class LibraryScope {
+ public:
+  explicit LibraryScope(std::optional<uint64_t> sequence);
+  ~LibraryScope();
+  LibraryScope(const LibraryScope&) = delete;
+  LibraryScope& operator=(const LibraryScope&) = delete;
 
  private:
   bool pushed_ = false;
-  bool library_ = false;
 };
 
 // Marks the GPU work ndtrace starts on the calling thread while it lives (digest kernels, the

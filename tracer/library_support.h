@@ -67,7 +67,7 @@ class RealCall {
     const std::optional<uint64_t> op = Session::OpenOp();
     scope_.Lift();
     {
-      gpu_time::Scope gpu(op, /*library=*/true);
+      gpu_time::LibraryScope gpu(op);
       result_ = call();
     }
     scope_.Restore();

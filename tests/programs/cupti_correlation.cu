@@ -1,8 +1,9 @@
 // A probe of how CUPTI ties GPU work to the calls that started it, on a real GPU (the stand-in
 // libcupti has no callback API: this program is built everywhere and run by tools/gpu_suite.sh
-// only). ndtrace's GPU time (tracer/gpu_time.cc) pushes an external correlation id around the
-// driver call of each op; on an H200 every activity came back tied to no op. What this program
-// prints says why, and what a fix can rely on:
+// only). ndtrace's GPU time (tracer/gpu_time.cc) names each driver op to CUPTI with an external
+// correlation id; on an H200 every activity first came back tied to no op, then each runtime
+// call's work to the thread's previous op. What this program prints says why, and what ndtrace
+// relies on:
 //
 //   - which API record (RUNTIME or DRIVER) a kernel, memset or memcpy started through the
 //     runtime carries the correlation id of;
@@ -14,10 +15,18 @@
 //   - the same for work started by driver calls directly (as Triton and cuDNN start it);
 //   - what the API records' threadId is (pthread_self or gettid), and CUPTI's clock.
 //
-// Usage: cupti_correlation [api|bare] [immediate|deferred]. api (default) enables the RUNTIME
-// and DRIVER activity kinds besides CONCURRENT_KERNEL, MEMSET, MEMCPY and EXTERNAL_CORRELATION;
-// bare enables only the last four, as ndtrace did when the H200 run was made. Exit 0 when every
-// call succeeded (the facts are printed, not judged), 1 otherwise.
+// On the H200 (tests/gpu/results/): the ids tied to a call are those pushed when it began, the
+// runtime's own driver calls get no records, threadId is pthread_self, and API records of chosen
+// functions come only when asked for before the context.
+//
+// Usage: cupti_correlation [api|cbids|bare] [immediate|deferred] [early|mid] [nocb]. api (default)
+// enables the RUNTIME and DRIVER activity kinds besides CONCURRENT_KERNEL, MEMSET, MEMCPY and
+// EXTERNAL_CORRELATION (as ndtrace does); cbids, instead of those two kinds, the API records of
+// the functions the cases call (cuptiActivityEnableDriverApi/RuntimeApi); bare none. early
+// enables CUPTI before the program's first CUDA call, mid after cuInit but before the context
+// (default: after the context). nocb subscribes no callback (ndtrace has none), so only the
+// outside ids are pushed. Exit 0 when every call succeeded (the facts are printed, not judged),
+// 1 otherwise.
 #include <cuda.h>
 #include <cupti.h>
 #include <pthread.h>
@@ -193,32 +202,60 @@ void End() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool with_api = true;
+  enum class Api { kKinds, kWorkCbids, kNone } api_records = Api::kKinds;
+  bool early = false;
+  bool mid = false;
+  bool callback = true;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "bare") == 0) with_api = false;
+    if (std::strcmp(argv[i], "bare") == 0) api_records = Api::kNone;
+    if (std::strcmp(argv[i], "cbids") == 0) api_records = Api::kWorkCbids;
     if (std::strcmp(argv[i], "deferred") == 0) deferred = true;
+    if (std::strcmp(argv[i], "early") == 0) early = true;
+    if (std::strcmp(argv[i], "mid") == 0) early = mid = true;
+    if (std::strcmp(argv[i], "nocb") == 0) callback = false;
   }
-  std::printf("mode: %s, %s pop of the inside id\n",
-              with_api ? "api (RUNTIME and DRIVER records on)" : "bare (no API records)",
-              deferred ? "deferred" : "immediate");
+  std::printf("mode: %s, %s pop of the inside id, CUPTI enabled %s, %s\n",
+              api_records == Api::kKinds       ? "api (RUNTIME and DRIVER records on)"
+              : api_records == Api::kWorkCbids ? "cbids (API records of work-starting calls)"
+                                               : "bare (no API records)",
+              deferred ? "deferred" : "immediate",
+              mid     ? "after cuInit, before the context"
+              : early ? "before cuInit"
+                      : "after the context",
+              callback ? "driver callback on" : "no callback (no inside ids)");
   uint32_t version = 0;
   cuptiGetVersion(&version);
   std::printf("CUPTI API version %u\n", version);
 
-  Check(cudaFree(nullptr), "cudaFree(0)");  // the context
+  if (!early) Check(cudaFree(nullptr), "cudaFree(0)");  // the context
+  if (mid) Check(cuInit(0), "cuInit");
   Check(cuptiActivityRegisterCallbacks(Request, Complete), "cuptiActivityRegisterCallbacks");
   std::vector<CUpti_ActivityKind> kinds = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
                                            CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_MEMCPY,
                                            CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
-  if (with_api) {
+  if (api_records == Api::kKinds) {
     kinds.push_back(CUPTI_ACTIVITY_KIND_RUNTIME);
     kinds.push_back(CUPTI_ACTIVITY_KIND_DRIVER);
   }
   for (CUpti_ActivityKind kind : kinds) Check(cuptiActivityEnable(kind), "cuptiActivityEnable");
+  if (api_records == Api::kWorkCbids) {  // the functions the cases below call
+    for (CUpti_CallbackId cbid :
+         {CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async}) {
+      Check(cuptiActivityEnableDriverApi(cbid, 1), "cuptiActivityEnableDriverApi");
+    }
+    for (CUpti_CallbackId cbid : {CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+                                  CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020,
+                                  CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020}) {
+      Check(cuptiActivityEnableRuntimeApi(cbid, 1), "cuptiActivityEnableRuntimeApi");
+    }
+  }
   CUpti_SubscriberHandle subscriber = nullptr;
-  Check(cuptiSubscribe(&subscriber, reinterpret_cast<CUpti_CallbackFunc>(OnDriverCall), nullptr),
-        "cuptiSubscribe");
-  Check(cuptiEnableDomain(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API), "cuptiEnableDomain");
+  if (callback) {
+    Check(cuptiSubscribe(&subscriber, reinterpret_cast<CUpti_CallbackFunc>(OnDriverCall), nullptr),
+          "cuptiSubscribe");
+    Check(cuptiEnableDomain(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API), "cuptiEnableDomain");
+  }
+  if (early) Check(cudaFree(nullptr), "cudaFree(0)");  // the context
 
   int* device = nullptr;
   int* host = nullptr;
@@ -269,7 +306,7 @@ int main(int argc, char** argv) {
   const auto ns = [](const timespec& t) {
     return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
   };
-  Check(cuptiUnsubscribe(subscriber), "cuptiUnsubscribe");
+  if (callback) Check(cuptiUnsubscribe(subscriber), "cuptiUnsubscribe");
   Check(cuptiActivityFlushAll(1), "cuptiActivityFlushAll");
 
   std::printf(

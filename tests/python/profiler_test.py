@@ -2,7 +2,8 @@
 # and a real PyTorch (Debian's CPU-only python3-torch): torch_profiler.py must print exactly
 # what it prints untraced (what each profiler saw, its exceptions) and exit the same, and the
 # trace must show the shim's op names stepping aside while the program's profiler is on and
-# coming back as it stops.
+# coming back as it stops. A profiler taking CUDA activities (cuda_profiler.py) makes ndtrace's
+# GPU time step aside, or never start when it comes before the program's first CUDA call.
 #
 #   profiler_test.py NDTRACE PYTHON
 #
@@ -78,5 +79,21 @@ with tempfile.TemporaryDirectory() as directory:
     check(seen == {phase for phase, _ in expected.values()},
           "every phase has its copy (missing: %s)" %
           sorted({phase for phase, _ in expected.values()} - seen))
+
+    # 3. A profiler that takes CUDA activities: ndtrace's GPU time (CUPTI, one client per
+    #    process) steps aside where the program has made CUDA calls already, and never starts
+    #    where it has not; the program runs as untraced.
+    cuda_program = os.path.join(HERE, "cuda_profiler.py")
+    for early, note in ((False, "GPU time: off from here: the program's PyTorch profiler"),
+                        (True, "GPU time: off (the program uses CUPTI's activity API itself")):
+        args = [PYTHON, cuda_program] + (["--early"] if early else [])
+        run = subprocess.run([NDTRACE, "record", "-o", trace, "--"] + args, capture_output=True,
+                             text=True)
+        check(run.returncode == 0 and run.stdout == "done\n",
+              "cuda_profiler.py %s runs as untraced (%d, %r, %s)" %
+              (args[2:], run.returncode, run.stdout, run.stderr[-2000:]))
+        shown = subprocess.run([NDTRACE, "show", "--wide", trace], capture_output=True, text=True)
+        check(note in shown.stdout, "cuda_profiler.py %s: the trace says %r:\n%s" %
+              (args[2:], note, shown.stdout[-3000:]))
 
 finish()

@@ -17,8 +17,8 @@ struct NdtStandinActivitySink {
   // On the thread making a driver call that starts GPU work of `kind`: the correlation id the
   // work carries (the driver call's own, or the runtime call's it is made inside).
   uint32_t (*api_call)(int kind);
-  // On the thread making a runtime call that starts GPU work: 1 when it enters, 0 when it
-  // returns (ndt_standin_runtime_call).
+  // On the thread making a runtime call (standin_runtime.cc, RuntimeCall): 1 when it enters, 0 when
+  // it returns (ndt_standin_runtime_call).
   void (*runtime_call)(int entering);
   // When the work has run, on whichever thread ran it (a stream's worker under
   // NDT_STANDIN_ASYNC): times from CLOCK_MONOTONIC, in ns; a kernel's name (null for a copy or

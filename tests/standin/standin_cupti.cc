@@ -8,13 +8,13 @@
 // call's. External correlation records come only with API records (CUPTI's header: "when a CUPTI
 // activity API record is created while within an external API region"), so only when the RUNTIME
 // or DRIVER kind is enabled: before the API record, one per kind of external id pushed on the
-// thread then. A driver call's record is written when it starts its work, a runtime call's when it
-// returns (it carries the call's end time): an id pushed and popped inside a runtime call, around
-// the driver call it makes, is not tied to its work. How a real CUPTI ties work to calls is what
-// tests/programs/cupti_correlation.cu prints on a GPU; what is assumed here (no DRIVER records
-// for the runtime's own driver calls, the runtime record written at return) is its to confirm.
-// Records
-// are written into the buffers the client hands out, in the order they happen. A full buffer is
+// thread when the call began: a driver call's record is written when it starts its work, a
+// runtime call's when it returns (it carries the call's end time), with the ids pushed when it was
+// entered; an id pushed inside a runtime call, around the driver call it makes, is not tied to
+// its work, whether popped there or left pushed. As tests/programs/cupti_correlation.cu showed on
+// an H200 (tools/gpu_suite.sh's gputime step): the runtime's own driver calls get no DRIVER
+// records, and the work a runtime call starts carries the ids pushed before it. Records are
+// written into the buffers the client hands out, in the order they happen. A full buffer is
 // delivered (the client's completion callback) on the stand-in's own delivery thread, as CUPTI
 // delivers on a thread of its own, never on the thread whose work filled it;
 // cuptiActivityFlushAll delivers the rest on the calling thread and returns once every buffer
@@ -32,7 +32,6 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
-#include <set>
 #include <vector>
 
 #include "standin_activity.h"
@@ -52,9 +51,6 @@ struct State {
   int delivering = 0;               // buffers taken from `full`, being delivered
   pid_t worker_pid = 0;             // the process whose delivery thread runs (fork: none)
   std::atomic<uint32_t> next_correlation{1};
-  // The functions whose API records were asked for one by one (cuptiActivityEnableDriverApi,
-  // cuptiActivityEnableRuntimeApi): [0] driver, [1] runtime.
-  std::set<CUpti_CallbackId> api_functions[2];
 };
 
 State& Get() {
@@ -72,11 +68,14 @@ struct Pushed {
   uint64_t back() const { return ids[std::min(depth, kDepth) - 1]; }
 };
 thread_local Pushed t_pushed[CUPTI_EXTERNAL_CORRELATION_KIND_SIZE];
-// The runtime calls that start work this thread is inside (nested: a launch through another
-// runtime function), and the outermost one's correlation id.
+// The runtime calls this thread is inside (nested: a launch through another runtime function),
+// and the outermost one's correlation id.
 thread_local int t_runtime_depth = 0;
 thread_local uint32_t t_runtime_correlation = 0;
-thread_local int t_runtime_work = -1;  // the kind of work the outermost one started, or -1
+// The external ids pushed on this thread when the outermost runtime call began (0: none).
+thread_local uint64_t t_runtime_external[CUPTI_EXTERNAL_CORRELATION_KIND_SIZE];
+thread_local bool t_runtime_has_external[CUPTI_EXTERNAL_CORRELATION_KIND_SIZE];
+thread_local uint64_t t_runtime_start_ns = 0;  // when the outermost one began
 
 size_t RecordSize(CUpti_ActivityKind kind) {
   switch (kind) {
@@ -191,45 +190,27 @@ uint64_t NowNs() {
                                    .count());
 }
 
-// Whether the API record of a call that starts `work` is wanted: its kind is enabled, or the
-// function is. The stand-in does not know which function a call is; the one that stands for
-// each kind of work is cuLaunchKernel, cuMemcpyHtoDAsync_v2 or cuMemsetD8_v2 (cudaLaunchKernel,
-// cudaMemcpyAsync, cudaMemsetAsync). Under the lock.
-bool ApiRecordWantedLocked(const State& s, CUpti_ActivityKind kind, int work) {
-  if (s.enabled[kind]) return true;
+// The API record of call `correlation` (RUNTIME or DRIVER), preceded by the external correlation
+// records of the ids pushed on this thread when the call began (a driver call: now; a runtime
+// call: t_runtime_external); nothing when its kind is not enabled. Under the lock.
+void WriteApiRecordLocked(State& s, CUpti_ActivityKind kind, uint32_t correlation) {
+  if (!s.enabled[kind]) return;
   const bool runtime = kind == CUPTI_ACTIVITY_KIND_RUNTIME;
-  CUpti_CallbackId function;
-  if (runtime) {
-    function = work == kNdtActivityKernel   ? CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000
-               : work == kNdtActivityMemcpy ? CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020
-                                            : CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020;
-  } else {
-    function = work == kNdtActivityKernel   ? CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel
-               : work == kNdtActivityMemcpy ? CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2
-                                            : CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2;
-  }
-  return s.api_functions[runtime ? 1 : 0].count(function) != 0;
-}
-
-// The API record of call `correlation` (RUNTIME or DRIVER) that started `work`, preceded by the
-// external correlation records of the ids pushed on this thread now; nothing when it is not
-// wanted. Under the lock.
-void WriteApiRecordLocked(State& s, CUpti_ActivityKind kind, uint32_t correlation, int work) {
-  if (!ApiRecordWantedLocked(s, kind, work)) return;
   if (s.enabled[CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION]) {
     for (int external = 0; external < CUPTI_EXTERNAL_CORRELATION_KIND_SIZE; ++external) {
-      if (t_pushed[external].empty()) continue;
+      if (runtime ? !t_runtime_has_external[external] : t_pushed[external].empty()) continue;
       CUpti_ActivityExternalCorrelation record{};
       record.kind = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
       record.externalKind = static_cast<CUpti_ExternalCorrelationKind>(external);
-      record.externalId = t_pushed[external].back();
+      record.externalId = runtime ? t_runtime_external[external] : t_pushed[external].back();
       record.correlationId = correlation;
       WriteLocked(s, record);
     }
   }
   CUpti_ActivityAPI record{};
   record.kind = kind;
-  record.start = record.end = NowNs();
+  record.end = NowNs();
+  record.start = runtime ? t_runtime_start_ns : record.end;
   record.processId = static_cast<uint32_t>(getpid());
   record.threadId = static_cast<uint32_t>(pthread_self());
   record.correlationId = correlation;
@@ -237,15 +218,14 @@ void WriteApiRecordLocked(State& s, CUpti_ActivityKind kind, uint32_t correlatio
 }
 
 // A driver call that starts work: the correlation id its work carries.
-uint32_t ApiCall(int work) {
+uint32_t ApiCall(int /*work*/) {
   State& s = Get();
   if (t_runtime_depth > 0) {  // the runtime's own call
-    if (t_runtime_work < 0) t_runtime_work = work;
     return t_runtime_correlation;
   }
   const uint32_t correlation = s.next_correlation.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard lock(s.mutex);
-  WriteApiRecordLocked(s, CUPTI_ACTIVITY_KIND_DRIVER, correlation, work);
+  WriteApiRecordLocked(s, CUPTI_ACTIVITY_KIND_DRIVER, correlation);
   HandOverLocked(s);
   return correlation;
 }
@@ -255,13 +235,17 @@ void RuntimeCall(int entering) {
   if (entering != 0) {
     if (t_runtime_depth++ == 0) {
       t_runtime_correlation = s.next_correlation.fetch_add(1, std::memory_order_relaxed);
-      t_runtime_work = -1;
+      t_runtime_start_ns = NowNs();
+      for (int external = 0; external < CUPTI_EXTERNAL_CORRELATION_KIND_SIZE; ++external) {
+        t_runtime_has_external[external] = !t_pushed[external].empty();
+        t_runtime_external[external] = t_pushed[external].empty() ? 0 : t_pushed[external].back();
+      }
     }
     return;
   }
-  if (t_runtime_depth == 0 || --t_runtime_depth > 0 || t_runtime_work < 0) return;
+  if (t_runtime_depth == 0 || --t_runtime_depth > 0) return;
   std::lock_guard lock(s.mutex);
-  WriteApiRecordLocked(s, CUPTI_ACTIVITY_KIND_RUNTIME, t_runtime_correlation, t_runtime_work);
+  WriteApiRecordLocked(s, CUPTI_ACTIVITY_KIND_RUNTIME, t_runtime_correlation);
   HandOverLocked(s);
 }
 
@@ -301,27 +285,15 @@ void Ran(int kind, uint32_t correlation, uint64_t start, uint64_t end, uint32_t 
   }
 }
 
-// cuptiActivityEnableDriverApi (`which` 0) and RuntimeApi (1).
-CUptiResult EnableApiFunction(int which, CUpti_CallbackId cbid, uint8_t enable) {
-  State& s = Get();
-  std::lock_guard lock(s.mutex);
-  if (enable != 0) {
-    s.api_functions[which].insert(cbid);
-  } else {
-    s.api_functions[which].erase(cbid);
-  }
-  return CUPTI_SUCCESS;
-}
-
 const NdtStandinActivitySink kSink{ApiCall, RuntimeCall, Ran};
 
-// Tells the stand-in driver (already loaded by the program) to report to us.
+// Tells the stand-in driver to report to us. Loaded here if the program has not yet (a real
+// libcupti needs libcuda.so.1: a profiler can enable activities before the first CUDA call).
 bool ListenToDriver(bool on) {
-  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  static void* const driver = dlopen("libcuda.so.1", RTLD_NOW);  // kept, as a DT_NEEDED is
   if (driver == nullptr) return false;
   auto set = reinterpret_cast<void (*)(const NdtStandinActivitySink*)>(
       dlsym(driver, "ndt_standin_set_activity_sink"));
-  dlclose(driver);
   if (set == nullptr) return false;
   set(on ? &kSink : nullptr);
   return true;
@@ -377,14 +349,6 @@ CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) {
   std::lock_guard lock(Get().mutex);
   Get().enabled[kind] = false;
   return CUPTI_SUCCESS;
-}
-
-CUptiResult cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t enable) {
-  return EnableApiFunction(0, cbid, enable);
-}
-
-CUptiResult cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_t enable) {
-  return EnableApiFunction(1, cbid, enable);
 }
 
 CUptiResult cuptiActivityFlushAll(uint32_t) {

@@ -409,8 +409,10 @@ CUdeviceptr ToDevicePtr(const void* p) {
   return reinterpret_cast<CUdeviceptr>(p);
 }
 
-// A runtime call that starts work, from its entry to its return, as CUPTI sees it: the work
-// carries the runtime call's correlation id (standin_activity.h). Made after EnsureContext.
+// A runtime call, from its entry to its return, as CUPTI sees it: the work it starts carries its
+// correlation id (standin_activity.h). Made after EnsureContext. On every call that starts work,
+// and on a few that start none but come first on a program's threads (cudaSetDevice,
+// cudaMalloc, cudaStreamCreate*): their API records carry no op of ndtrace's.
 class RuntimeCall {
  public:
   RuntimeCall() : notify_(GetRuntime().runtime_call) {
@@ -708,7 +710,9 @@ cudaError_t cudaGetDeviceCount(int* count) {
 cudaError_t cudaSetDevice(int device) {
   if (const cudaError_t e = ndt::standin::CheckDevice(device); e != cudaSuccess) return Report(e);
   ndt::standin::t_device = device;
-  return Report(EnsureContext());
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  const ndt::standin::RuntimeCall call;
+  return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int* device) {
@@ -762,6 +766,7 @@ cudaError_t cudaDeviceReset(void) {
 cudaError_t cudaMalloc(void** devPtr, size_t size) {
   if (devPtr == nullptr) return Report(cudaErrorInvalidValue);
   if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  const ndt::standin::RuntimeCall call;
   *devPtr = nullptr;
   if (size == 0) return cudaSuccess;
   CUdeviceptr address = 0;
@@ -867,6 +872,7 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t* pStream, unsigned int fla
     return Report(cudaErrorInvalidValue);
   }
   if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  const ndt::standin::RuntimeCall call;
   CUstream stream = nullptr;  // cudaStreamNonBlocking == CU_STREAM_NON_BLOCKING
   const CUresult r = Api().cuStreamCreateWithPriority(&stream, flags, priority);
   if (r == CUDA_SUCCESS) *pStream = reinterpret_cast<cudaStream_t>(stream);

@@ -2,10 +2,11 @@
 // (tests/standin/standin_cupti.cc): every kernel, copy and memset a program starts is recorded
 // with its GPU start and end, tied to the op that started it, a library's kernels to the library
 // op; `--no-gpu-time` turns it off; the Perfetto export draws GPU tracks from it. The stand-in
-// CUPTI ties work to calls as a real one (a program's launches through cudart carry the runtime
-// call's correlation id, external ids are written only with API records): without the RUNTIME
-// and DRIVER kinds, or with a driver op's id popped when its hook returns, no activity would be
-// tied to its op, as on an H200.
+// CUPTI ties work to calls as the H200's did (a program's launches through cudart carry the
+// runtime call's correlation id, external ids are written only with API records and are those
+// pushed when the call began): without the RUNTIME and DRIVER kinds no activity would be tied to
+// its op, and with the op's own id pushed in its hook each runtime call's work would be tied to
+// the thread's previous op (the kind check below).
 #include <catch2/catch.hpp>
 #include <map>
 #include <string>
@@ -109,6 +110,37 @@ TEST_CASE("a library's kernels are timed as its op's", "[tracer][gpu_time]") {
     CHECK(gpu_ns.count(op.sequence) == 1);
   }
   CHECK(convolutions >= 3);
+  std::remove(trace.c_str());
+}
+
+TEST_CASE("a program that is a CUPTI client of its own counts its kernels under ndtrace",
+          "[tracer][gpu_time]") {
+  // As torch.profiler's Kineto: registering its buffers after CUDA work (GPU time stops there)
+  // or before the first CUDA call, as a profiler around a whole run (GPU time never starts).
+  const std::string trace = TempPath("gpu_time_client.ndt");
+  for (const bool early : {false, true}) {
+    INFO("early " << early);
+    const RunResult run =
+        Run(std::string("NDT_STANDIN_ASYNC=1 '") + NDTRACE_BIN + "' record -o '" + trace +
+            "' -- '" + PROG_CUPTI_CLIENT + "'" + (early ? " --early" : ""));
+    CHECK(run.status == 0);  // every buffer CUPTI handed back was the program's own
+    CHECK(Contains(run.out, early ? "cupti kernels 6\n" : "cupti kernels 5\n"));
+    const std::vector<Record> records = ReadAll(trace);
+    if (early) {
+      CHECK(GpuTimeNote(records).rfind("GPU time: off (the program uses CUPTI's activity API", 0) ==
+            0);
+      CHECK(Activities(records).empty());
+    } else {
+      CHECK(GpuTimeNote(records).rfind("GPU time: on", 0) == 0);
+      bool stopped = false;
+      for (const Record& record : records) {
+        const auto* note = std::get_if<TracerNote>(&record);
+        stopped |= note != nullptr &&
+                   Contains(note->text, "GPU time: off from here: the program registered CUPTI");
+      }
+      CHECK(stopped);
+    }
+  }
   std::remove(trace.c_str());
 }
 

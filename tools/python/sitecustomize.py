@@ -13,7 +13,9 @@
 #        (CPU-only builds) a TorchDispatchMode names each aten op in the domain "pytorch.op".
 #      Ranges reach the tracer through its C functions ndtrace_range_push/pop (ctypes).
 #      While the program's own PyTorch profiler is on in a thread, op naming steps aside there
-#      (_NdtraceProfilerGate), so that the profiler starts and counts as without ndtrace.
+#      (_NdtraceProfilerGate), so that the profiler starts and counts as without ndtrace; and
+#      when it takes CUDA activities, the tracer's GPU time stops, as CUPTI serves one client
+#      (_ndtrace_watch_cuda_profiler).
 #   3. wherever the dispatch mode runs (CPU-only builds), and on CUDA builds with
 #      NDTRACE_TENSOR_DIGESTS=1 (what --tensor-digests sets; there the dispatch mode then names
 #      the ops instead of emit_nvtx), the dispatch mode also tells the tracer each aten op's
@@ -149,6 +151,8 @@ def _ndtrace_annotate_torch(torch):
     except TypeError:
         hooks.register_module_forward_hook(post_hook)
 
+    _ndtrace_watch_cuda_profiler(torch, library, ctypes)
+
     # ---- ops ----
     cuda_nvtx = bool(getattr(torch.version, "cuda", None)) and hasattr(torch._C, "_nvtx")
     asked = os.environ.get("NDTRACE_TENSOR_DIGESTS", "")
@@ -208,6 +212,49 @@ def _ndtrace_annotate_torch(torch):
         original_bootstrap(thread)
 
     threading.Thread._bootstrap_inner = _bootstrap_inner
+
+
+def _ndtrace_watch_cuda_profiler(torch, library, ctypes):
+    """Steps ndtrace's GPU time aside as the program's PyTorch profiler prepares CUDA activities.
+
+    PyTorch's profiler (Kineto) takes GPU activities from a CUPTI that may be a copy of its own
+    (linked into PyTorch, or loaded from another directory than ndtrace's), which gets none while
+    ndtrace's CUPTI has them (on an H200, torch.profiler counted 0 kernels under ndtrace). Before
+    torch.autograd's _prepare_profiler or _enable_profiler runs with ProfilerActivity.CUDA among
+    its activities, the tracer's GPU time stops for the rest of the run (ndtrace_cupti_yield, a
+    note in the trace).
+    """
+    import sys
+
+    step_aside = getattr(library, "ndtrace_cupti_yield", None)
+    if step_aside is None:
+        return
+    step_aside.argtypes = []
+    step_aside.restype = None
+    autograd = torch.autograd
+    holders = [holder for holder in (autograd, getattr(autograd, "profiler", None),
+                                     sys.modules.get("torch.autograd.profiler_legacy"))
+               if holder is not None]
+
+    def wants_cuda(args, kwargs):
+        activities = kwargs.get("activities", args[1] if len(args) > 1 else None)
+        try:
+            return any(getattr(activity, "name", None) == "CUDA" for activity in activities)
+        except TypeError:
+            return False
+
+    def watched(original):
+        def call(*args, **kwargs):
+            if wants_cuda(args, kwargs):
+                step_aside()
+            return original(*args, **kwargs)
+
+        return call
+
+    for name in ("_prepare_profiler", "_enable_profiler"):
+        original = getattr(autograd, name, None)
+        if callable(original):
+            _NdtraceProfilerGate._replace(holders, original, watched(original))
 
 
 class _NdtraceProfilerGate(object):

@@ -16,6 +16,17 @@ extern "C" __attribute__((visibility("default"))) CUptiResult cuptiActivityRegis
   static const auto real = reinterpret_cast<Register>(
       ndt::tracer::RealDlsym()(RTLD_NEXT, "cuptiActivityRegisterCallbacks"));
   if (real == nullptr) return CUPTI_ERROR_NOT_INITIALIZED;
-  ndt::tracer::gpu_time::YieldToProgram();
+  ndt::tracer::gpu_time::YieldToProgram(
+      "the program registered CUPTI activity buffers of its own (a profiler, such as "
+      "torch.profiler with CUDA activities), and CUPTI serves one client");
   return real(request, complete);
+}
+
+// The Python shim, as the program's PyTorch profiler prepares CUDA activities: its CUPTI may be
+// a copy of its own (linked into PyTorch, or loaded from another directory), whose calls never
+// come through here, and which gets no activities while ndtrace's has them.
+extern "C" __attribute__((visibility("default"))) void ndtrace_cupti_yield() {
+  ndt::tracer::gpu_time::YieldToProgram(
+      "the program's PyTorch profiler is starting with CUDA activities, which it takes from "
+      "CUPTI");
 }

@@ -159,7 +159,7 @@ Argument Dims(const char* name, unsigned x, unsigned y, unsigned z) {
 // (gpu_time.h).
 template <typename Op, typename Real>
 CUresult CallAs(const Op& op, Real& real) {
-  gpu_time::Scope gpu(op.sequence, /*library=*/false);
+  gpu_time::DriverScope gpu(op.sequence, op.kind);
   return real();
 }
 
