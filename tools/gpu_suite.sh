@@ -370,7 +370,7 @@ if wants gputime; then
   say "NDTRACE_CUPTI), then without (--no-gpu-time): the note says whether CUPTI was used, stats"
   say "counts gpu_activity records, show lists the first of them, the Perfetto export's GPU"
   say "tracks; many_ops 20000 timed both ways (the cost of taking GPU times)."
-  for program in conv_legacy racy_sum; do
+  for program in racy_sum thread_streams gemm conv_backend; do
     [ -x "$programs/$program" ] || continue
     run 60 'GPU time|trace written' "$ndtrace" record -o "$work/gputime-$program.ndt" -- \
       "$programs/$program"
@@ -380,24 +380,33 @@ if wants gputime; then
       -o "$work/gputime-$program.json"
     run 10 tail:5 grep -o '"name":"[^"]*· GPU"' "$work/gputime-$program.json"
   done
-  # Why activities came back tied to no op on the H200: what CUPTI ties to what, with and
-  # without API records, with the imitated hook's id popped at once or at the next driver call.
+  # What CUPTI ties to what: API records of whole kinds (api, as ndtrace enables them) or of
+  # chosen functions (cbids), CUPTI enabled before cuInit (early), after cuInit before the
+  # context (mid) or after the context (default), with or without a callback subscriber
+  # (ndtrace has none), the imitated hook's id popped at the next driver call.
   if [ -x "$programs/cupti_correlation" ]; then
-    for mode in "api immediate" "api deferred" "bare immediate"; do
+    for mode in "api deferred" "cbids deferred nocb" "cbids deferred mid nocb" \
+      "cbids deferred early nocb"; do
       run 60 -v:'^$' "$programs/cupti_correlation" $mode
     done
   fi
-  # A program that is a CUPTI client of its own (as torch.profiler is), recorded: ndtrace must
-  # step aside (the note) and the program count its kernels (exit 0).
+  # A program that is a CUPTI client of its own (as torch.profiler is), recorded, starting its
+  # profiler after CUDA work and before its first CUDA call (--early): ndtrace must step aside
+  # (the note) and the program count its kernels (exit 0).
   if [ -x "$programs/cupti_client" ]; then
-    run 60 'cupti kernels|checksum|trace written' "$ndtrace" record \
-      -o "$work/cupti_client.ndt" -- "$programs/cupti_client"
-    run 30 'note' "$ndtrace" show "$work/cupti_client.ndt"
+    for flag in "" --early; do
+      run 60 'cupti kernels|checksum|trace written' "$ndtrace" record \
+        -o "$work/cupti_client.ndt" -- "$programs/cupti_client" $flag
+      run 30 'note' "$ndtrace" show "$work/cupti_client.ndt"
+    done
   fi
+  # The cost of taking GPU times: many_ops 20000 without and with, three times each, interleaved.
   if [ -x "$programs/many_ops" ]; then
-    for flag in "" "--no-gpu-time"; do
-      run 120 'elapsed' bash -c 'TIMEFORMAT="elapsed %R s"; time "$@" >/dev/null' _ \
-        "$ndtrace" record --quiet $flag -o "$work/gputime-many_ops.ndt" -- "$programs/many_ops" 20000
+    for round in 1 2 3; do
+      for flag in --no-gpu-time ""; do
+        run 120 'elapsed' bash -c 'TIMEFORMAT="elapsed %R s"; time "$@" >/dev/null' _ \
+          "$ndtrace" record --quiet $flag -o "$work/gputime-many_ops.ndt" -- "$programs/many_ops" 20000
+      done
     done
   fi
 fi
@@ -533,6 +542,12 @@ if wants pytorch; then
       comparison=DIFFER
     fi
     say "kernel launches: trace ${traced:-?}, torch.profiler ${profiled:-?}: $comparison"
+    # Under ndtrace torch.profiler counted nothing on an H200, though ndtrace's CUPTI stepped
+    # aside before the profiler began: the same without the Python shim, then untraced, with
+    # what Kineto and CUPTI say.
+    run 240 '^profiler kernels|CUPTI|[Kk]ineto|^ndtrace:' "$ndtrace" record --no-python \
+      -o "$work/train-no-python.ndt" -- "$python" train_step.py
+    run 240 '^profiler kernels|CUPTI|[Kk]ineto' "$python" train_step.py
     say ""
     say "### train_step.py: aten ops and modules (the Python shim turned on emit_nvtx)"
     # How many of the trace's kernel launches name their aten op and module, and a sample.
