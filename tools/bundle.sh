@@ -66,7 +66,7 @@ cp tools/python/sitecustomize.py "$out/bin/python/"
 
 programs=(vector_add vector_add_static racy_sum driver_only conv_legacy conv_backend gemm
   dlopen_cublas curand_sample philox_dropout streams_graphs many_ops workers allreduce
-  thread_streams lstm_train gpu_probe nvtx_ranges cupti_client cupti_correlation)
+  thread_streams lstm_train gpu_probe nvtx_ranges cupti_client cupti_correlation cupti_loader)
 missing=()
 for name in "${programs[@]}"; do
   if [ -x "$build/tests/programs/$name" ]; then
@@ -75,6 +75,12 @@ for name in "${programs[@]}"; do
     missing+=("programs/$name")
   fi
 done
+# The CUPTI client module cupti_loader loads with dlopen(RTLD_LOCAL).
+if [ -f "$build/tests/programs/libcupti_module.so" ]; then
+  cp "$build/tests/programs/libcupti_module.so" "$out/programs/"
+else
+  missing+=("programs/libcupti_module.so")
+fi
 # tests/corpus/window_train: the window replay step of gpu_suite.sh.
 if [ -x "$build/tests/corpus/window_train" ]; then
   copy_stripped "$build/tests/corpus/window_train" "$out/programs"

@@ -400,6 +400,13 @@ if wants gputime; then
       run 30 'note' "$ndtrace" show "$work/cupti_client.ndt"
     done
   fi
+  # The same from a library loaded with dlopen(RTLD_LOCAL), as Python loads PyTorch's libcupti.
+  if [ -x "$programs/cupti_loader" ] && [ -f "$programs/libcupti_module.so" ]; then
+    for flag in "" --early; do
+      run 60 'cupti memsets|trace written|error' "$ndtrace" record \
+        -o "$work/cupti_loader.ndt" -- "$programs/cupti_loader" "$programs/libcupti_module.so" $flag
+    done
+  fi
   # The cost of taking GPU times: many_ops 20000 without and with, three times each, interleaved.
   if [ -x "$programs/many_ops" ]; then
     for round in 1 2 3; do
@@ -542,9 +549,9 @@ if wants pytorch; then
       comparison=DIFFER
     fi
     say "kernel launches: trace ${traced:-?}, torch.profiler ${profiled:-?}: $comparison"
-    # Under ndtrace torch.profiler counted nothing on an H200, though ndtrace's CUPTI stepped
-    # aside before the profiler began: the same without the Python shim, then untraced, with
-    # what Kineto and CUPTI say.
+    # Under ndtrace torch.profiler counted nothing on an H200 (ndtrace's interposed registration
+    # missed PyTorch's RTLD_LOCAL libcupti): the same without the Python shim, then untraced,
+    # with what Kineto and CUPTI say.
     run 240 '^profiler kernels|CUPTI|[Kk]ineto|^ndtrace:' "$ndtrace" record --no-python \
       -o "$work/train-no-python.ndt" -- "$python" train_step.py
     run 240 '^profiler kernels|CUPTI|[Kk]ineto' "$python" train_step.py

@@ -144,6 +144,25 @@ TEST_CASE("a program that is a CUPTI client of its own counts its kernels under 
   std::remove(trace.c_str());
 }
 
+TEST_CASE(
+    "a CUPTI client in a library loaded with dlopen(RTLD_LOCAL) counts its work under ndtrace",
+    "[tracer][gpu_time]") {
+  // As Python loads PyTorch and the libcupti Kineto links: libcupti is in no global scope, and
+  // ndtrace's interposed cuptiActivityRegisterCallbacks must still reach it.
+  const std::string trace = TempPath("gpu_time_module.ndt");
+  for (const bool early : {false, true}) {
+    INFO("early " << early);
+    const RunResult run =
+        Run(std::string("NDT_STANDIN_ASYNC=1 '") + NDTRACE_BIN + "' record -o '" + trace +
+            "' -- '" + PROG_CUPTI_LOADER + "' '" + CUPTI_MODULE + "'" + (early ? " --early" : ""));
+    CHECK(run.status == 0);
+    CHECK(Contains(run.out, early ? "cupti memsets 6\n" : "cupti memsets 5\n"));
+    CHECK(GpuTimeNote(ReadAll(trace))
+              .rfind(early ? "GPU time: off (the program uses CUPTI" : "GPU time: on", 0) == 0);
+  }
+  std::remove(trace.c_str());
+}
+
 TEST_CASE("a recording with --no-gpu-time has no GPU time and says so", "[tracer][gpu_time]") {
   const std::string trace = TempPath("gpu_time_off.ndt");
   REQUIRE(RecordRun(trace, PROG_VECTOR_ADD, "--no-gpu-time").status == 0);

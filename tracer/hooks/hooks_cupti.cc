@@ -7,14 +7,22 @@
 #include <dlfcn.h>
 
 #include "tracer/gpu_time.h"
+#include "tracer/library_support.h"
 #include "tracer/real_dl.h"
 
 extern "C" __attribute__((visibility("default"))) CUptiResult cuptiActivityRegisterCallbacks(
     CUpti_BuffersCallbackRequestFunc request, CUpti_BuffersCallbackCompleteFunc complete) {
   using Register =
       CUptiResult (*)(CUpti_BuffersCallbackRequestFunc, CUpti_BuffersCallbackCompleteFunc);
-  static const auto real = reinterpret_cast<Register>(
-      ndt::tracer::RealDlsym()(RTLD_NEXT, "cuptiActivityRegisterCallbacks"));
+  // The loaded libcupti by its soname: the program's may be in no global scope (PyTorch's, which
+  // Python loads with dlopen(RTLD_LOCAL)), where RTLD_NEXT does not look (on an H200 the call
+  // failed so, and torch.profiler counted no kernel under ndtrace).
+  auto real = reinterpret_cast<Register>(
+      ndt::tracer::RealLibraryFunction("libcupti.so.13", "cuptiActivityRegisterCallbacks"));
+  if (real == nullptr) {
+    real = reinterpret_cast<Register>(
+        ndt::tracer::RealDlsym()(RTLD_NEXT, "cuptiActivityRegisterCallbacks"));
+  }
   if (real == nullptr) return CUPTI_ERROR_NOT_INITIALIZED;
   ndt::tracer::gpu_time::YieldToProgram(
       "the program registered CUPTI activity buffers of its own (a profiler, such as "
