@@ -43,10 +43,9 @@ void Stop(bool flush = true);
 void ForgetAfterFork();
 // The program is about to use CUPTI's activity API itself (a profiler: torch.profiler's Kineto).
 // CUPTI keeps one pair of buffer callbacks per process, and a buffer of ndtrace's completed
-// through the program's would be freed by it; a CUPTI of the program's own (linked into it, or
-// loaded from another path) gets no activities while ndtrace's has them: GPU times stop here,
-// everything CUPTI holds delivered first and ndtrace's activity kinds disabled, with a note in
-// the trace saying `why`. Called by the cuptiActivityRegisterCallbacks libndtrace.so exports
+// through the program's would be freed by it: GPU times stop here, everything CUPTI holds
+// delivered first and ndtrace's activity kinds disabled, with a note in the trace saying `why`;
+// when they have not started yet (a profiler around the whole run), they never start. Called by the cuptiActivityRegisterCallbacks libndtrace.so exports
 // (hooks/hooks_cupti.cc), and by the Python shim as torch.profiler prepares CUDA activities
 // (ndtrace_cupti_yield).
 void YieldToProgram(const char* why);

@@ -217,12 +217,12 @@ def _ndtrace_annotate_torch(torch):
 def _ndtrace_watch_cuda_profiler(torch, library, ctypes):
     """Steps ndtrace's GPU time aside as the program's PyTorch profiler prepares CUDA activities.
 
-    PyTorch's profiler (Kineto) takes GPU activities from a CUPTI that may be a copy of its own
-    (linked into PyTorch, or loaded from another directory than ndtrace's), which gets none while
-    ndtrace's CUPTI has them (on an H200, torch.profiler counted 0 kernels under ndtrace). Before
-    torch.autograd's _prepare_profiler or _enable_profiler runs with ProfilerActivity.CUDA among
-    its activities, the tracer's GPU time stops for the rest of the run (ndtrace_cupti_yield, a
-    note in the trace).
+    PyTorch's profiler (Kineto) takes GPU activities from CUPTI, which serves one client. Its
+    registration goes through libndtrace.so's interposed cuptiActivityRegisterCallbacks where
+    PyTorch links the shared libcupti (the pip wheels do), not where a build links CUPTI
+    statically: before torch.autograd's _prepare_profiler or _enable_profiler runs with
+    ProfilerActivity.CUDA among its activities, the tracer's GPU time stops for the rest of the
+    run, or never starts (ndtrace_cupti_yield, a note in the trace).
     """
     import sys
 

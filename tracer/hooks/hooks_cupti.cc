@@ -30,9 +30,8 @@ extern "C" __attribute__((visibility("default"))) CUptiResult cuptiActivityRegis
   return real(request, complete);
 }
 
-// The Python shim, as the program's PyTorch profiler prepares CUDA activities: its CUPTI may be
-// a copy of its own (linked into PyTorch, or loaded from another directory), whose calls never
-// come through here, and which gets no activities while ndtrace's has them.
+// The Python shim, as the program's PyTorch profiler prepares CUDA activities: a PyTorch that
+// links CUPTI statically registers without coming through here.
 extern "C" __attribute__((visibility("default"))) void ndtrace_cupti_yield() {
   ndt::tracer::gpu_time::YieldToProgram(
       "the program's PyTorch profiler is starting with CUDA activities, which it takes from "
