@@ -415,6 +415,12 @@ std::string Start(Session* session, bool simulated_device) {
     }
   }
   s.active.store(true, std::memory_order_release);
+  if (g_program_uses_cupti.load(std::memory_order_acquire)) {
+    // The program's profiler began on another thread meanwhile, and found GPU times not yet on.
+    s.active.store(false, std::memory_order_release);
+    for (CUpti_ActivityKind kind : kKinds) c.disable(kind);
+    return "off (the program began using CUPTI's activity API as ndtrace started)";
+  }
   return "on (CUPTI " + std::to_string(version) + ": kernels, copies and memsets)";
 }
 
