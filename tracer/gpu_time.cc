@@ -33,6 +33,8 @@ struct ThreadTokens {
   std::atomic<bool> first_unannounced{false};
   uint64_t first_op_cupti_ns = 0;
   std::atomic<uint64_t> ring[kRingSize] = {};
+  // Per ring entry: the library op the op was made inside, plus one (0: none).
+  std::atomic<uint64_t> around[kRingSize] = {};
 };
 
 namespace {
@@ -123,6 +125,7 @@ ThreadTokens* ThisThread() {
 struct TokenOp {
   uint64_t sequence = 0;
   format::OpKind kind = format::OpKind::kOther;
+  std::optional<uint64_t> around;  // the library op it was made inside
 };
 
 // The op a token names, if its thread's ring still holds it.
@@ -132,10 +135,16 @@ std::optional<TokenOp> OpOfToken(uint64_t token) {
   const ThreadTokens* t = g_threads[slot].load(std::memory_order_acquire);
   if (t == nullptr) return std::nullopt;
   const uint64_t count = token & kCountMask;
-  const uint64_t entry = t->ring[count % kRingSize].load(std::memory_order_acquire);
+  const uint64_t index = count % kRingSize;
+  const uint64_t entry = t->ring[index].load(std::memory_order_acquire);
   if (entry == 0 || (entry >> (kSequenceBits + 4)) != (count & kLapMask)) return std::nullopt;
-  return TokenOp{entry & kSequenceMask,
-                 static_cast<format::OpKind>((entry >> kSequenceBits) & 0xF)};
+  const uint64_t around = t->around[index].load(std::memory_order_acquire);
+  // The thread may have lapped the ring between the two loads: then the entry changed too.
+  if (t->ring[index].load(std::memory_order_acquire) != entry) return std::nullopt;
+  TokenOp op{entry & kSequenceMask, static_cast<format::OpKind>((entry >> kSequenceBits) & 0xF),
+             std::nullopt};
+  if (around != 0) op.around = around - 1;
+  return op;
 }
 
 // Whether GPU work of `activity`'s kind can be an op of `op`'s kind: a token of a thread whose
@@ -196,10 +205,15 @@ void CUPTIAPI RequestBuffer(uint8_t** buffer, size_t* size, size_t* max_records)
   *max_records = 0;
 }
 
-// Appends `record`, tied to the ops `owners` names.
+// Appends `record`, tied to the ops `owners` names. Work started inside a library call is tied
+// to a driver op only when that op was made inside the same library call: a library that starts
+// work by a call ndtrace does not record (the stand-in's host computations) leaves the token of
+// the thread's next op, made after the library call returned.
 void TieLocked(State& s, const Owners& owners, format::GpuActivityRecord record) {
   if (owners.token) {
-    if (std::optional<TokenOp> op = OpOfToken(*owners.token); op && WorkOf(record.kind, op->kind)) {
+    if (std::optional<TokenOp> op = OpOfToken(*owners.token);
+        op && WorkOf(record.kind, op->kind) &&
+        (!owners.library_op || op->around == owners.library_op)) {
       record.op_sequence = op->sequence;
     }
   }
@@ -497,6 +511,8 @@ DriverScope::DriverScope(std::optional<uint64_t> sequence, format::OpKind kind) 
   ThreadTokens* t = ThisThread();
   if (t == nullptr) return;
   const uint64_t count = t->next;
+  const std::optional<uint64_t> around = Session::OpenOpAround(*sequence);
+  t->around[count % kRingSize].store(around ? *around + 1 : 0, std::memory_order_relaxed);
   t->ring[count % kRingSize].store(((count & kLapMask) << (kSequenceBits + 4)) |
                                        (static_cast<uint64_t>(kind) << kSequenceBits) |
                                        (*sequence & kSequenceMask),

@@ -795,6 +795,16 @@ std::optional<uint64_t> Session::OpenOp() {
   return open.sequences[open.depth - 1];
 }
 
+std::optional<uint64_t> Session::OpenOpAround(uint64_t sequence) {
+  const OpenOps& open = TlsRef(t_open);
+  for (unsigned i = open.depth; i-- > 0;) {
+    if (open.sequences[i] == sequence) {
+      return i > 0 ? std::optional<uint64_t>(open.sequences[i - 1]) : std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
 format::OpRecord Session::BeginOp(format::OpKind kind, std::string_view name, uint32_t stream_id) {
   format::OpRecord op;
   RecordRings::SwapOp(op, t_spare_op);

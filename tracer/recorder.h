@@ -182,6 +182,8 @@ class Session {
   const char* InternName(const std::string& name);
   // The op this thread has begun and not yet ended (the innermost), if any.
   static std::optional<uint64_t> OpenOp();
+  // The op open on this thread that op `sequence` (itself open) was begun inside, if any.
+  static std::optional<uint64_t> OpenOpAround(uint64_t sequence);
 
   // ---- the library layer (policy.h, library_support.h) ----
   const format::TraceHeader& header() const { return header_; }

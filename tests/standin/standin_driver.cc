@@ -537,6 +537,11 @@ std::uint32_t ActivityStream(CUstream stream) {
   return static_cast<std::uint32_t>(stream->id);
 }
 
+// The stand-in libraries' entry kernel (standin_library_driver.h), and this thread's last launch
+// of it whose work (ndt_standin_run_as_kernel) has not been reported yet (correlation 0: none).
+constexpr std::string_view kLibraryEntryKernel = "_Z21standin_library_entry13LibraryParams";
+thread_local Activity t_library_launch;
+
 // On the calling thread, for a call that starts work.
 Activity BeginActivity(int kind, CUstream stream, std::uint64_t bytes = 0) {
   const NdtStandinActivitySink* sink = g_activity_sink.load(std::memory_order_acquire);
@@ -627,6 +632,12 @@ CUresult Launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_mem_bytes, 
   const LaunchGeometry geometry{grid, block, shared_mem_bytes};
   Activity activity = BeginActivity(kNdtActivityKernel, stream);
   activity.name = kernel->mangled_name.data();
+  if (kernel->mangled_name == kLibraryEntryKernel) {
+    // The stand-in libraries' entry kernel computes nothing; their host computation that
+    // follows (ndt_standin_run_as_kernel) is this launch's work, as on a GPU.
+    t_library_launch = activity;
+    activity.correlation = 0;
+  }
   if (queue != nullptr) {  // its fault is reported by the next synchronisation with the stream
     std::vector<std::vector<unsigned char>> copies;
     for (std::size_t i = 0; i < kernel->params.size(); ++i) {
@@ -1480,7 +1491,10 @@ __attribute__((visibility("default"))) void ndt_standin_run_as_kernel(CUstream s
                                                                       void (*work)(void*),
                                                                       void* context) {
   using namespace ndt::standin;
-  const Activity activity = BeginActivity(kNdtActivityKernel, stream);
+  // The work of the library's entry launch made just before, if any: else a kernel of its own.
+  Activity activity = t_library_launch;
+  t_library_launch = Activity{};
+  if (activity.correlation == 0) activity = BeginActivity(kNdtActivityKernel, stream);
   Timed(activity, [&] {
     work(context);
     return 0;

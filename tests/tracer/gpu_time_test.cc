@@ -110,6 +110,24 @@ TEST_CASE("a library's kernels are timed as its op's", "[tracer][gpu_time]") {
     CHECK(gpu_ns.count(op.sequence) == 1);
   }
   CHECK(convolutions >= 3);
+
+  // A GEMM's work is its own launch's (made inside the call) and the cuBLAS op's; the stand-in
+  // cuBLAS also reports its host computation as a kernel no launch started, which must not go to
+  // the op the thread makes next: no op gets two activities.
+  REQUIRE(Run(std::string("NDT_STANDIN_ASYNC=1 '") + NDTRACE_BIN + "' record -o '" + trace +
+              "' -- '" + CORPUS_BLAS_THREADS + "'")
+              .status == 0);
+  std::map<uint64_t, int> per_op;
+  int library_work = 0;
+  for (const GpuActivityRecord& activity : Activities(ReadAll(trace))) {
+    if (activity.op_sequence) ++per_op[*activity.op_sequence];
+    library_work += activity.library_op_sequence.has_value();
+  }
+  CHECK(library_work > 0);
+  for (const auto& [sequence, count] : per_op) {
+    INFO("op " << sequence);
+    CHECK(count == 1);
+  }
   std::remove(trace.c_str());
 }
 
