@@ -51,14 +51,50 @@ uint64_t UnsignedArg(const OpRecord& op, const std::string& name) {
   return 0;
 }
 
+// `ndtrace record` of `command` (quoted program and arguments) into `trace`, the stand-in's
+// streams asynchronous.
+RunResult RecordAsync(const std::string& trace, const std::string& flags,
+                      const std::string& command) {
+  return Run(std::string("NDT_STANDIN_ASYNC=1 '") + NDTRACE_BIN + "' record " + flags + "-o '" +
+             trace + "' -- " + command);
+}
+
+// A program with a CUPTI client of its own (`command`, and with `--early` starting its profiler
+// before its first CUDA call) counts all its work under ndtrace, printing `counted` (`early`):
+// GPU time stops when the program registers, or never starts.
+void CheckOwnCuptiClient(const std::string& trace, const std::string& command,
+                         const std::string& counted, const std::string& counted_early) {
+  for (const bool early : {false, true}) {
+    INFO(command << (early ? " --early" : ""));
+    const RunResult run = RecordAsync(trace, "", command + (early ? " --early" : ""));
+    CHECK(run.status == 0);  // every buffer CUPTI handed back was the program's own
+    CHECK(Contains(run.out, (early ? counted_early : counted) + "\n"));
+    const std::vector<Record> records = ReadAll(trace);
+    if (early) {
+      CHECK(GpuTimeNote(records).rfind("GPU time: off (the program uses CUPTI's activity API", 0) ==
+            0);
+      CHECK(Activities(records).empty());
+    } else {
+      CHECK(GpuTimeNote(records).rfind("GPU time: on", 0) == 0);
+      bool stopped = false;
+      for (const Record& record : records) {
+        const auto* note = std::get_if<TracerNote>(&record);
+        stopped |= note != nullptr &&
+                   Contains(note->text, "GPU time: off from here: the program registered CUPTI");
+      }
+      CHECK(stopped);
+    }
+  }
+  std::remove(trace.c_str());
+}
+
 TEST_CASE("every kernel, copy and memset gets its GPU time, tied to its op", "[tracer][gpu_time]") {
   // With the digest window on, ndtrace's digest kernels run from inside the program's runtime
   // calls and carry their correlation ids: they must not count as the ops' own.
   const std::string flags = GENERATE(std::string(""), std::string("--digest-window 0: "));
   INFO("record " << flags);
   const std::string trace = TempPath("gpu_time.ndt");
-  const RunResult run = Run(std::string("NDT_STANDIN_ASYNC=1 '") + NDTRACE_BIN + "' record " +
-                            flags + "-o '" + trace + "' -- '" + CORPUS_TRAIN_LOOP + "'");
+  const RunResult run = RecordAsync(trace, flags, std::string("'") + CORPUS_TRAIN_LOOP + "'");
   REQUIRE(run.status == 0);
   const std::vector<Record> records = ReadAll(trace);
   CHECK(GpuTimeNote(records).rfind("GPU time: on", 0) == 0);
@@ -114,9 +150,7 @@ TEST_CASE("a library's kernels are timed as its op's", "[tracer][gpu_time]") {
   // A GEMM's work is its own launch's (made inside the call) and the cuBLAS op's; the stand-in
   // cuBLAS also reports its host computation as a kernel no launch started, which must not go to
   // the op the thread makes next: no op gets two activities.
-  REQUIRE(Run(std::string("NDT_STANDIN_ASYNC=1 '") + NDTRACE_BIN + "' record -o '" + trace +
-              "' -- '" + CORPUS_BLAS_THREADS + "'")
-              .status == 0);
+  REQUIRE(RecordAsync(trace, "", std::string("'") + CORPUS_BLAS_THREADS + "'").status == 0);
   std::map<uint64_t, int> per_op;
   int library_work = 0;
   for (const GpuActivityRecord& activity : Activities(ReadAll(trace))) {
@@ -135,31 +169,8 @@ TEST_CASE("a program that is a CUPTI client of its own counts its kernels under 
           "[tracer][gpu_time]") {
   // As torch.profiler's Kineto: registering its buffers after CUDA work (GPU time stops there)
   // or before the first CUDA call, as a profiler around a whole run (GPU time never starts).
-  const std::string trace = TempPath("gpu_time_client.ndt");
-  for (const bool early : {false, true}) {
-    INFO("early " << early);
-    const RunResult run =
-        Run(std::string("NDT_STANDIN_ASYNC=1 '") + NDTRACE_BIN + "' record -o '" + trace +
-            "' -- '" + PROG_CUPTI_CLIENT + "'" + (early ? " --early" : ""));
-    CHECK(run.status == 0);  // every buffer CUPTI handed back was the program's own
-    CHECK(Contains(run.out, early ? "cupti kernels 6\n" : "cupti kernels 5\n"));
-    const std::vector<Record> records = ReadAll(trace);
-    if (early) {
-      CHECK(GpuTimeNote(records).rfind("GPU time: off (the program uses CUPTI's activity API", 0) ==
-            0);
-      CHECK(Activities(records).empty());
-    } else {
-      CHECK(GpuTimeNote(records).rfind("GPU time: on", 0) == 0);
-      bool stopped = false;
-      for (const Record& record : records) {
-        const auto* note = std::get_if<TracerNote>(&record);
-        stopped |= note != nullptr &&
-                   Contains(note->text, "GPU time: off from here: the program registered CUPTI");
-      }
-      CHECK(stopped);
-    }
-  }
-  std::remove(trace.c_str());
+  CheckOwnCuptiClient(TempPath("gpu_time_client.ndt"), std::string("'") + PROG_CUPTI_CLIENT + "'",
+                      "cupti kernels 5", "cupti kernels 6");
 }
 
 TEST_CASE(
@@ -167,18 +178,9 @@ TEST_CASE(
     "[tracer][gpu_time]") {
   // As Python loads PyTorch and the libcupti Kineto links: libcupti is in no global scope, and
   // ndtrace's interposed cuptiActivityRegisterCallbacks must still reach it.
-  const std::string trace = TempPath("gpu_time_module.ndt");
-  for (const bool early : {false, true}) {
-    INFO("early " << early);
-    const RunResult run =
-        Run(std::string("NDT_STANDIN_ASYNC=1 '") + NDTRACE_BIN + "' record -o '" + trace +
-            "' -- '" + PROG_CUPTI_LOADER + "' '" + CUPTI_MODULE + "'" + (early ? " --early" : ""));
-    CHECK(run.status == 0);
-    CHECK(Contains(run.out, early ? "cupti memsets 6\n" : "cupti memsets 5\n"));
-    CHECK(GpuTimeNote(ReadAll(trace))
-              .rfind(early ? "GPU time: off (the program uses CUPTI" : "GPU time: on", 0) == 0);
-  }
-  std::remove(trace.c_str());
+  CheckOwnCuptiClient(TempPath("gpu_time_module.ndt"),
+                      std::string("'") + PROG_CUPTI_LOADER + "' '" + CUPTI_MODULE + "'",
+                      "cupti memsets 5", "cupti memsets 6");
 }
 
 TEST_CASE("a recording with --no-gpu-time has no GPU time and says so", "[tracer][gpu_time]") {
