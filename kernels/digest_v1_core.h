@@ -80,4 +80,32 @@ NDT_DIGEST_HD void LoadBlockBytes(const unsigned char* data, uint64_t bytes, uin
   *b = words[1];
 }
 
+// The f32 summary the digest kernel can take alongside a digest: over the floats lying wholly
+// inside the bytes, how many are NaN and infinite, and the least, greatest and sum (in double) of
+// the finite ones. Min and max travel as order keys: unsigned comparison of keys orders the floats
+// (-0 before +0), so atomicMin/atomicMax on them give the same result in any order.
+NDT_DIGEST_HD uint32_t F32Key(uint32_t bits) {
+  return (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
+}
+NDT_DIGEST_HD uint32_t F32FromKey(uint32_t key) {
+  return (key & 0x80000000u) != 0 ? key & 0x7fffffffu : ~key;
+}
+// 0 finite, 1 NaN, 2 infinite.
+NDT_DIGEST_HD int F32Class(uint32_t bits) {
+  if ((bits & 0x7f800000u) != 0x7f800000u) return 0;
+  return (bits & 0x007fffffu) != 0 ? 1 : 2;
+}
+
+// Layout of the 8 words the digest kernel writes per digest (`out`), and of the 8 words of
+// scratch it uses (`scratch`, zero between digests: the kernel leaves them zero again).
+// out: lo, hi, sum (double bits), min key | max key << 32, NaN count, infinite count, 1 when
+// summarised, ticket (last, after a system-wide fence).
+inline constexpr int kOutWords = 8;
+inline constexpr int kOutTicket = 7;
+// scratch: two digest sums, CTAs done, NaN count, infinite count, ~min key | max key << 32.
+inline constexpr int kScratchWords = 8;
+// The most CTAs a digest launch may have: the summary's per-CTA partial sums have this many
+// doubles.
+inline constexpr unsigned kMaxGrid = 1056;
+
 }  // namespace ndt::kernels::digest_v1

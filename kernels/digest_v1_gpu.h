@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/digest_v1_core.h"
 #include "kernels/digest_v1_fatbin.h"
 
 namespace ndt::kernels {
@@ -44,8 +45,7 @@ class DigestV1Gpu {
       *error = "cuModuleLoadData of the digest kernels returned " + std::to_string(result);
       return false;
     }
-    if (module_get_function_(&blocks_, module, "ndt_digest_v1_blocks") != CUDA_SUCCESS ||
-        module_get_function_(&finish_, module, "ndt_digest_v1_finish") != CUDA_SUCCESS ||
+    if (module_get_function_(&digest_, module, "ndt_digest_v1") != CUDA_SUCCESS ||
         module_get_function_(&zero_, module, "ndt_digest_v1_zero") != CUDA_SUCCESS) {
       *error = "the digest module lacks its kernels";
       return false;
@@ -53,31 +53,32 @@ class DigestV1Gpu {
     return true;
   }
 
-  // Enqueues on `stream` the digest of the `bytes` bytes at `data`: afterwards, in stream
-  // order, out[0..1] hold (lo, hi) and then out[2] holds `ticket`. `sums` is 16 bytes of
-  // device memory that are zero (the finish kernel leaves them zero again); `out` is 24 bytes
-  // the device can write (device memory, or mapped pinned host memory).
-  CUresult Enqueue(CUdeviceptr data, uint64_t bytes, CUdeviceptr sums, CUdeviceptr out,
-                   uint64_t ticket, CUstream stream, unsigned grid = 0,
+  // Enqueues on `stream` the digest of the `bytes` bytes at `data`, one kernel: afterwards, in
+  // stream order, out[0..6] hold the digest (and the f32 summary when `partials` is not 0) and
+  // then out[7] holds `ticket` (layout: digest_v1_core.h). `scratch` is kScratchWords words of
+  // device memory that are zero (the kernel leaves them zero again); `partials`, 0 or
+  // kMaxGrid doubles of device memory; `out`, kOutWords words the device can write (device
+  // memory, or mapped pinned host memory). `grid` 0 picks one; at most kMaxGrid; `block` a
+  // multiple of 32 up to 1024.
+  CUresult Enqueue(CUdeviceptr data, uint64_t bytes, CUdeviceptr scratch, CUdeviceptr partials,
+                   CUdeviceptr out, uint64_t ticket, CUstream stream, unsigned grid = 0,
                    unsigned block = 256) const {
     if (grid == 0) {
       // Enough CTAs to fill a large GPU, few enough that each thread sums many blocks.
       const uint64_t blocks16 = (bytes + 15) / 16;
       const uint64_t wanted = (blocks16 + block * 16 - 1) / (block * 16);
-      grid = static_cast<unsigned>(wanted < 1 ? 1 : wanted > 1056 ? 1056 : wanted);
+      grid = static_cast<unsigned>(wanted < 1                     ? 1
+                                   : wanted > digest_v1::kMaxGrid ? digest_v1::kMaxGrid
+                                                                  : wanted);
     }
+    if (grid > digest_v1::kMaxGrid) return CUDA_ERROR_INVALID_VALUE;
     unsigned long long length = bytes, tag = ticket;
-    void* blocks_args[] = {&data, &length, &sums};
-    if (const CUresult result =
-            launch_kernel_(blocks_, grid, 1, 1, block, 1, 1, 0, stream, blocks_args, nullptr);
-        result != CUDA_SUCCESS) {
-      return result;
-    }
-    void* finish_args[] = {&sums, &length, &out, &tag};
-    return launch_kernel_(finish_, 1, 1, 1, 1, 1, 1, 0, stream, finish_args, nullptr);
+    void* args[] = {&data, &length, &scratch, &partials, &out, &tag};
+    return launch_kernel_(digest_, grid, 1, 1, block, 1, 1, 0, stream, args, nullptr);
   }
 
-  // Enqueues on `stream` the zeroing of `count` 8-byte words at `words` (sums before first use).
+  // Enqueues on `stream` the zeroing of `count` 8-byte words at `words` (scratch before first
+  // use).
   CUresult Zero(CUdeviceptr words, uint64_t count, CUstream stream) const {
     unsigned long long n = count;
     void* args[] = {&words, &n};
@@ -91,8 +92,7 @@ class DigestV1Gpu {
   CUresult (*module_get_function_)(CUfunction*, CUmodule, const char*) = nullptr;
   CUresult (*launch_kernel_)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, unsigned, CUstream, void**, void**) = nullptr;
-  CUfunction blocks_ = nullptr;
-  CUfunction finish_ = nullptr;
+  CUfunction digest_ = nullptr;
   CUfunction zero_ = nullptr;
 };
 

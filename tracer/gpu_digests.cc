@@ -8,11 +8,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <string_view>
 #include <thread>
 
 #include "kernels/digest_v1.h"
+#include "kernels/digest_v1_core.h"
 #include "tracer/driver_table.h"
 #include "tracer/gpu_time.h"
 #if defined(NDT_HAVE_DIGEST_FATBIN)
@@ -22,11 +22,14 @@
 namespace ndt::tracer {
 namespace {
 
-// Words per ring slot: lo, hi, ticket, and one of padding (32-byte slots).
-constexpr uint32_t kSlotWords = 4;
+namespace digest_v1 = kernels::digest_v1;
+
+// Words per ring slot, and per slot of device scratch (kernels/digest_v1_core.h).
+constexpr uint32_t kSlotWords = digest_v1::kOutWords;
 constexpr uint32_t kMaxRingSlots = 1u << 20;
-// Pinned host memory per context for staged bytes (GpuDigests::Enqueue's `stage`).
-constexpr uint64_t kStagingBytes = uint64_t{64} << 20;
+// Summaries in flight per context: each has kMaxGrid doubles of device memory for its CTAs'
+// partial sums (2.1 MiB in all, allocated at the first summary).
+constexpr uint32_t kSummaryEntries = 256;
 // How long a wait for one digest may last before it is given up as lost, and how often a wait
 // asks the driver whether the context still answers.
 constexpr auto kWaitLimit = std::chrono::seconds(10);
@@ -77,18 +80,15 @@ struct GpuDigests::Engine {
 #endif
   volatile uint64_t* ring = nullptr;  // host view, kSlotWords per slot
   CUdeviceptr ring_device = 0;
-  CUdeviceptr sums = 0;        // two words per slot, zero between digests
+  CUdeviceptr scratch = 0;     // kScratchWords per slot, zero between digests
   std::vector<uint64_t> busy;  // the ticket in each slot; 0 = free
   uint32_t next = 0;
-  // Staging: kStagingBytes of pinned host memory, used first in, first out.
-  unsigned char* staging = nullptr;
-  bool staging_failed = false;
-  struct Span {
-    uint64_t offset = 0;
-    uint64_t bytes = 0;
-    bool released = false;
-  };
-  std::deque<Span> spans;  // in use (or released behind one in use), oldest first
+  // The summaries' partial sums: kSummaryEntries areas of kMaxGrid doubles, the free ones in
+  // `free_partials`; which one each slot's digest uses (-1: none).
+  CUdeviceptr partials = 0;
+  bool partials_failed = false;
+  std::vector<uint32_t> free_partials;
+  std::vector<int32_t> partials_of_slot;
 };
 
 namespace {
@@ -96,9 +96,9 @@ namespace {
 // Loads the kernels into the current context and allocates the ring and the sums. Empty on
 // success, else why not.
 std::string SetUp(uint32_t slots, CUcontext context, void* engine_kernels, volatile uint64_t** ring,
-                  CUdeviceptr* ring_device, CUdeviceptr* sums) {
+                  CUdeviceptr* ring_device, CUdeviceptr* scratch) {
 #if !defined(NDT_HAVE_DIGEST_FATBIN)
-  (void)slots, (void)context, (void)engine_kernels, (void)ring, (void)ring_device, (void)sums;
+  (void)slots, (void)context, (void)engine_kernels, (void)ring, (void)ring_device, (void)scratch;
   return "this build has no digest kernels (no nvcc)";
 #else
   (void)context;
@@ -131,16 +131,16 @@ std::string SetUp(uint32_t slots, CUcontext context, void* engine_kernels, volat
   if (const CUresult r = device_pointer(ring_device, host, 0); r != CUDA_SUCCESS) {
     return "cuMemHostGetDevicePointer returned " + std::to_string(r);
   }
-  const size_t sums_bytes = size_t{slots} * 2 * sizeof(uint64_t);
-  if (const CUresult r = alloc(sums, sums_bytes); r != CUDA_SUCCESS) {
-    return "cuMemAlloc of the digest sums returned " + std::to_string(r);
+  const uint64_t scratch_words = uint64_t{slots} * digest_v1::kScratchWords;
+  if (const CUresult r = alloc(scratch, scratch_words * sizeof(uint64_t)); r != CUDA_SUCCESS) {
+    return "cuMemAlloc of the digest scratch returned " + std::to_string(r);
   }
-  // Once per context: the sums must be zero before any stream's first digest reads them. By a
+  // Once per context: the scratch must be zero before any stream's first digest reads it. By a
   // digest kernel, not a memset: made from inside the program's runtime call, CUPTI's record of
   // it carries that call's correlation id, and only its name says it is ndtrace's (gpu_time.h).
-  if (gpu.Zero(*sums, uint64_t{slots} * 2, nullptr) != CUDA_SUCCESS ||
+  if (gpu.Zero(*scratch, scratch_words, nullptr) != CUDA_SUCCESS ||
       synchronize(nullptr) != CUDA_SUCCESS) {
-    return "cannot zero the digest sums";
+    return "cannot zero the digest scratch";
   }
   *ring = static_cast<volatile uint64_t*>(host);
   return {};
@@ -170,14 +170,17 @@ GpuDigests::Engine* GpuDigests::EngineForCurrentContext() {
 #if defined(NDT_HAVE_DIGEST_FATBIN)
   gpu = &engine->kernels;
 #endif
-  const std::string why =
-      SetUp(config_.ring_slots, context, gpu, &engine->ring, &engine->ring_device, &engine->sums);
+  const std::string why = SetUp(config_.ring_slots, context, gpu, &engine->ring,
+                                &engine->ring_device, &engine->scratch);
   engine->dead = !why.empty();
   if (engine->dead && config_.device == DigestDevice::kGpu && !said_unavailable_ && log_) {
     said_unavailable_ = true;
     log_("digests on the CPU: the GPU digest kernels cannot run (" + why + ")");
   }
-  if (!engine->dead) engine->busy.assign(config_.ring_slots, 0);
+  if (!engine->dead) {
+    engine->busy.assign(config_.ring_slots, 0);
+    engine->partials_of_slot.assign(config_.ring_slots, -1);
+  }
   engines_.push_back(std::move(engine));
   return engines_.back()->dead ? nullptr : engines_.back().get();
 }
@@ -186,15 +189,43 @@ bool GpuDigests::CollectLocked(Engine& engine, uint32_t slot) {
   const uint64_t ticket = engine.busy[slot];
   if (ticket == 0) return true;
   const volatile uint64_t* out = engine.ring + size_t{slot} * kSlotWords;
-  if (out[2] != ticket) return false;
-  // The kernel wrote lo and hi before the ticket (with a system-wide fence between).
+  if (out[digest_v1::kOutTicket] != ticket) return false;
+  // The kernel wrote the rest before the ticket (with a system-wide fence between).
   std::atomic_thread_fence(std::memory_order_acquire);
   if (auto it = tickets_.find(ticket); it != tickets_.end()) {
-    it->second.arrived = true;
-    it->second.digest = {out[0], out[1]};
+    Ticket& entry = it->second;
+    entry.arrived = true;
+    entry.digest = {out[0], out[1]};
+    if (out[6] == 1) entry.summary = DecodeSummary(out, entry.bytes);
   }
   engine.busy[slot] = 0;
+  if (const int32_t partials = engine.partials_of_slot[slot]; partials >= 0) {
+    engine.free_partials.push_back(static_cast<uint32_t>(partials));
+    engine.partials_of_slot[slot] = -1;
+  }
   return true;
+}
+
+format::NumericSummary GpuDigests::DecodeSummary(const volatile uint64_t* out, uint64_t bytes) {
+  format::NumericSummary summary;
+  summary.count = bytes / sizeof(float);
+  const uint64_t sum_bits = out[2];
+  std::memcpy(&summary.sum, &sum_bits, sizeof summary.sum);
+  const uint64_t keys = out[3];
+  const auto max_key = static_cast<uint32_t>(keys >> 32);
+  if (max_key != 0) {  // some value was finite (no finite value has key 0)
+    const auto as_double = [](uint32_t key) {
+      const uint32_t bits = digest_v1::F32FromKey(key);
+      float value;
+      std::memcpy(&value, &bits, sizeof value);
+      return static_cast<double>(value);
+    };
+    summary.min = as_double(static_cast<uint32_t>(keys));
+    summary.max = as_double(max_key);
+  }
+  summary.nan_count = out[4];
+  summary.inf_count = out[5];
+  return summary;
 }
 
 bool GpuDigests::AliveLocked(Engine& engine) {
@@ -212,65 +243,37 @@ bool GpuDigests::AliveLocked(Engine& engine) {
   return result == CUDA_SUCCESS || result == CUDA_ERROR_NOT_READY;
 }
 
-std::optional<uint64_t> GpuDigests::ReserveStagingLocked(Engine& engine, uint64_t bytes) {
-  if (bytes == 0 || bytes > kStagingBytes) return std::nullopt;
-  if (engine.staging == nullptr) {
-    using HostAllocFn = CUresult (*)(void**, size_t, unsigned);
-    const auto host_alloc = Proc<HostAllocFn>("cuMemHostAlloc");
-    void* host = nullptr;
-    if (engine.staging_failed || host_alloc == nullptr ||
-        host_alloc(&host, kStagingBytes, CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS) {
-      engine.staging_failed = true;
+std::optional<uint64_t> GpuDigests::ReservePartialsLocked(Engine& engine, uint32_t slot) {
+  if (engine.partials == 0) {
+    using AllocFn = CUresult (*)(CUdeviceptr*, size_t);
+    const auto alloc = Proc<AllocFn>("cuMemAlloc");
+    if (engine.partials_failed || alloc == nullptr ||
+        alloc(&engine.partials, size_t{kSummaryEntries} * digest_v1::kMaxGrid * sizeof(double)) !=
+            CUDA_SUCCESS) {
+      engine.partials_failed = true;
+      engine.partials = 0;
       return std::nullopt;
     }
-    engine.staging = static_cast<unsigned char*>(host);
+    for (uint32_t i = kSummaryEntries; i > 0; --i) engine.free_partials.push_back(i - 1);
   }
-  uint64_t offset = 0;
-  if (!engine.spans.empty()) {
-    const uint64_t front = engine.spans.front().offset;
-    const uint64_t end = engine.spans.back().offset + engine.spans.back().bytes;
-    if (engine.spans.back().offset >= front) {  // one run, [front, end): room after it or before
-      if (end + bytes <= kStagingBytes) {
-        offset = end;
-      } else if (bytes <= front) {
-        offset = 0;
-      } else {
-        return std::nullopt;
-      }
-    } else if (end + bytes <= front) {  // wrapped: room between the two runs
-      offset = end;
-    } else {
-      return std::nullopt;
-    }
-  }
-  engine.spans.push_back({offset, bytes, false});
-  return offset;
-}
-
-void GpuDigests::ReleaseStagingLocked(Ticket& ticket) {
-  if (!ticket.staged || ticket.engine == nullptr || ticket.engine->dead) return;
-  ticket.staged = false;
-  auto& spans = ticket.engine->spans;
-  for (auto& span : spans) {
-    if (span.offset == ticket.staged_offset && !span.released) {
-      span.released = true;
-      break;
-    }
-  }
-  while (!spans.empty() && spans.front().released) spans.pop_front();
+  if (engine.free_partials.empty()) return std::nullopt;
+  const uint32_t entry = engine.free_partials.back();
+  engine.free_partials.pop_back();
+  engine.partials_of_slot[slot] = static_cast<int32_t>(entry);
+  return engine.partials + uint64_t{entry} * digest_v1::kMaxGrid * sizeof(double);
 }
 
 std::optional<uint64_t> GpuDigests::Enqueue(uint64_t address, uint64_t bytes, uint64_t stream,
-                                            bool stage) {
+                                            bool summarize_f32) {
   if (!enabled()) return std::nullopt;
   std::unique_lock lock(mutex_);
   if (bytes == 0) {  // nothing to read: the digest of no bytes, at once
     const kernels::Digest128 empty = kernels::DigestV1(nullptr, 0);
     const uint64_t ticket = next_ticket_++;
-    tickets_[ticket] = {nullptr, 0, true, {empty.lo, empty.hi}};
+    tickets_[ticket] = {nullptr, 0, true, {empty.lo, empty.hi}, 0, std::nullopt};
     return ticket;
   }
-  const gpu_time::OwnWork own;  // the set-up memset, the staging copy and the kernels
+  const gpu_time::OwnWork own;  // the set-up kernel and the digest kernel
   Engine* engine = EngineForCurrentContext();
   if (engine == nullptr) return std::nullopt;
   const uint32_t slot = engine->next;
@@ -298,33 +301,17 @@ std::optional<uint64_t> GpuDigests::Enqueue(uint64_t address, uint64_t bytes, ui
   const uint64_t ticket = next_ticket_++;
   engine->busy[slot] = ticket;
   Ticket& entry = tickets_[ticket];
-  entry = {engine, slot, false, {}};
-  if (stage) {
-    if (const std::optional<uint64_t> offset = ReserveStagingLocked(*engine, bytes)) {
-      entry.staged = true;
-      entry.staged_offset = *offset;
-      entry.staged_bytes = bytes;
-    }
-  }
-  const bool staged = entry.staged;
-  unsigned char* const staging = staged ? engine->staging + entry.staged_offset : nullptr;
+  entry = {engine, slot, false, {}, bytes, std::nullopt};
+  // Summaries only of f32 extents (a whole number of floats is not needed: the tail is left out).
+  std::optional<uint64_t> partials;
+  if (summarize_f32 && bytes >= sizeof(float)) partials = ReservePartialsLocked(*engine, slot);
   lock.unlock();
-  if (staged) {
-    // Before the kernels, on the same stream: the bytes are in place when the ticket arrives.
-    using CopyFn = CUresult (*)(void*, CUdeviceptr, size_t, CUstream);
-    static const auto copy = Proc<CopyFn>("cuMemcpyDtoHAsync");
-    if (copy == nullptr ||
-        copy(staging, address, bytes, reinterpret_cast<CUstream>(stream)) != CUDA_SUCCESS) {
-      lock.lock();
-      if (auto it = tickets_.find(ticket); it != tickets_.end()) ReleaseStagingLocked(it->second);
-      lock.unlock();
-    }
-  }
   CUresult result = CUDA_ERROR_NOT_SUPPORTED;
 #if defined(NDT_HAVE_DIGEST_FATBIN)
-  result = engine->kernels.Enqueue(address, bytes, engine->sums + uint64_t{slot} * 16,
-                                   engine->ring_device + uint64_t{slot} * kSlotWords * 8, ticket,
-                                   reinterpret_cast<CUstream>(stream));
+  result = engine->kernels.Enqueue(
+      address, bytes, engine->scratch + uint64_t{slot} * digest_v1::kScratchWords * 8,
+      partials.value_or(0), engine->ring_device + uint64_t{slot} * kSlotWords * 8, ticket,
+      reinterpret_cast<CUstream>(stream));
 #else
   (void)address, (void)stream;
 #endif
@@ -344,7 +331,7 @@ bool GpuDigests::Outstanding(uint64_t ticket) {
   return tickets_.contains(ticket);
 }
 
-GpuDigests::Result GpuDigests::Take(uint64_t ticket, bool wait, const StagedFn& staged) {
+GpuDigests::Result GpuDigests::Take(uint64_t ticket, bool wait) {
   std::unique_lock lock(mutex_);
   const auto start = std::chrono::steady_clock::now();
   auto checked = start;
@@ -355,26 +342,20 @@ GpuDigests::Result GpuDigests::Take(uint64_t ticket, bool wait, const StagedFn& 
     const bool reachable = entry.engine != nullptr && !entry.engine->dead;
     if (!entry.arrived && reachable) CollectLocked(*entry.engine, entry.slot);
     if (entry.arrived) {
-      const Result arrived{State::kArrived, entry.digest};
-      if (entry.staged && staged && !entry.engine->dead) {
-        staged(entry.engine->staging + entry.staged_offset, entry.staged_bytes);
-      }
-      ReleaseStagingLocked(entry);
+      const Result arrived{State::kArrived, entry.digest, entry.summary};
       tickets_.erase(it);
       return arrived;
     }
     if (!reachable) {
-      ReleaseStagingLocked(entry);
       tickets_.erase(it);
       return {};
     }
-    if (!wait) return {State::kPending, {}};
+    if (!wait) return {State::kPending, {}, std::nullopt};
     const auto now = std::chrono::steady_clock::now();
     if (now - checked >= kAliveEvery) {
       checked = now;
       if (!AliveLocked(*entry.engine)) entry.engine->dead = true;
       if (now - start >= kWaitLimit) {
-        // Its bytes may still be written: the staging stays reserved.
         tickets_.erase(it);
         return {};
       }

@@ -1,11 +1,11 @@
 // Digests of device memory computed on the GPU, in stream order, without host synchronisation.
 //
-// A digest is the two digest v1 kernels (kernels/digest_v1_gpu.h) enqueued on the stream of the
-// op whose memory it covers; the finish kernel writes (lo, hi, ticket) into one slot of a ring
-// in mapped pinned host memory. The host learns that a digest is done by seeing its ticket in
+// A digest is one launch of the digest v1 kernel (kernels/digest_v1_gpu.h) on the stream of the
+// op whose memory it covers; its last CTA writes the digest, then its ticket, into one slot of a
+// ring in mapped pinned host memory. The host learns that a digest is done by seeing its ticket in
 // its slot: no synchronisation, no copy. Everything here is the tracer's own: the kernels'
 // module, the ring (cuMemHostAlloc with DEVICEMAP | PORTABLE) and the per-slot device scratch
-// for the sums come from the real driver through its cuGetProcAddress_v2, never through our
+// come from the real driver through its cuGetProcAddress_v2, never through our
 // hooks, so none of it appears in the trace.
 //
 // One engine per context, set up lazily by the first digest asked for while that context is
@@ -18,10 +18,10 @@
 // thread, one per ring's worth of digests at most, and it lasts as long as the GPU needs to
 // reach that digest in its stream.
 //
-// A digest may also stage its bytes: an asynchronous copy, in stream order before the kernels,
-// into a 64 MiB pinned staging area per context (allocated at the first such request), handed
-// to Take when the digest arrives (for the numeric summaries of library extents). The area is
-// used first in, first out; when it has no room the bytes are simply not staged.
+// A digest may also take the f32 summary of its bytes (NaN and infinite counts, min, max, sum;
+// for library extents' reports), computed by the same kernel in the same pass: each summary in
+// flight needs an area for its CTAs' partial sums, one of 256 per context (2.1 MiB of device
+// memory, allocated at the first summary); when none is free the digest goes without.
 //
 // Thread-safe. Never holds its lock across a kernel launch.
 #pragma once
@@ -69,12 +69,12 @@ class GpuDigests {
 
   // Enqueues on `stream` (a handle for the legacy-stream cuLaunchKernel: 0 is the legacy default
   // stream, CU_STREAM_PER_THREAD the calling thread's) the digest of the `bytes` bytes at
-  // `address`, in the context current on this thread; with `stage`, a copy of the bytes too
-  // when the staging area has room. Returns the digest's ticket (never 0), or nullopt when the
+  // `address`, in the context current on this thread; with `summarize_f32`, their f32 summary
+  // too when an area for it is free. Returns the digest's ticket (never 0), or nullopt when the
   // GPU path is off or unavailable here or the launch failed: then digest on the CPU. May wait
   // for the ring (see above). Call with the re-entrancy guard held.
   std::optional<uint64_t> Enqueue(uint64_t address, uint64_t bytes, uint64_t stream,
-                                  bool stage = false);
+                                  bool summarize_f32 = false);
 
   // Whether `ticket` was handed out by Enqueue and not yet taken.
   bool Outstanding(uint64_t ticket);
@@ -83,14 +83,12 @@ class GpuDigests {
   struct Result {
     State state = State::kLost;
     format::Digest digest;
+    std::optional<format::NumericSummary> summary;  // when asked for and taken
   };
   // The digest of `ticket`, removed from the table once arrived or lost. kPending only when
   // `wait` is false. With `wait`, waits until it arrives, or its context reports an error, or 10
-  // s have passed (lost). Lost: never enqueued, or its context is gone or failed. When it
-  // arrived with its bytes staged, `staged(bytes, size)` is called first (the bytes are valid
-  // only during the call).
-  using StagedFn = std::function<void(const unsigned char*, uint64_t)>;
-  Result Take(uint64_t ticket, bool wait, const StagedFn& staged = {});
+  // s have passed (lost). Lost: never enqueued, or its context is gone or failed.
+  Result Take(uint64_t ticket, bool wait);
 
   // Asks every context with digests in flight whether it can still be reached (it answers a
   // stream query without an error) and marks those that cannot dead: their digests are lost.
@@ -108,20 +106,20 @@ class GpuDigests {
     uint32_t slot = 0;
     bool arrived = false;
     format::Digest digest;
-    bool staged = false;  // [staged_offset, + staged_bytes) of engine's staging area
-    uint64_t staged_offset = 0;
-    uint64_t staged_bytes = 0;
+    uint64_t bytes = 0;
+    std::optional<format::NumericSummary> summary;
   };
 
   Engine* EngineForCurrentContext();  // lock held
   // Copies slot `slot`'s digest out if its ticket has arrived; frees the slot. Lock held.
   bool CollectLocked(Engine& engine, uint32_t slot);
+  // The summary in ring slot `out` of a digest of `bytes` bytes.
+  static format::NumericSummary DecodeSummary(const volatile uint64_t* out, uint64_t bytes);
   // Whether `engine`'s context can still be reached. Lock held.
   bool AliveLocked(Engine& engine);
-  // Room for `bytes` in `engine`'s staging area (allocated on first use): its offset. Lock held.
-  std::optional<uint64_t> ReserveStagingLocked(Engine& engine, uint64_t bytes);
-  // Gives back `ticket`'s staged bytes, if any (not when its context is dead). Lock held.
-  void ReleaseStagingLocked(Ticket& ticket);
+  // An area for the partial sums of slot `slot`'s summary (the areas allocated on first use),
+  // given back when the slot's digest is collected. Lock held.
+  std::optional<uint64_t> ReservePartialsLocked(Engine& engine, uint32_t slot);
 
   const GpuDigestConfig config_;
   const std::function<void(const std::string&)> log_;

@@ -1115,18 +1115,14 @@ void Session::DrainHeldLocked(size_t keep) {
     uint64_t lost = 0;
     while (!head.tickets.empty()) {
       const uint64_t ticket = head.tickets.back();
-      std::optional<format::NumericSummary> summary;
-      const GpuDigests::Result result =
-          gpu_.Take(ticket, wait, [&](const unsigned char* bytes, uint64_t size) {
-            summary = SummarizeF32Values(bytes, size);
-          });
+      const GpuDigests::Result result = gpu_.Take(ticket, wait);
       if (result.state == GpuDigests::State::kPending) return;
       ForEachDigest(head.record, [&](std::vector<format::BufferDigest>& digests) {
         for (auto it = digests.begin(); it != digests.end(); ++it) {
           if (it->digest.lo != ticket || it->digest.hi != 0) continue;
           if (result.state == GpuDigests::State::kArrived) {
             it->digest = result.digest;
-            if (summary) it->summary = *summary;
+            if (result.summary) it->summary = *result.summary;
           } else {
             digests.erase(it);
             ++lost;

@@ -5,12 +5,16 @@
 //
 // Checks the test vectors of formats/README.md and random buffers of many sizes, at offsets
 // 0, 1 and 8 bytes from an allocation's start, with several grid and block sizes: every digest
-// must equal DigestV1 of the same bytes. Exit 0 all equal, 1 a mismatch, 77 no usable driver
-// or device (skip).
+// must equal DigestV1 of the same bytes, and every f32 summary taken with it (each other launch)
+// the host's: the same counts, min and max, and a sum within rounding of the host's (the GPU
+// adds in another order); the same buffer summarised twice gives the same sum, bit for bit. Exit 0
+// all equal, 1 a mismatch, 77 no usable driver or device (skip).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -18,6 +22,7 @@
 #include <vector>
 
 #include "kernels/digest_v1.h"
+#include "kernels/digest_v1_core.h"
 #include "kernels/digest_v1_gpu.h"
 
 namespace {
@@ -32,6 +37,37 @@ Fn Proc(ndt::kernels::DigestV1Gpu::GetProcAddressFn get_proc, const char* name) 
     return nullptr;
   }
   return reinterpret_cast<Fn>(fn);
+}
+
+namespace digest = ndt::kernels::digest_v1;
+
+// The summary as the kernel defines it (digest_v1_core.h), added up in element order.
+struct Summary {
+  uint64_t nan = 0, inf = 0;
+  uint32_t min_key = 0xffffffffu, max_key = 0;
+  double sum = 0, sum_abs = 0;
+};
+
+Summary HostSummary(const std::vector<unsigned char>& bytes) {
+  Summary summary;
+  for (size_t i = 0; i + 4 <= bytes.size(); i += 4) {
+    uint32_t bits;
+    std::memcpy(&bits, bytes.data() + i, 4);
+    const int kind = digest::F32Class(bits);
+    if (kind == 1) {
+      ++summary.nan;
+    } else if (kind == 2) {
+      ++summary.inf;
+    } else {
+      summary.min_key = std::min(summary.min_key, digest::F32Key(bits));
+      summary.max_key = std::max(summary.max_key, digest::F32Key(bits));
+      float value;
+      std::memcpy(&value, &bits, 4);
+      summary.sum += value;
+      summary.sum_abs += std::fabs(value);
+    }
+  }
+  return summary;
 }
 
 }  // namespace
@@ -70,9 +106,12 @@ int main() {
   }
 
   constexpr size_t kMaxBytes = (64u << 20) + 8 + 5;
-  CUdeviceptr buffer = 0, sums = 0, out = 0;
-  if (alloc(&buffer, kMaxBytes) != CUDA_SUCCESS || alloc(&sums, 16) != CUDA_SUCCESS ||
-      alloc(&out, 24) != CUDA_SUCCESS || memset(sums, 0, 16) != CUDA_SUCCESS) {
+  CUdeviceptr buffer = 0, scratch = 0, partials = 0, out = 0;
+  constexpr size_t kScratchBytes = digest::kScratchWords * 8;
+  if (alloc(&buffer, kMaxBytes) != CUDA_SUCCESS || alloc(&scratch, kScratchBytes) != CUDA_SUCCESS ||
+      alloc(&partials, digest::kMaxGrid * sizeof(double)) != CUDA_SUCCESS ||
+      alloc(&out, digest::kOutWords * 8) != CUDA_SUCCESS ||
+      memset(scratch, 0, kScratchBytes) != CUDA_SUCCESS) {
     std::printf("error: cannot allocate device memory\n");
     return 1;
   }
@@ -113,25 +152,54 @@ int main() {
       }
       const ndt::kernels::Digest128 expected =
           ndt::kernels::DigestV1(c.bytes.data(), c.bytes.size());
-      for (auto [grid, block] :
-           {std::pair{0u, 256u}, std::pair{1u, 32u}, std::pair{7u, 96u}, std::pair{528u, 1024u}}) {
+      const Summary host_summary = HostSummary(c.bytes);
+      double first_sum = 0;
+      bool summarised_once = false;
+      for (auto [grid, block] : {std::pair{0u, 256u}, std::pair{1u, 32u}, std::pair{7u, 96u},
+                                 std::pair{528u, 1024u}, std::pair{0u, 256u}}) {
+        const bool summarise = ticket % 2 == 0;
         ++ticket;
-        CUresult status =
-            gpu.Enqueue(buffer + offset, c.bytes.size(), sums, out, ticket, nullptr, grid, block);
+        CUresult status = gpu.Enqueue(buffer + offset, c.bytes.size(), scratch,
+                                      summarise ? partials : 0, out, ticket, nullptr, grid, block);
         if (status == CUDA_SUCCESS) status = synchronize(nullptr);
         if (status != CUDA_SUCCESS) {
-          std::printf("error: the digest kernels failed with CUresult %d (%s, offset %zu)\n",
+          std::printf("error: the digest kernel failed with CUresult %d (%s, offset %zu)\n",
                       static_cast<int>(status), c.name.c_str(), offset);
           return 1;
         }
-        unsigned long long result[3] = {};
+        unsigned long long result[digest::kOutWords] = {};
         to_host(result, out, sizeof(result));
         ++checked;
-        if (result[0] != expected.lo || result[1] != expected.hi || result[2] != ticket) {
+        if (result[0] != expected.lo || result[1] != expected.hi ||
+            result[digest::kOutTicket] != ticket || result[6] != (summarise ? 1u : 0u)) {
           ++failures;
           std::printf("MISMATCH %s offset %zu grid %u block %u: gpu %016llx%016llx cpu %s\n",
                       c.name.c_str(), offset, grid, block, result[0], result[1],
                       ndt::kernels::ToHex(expected).c_str());
+          continue;
+        }
+        if (!summarise) continue;
+        double sum;
+        std::memcpy(&sum, &result[2], sizeof sum);
+        const bool counts =
+            result[4] == host_summary.nan && result[5] == host_summary.inf &&
+            result[3] == (host_summary.min_key | static_cast<uint64_t>(host_summary.max_key) << 32);
+        const bool close = std::fabs(sum - host_summary.sum) <= 1e-8 * host_summary.sum_abs;
+        // The same grid gives the same order: the 1st and 5th launches (both grid 0) agree.
+        const bool repeatable = !summarised_once || grid != 0 || sum == first_sum;
+        if (grid == 0 && !summarised_once) {
+          first_sum = sum;
+          summarised_once = true;
+        }
+        if (!counts || !close || !repeatable) {
+          ++failures;
+          std::printf(
+              "SUMMARY MISMATCH %s offset %zu grid %u block %u: gpu nan %llu inf %llu keys "
+              "%016llx sum %.17g; cpu nan %llu inf %llu keys %08x%08x sum %.17g\n",
+              c.name.c_str(), offset, grid, block, result[4], result[5], result[3], sum,
+              static_cast<unsigned long long>(host_summary.nan),
+              static_cast<unsigned long long>(host_summary.inf), host_summary.max_key,
+              host_summary.min_key, host_summary.sum);
         }
       }
     }

@@ -567,7 +567,7 @@ TEST_CASE("mapped pinned host memory is reachable by kernels and copies in strea
   const auto device_pointer = Get<PFN_cuMemHostGetDevicePointer_v3020>("cuMemHostGetDevicePointer");
   const auto free_host = Get<PFN_cuMemFreeHost_v2000>("cuMemFreeHost");
   void* host = nullptr;
-  REQUIRE(host_alloc(&host, 64, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) ==
+  REQUIRE(host_alloc(&host, 128, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) ==
           CUDA_SUCCESS);
   CUdeviceptr mapped = 0;
   REQUIRE(device_pointer(&mapped, host, 0) == CUDA_SUCCESS);
@@ -584,15 +584,15 @@ TEST_CASE("mapped pinned host memory is reachable by kernels and copies in strea
   const std::vector<std::uint64_t> image = FakeFatbin();
   CUmodule module = nullptr;
   REQUIRE(api.cuModuleLoadData(&module, image.data()) == CUDA_SUCCESS);
-  CUfunction finish = nullptr;
-  REQUIRE(api.cuModuleGetFunction(&finish, module, "ndt_digest_v1_finish") == CUDA_SUCCESS);
-  DeviceBuffer sums(16);
-  unsigned long long bytes = 0, ticket = 42;
-  CUdeviceptr out = mapped + 32;
-  void* params[] = {&sums.address, &bytes, &out, &ticket};
-  REQUIRE(api.cuLaunchKernel(finish, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr) ==
+  CUfunction digest = nullptr;
+  REQUIRE(api.cuModuleGetFunction(&digest, module, "ndt_digest_v1") == CUDA_SUCCESS);
+  DeviceBuffer scratch(64);
+  unsigned long long bytes = 0, partials = 0, ticket = 42;
+  CUdeviceptr out = mapped + 64;
+  void* params[] = {&source.address, &bytes, &scratch.address, &partials, &out, &ticket};
+  REQUIRE(api.cuLaunchKernel(digest, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr) ==
           CUDA_SUCCESS);
-  CHECK(static_cast<const uint64_t*>(host)[6] == 42);
+  CHECK(static_cast<const uint64_t*>(host)[8 + 7] == 42);
   CHECK(api.cuModuleUnload(module) == CUDA_SUCCESS);
 
   // Each kind of memory is freed by its own call only.

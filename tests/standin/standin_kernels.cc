@@ -211,12 +211,11 @@ bool RunGatherRows(const LaunchGeometry&, const KernelArgs& args) {
 }
 
 // ndtrace's own digest kernels (kernels/digest_v1.cu), so that the code launching them runs on
-// the stand-in too. ndt_digest_v1_blocks(data, bytes, sums): sums[0..1] += the terms of every
-// block (the whole grid's work; the sum does not depend on how a GPU splits it).
-// ndt_digest_v1_finish(sums, bytes, out, ticket): out = digest, ticket; sums = 0.
-// ndt_digest_v1_zero(words, count): words[0..count) = 0.
-constexpr ParamSlot kDigestBlocksParams[] = {{0, 8}, {8, 8}, {16, 8}};
-constexpr ParamSlot kDigestFinishParams[] = {{0, 8}, {8, 8}, {16, 8}, {24, 8}};
+// the stand-in too. ndt_digest_v1(data, bytes, scratch, partials, out, ticket): out = the digest
+// of the bytes and, when partials is not 0, their f32 summary (the whole grid's work at once, so
+// the scratch stays zero; the sum in element order, where a GPU adds in its own fixed order),
+// then the ticket. ndt_digest_v1_zero(words, count): words[0..count) = 0.
+constexpr ParamSlot kDigestParams[] = {{0, 8}, {8, 8}, {16, 8}, {24, 8}, {32, 8}, {40, 8}};
 constexpr ParamSlot kDigestZeroParams[] = {{0, 8}, {8, 8}};
 
 bool RunDigestZero(const LaunchGeometry&, const KernelArgs& args) {
@@ -227,12 +226,20 @@ bool RunDigestZero(const LaunchGeometry&, const KernelArgs& args) {
   return true;
 }
 
-bool RunDigestBlocks(const LaunchGeometry&, const KernelArgs& args) {
+bool RunDigest(const LaunchGeometry&, const KernelArgs& args) {
   namespace digest = ndt::kernels::digest_v1;
   const auto bytes = args.Value<std::uint64_t>(1);
   const auto* data = bytes == 0 ? nullptr : args.DeviceArray<const unsigned char>(0, bytes);
-  std::uint64_t* sums = args.DeviceArray<std::uint64_t>(2, 2);
-  if ((bytes != 0 && data == nullptr) || sums == nullptr) return false;
+  const bool summarize = args.Value<std::uint64_t>(3) != 0;
+  std::uint64_t* out = args.DeviceArray<std::uint64_t>(4, digest::kOutWords);
+  if ((bytes != 0 && data == nullptr) ||
+      args.DeviceArray<std::uint64_t>(2, digest::kScratchWords) == nullptr || out == nullptr ||
+      (summarize && args.DeviceArray<double>(3, digest::kMaxGrid) == nullptr)) {
+    return false;
+  }
+  std::uint64_t sums[2] = {0, 0}, nan = 0, inf = 0;
+  std::uint32_t min_key = 0xffffffffu, max_key = 0;
+  double sum = 0;
   for (std::uint64_t j = 0; j < (bytes + 15) / 16; ++j) {
     std::uint64_t a = 0, b = 0;
     if (16 * j + 16 <= bytes) {  // a whole block: its two little-endian words, as the GPU loads
@@ -243,20 +250,34 @@ bool RunDigestBlocks(const LaunchGeometry&, const KernelArgs& args) {
     }
     sums[0] += digest::Term(0, a, b, j);
     sums[1] += digest::Term(1, a, b, j);
+    if (!summarize) continue;
+    const std::uint32_t floats[4] = {
+        static_cast<std::uint32_t>(a), static_cast<std::uint32_t>(a >> 32),
+        static_cast<std::uint32_t>(b), static_cast<std::uint32_t>(b >> 32)};
+    for (std::uint64_t k = 0; k < 4 && 16 * j + 4 * k + 4 <= bytes; ++k) {
+      const int kind = digest::F32Class(floats[k]);
+      if (kind == 1) {
+        ++nan;
+      } else if (kind == 2) {
+        ++inf;
+      } else {
+        const std::uint32_t key = digest::F32Key(floats[k]);
+        min_key = std::min(min_key, key);
+        max_key = std::max(max_key, key);
+        float value;
+        std::memcpy(&value, &floats[k], sizeof value);
+        sum += value;
+      }
+    }
   }
-  return true;
-}
-
-bool RunDigestFinish(const LaunchGeometry&, const KernelArgs& args) {
-  namespace digest = ndt::kernels::digest_v1;
-  std::uint64_t* sums = args.DeviceArray<std::uint64_t>(0, 2);
-  const auto bytes = args.Value<std::uint64_t>(1);
-  std::uint64_t* out = args.DeviceArray<std::uint64_t>(2, 3);
-  if (sums == nullptr || out == nullptr) return false;
   out[0] = digest::Finish(0, sums[0], bytes);
   out[1] = digest::Finish(1, sums[1], bytes);
-  out[2] = args.Value<std::uint64_t>(3);
-  sums[0] = sums[1] = 0;
+  std::memcpy(&out[2], &sum, sizeof sum);
+  out[3] = min_key | static_cast<std::uint64_t>(max_key) << 32;
+  out[4] = nan;
+  out[5] = inf;
+  out[6] = summarize ? 1 : 0;
+  out[digest::kOutTicket] = args.Value<std::uint64_t>(5);
   return true;
 }
 
@@ -462,8 +483,7 @@ constexpr HostKernel kHostKernels[] = {
     {"_Z7RacySumPKfPfii", kRacySumParams, RunRacySum},
     {"_Z11ScaleOffsetPjjji", kScaleOffsetParams, RunScaleOffset},
     {"_Z4StepPfif", kStepParams, RunStep},
-    {"ndt_digest_v1_blocks", kDigestBlocksParams, RunDigestBlocks},
-    {"ndt_digest_v1_finish", kDigestFinishParams, RunDigestFinish},
+    {"ndt_digest_v1", kDigestParams, RunDigest},
     {"ndt_digest_v1_zero", kDigestZeroParams, RunDigestZero},
     {"_Z11DropoutLikeN2at15PhiloxCudaStateEPKfPfi", kDropoutLikeParams, RunDropoutLike},
     {"_Z4FillPlli", kFillParams, RunFill},

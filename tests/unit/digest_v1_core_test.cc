@@ -14,7 +14,7 @@ namespace {
 
 namespace core = ndt::kernels::digest_v1;
 
-// What ndt_digest_v1_blocks + ndt_digest_v1_finish compute, thread by thread.
+// What ndt_digest_v1 computes for the digest, thread by thread.
 ndt::kernels::Digest128 KernelOnHost(const unsigned char* data, uint64_t bytes, uint64_t grid,
                                      uint64_t block) {
   const uint64_t blocks = (bytes + 15) / 16;
