@@ -169,6 +169,7 @@ bool WorkOf(format::GpuActivityKind activity, format::OpKind op) {
 struct Owners {
   std::optional<uint64_t> token;
   std::optional<uint64_t> library_op;
+  bool own = false;  // ndtrace's own work (OwnWork): GPU time of no op
 };
 
 struct State {
@@ -179,8 +180,10 @@ struct State {
   int64_t offset_ns = 0;  // trace clock minus CUPTI's
   std::unordered_map<uint32_t, Owners> owners;  // by correlation id
   std::deque<uint32_t> owner_order;             // oldest first, to bound `owners`
-  // Activities whose correlation record has not arrived yet (another buffer).
-  std::vector<std::pair<uint32_t, format::GpuActivityRecord>> unmatched;
+  // Activities whose correlation record has not arrived yet (another buffer), by correlation
+  // id; `unmatched_order` holds their ids oldest first (an id once per activity), to bound them.
+  std::unordered_multimap<uint32_t, format::GpuActivityRecord> unmatched;
+  std::deque<uint32_t> unmatched_order;
   // What CUPTI delivered, for the closing note: activities, those tied to an op, correlation
   // records naming an op of ndtrace's, API records.
   uint64_t activities = 0;
@@ -210,6 +213,10 @@ void CUPTIAPI RequestBuffer(uint8_t** buffer, size_t* size, size_t* max_records)
 // work by a call ndtrace does not record (the stand-in's host computations) leaves the token of
 // the thread's next op, made after the library call returned.
 void TieLocked(State& s, const Owners& owners, format::GpuActivityRecord record) {
+  if (owners.own) {
+    if (s.session != nullptr) s.session->Append(format::Record(record));
+    return;
+  }
   if (owners.token) {
     if (std::optional<TokenOp> op = OpOfToken(*owners.token);
         op && WorkOf(record.kind, op->kind) &&
@@ -226,7 +233,18 @@ void AppendLocked(State& s, uint32_t correlation, format::GpuActivityRecord reco
   ++s.activities;
   const auto owner = s.owners.find(correlation);
   if (owner == s.owners.end()) {
-    if (s.unmatched.size() < kUnmatchedKept) s.unmatched.emplace_back(correlation, record);
+    if (s.unmatched_order.size() >= kUnmatchedKept) {
+      // The oldest waited long enough: its correlation record is not coming (CUPTI writes it
+      // before the activity's API record, so within a buffer or two). Kept, tied to no op.
+      const uint32_t oldest = s.unmatched_order.front();
+      s.unmatched_order.pop_front();
+      if (auto it = s.unmatched.find(oldest); it != s.unmatched.end()) {
+        if (s.session != nullptr) s.session->Append(format::Record(it->second));
+        s.unmatched.erase(it);
+      }
+    }
+    s.unmatched.emplace(correlation, record);
+    s.unmatched_order.push_back(correlation);
     return;
   }
   TieLocked(s, owner->second, record);
@@ -244,21 +262,23 @@ void SetOwnerLocked(State& s, uint32_t correlation, CUpti_ExternalCorrelationKin
       s.owner_order.pop_front();
     }
   }
-  (kind == kLibraryKind ? it->second.library_op : it->second.token) = id;
-  for (size_t i = 0; i < s.unmatched.size();) {
-    if (s.unmatched[i].first != correlation) {
-      ++i;
-      continue;
-    }
-    TieLocked(s, it->second, s.unmatched[i].second);
-    s.unmatched.erase(s.unmatched.begin() + static_cast<std::ptrdiff_t>(i));
+  if (kind == kDriverKind && id == kOwnWork) {
+    it->second.own = true;
+  } else {
+    (kind == kLibraryKind ? it->second.library_op : it->second.token) = id;
   }
+  // Constant time per correlation record: CUPTI writes one for every API call made with a token
+  // pushed, which is every call (an earlier linear scan of up to 65,536 waiting activities made
+  // a library-heavy program's recording take minutes on the H200).
+  const auto [first, last] = s.unmatched.equal_range(correlation);
+  for (auto waiting = first; waiting != last; ++waiting) TieLocked(s, it->second, waiting->second);
+  s.unmatched.erase(first, last);  // their ids stay in unmatched_order, found there no more
 }
 
 void NoteOwnerLocked(State& s, const CUpti_ActivityExternalCorrelation& c) {
   if (c.externalKind != kDriverKind && c.externalKind != kLibraryKind) return;
-  if (c.externalKind == kDriverKind && c.externalId == kOwnWork) return;
-  ++s.correlations;
+  // ndtrace's own work is noted too: its activities are then kept at once, tied to no op.
+  if (c.externalKind != kDriverKind || c.externalId != kOwnWork) ++s.correlations;
   SetOwnerLocked(s, c.correlationId, c.externalKind, c.externalId);
 }
 
@@ -455,6 +475,7 @@ void Stop(bool flush) {
     if (s.session != nullptr) s.session->Append(format::Record(record));
   }
   s.unmatched.clear();
+  s.unmatched_order.clear();
   if (s.session != nullptr && s.activities > 0) {
     // How many activities found their op, and what CUPTI wrote to tie them: the first thing
     // to read when GPU time is shown as no op's (tracer/README.md, "GPU time").
@@ -495,6 +516,7 @@ void ForgetAfterFork() {
   new (&s.mutex) std::mutex();
   s.session = nullptr;
   s.unmatched.clear();
+  s.unmatched_order.clear();
   s.owners.clear();
   s.owner_order.clear();
   s.activities = s.tied = s.correlations = s.api_records = 0;
