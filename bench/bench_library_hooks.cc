@@ -284,7 +284,12 @@ int main(int argc, char** argv) {
   }
   std::vector<std::map<std::string, Result>> results;
   for (const Config& config : kConfigs) {
+    // Each configuration's time on stderr as it ends: where a run cut short by a time limit
+    // got to (the table comes only at the end).
+    const Clock::time_point start = Clock::now();
     results.push_back(Measure(argv[0], calls, gap_ns, config));
+    std::fprintf(stderr, "bench_library_hooks: %s took %.2f s\n", config.label,
+                 std::chrono::duration<double>(Clock::now() - start).count());
   }
   const auto& plain = results[0];
   std::printf(

@@ -674,13 +674,13 @@ if wants overhead; then
     for variant in untraced defaults no-library-digests no-python no-gpu-time metadata; do
       case "$variant" in
         untraced) command=("$python" conv_net.py --cudnn-deterministic) ;;
-        defaults) command=("$ndtrace" record --quiet -o "$work/overhead.ndt" --) ;;
+        defaults) command=("$ndtrace" record --quiet -o "$work/overhead-$variant.ndt" --) ;;
         no-library-digests) command=(env NDTRACE_LIBRARY_DIGESTS=0 "$ndtrace" record --quiet
-          -o "$work/overhead.ndt" --) ;;
-        no-python) command=("$ndtrace" record --quiet --no-python -o "$work/overhead.ndt" --) ;;
-        no-gpu-time) command=("$ndtrace" record --quiet --no-gpu-time -o "$work/overhead.ndt" --) ;;
+          -o "$work/overhead-$variant.ndt" --) ;;
+        no-python) command=("$ndtrace" record --quiet --no-python -o "$work/overhead-$variant.ndt" --) ;;
+        no-gpu-time) command=("$ndtrace" record --quiet --no-gpu-time -o "$work/overhead-$variant.ndt" --) ;;
         metadata) command=(env NDTRACE_LIBRARY_DIGESTS=0 "$ndtrace" record --quiet --no-python
-          --no-gpu-time --no-exit-digest -o "$work/overhead.ndt" --) ;;
+          --no-gpu-time --no-exit-digest -o "$work/overhead-$variant.ndt" --) ;;
       esac
       [ "$variant" = untraced ] || command+=("$python" conv_net.py --cudnn-deterministic)
       run 180 '^step_ms|^checksum|Error' "${command[@]}"
