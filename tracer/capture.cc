@@ -131,7 +131,7 @@ std::vector<std::byte> ReadExtent(const Extent& extent, std::string* error) {
     *error = "missing: larger than 1 GiB";
   } else {
     std::vector<std::byte> bytes(extent.bytes);
-    const gpu_time::OwnWork own;
+    const gpu_time::OwnWork own(gpu_time::OwnWork::Work::kHostCopies);
     if (copy(bytes.data(), extent.address, extent.bytes) == CUDA_SUCCESS) return bytes;
     *error = "missing: the device memory could not be read";
   }

@@ -273,7 +273,7 @@ std::optional<uint64_t> GpuDigests::Enqueue(uint64_t address, uint64_t bytes, ui
     tickets_[ticket] = {nullptr, 0, true, {empty.lo, empty.hi}, 0, std::nullopt};
     return ticket;
   }
-  const gpu_time::OwnWork own;  // the set-up kernel and the digest kernel
+  const gpu_time::OwnWork own(gpu_time::OwnWork::Work::kKernels);  // set-up and digest kernels
   Engine* engine = EngineForCurrentContext();
   if (engine == nullptr) return std::nullopt;
   const uint32_t slot = engine->next;

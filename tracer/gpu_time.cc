@@ -33,8 +33,12 @@ struct ThreadTokens {
   std::atomic<bool> first_unannounced{false};
   uint64_t first_op_cupti_ns = 0;
   std::atomic<uint64_t> ring[kRingSize] = {};
-  // Per ring entry: the library op the op was made inside, plus one (0: none).
+  // Per ring entry: the library op the op was made inside, plus one (0: none), with kOwnNear
+  // and kToHost.
   std::atomic<uint64_t> around[kRingSize] = {};
+  // ndtrace made copies of its own since the thread's last op began (OwnWork): the next op is
+  // marked kOwnNear.
+  bool own_pending = false;
 };
 
 namespace {
@@ -122,10 +126,21 @@ ThreadTokens* ThisThread() {
   return made;
 }
 
+// In a ring entry's `around`: ndtrace copied device memory to the host (OwnWork: CPU-path
+// digests, captures, Philox reads) just before or after the op. Such a copy made inside the
+// program's runtime call carries that call's correlation id, so the token of the op the call
+// began with: a device-to-pageable-host copy of such an op is taken for ndtrace's own.
+constexpr uint64_t kOwnNear = uint64_t{1} << 63;
+// In `around`: the op copies to host memory; a copy to pageable memory tied to it is its own.
+constexpr uint64_t kToHost = uint64_t{1} << 62;
+constexpr uint64_t kAroundFlags = kOwnNear | kToHost;
+
 struct TokenOp {
   uint64_t sequence = 0;
   format::OpKind kind = format::OpKind::kOther;
   std::optional<uint64_t> around;  // the library op it was made inside
+  bool own_near = false;           // kOwnNear
+  bool to_host = false;            // kToHost
 };
 
 // The op a token names, if its thread's ring still holds it.
@@ -143,7 +158,9 @@ std::optional<TokenOp> OpOfToken(uint64_t token) {
   if (t->ring[index].load(std::memory_order_acquire) != entry) return std::nullopt;
   TokenOp op{entry & kSequenceMask, static_cast<format::OpKind>((entry >> kSequenceBits) & 0xF),
              std::nullopt};
-  if (around != 0) op.around = around - 1;
+  if ((around & ~kAroundFlags) != 0) op.around = (around & ~kAroundFlags) - 1;
+  op.own_near = (around & kOwnNear) != 0;
+  op.to_host = (around & kToHost) != 0;
   return op;
 }
 
@@ -166,6 +183,12 @@ bool WorkOf(format::GpuActivityKind activity, format::OpKind op) {
 
 // What was pushed when one CUPTI correlation id's API call began: a driver op's token, a library
 // op's sequence.
+// An activity as it waits for its correlation record.
+struct Pending {
+  format::GpuActivityRecord record;
+  bool host_copy = false;  // a copy from the device to pageable host memory
+};
+
 struct Owners {
   std::optional<uint64_t> token;
   std::optional<uint64_t> library_op;
@@ -182,7 +205,7 @@ struct State {
   std::deque<uint32_t> owner_order;             // oldest first, to bound `owners`
   // Activities whose correlation record has not arrived yet (another buffer), by correlation
   // id; `unmatched_order` holds their ids oldest first (an id once per activity), to bound them.
-  std::unordered_multimap<uint32_t, format::GpuActivityRecord> unmatched;
+  std::unordered_multimap<uint32_t, Pending> unmatched;
   std::deque<uint32_t> unmatched_order;
   // What CUPTI delivered, for the closing note: activities, those tied to an op, correlation
   // records naming an op of ndtrace's, API records.
@@ -212,7 +235,8 @@ void CUPTIAPI RequestBuffer(uint8_t** buffer, size_t* size, size_t* max_records)
 // to a driver op only when that op was made inside the same library call: a library that starts
 // work by a call ndtrace does not record (the stand-in's host computations) leaves the token of
 // the thread's next op, made after the library call returned.
-void TieLocked(State& s, const Owners& owners, format::GpuActivityRecord record) {
+void TieLocked(State& s, const Owners& owners, const Pending& pending) {
+  format::GpuActivityRecord record = pending.record;
   if (owners.own) {
     if (s.session != nullptr) s.session->Append(format::Record(record));
     return;
@@ -221,6 +245,11 @@ void TieLocked(State& s, const Owners& owners, format::GpuActivityRecord record)
     if (std::optional<TokenOp> op = OpOfToken(*owners.token);
         op && WorkOf(record.kind, op->kind) &&
         (!owners.library_op || op->around == owners.library_op)) {
+      // ndtrace's copy, in the program's runtime call.
+      if (pending.host_copy && op->own_near && !op->to_host) {
+        if (s.session != nullptr) s.session->Append(format::Record(record));
+        return;
+      }
       record.op_sequence = op->sequence;
     }
   }
@@ -229,7 +258,7 @@ void TieLocked(State& s, const Owners& owners, format::GpuActivityRecord record)
   if (s.session != nullptr) s.session->Append(format::Record(record));
 }
 
-void AppendLocked(State& s, uint32_t correlation, format::GpuActivityRecord record) {
+void AppendLocked(State& s, uint32_t correlation, const Pending& record) {
   ++s.activities;
   const auto owner = s.owners.find(correlation);
   if (owner == s.owners.end()) {
@@ -239,7 +268,7 @@ void AppendLocked(State& s, uint32_t correlation, format::GpuActivityRecord reco
       const uint32_t oldest = s.unmatched_order.front();
       s.unmatched_order.pop_front();
       if (auto it = s.unmatched.find(oldest); it != s.unmatched.end()) {
-        if (s.session != nullptr) s.session->Append(format::Record(it->second));
+        if (s.session != nullptr) s.session->Append(format::Record(it->second.record));
         s.unmatched.erase(it);
       }
     }
@@ -345,19 +374,23 @@ void CUPTIAPI CompleteBuffer(CUcontext, uint32_t, uint8_t* buffer, size_t, size_
             if (s.session != nullptr) s.session->Append(format::Record(activity));
             break;
           }
-          AppendLocked(s, k->correlationId, activity);
+          AppendLocked(s, k->correlationId, {activity});
           break;
         }
         case CUPTI_ACTIVITY_KIND_MEMCPY: {
           const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-          AppendLocked(s, m->correlationId,
-                       Activity(s, format::GpuActivityKind::kMemcpy, m->start, m->end, m->streamId));
+          AppendLocked(
+              s, m->correlationId,
+              {Activity(s, format::GpuActivityKind::kMemcpy, m->start, m->end, m->streamId),
+               m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH &&
+                   m->dstKind == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE});
           break;
         }
         case CUPTI_ACTIVITY_KIND_MEMSET: {
           const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
-          AppendLocked(s, m->correlationId,
-                       Activity(s, format::GpuActivityKind::kMemset, m->start, m->end, m->streamId));
+          AppendLocked(
+              s, m->correlationId,
+              {Activity(s, format::GpuActivityKind::kMemset, m->start, m->end, m->streamId)});
           break;
         }
         default:
@@ -471,8 +504,8 @@ void Stop(bool flush) {
     return;  // CUPTI's thread holds it, perhaps stopped by the same signal
   }
   // What never met its correlation record is still GPU time: kept, tied to no op.
-  for (auto& [correlation, record] : s.unmatched) {
-    if (s.session != nullptr) s.session->Append(format::Record(record));
+  for (auto& [correlation, pending] : s.unmatched) {
+    if (s.session != nullptr) s.session->Append(format::Record(pending.record));
   }
   s.unmatched.clear();
   s.unmatched_order.clear();
@@ -523,7 +556,7 @@ void ForgetAfterFork() {
   g_tokens_pushed.store(false, std::memory_order_relaxed);  // the parent's: never popped here
 }
 
-DriverScope::DriverScope(std::optional<uint64_t> sequence, format::OpKind kind) {
+DriverScope::DriverScope(std::optional<uint64_t> sequence, format::OpKind kind, bool to_host) {
   State& s = Get();
   if (!s.active.load(std::memory_order_relaxed)) {
     PopToken();  // GPU times stopped: a profiler that took CUPTI over sees none of ndtrace's ids
@@ -534,7 +567,10 @@ DriverScope::DriverScope(std::optional<uint64_t> sequence, format::OpKind kind) 
   if (t == nullptr) return;
   const uint64_t count = t->next;
   const std::optional<uint64_t> around = Session::OpenOpAround(*sequence);
-  t->around[count % kRingSize].store(around ? *around + 1 : 0, std::memory_order_relaxed);
+  t->around[count % kRingSize].store(
+      (around ? *around + 1 : 0) | (t->own_pending ? kOwnNear : 0) | (to_host ? kToHost : 0),
+      std::memory_order_relaxed);
+  t->own_pending = false;
   t->ring[count % kRingSize].store(((count & kLapMask) << (kSequenceBits + 4)) |
                                        (static_cast<uint64_t>(kind) << kSequenceBits) |
                                        (*sequence & kSequenceMask),
@@ -574,10 +610,17 @@ LibraryScope::~LibraryScope() {
   Get().cupti.pop(kLibraryKind, &popped);
 }
 
-OwnWork::OwnWork() {
+OwnWork::OwnWork(Work work) {
   State& s = Get();
   if (!s.active.load(std::memory_order_relaxed)) return;
   pushed_ = s.cupti.push(kDriverKind, kOwnWork) == CUPTI_SUCCESS;
+  if (work != Work::kHostCopies) return;
+  // Marks the ops these copies may be made beside (kOwnNear): the thread's last op (its digests
+  // after the call) and its next (before the call). Only this thread writes these.
+  if (ThreadTokens* t = TlsRef(t_tokens); t != nullptr) {
+    t->own_pending = true;
+    if (t->next > 0) t->around[(t->next - 1) % kRingSize].fetch_or(kOwnNear);
+  }
 }
 
 OwnWork::~OwnWork() {

@@ -59,7 +59,9 @@ bool Active();
 // ends. Nothing when GPU times are off or there is no op.
 class DriverScope {
  public:
-  DriverScope(std::optional<uint64_t> sequence, format::OpKind kind);
+  // `to_host`: the op copies to host memory (its own copy to pageable memory is then never
+  // taken for ndtrace's: OwnWork).
+  DriverScope(std::optional<uint64_t> sequence, format::OpKind kind, bool to_host = false);
   ~DriverScope();
   DriverScope(const DriverScope&) = delete;
   DriverScope& operator=(const DriverScope&) = delete;
@@ -83,10 +85,13 @@ class LibraryScope {
 // Marks the GPU work ndtrace starts on the calling thread while it lives (digest kernels, the
 // copies its digests read) as no op's, over the mark a driver op may have left (Scope). Inside
 // the program's runtime call the work carries that call's correlation id whatever is pushed:
-// digest kernels are then told by their name (kernels::kDigestKernelPrefix).
+// digest kernels are then told by their name (kernels::kDigestKernelPrefix), and copies to the
+// host (`Work::kHostCopies`) by their direction: a copy from the device to pageable host memory
+// carrying the token of an op ndtrace copied beside is taken for ndtrace's.
 class OwnWork {
  public:
-  OwnWork();
+  enum class Work { kKernels, kHostCopies };
+  explicit OwnWork(Work work);
   ~OwnWork();
   OwnWork(const OwnWork&) = delete;
   OwnWork& operator=(const OwnWork&) = delete;

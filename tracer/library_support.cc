@@ -67,7 +67,7 @@ format::NumericSummary SummarizeF32(uint64_t address, uint64_t bytes) {
   const uint64_t count = bytes / sizeof(float);
   if (copy == nullptr || count == 0 || bytes > kSummaryMaxBytes) return {};
   std::vector<unsigned char> values(count * sizeof(float));
-  const gpu_time::OwnWork own;
+  const gpu_time::OwnWork own(gpu_time::OwnWork::Work::kHostCopies);
   if (copy(values.data(), address, values.size()) != CUDA_SUCCESS) return {};
   return SummarizeF32Values(values.data(), values.size());
 }

@@ -143,7 +143,7 @@ DeviceWordReader RealDriverWordReader(uint64_t stream) {
     const auto copy = reinterpret_cast<CopyFn>(RealDriverFunction(Hook::k_cuMemcpyDtoH_v2));
     if (synchronize == nullptr || copy == nullptr || address == 0) return std::nullopt;
     if (synchronize(reinterpret_cast<CUstream>(stream)) != CUDA_SUCCESS) return std::nullopt;
-    const gpu_time::OwnWork own;
+    const gpu_time::OwnWork own(gpu_time::OwnWork::Work::kHostCopies);
     int64_t value = 0;
     if (copy(&value, static_cast<CUdeviceptr>(address), sizeof(value)) != CUDA_SUCCESS) {
       return std::nullopt;

@@ -1352,7 +1352,7 @@ std::optional<format::Digest> Session::DigestDevice(uint64_t base, uint64_t byte
   const auto copy = reinterpret_cast<CopyFn>(RealDriverFunction(Hook::k_cuMemcpyDtoH_v2));
   if (copy == nullptr) return std::nullopt;
   std::lock_guard lock(digest_mutex_);
-  const gpu_time::OwnWork own;
+  const gpu_time::OwnWork own(gpu_time::OwnWork::Work::kHostCopies);
   const uint64_t wanted = std::min(bytes, kDigestBufferBytes);
   if (digest_buffer_.size() < wanted) digest_buffer_.resize(wanted);
   kernels::DigestV1Accumulator sum;

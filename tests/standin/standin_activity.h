@@ -13,6 +13,13 @@
 
 enum NdtStandinActivityKind { kNdtActivityKernel = 0, kNdtActivityMemcpy = 1, kNdtActivityMemset = 2 };
 
+// A copy as CUPTI's memcpy record describes it, in CUPTI's numbering: copy kind
+// (CUPTI_ACTIVITY_MEMCPY_KIND_*) | source memory kind << 8 | destination memory kind << 16
+// (CUPTI_ACTIVITY_MEMORY_KIND_*).
+inline uint32_t NdtStandinCopy(uint32_t copy_kind, uint32_t src_memory, uint32_t dst_memory) {
+  return copy_kind | src_memory << 8 | dst_memory << 16;
+}
+
 struct NdtStandinActivitySink {
   // On the thread making a driver call that starts GPU work of `kind`: the correlation id the
   // work carries (the driver call's own, or the runtime call's it is made inside).
@@ -22,9 +29,10 @@ struct NdtStandinActivitySink {
   void (*runtime_call)(int entering);
   // When the work has run, on whichever thread ran it (a stream's worker under
   // NDT_STANDIN_ASYNC): times from CLOCK_MONOTONIC, in ns; a kernel's name (null for a copy or
-  // a memset), which lives as long as the process.
+  // a memset), which lives as long as the process; a copy's direction and memory kinds
+  // (NdtStandinCopy), 0 for other work.
   void (*ran)(int kind, uint32_t correlation, uint64_t start_ns, uint64_t end_ns, uint32_t stream,
-              uint64_t bytes, const char* name);
+              uint64_t bytes, const char* name, uint32_t copy);
 };
 
 // Null stops the reports.

@@ -260,7 +260,7 @@ void Fill(Record* record, CUpti_ActivityKind kind, uint32_t correlation, uint64_
 }
 
 void Ran(int kind, uint32_t correlation, uint64_t start, uint64_t end, uint32_t stream,
-         uint64_t bytes, const char* name) {
+         uint64_t bytes, const char* name, uint32_t copy) {
   State& s = Get();
   {
     std::lock_guard lock(s.mutex);
@@ -274,6 +274,9 @@ void Ran(int kind, uint32_t correlation, uint64_t start, uint64_t end, uint32_t 
       CUpti_ActivityMemcpy6 record{};
       Fill(&record, CUPTI_ACTIVITY_KIND_MEMCPY, correlation, start, end, stream);
       record.bytes = bytes;
+      record.copyKind = static_cast<uint8_t>(copy & 0xff);
+      record.srcKind = static_cast<uint8_t>((copy >> 8) & 0xff);
+      record.dstKind = static_cast<uint8_t>((copy >> 16) & 0xff);
       WriteLocked(s, record);
     } else if (kind == kNdtActivityMemset && s.enabled[CUPTI_ACTIVITY_KIND_MEMSET]) {
       CUpti_ActivityMemset4 record{};

@@ -527,6 +527,7 @@ struct Activity {
   std::uint32_t stream = 0;
   std::uint64_t bytes = 0;
   const char* name = nullptr;  // a kernel's (a string literal of the host kernel registry)
+  std::uint32_t copy = 0;      // a copy's NdtStandinCopy
 };
 
 // CUPTI's stream number: the stream's id; the legacy and per-thread default streams 0 and 1.
@@ -563,7 +564,7 @@ auto Timed(const Activity& activity, Work&& work) {
   const std::uint64_t start = MonotonicNs();
   auto result = work();
   sink->ran(activity.kind, activity.correlation, start, MonotonicNs(), activity.stream,
-            activity.bytes, activity.name);
+            activity.bytes, activity.name, activity.copy);
   return result;
 }
 
@@ -714,6 +715,19 @@ Placement PlacementLocked(const Driver& d, std::uintptr_t address) {
   return {true, it->second.pinned_host};
 }
 
+// A copy between `src` and `dst` as CUPTI's memcpy record describes it (NdtStandinCopy):
+// memory the driver did not allocate is pageable host memory.
+std::uint32_t CopyOf(const Placement& src, const Placement& dst) {
+  constexpr std::uint32_t kPageable = 1, kPinned = 2, kDevice = 3;  // CUPTI's memory kinds
+  const auto memory = [](const Placement& at) {
+    return !at.in_table ? kPageable : at.pinned_host ? kPinned : kDevice;
+  };
+  const bool from_device = memory(src) == kDevice, to_device = memory(dst) == kDevice;
+  // CUPTI's copy kinds: HTOD 1, DTOH 2, DTOD 8, HTOH 9.
+  const std::uint32_t kind = from_device ? (to_device ? 8 : 2) : (to_device ? 1 : 9);
+  return NdtStandinCopy(kind, memory(src), memory(dst));
+}
+
 // A copy on `stream`. `host_synchronous`: the copy comes from a synchronous API (cuMemcpy,
 // cuMemcpyHtoD_v2, ...). Under NDT_STANDIN_ASYNC the copy is queued on the stream, and the host
 // waits as CUDA's "API synchronization behavior" says: pageable source bytes are staged when
@@ -738,13 +752,12 @@ CUresult Copy(std::uintptr_t dst, Side dst_side, std::uintptr_t src, Side src_si
       });
       return CUDA_SUCCESS;
     }
-    if (AsyncStreams()) {
-      queue = QueueForLocked(d, stream);
-      dst_at = PlacementLocked(d, dst);
-      src_at = PlacementLocked(d, src);
-    }
+    dst_at = PlacementLocked(d, dst);
+    src_at = PlacementLocked(d, src);
+    if (AsyncStreams()) queue = QueueForLocked(d, stream);
   }
-  const Activity activity = BeginActivity(kNdtActivityMemcpy, stream, bytes);
+  Activity activity = BeginActivity(kNdtActivityMemcpy, stream, bytes);
+  activity.copy = CopyOf(src_at, dst_at);
   if (queue != nullptr) {
     WorkItem item;
     if (!src_at.in_table) {

@@ -158,8 +158,8 @@ Argument Dims(const char* name, unsigned x, unsigned y, unsigned z) {
 // The real call of `op` (an OpRecord or a RawOp), the GPU work it starts marked as the op's
 // (gpu_time.h).
 template <typename Op, typename Real>
-CUresult CallAs(const Op& op, Real& real) {
-  gpu_time::DriverScope gpu(op.sequence, op.kind);
+CUresult CallAs(const Op& op, Real& real, bool to_host = false) {
+  gpu_time::DriverScope gpu(op.sequence, op.kind, to_host);
   return real();
 }
 
@@ -232,7 +232,7 @@ CUresult RecordCopy(Session& session, RealCall& call, const char* name, Directio
   const void* src_host = reinterpret_cast<const void*>(src);
   const void* dst_host = reinterpret_cast<const void*>(dst);
   if (Captured(session, op) != 0) {
-    const CUresult captured = call.Set(CallAs(op, real));
+    const CUresult captured = call.Set(CallAs(op, real, !dst_device));
     session.EndOp(op, static_cast<int32_t>(captured));
     return captured;
   }
@@ -244,7 +244,7 @@ CUresult RecordCopy(Session& session, RealCall& call, const char* name, Directio
   if (dst_device && CaptureWanted(op)) {
     CaptureCopySource(session, SyncHandle(stream, per_thread), src_device, src, bytes, &op);
   }
-  const CUresult result = call.Set(CallAs(op, real));
+  const CUresult result = call.Set(CallAs(op, real, !dst_device));
   if (result == CUDA_SUCCESS && src_device && dst_device &&
       session.digests().InWindow(op.sequence)) {
     op.outputs = WindowDigests(session, stream, per_thread, {{"dst", dst}});
