@@ -669,12 +669,14 @@ if wants overhead; then
     cd "$bundle/pytorch" || die "no $bundle/pytorch"
     say ""
     say "conv_net.py --cudnn-deterministic untraced, then recorded with the defaults and with one"
-    say "part off at a time (on the H200 its recording took 198 ms a step against 2.9 untraced)."
+    say "part off at a time, and untraced inside PyTorch's emit_nvtx (what the Python shim turns on)."
     say ""
     rows=""
-    for variant in untraced defaults no-library-digests no-python no-gpu-time metadata; do
+    for variant in untraced untraced-emit-nvtx defaults no-library-digests no-python no-gpu-time \
+      metadata; do
       case "$variant" in
         untraced) command=("$python" conv_net.py --cudnn-deterministic) ;;
+        untraced-emit-nvtx) command=("$python" conv_net.py --cudnn-deterministic --emit-nvtx) ;;
         defaults) command=("$ndtrace" record --quiet -o "$work/overhead-$variant.ndt" --) ;;
         no-library-digests) command=(env NDTRACE_LIBRARY_DIGESTS=0 "$ndtrace" record --quiet
           -o "$work/overhead-$variant.ndt" --) ;;
@@ -683,7 +685,10 @@ if wants overhead; then
         metadata) command=(env NDTRACE_LIBRARY_DIGESTS=0 "$ndtrace" record --quiet --no-python
           --no-gpu-time --no-exit-digest -o "$work/overhead-$variant.ndt" --) ;;
       esac
-      [ "$variant" = untraced ] || command+=("$python" conv_net.py --cudnn-deterministic)
+      case "$variant" in
+        untraced*) ;;
+        *) command+=("$python" conv_net.py --cudnn-deterministic) ;;
+      esac
       run 180 '^step_ms|^checksum|Error' "${command[@]}"
       rows="$rows
 | $variant | $(step_ms_of_log) |"

@@ -5,12 +5,17 @@ two runs bitwise identical at benchmark speed, `ndtrace run --deterministic` sho
 identical, both measured against PyTorch's own --deterministic.
 
     python3 conv_net.py [--deterministic | --cudnn-deterministic] [--steps N] [--batch B]
+                        [--emit-nvtx]
 
 --cudnn-deterministic sets torch.backends.cudnn.deterministic = True and keeps benchmark on:
 cuDNN then times deterministic algorithms only, and a reference recorded so is one that
 `ndtrace run --pin` can reproduce bitwise (a pinned nondeterministic algorithm is chosen
 again, but its result still varies).
+
+--emit-nvtx runs the steps inside torch.autograd.profiler.emit_nvtx (PyTorch's per-op NVTX
+ranges, what ndtrace's Python shim turns on): what those ranges cost without ndtrace.
 """
+import contextlib
 import statistics
 import time
 
@@ -44,6 +49,8 @@ def main():
     parser.add_argument("--batch", type=int, default=128, help="batch size (default 128)")
     parser.add_argument("--cudnn-deterministic", action="store_true",
                         help="torch.backends.cudnn.deterministic = True, benchmark still on")
+    parser.add_argument("--emit-nvtx", action="store_true",
+                        help="run the steps inside torch.autograd.profiler.emit_nvtx")
     args = setup(parser.parse_args())
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.deterministic = args.cudnn_deterministic
@@ -54,14 +61,17 @@ def main():
     # that torch.use_deterministic_algorithms(True) refuses on CUDA.
     targets = torch.nn.functional.one_hot(torch.randint(0, 10, (args.batch,)), 10).float().cuda()
     times = []
-    for _ in range(args.steps):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        optimizer.zero_grad()
-        torch.nn.functional.mse_loss(model(images), targets).backward()
-        optimizer.step()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
+    ranges = (torch.autograd.profiler.emit_nvtx(record_shapes=False) if args.emit_nvtx
+              else contextlib.nullcontext())
+    with ranges:
+        for _ in range(args.steps):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(images), targets).backward()
+            optimizer.step()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
     # The first steps include cuDNN's benchmarking: the median is over the later half.
     print("step_ms %.3f" % (1000 * statistics.median(times[len(times) // 2:])))
     print("checksum", checksum(*model.parameters()))
