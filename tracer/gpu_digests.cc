@@ -93,7 +93,7 @@ struct GpuDigests::Engine {
 
 namespace {
 
-// Loads the kernels into the current context and allocates the ring and the sums. Empty on
+// Loads the kernels into the current context and allocates the ring and the scratch. Empty on
 // success, else why not.
 std::string SetUp(uint32_t slots, CUcontext context, void* engine_kernels, volatile uint64_t** ring,
                   CUdeviceptr* ring_device, CUdeviceptr* scratch) {

@@ -181,14 +181,14 @@ bool WorkOf(format::GpuActivityKind activity, format::OpKind op) {
   return false;
 }
 
-// What was pushed when one CUPTI correlation id's API call began: a driver op's token, a library
-// op's sequence.
 // An activity as it waits for its correlation record.
 struct Pending {
   format::GpuActivityRecord record;
   bool host_copy = false;  // a copy from the device to pageable host memory
 };
 
+// What was pushed when one CUPTI correlation id's API call began: a driver op's token, a library
+// op's sequence.
 struct Owners {
   std::optional<uint64_t> token;
   std::optional<uint64_t> library_op;
