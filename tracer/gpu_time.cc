@@ -211,6 +211,8 @@ struct State {
   // records naming an op of ndtrace's, API records.
   uint64_t activities = 0;
   uint64_t tied = 0;
+  uint64_t own = 0;            // ndtrace's own work
+  uint64_t never_matched = 0;  // kept without their correlation record
   uint64_t correlations = 0;
   uint64_t api_records = 0;
 };
@@ -238,18 +240,19 @@ void CUPTIAPI RequestBuffer(uint8_t** buffer, size_t* size, size_t* max_records)
 void TieLocked(State& s, const Owners& owners, const Pending& pending) {
   format::GpuActivityRecord record = pending.record;
   if (owners.own) {
+    ++s.own;
     if (s.session != nullptr) s.session->Append(format::Record(record));
     return;
   }
   if (owners.token) {
-    if (std::optional<TokenOp> op = OpOfToken(*owners.token);
-        op && WorkOf(record.kind, op->kind) &&
+    const std::optional<TokenOp> op = OpOfToken(*owners.token);
+    if (op && pending.host_copy && op->own_near && !op->to_host) {
+      ++s.own;  // ndtrace's copy, made inside the program's runtime call
+      if (s.session != nullptr) s.session->Append(format::Record(record));
+      return;
+    }
+    if (op && WorkOf(record.kind, op->kind) &&
         (!owners.library_op || op->around == owners.library_op)) {
-      // ndtrace's copy, in the program's runtime call.
-      if (pending.host_copy && op->own_near && !op->to_host) {
-        if (s.session != nullptr) s.session->Append(format::Record(record));
-        return;
-      }
       record.op_sequence = op->sequence;
     }
   }
@@ -268,6 +271,7 @@ void AppendLocked(State& s, uint32_t correlation, const Pending& record) {
       const uint32_t oldest = s.unmatched_order.front();
       s.unmatched_order.pop_front();
       if (auto it = s.unmatched.find(oldest); it != s.unmatched.end()) {
+        ++s.never_matched;
         if (s.session != nullptr) s.session->Append(format::Record(it->second.record));
         s.unmatched.erase(it);
       }
@@ -371,6 +375,7 @@ void CUPTIAPI CompleteBuffer(CUcontext, uint32_t, uint8_t* buffer, size_t, size_
           if (k->name != nullptr && std::strncmp(k->name, kernels::kDigestKernelPrefix,
                                                  sizeof kernels::kDigestKernelPrefix - 1) == 0) {
             ++s.activities;
+            ++s.own;
             if (s.session != nullptr) s.session->Append(format::Record(activity));
             break;
           }
@@ -505,6 +510,7 @@ void Stop(bool flush) {
   }
   // What never met its correlation record is still GPU time: kept, tied to no op.
   for (auto& [correlation, pending] : s.unmatched) {
+    ++s.never_matched;
     if (s.session != nullptr) s.session->Append(format::Record(pending.record));
   }
   s.unmatched.clear();
@@ -514,9 +520,11 @@ void Stop(bool flush) {
     // to read when GPU time is shown as no op's (tracer/README.md, "GPU time").
     format::TracerNote note;
     note.text = "GPU time: " + std::to_string(s.activities) + " activities, " +
-                std::to_string(s.tied) + " tied to ops; CUPTI wrote " +
-                std::to_string(s.correlations) + " correlation records naming ndtrace's ops and " +
-                std::to_string(s.api_records) + " API records";
+                std::to_string(s.tied) + " tied to ops, " + std::to_string(s.own) +
+                " ndtrace's own, " + std::to_string(s.never_matched) +
+                " without a correlation record; CUPTI wrote " + std::to_string(s.correlations) +
+                " correlation records naming ndtrace's ops and " + std::to_string(s.api_records) +
+                " API records";
     note.before_op = s.session->PeekOpSequence();
     note.time_ns = s.session->NowNs();
     s.session->Append(note);
@@ -552,7 +560,7 @@ void ForgetAfterFork() {
   s.unmatched_order.clear();
   s.owners.clear();
   s.owner_order.clear();
-  s.activities = s.tied = s.correlations = s.api_records = 0;
+  s.activities = s.tied = s.own = s.never_matched = s.correlations = s.api_records = 0;
   g_tokens_pushed.store(false, std::memory_order_relaxed);  // the parent's: never popped here
 }
 

@@ -9,6 +9,7 @@
 // the thread's previous op (the kind check below).
 #include <catch2/catch.hpp>
 #include <map>
+#include <regex>
 #include <string>
 #include <utility>
 #include <variant>
@@ -42,6 +43,21 @@ std::string GpuTimeNote(const std::vector<Record>& records) {
     if (note != nullptr && note->text.rfind("GPU time: ", 0) == 0) return note->text;
   }
   return "";
+}
+
+// The counts of the closing note "GPU time: N activities, T tied to ops, O ndtrace's own, U
+// without a correlation record; ...": {N, T, O, U}, or empty when there is none.
+std::vector<uint64_t> GpuTimeCounts(const std::vector<Record>& records) {
+  static const std::regex counts(
+      R"(GPU time: (\d+) activities, (\d+) tied to ops, (\d+) ndtrace's own, (\d+) without a correlation record;)");
+  for (const Record& record : records) {
+    const auto* note = std::get_if<TracerNote>(&record);
+    std::smatch match;
+    if (note == nullptr || !std::regex_search(note->text, match, counts)) continue;
+    return {std::stoull(match[1]), std::stoull(match[2]), std::stoull(match[3]),
+            std::stoull(match[4])};
+  }
+  return {};
 }
 
 uint64_t UnsignedArg(const OpRecord& op, const std::string& name) {
@@ -132,6 +148,13 @@ TEST_CASE("every kernel, copy and memset gets its GPU time, tied to its op", "[t
     CHECK(timed[sequence] == 1);  // its own work, once; ndtrace's digests are no op's
   }
   CHECK(expected > 50);
+  // Every activity is an op's or ndtrace's own (its digest kernels, the CPU path's copies), and
+  // none waited for a correlation record that never came (ndtrace's own copies used to).
+  const std::vector<uint64_t> counts = GpuTimeCounts(records);
+  REQUIRE(counts.size() == 4);
+  CHECK(counts[1] + counts[2] == counts[0]);
+  CHECK(counts[3] == 0);
+  CHECK(counts[1] == static_cast<uint64_t>(expected));
   std::remove(trace.c_str());
 }
 
