@@ -45,32 +45,6 @@ __device__ __forceinline__ uint32_t WarpMax(uint32_t value) {
   return __reduce_max_sync(0xffffffffu, value);
 }
 
-// One thread's (warp's, CTA's) share of the summary. No initialisers: it lives in shared memory
-// too; Empty() makes one.
-struct Summary {
-  uint64_t nan;
-  uint64_t inf;
-  uint32_t min_key;
-  uint32_t max_key;
-  double sum;
-
-  static __device__ __forceinline__ Summary Empty() { return {0, 0, 0xffffffffu, 0, 0.0}; }
-
-  __device__ __forceinline__ void Add(uint32_t bits) {
-    const int kind = digest::F32Class(bits);
-    if (kind == 1) {
-      ++nan;
-    } else if (kind == 2) {
-      ++inf;
-    } else {
-      const uint32_t key = digest::F32Key(bits);
-      min_key = key < min_key ? key : min_key;
-      max_key = key > max_key ? key : max_key;
-      sum += static_cast<double>(__uint_as_float(bits));
-    }
-  }
-};
-
 }  // namespace
 
 extern "C" __global__ void ndt_digest_v1(const unsigned char* data, unsigned long long bytes,
@@ -83,7 +57,7 @@ extern "C" __global__ void ndt_digest_v1(const unsigned char* data, unsigned lon
   const bool summarize = partials != nullptr;
   const auto* words = reinterpret_cast<const uint64_t*>(data);
   uint64_t acc0 = 0, acc1 = 0;
-  Summary mine = Summary::Empty();
+  digest::F32Summary mine = digest::F32Summary::Empty();
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   for (uint64_t j = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < blocks;
        j += stride) {
@@ -109,7 +83,7 @@ extern "C" __global__ void ndt_digest_v1(const unsigned char* data, unsigned lon
   const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const unsigned warps = (blockDim.x + 31) / 32;
   __shared__ uint64_t warp_acc[2][32];
-  __shared__ Summary warp_summary[32];
+  __shared__ digest::F32Summary warp_summary[32];
   __shared__ bool last;
   acc0 = WarpSum(acc0);
   acc1 = WarpSum(acc1);
@@ -128,15 +102,11 @@ extern "C" __global__ void ndt_digest_v1(const unsigned char* data, unsigned lon
   __syncthreads();
   if (threadIdx.x == 0) {
     uint64_t total0 = 0, total1 = 0;
-    Summary cta = Summary::Empty();
+    digest::F32Summary cta = digest::F32Summary::Empty();
     for (unsigned w = 0; w < warps; ++w) {
       total0 += warp_acc[0][w];
       total1 += warp_acc[1][w];
-      cta.nan += warp_summary[w].nan;
-      cta.inf += warp_summary[w].inf;
-      cta.min_key = warp_summary[w].min_key < cta.min_key ? warp_summary[w].min_key : cta.min_key;
-      cta.max_key = warp_summary[w].max_key > cta.max_key ? warp_summary[w].max_key : cta.max_key;
-      cta.sum += warp_summary[w].sum;
+      cta.Merge(warp_summary[w]);
     }
     atomicAdd(&scratch[0], static_cast<unsigned long long>(total0));
     atomicAdd(&scratch[1], static_cast<unsigned long long>(total1));

@@ -96,6 +96,57 @@ NDT_DIGEST_HD int F32Class(uint32_t bits) {
   return (bits & 0x007fffffu) != 0 ? 1 : 2;
 }
 
+// The float whose bits are `bits`, and the one whose order key is `key`.
+NDT_DIGEST_HD float F32Value(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float value;
+  __builtin_memcpy(&value, &bits, sizeof value);
+  return value;
+#endif
+}
+NDT_DIGEST_HD float F32FromKeyValue(uint32_t key) {
+  return F32Value(F32FromKey(key));
+}
+
+// The f32 summary of some floats: what one GPU thread, warp or CTA has seen, or a whole buffer
+// on the host (the CPU path, the stand-in's kernel, the checks). Add() in element order gives
+// the host's sum; the GPU adds its shares in its own fixed order. No initialisers (the kernel
+// keeps some in shared memory): Empty() makes one. No finite value seen: max_key 0.
+struct F32Summary {
+  uint64_t nan;
+  uint64_t inf;
+  uint32_t min_key;
+  uint32_t max_key;
+  double sum;
+
+  static NDT_DIGEST_HD F32Summary Empty() { return {0, 0, 0xffffffffu, 0, 0.0}; }
+
+  NDT_DIGEST_HD void Add(uint32_t bits) {
+    const int kind = F32Class(bits);
+    if (kind == 1) {
+      ++nan;
+    } else if (kind == 2) {
+      ++inf;
+    } else {
+      const uint32_t key = F32Key(bits);
+      min_key = key < min_key ? key : min_key;
+      max_key = key > max_key ? key : max_key;
+      sum += static_cast<double>(F32Value(bits));
+    }
+  }
+
+  // `other`'s share after this one's.
+  NDT_DIGEST_HD void Merge(const F32Summary& other) {
+    nan += other.nan;
+    inf += other.inf;
+    min_key = other.min_key < min_key ? other.min_key : min_key;
+    max_key = other.max_key > max_key ? other.max_key : max_key;
+    sum += other.sum;
+  }
+};
+
 // Layout of the 8 words the digest kernel writes per digest (`out`), and of the 8 words of
 // scratch it uses (`scratch`, zero between digests: the kernel leaves them zero again).
 // out: lo, hi, sum (double bits), min key | max key << 32, NaN count, infinite count, 1 when

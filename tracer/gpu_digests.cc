@@ -12,7 +12,6 @@
 #include <thread>
 
 #include "kernels/digest_v1.h"
-#include "kernels/digest_v1_core.h"
 #include "tracer/driver_table.h"
 #include "tracer/gpu_time.h"
 #if defined(NDT_HAVE_DIGEST_FATBIN)
@@ -196,7 +195,13 @@ bool GpuDigests::CollectLocked(Engine& engine, uint32_t slot) {
     Ticket& entry = it->second;
     entry.arrived = true;
     entry.digest = {out[0], out[1]};
-    if (out[6] == 1) entry.summary = DecodeSummary(out, entry.bytes);
+    if (out[6] == 1) {  // the summary's words (kernels/digest_v1_core.h)
+      digest_v1::F32Summary summary{out[4], out[5], static_cast<uint32_t>(out[3]),
+                                    static_cast<uint32_t>(out[3] >> 32), 0.0};
+      const uint64_t sum_bits = out[2];
+      std::memcpy(&summary.sum, &sum_bits, sizeof summary.sum);
+      entry.summary = NumericSummaryOf(summary, entry.bytes / sizeof(float));
+    }
   }
   engine.busy[slot] = 0;
   if (const int32_t partials = engine.partials_of_slot[slot]; partials >= 0) {
@@ -206,26 +211,17 @@ bool GpuDigests::CollectLocked(Engine& engine, uint32_t slot) {
   return true;
 }
 
-format::NumericSummary GpuDigests::DecodeSummary(const volatile uint64_t* out, uint64_t bytes) {
-  format::NumericSummary summary;
-  summary.count = bytes / sizeof(float);
-  const uint64_t sum_bits = out[2];
-  std::memcpy(&summary.sum, &sum_bits, sizeof summary.sum);
-  const uint64_t keys = out[3];
-  const auto max_key = static_cast<uint32_t>(keys >> 32);
-  if (max_key != 0) {  // some value was finite (no finite value has key 0)
-    const auto as_double = [](uint32_t key) {
-      const uint32_t bits = digest_v1::F32FromKey(key);
-      float value;
-      std::memcpy(&value, &bits, sizeof value);
-      return static_cast<double>(value);
-    };
-    summary.min = as_double(static_cast<uint32_t>(keys));
-    summary.max = as_double(max_key);
+format::NumericSummary NumericSummaryOf(const digest_v1::F32Summary& summary, uint64_t count) {
+  format::NumericSummary numeric;
+  numeric.count = count;
+  numeric.sum = summary.sum;
+  if (summary.max_key != 0) {  // some value was finite (no finite value has key 0)
+    numeric.min = digest_v1::F32FromKeyValue(summary.min_key);
+    numeric.max = digest_v1::F32FromKeyValue(summary.max_key);
   }
-  summary.nan_count = out[4];
-  summary.inf_count = out[5];
-  return summary;
+  numeric.nan_count = summary.nan;
+  numeric.inf_count = summary.inf;
+  return numeric;
 }
 
 bool GpuDigests::AliveLocked(Engine& engine) {

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "formats/records.h"
+#include "kernels/digest_v1_core.h"
 
 namespace ndt::tracer {
 
@@ -55,6 +56,11 @@ struct GpuDigestConfig {
 // The configuration NDTRACE_DIGEST_DEVICE and NDTRACE_DIGEST_RING ask for; an invalid value is
 // ignored and described in `problems`.
 GpuDigestConfig GpuDigestConfigFromEnvironment(std::vector<std::string>* problems);
+
+// `summary` of `count` floats (kernels/digest_v1_core.h) as a trace records it: min and max of
+// the finite values (0 when there is none).
+format::NumericSummary NumericSummaryOf(const kernels::digest_v1::F32Summary& summary,
+                                        uint64_t count);
 
 class GpuDigests {
  public:
@@ -113,8 +119,6 @@ class GpuDigests {
   Engine* EngineForCurrentContext();  // lock held
   // Copies slot `slot`'s digest out if its ticket has arrived; frees the slot. Lock held.
   bool CollectLocked(Engine& engine, uint32_t slot);
-  // The summary in ring slot `out` of a digest of `bytes` bytes.
-  static format::NumericSummary DecodeSummary(const volatile uint64_t* out, uint64_t bytes);
   // Whether `engine`'s context can still be reached. Lock held.
   bool AliveLocked(Engine& engine);
   // An area for the partial sums of slot `slot`'s summary (the areas allocated on first use),

@@ -3,13 +3,12 @@
 #include <cuda.h>
 #include <dlfcn.h>
 
-#include <algorithm>
 #include <charconv>
-#include <cmath>
 #include <cstring>
 
 #include "tracer/capture.h"
 #include "tracer/driver_table.h"
+#include "tracer/gpu_digests.h"
 #include "tracer/gpu_time.h"
 #include "tracer/real_dl.h"
 
@@ -27,25 +26,15 @@ void* RealLibraryFunction(const char* soname, const char* name) noexcept {
 }
 
 format::NumericSummary SummarizeF32Values(const unsigned char* bytes, uint64_t size) {
-  format::NumericSummary summary;
+  // As the GPU digest kernel defines it, added up in element order.
+  auto summary = kernels::digest_v1::F32Summary::Empty();
   const uint64_t count = size / sizeof(float);
-  bool any_finite = false;
   for (uint64_t i = 0; i < count; ++i) {
-    float value;
-    std::memcpy(&value, bytes + i * sizeof(float), sizeof(value));
-    if (std::isnan(value)) {
-      ++summary.nan_count;
-    } else if (std::isinf(value)) {
-      ++summary.inf_count;
-    } else {
-      summary.min = any_finite ? std::min<double>(summary.min, value) : value;
-      summary.max = any_finite ? std::max<double>(summary.max, value) : value;
-      summary.sum += value;
-      any_finite = true;
-    }
+    uint32_t bits;
+    std::memcpy(&bits, bytes + i * sizeof(float), sizeof(bits));
+    summary.Add(bits);
   }
-  summary.count = count;
-  return summary;
+  return NumericSummaryOf(summary, count);
 }
 
 const char* LibrarySonameFor(const char* name) noexcept {

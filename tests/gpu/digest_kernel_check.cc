@@ -13,7 +13,6 @@
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -41,33 +40,22 @@ Fn Proc(ndt::kernels::DigestV1Gpu::GetProcAddressFn get_proc, const char* name) 
 
 namespace digest = ndt::kernels::digest_v1;
 
-// The summary as the kernel defines it (digest_v1_core.h), added up in element order.
+// The summary as the kernel defines it (digest_v1_core.h), added up in element order, and the
+// sum of the finite values' magnitudes (the scale of the sum's rounding).
 struct Summary {
-  uint64_t nan = 0, inf = 0;
-  uint32_t min_key = 0xffffffffu, max_key = 0;
-  double sum = 0, sum_abs = 0;
+  digest::F32Summary summary = digest::F32Summary::Empty();
+  double sum_abs = 0;
 };
 
 Summary HostSummary(const std::vector<unsigned char>& bytes) {
-  Summary summary;
+  Summary host;
   for (size_t i = 0; i + 4 <= bytes.size(); i += 4) {
     uint32_t bits;
     std::memcpy(&bits, bytes.data() + i, 4);
-    const int kind = digest::F32Class(bits);
-    if (kind == 1) {
-      ++summary.nan;
-    } else if (kind == 2) {
-      ++summary.inf;
-    } else {
-      summary.min_key = std::min(summary.min_key, digest::F32Key(bits));
-      summary.max_key = std::max(summary.max_key, digest::F32Key(bits));
-      float value;
-      std::memcpy(&value, &bits, 4);
-      summary.sum += value;
-      summary.sum_abs += std::fabs(value);
-    }
+    host.summary.Add(bits);
+    if (digest::F32Class(bits) == 0) host.sum_abs += std::fabs(digest::F32Value(bits));
   }
-  return summary;
+  return host;
 }
 
 }  // namespace
@@ -181,10 +169,10 @@ int main() {
         if (!summarise) continue;
         double sum;
         std::memcpy(&sum, &result[2], sizeof sum);
-        const bool counts =
-            result[4] == host_summary.nan && result[5] == host_summary.inf &&
-            result[3] == (host_summary.min_key | static_cast<uint64_t>(host_summary.max_key) << 32);
-        const bool close = std::fabs(sum - host_summary.sum) <= 1e-8 * host_summary.sum_abs;
+        const digest::F32Summary& cpu = host_summary.summary;
+        const bool counts = result[4] == cpu.nan && result[5] == cpu.inf &&
+                            result[3] == (cpu.min_key | static_cast<uint64_t>(cpu.max_key) << 32);
+        const bool close = std::fabs(sum - cpu.sum) <= 1e-8 * host_summary.sum_abs;
         // The same grid gives the same order: the 1st and 5th launches (both grid 0) agree.
         const bool repeatable = !summarised_once || grid != 0 || sum == first_sum;
         if (grid == 0 && !summarised_once) {
@@ -197,9 +185,8 @@ int main() {
               "SUMMARY MISMATCH %s offset %zu grid %u block %u: gpu nan %llu inf %llu keys "
               "%016llx sum %.17g; cpu nan %llu inf %llu keys %08x%08x sum %.17g\n",
               c.name.c_str(), offset, grid, block, result[4], result[5], result[3], sum,
-              static_cast<unsigned long long>(host_summary.nan),
-              static_cast<unsigned long long>(host_summary.inf), host_summary.max_key,
-              host_summary.min_key, host_summary.sum);
+              static_cast<unsigned long long>(cpu.nan), static_cast<unsigned long long>(cpu.inf),
+              cpu.max_key, cpu.min_key, cpu.sum);
         }
       }
     }

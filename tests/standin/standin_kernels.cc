@@ -237,9 +237,8 @@ bool RunDigest(const LaunchGeometry&, const KernelArgs& args) {
       (summarize && args.DeviceArray<double>(3, digest::kMaxGrid) == nullptr)) {
     return false;
   }
-  std::uint64_t sums[2] = {0, 0}, nan = 0, inf = 0;
-  std::uint32_t min_key = 0xffffffffu, max_key = 0;
-  double sum = 0;
+  std::uint64_t sums[2] = {0, 0};
+  digest::F32Summary summary = digest::F32Summary::Empty();
   for (std::uint64_t j = 0; j < (bytes + 15) / 16; ++j) {
     std::uint64_t a = 0, b = 0;
     if (16 * j + 16 <= bytes) {  // a whole block: its two little-endian words, as the GPU loads
@@ -254,28 +253,14 @@ bool RunDigest(const LaunchGeometry&, const KernelArgs& args) {
     const std::uint32_t floats[4] = {
         static_cast<std::uint32_t>(a), static_cast<std::uint32_t>(a >> 32),
         static_cast<std::uint32_t>(b), static_cast<std::uint32_t>(b >> 32)};
-    for (std::uint64_t k = 0; k < 4 && 16 * j + 4 * k + 4 <= bytes; ++k) {
-      const int kind = digest::F32Class(floats[k]);
-      if (kind == 1) {
-        ++nan;
-      } else if (kind == 2) {
-        ++inf;
-      } else {
-        const std::uint32_t key = digest::F32Key(floats[k]);
-        min_key = std::min(min_key, key);
-        max_key = std::max(max_key, key);
-        float value;
-        std::memcpy(&value, &floats[k], sizeof value);
-        sum += value;
-      }
-    }
+    for (std::uint64_t k = 0; k < 4 && 16 * j + 4 * k + 4 <= bytes; ++k) summary.Add(floats[k]);
   }
   out[0] = digest::Finish(0, sums[0], bytes);
   out[1] = digest::Finish(1, sums[1], bytes);
-  std::memcpy(&out[2], &sum, sizeof sum);
-  out[3] = min_key | static_cast<std::uint64_t>(max_key) << 32;
-  out[4] = nan;
-  out[5] = inf;
+  std::memcpy(&out[2], &summary.sum, sizeof summary.sum);
+  out[3] = summary.min_key | static_cast<std::uint64_t>(summary.max_key) << 32;
+  out[4] = summary.nan;
+  out[5] = summary.inf;
   out[6] = summarize ? 1 : 0;
   out[digest::kOutTicket] = args.Value<std::uint64_t>(5);
   return true;
