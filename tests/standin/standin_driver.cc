@@ -202,8 +202,24 @@ Driver& GetDriver() {
   return *driver;
 }
 
-// The calling thread's context stack; the current context is its top.
-thread_local std::vector<CUcontext> t_context_stack;
+// The calling thread's context stack; the current context is its top. Trivially destructible,
+// as the real driver's is not a C++ object: it still works while the thread's C++ thread-locals
+// are destroyed at exit, when the tracer's exit flush pushes contexts (a std::vector here was
+// destroyed first, and every context then looked gone).
+struct ContextStack {
+  static constexpr size_t kDepth = 64;
+  CUcontext entries[kDepth];
+  size_t depth;
+  bool empty() const { return depth == 0; }
+  CUcontext& back() { return entries[depth - 1]; }
+  bool push_back(CUcontext context) {
+    if (depth == kDepth) return false;
+    entries[depth++] = context;
+    return true;
+  }
+  void pop_back() { --depth; }
+};
+thread_local ContextStack t_context_stack;
 
 CUcontext CurrentContext() {
   return t_context_stack.empty() ? nullptr : t_context_stack.back();
@@ -1060,8 +1076,7 @@ CUresult PushContext(CUcontext context) {
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
   if (context != &d.primary) return CUDA_ERROR_INVALID_CONTEXT;
-  t_context_stack.push_back(context);
-  return CUDA_SUCCESS;
+  return t_context_stack.push_back(context) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 CUresult PopContext(CUcontext* context) {
@@ -1734,7 +1749,7 @@ CUresult cuCtxSetCurrent(CUcontext ctx) {
   }
   if (ctx != &d.primary) return CUDA_ERROR_INVALID_CONTEXT;
   if (stack.empty()) {
-    stack.push_back(ctx);
+    stack.push_back(ctx);  // an empty stack has room
   } else {
     stack.back() = ctx;
   }
