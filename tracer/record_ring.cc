@@ -7,6 +7,7 @@
 #include <bit>
 #include <chrono>
 #include <limits>
+#include <utility>
 
 namespace ndt::tracer {
 
@@ -20,6 +21,7 @@ struct RecordRings::Ring {
     uint64_t body = 0;
     uint64_t body_end = 0;
     format::Record other;  // kOther
+    std::vector<uint64_t> tickets;  // kOther held for its GPU digests (AppendHeld) while not empty
   };
 
   Ring(size_t n, size_t arena_bytes)
@@ -96,8 +98,10 @@ int StartDetached(void* (*routine)(void*), void* argument) {
 
 }  // namespace
 
-RecordRings::RecordRings(format::TraceWriter* writer, size_t slots, StartThreadFn start_thread)
+RecordRings::RecordRings(format::TraceWriter* writer, size_t slots, StartThreadFn start_thread,
+                         Held held)
     : writer_(writer),
+      held_fns_(std::move(held)),
       slots_(std::bit_ceil(std::max(slots, 2 * kEncoderBatch))),
       arena_bytes_(std::max(slots_ * kArenaBytesPerSlot,
                             std::bit_ceil(2 * (sizeof(RawOp::args) + RawOp::kMaxBytes)))),
@@ -144,12 +148,25 @@ std::shared_ptr<RecordRings::Ring> RecordRings::NewRing() {
   return rings_.back();
 }
 
-size_t RecordRings::DrainLocked(Ring& ring, size_t max) {
+size_t RecordRings::DrainLocked(Ring& ring, size_t max, bool wait, bool* waiting) {
   uint64_t tail = ring.tail.load(std::memory_order_relaxed);
   const uint64_t head = ring.head.load(std::memory_order_acquire);
   size_t done = 0;
   while (tail != head && done < max) {
     Ring::Slot& slot = ring.slots[tail & ring.mask];
+    uint64_t lost = 0;
+    if (!slot.tickets.empty()) {
+      try {
+        lost = held_fns_.settle(slot.other, slot.tickets, wait);
+      } catch (...) {
+        slot.tickets.clear();  // out of memory: written with the placeholders left
+      }
+      if (!slot.tickets.empty()) {
+        if (waiting != nullptr) *waiting = true;
+        break;
+      }
+      held_.fetch_sub(1, std::memory_order_acq_rel);
+    }
     try {
       switch (slot.holds) {
         case Ring::Holds::kOp:
@@ -161,6 +178,7 @@ size_t RecordRings::DrainLocked(Ring& ring, size_t max) {
           break;
         case Ring::Holds::kOther:
           writer_->Append(slot.other, slot.origin);
+          if (lost != 0) writer_->Append(held_fns_.lost_note(lost), slot.origin);
           break;
       }
     } catch (...) {
@@ -299,6 +317,23 @@ void RecordRings::Append(const format::Record& record, uint64_t origin) {
   });
 }
 
+void RecordRings::AppendHeld(format::Record record, std::vector<uint64_t> tickets,
+                             uint64_t origin) {
+  Push([&](Ring::Slot* slot, unsigned char*) {
+    if (slot == nullptr) {  // no encoder: settled here, waiting
+      const uint64_t lost = held_fns_.settle(record, tickets, /*wait=*/true);
+      writer_->Append(record, origin);
+      if (lost != 0) writer_->Append(held_fns_.lost_note(lost), origin);
+      return;
+    }
+    slot->holds = Ring::Holds::kOther;
+    slot->origin = origin;
+    slot->other = std::move(record);
+    slot->tickets = std::move(tickets);
+    held_.fetch_add(1, std::memory_order_acq_rel);
+  });
+}
+
 namespace {
 
 // `into` made the record `fields` describe, its strings assigned in place.
@@ -359,13 +394,16 @@ void RecordRings::RunEncoder() {
       for (const auto& ring : rings_) rings.push_back(ring.get());
     }
     size_t done = 0;
+    bool waiting = false;  // a ring's oldest record waits for its GPU digests
     for (Ring* ring : rings) {
       if (ring->head.load(std::memory_order_acquire) ==
           ring->tail.load(std::memory_order_relaxed)) {
         continue;
       }
-      std::lock_guard lock(ring->consume_mu);
-      done += DrainLocked(*ring, kEncoderBatch);
+      // Not waited for: its thread may hold it while it waits for a held record's digests.
+      std::unique_lock lock(ring->consume_mu, std::try_to_lock);
+      if (!lock.owns_lock()) continue;
+      done += DrainLocked(*ring, kEncoderBatch, /*wait=*/false, &waiting);
     }
     std::unique_lock lock(wake_mu_);
     if (stop_) {
@@ -376,6 +414,10 @@ void RecordRings::RunEncoder() {
       return;
     }
     if (done == 0) {
+      if (waiting) {  // digests on their way: look again soon
+        wake_cv_.wait_for(lock, std::chrono::microseconds(kHeldPollMicros));
+        continue;
+      }
       // Nothing queued: sleep, longer the longer nothing comes (at most 16 ms); an appending
       // thread wakes us once a quarter of its ring is queued.
       wake_cv_.wait_for(lock, idle_wait);
@@ -402,6 +444,18 @@ void RecordRings::Stop() {
   for (Ring* ring : rings) {
     std::lock_guard lock(ring->consume_mu);
     DrainLocked(*ring, std::numeric_limits<size_t>::max());
+  }
+}
+
+void RecordRings::Flush(bool wait) {
+  std::vector<Ring*> rings;
+  {
+    std::lock_guard lock(registry_mu_);
+    for (const auto& ring : rings_) rings.push_back(ring.get());
+  }
+  for (Ring* ring : rings) {
+    std::lock_guard lock(ring->consume_mu);
+    DrainLocked(*ring, std::numeric_limits<size_t>::max(), wait);
   }
 }
 

@@ -27,6 +27,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string_view>
@@ -58,12 +59,24 @@ class RecordRings {
   // Starts `routine(argument)` on a new detached thread; 0 on success (pthread_create's errors).
   using StartThreadFn = int (*)(void* (*routine)(void*), void* argument);
 
+  // Records held for their GPU digests (AppendHeld): `settle` puts into `record` what has
+  // arrived of the digests `tickets` name, taking those out of `tickets`; with `wait` it waits
+  // for each. Returns how many can never arrive (their placeholders taken out of the record);
+  // the record is written once `tickets` is empty, followed by `lost_note(lost)` when some were.
+  struct Held {
+    std::function<uint64_t(format::Record& record, std::vector<uint64_t>& tickets, bool wait)>
+        settle;
+    std::function<format::Record(uint64_t lost)> lost_note;
+  };
+  // While a ring's oldest record waits for its digests, the encoder looks again this often.
+  static constexpr int kHeldPollMicros = 50;
+
   // `writer` outlives this object. `slots`: per ring, a power of two >= 2 * kEncoderBatch.
   // Starts the encoder thread with `start_thread` (the tracer's: StartOwnThread, which keeps it
   // out of the program's thread lineage; null: pthread_create); without one (it could not be
   // created) every Append goes to the writer directly.
   explicit RecordRings(format::TraceWriter* writer, size_t slots = 1024,
-                       StartThreadFn start_thread = nullptr);
+                       StartThreadFn start_thread = nullptr, Held held = {});
   ~RecordRings();  // Stop()s
   RecordRings(const RecordRings&) = delete;
   RecordRings& operator=(const RecordRings&) = delete;
@@ -71,6 +84,11 @@ class RecordRings {
   // Queues `op` (a copy) for the writer under `origin`. Any thread.
   void Append(const format::OpRecord& op, uint64_t origin);
   void Append(const format::Record& record, uint64_t origin);
+  // Queues `record` (an op or a state digest with GPU digests in flight, named by `tickets`):
+  // it and every record this thread appends after it are written once `held.settle` has
+  // settled them, in order; other threads' records are not held back. A full ring's thread
+  // waits for them.
+  void AppendHeld(format::Record record, std::vector<uint64_t> tickets, uint64_t origin);
   // The same, swapping `op` into the slot instead of copying it: `op` comes back holding an
   // earlier record (already written; its strings and vectors keep their capacity), or, when
   // the record went to the writer directly, unchanged.
@@ -92,9 +110,16 @@ class RecordRings {
   // Swaps two op records member by member (cheaper than std::swap's three whole moves).
   static void SwapOp(format::OpRecord& a, format::OpRecord& b);
 
-  // Encodes every record the calling thread has queued, now, on this thread: call before
-  // appending to the writer directly for the same origin.
+  // Encodes every record the calling thread has queued, now, on this thread (waiting for held
+  // records' digests): call before appending to the writer directly for the same origin.
   void DrainCallingThread();
+
+  // Encodes every ring's records now, on the calling thread; with `wait`, waits for the held
+  // ones' digests, else stops at each ring's first record still waiting. Any thread but the
+  // encoder.
+  void Flush(bool wait);
+  // Records appended with AppendHeld and not yet written.
+  uint64_t held() const { return held_.load(std::memory_order_acquire); }
 
   // Stops the encoder (waits for it), then encodes every ring's records on the calling thread.
   // Idempotent. Any thread but the encoder.
@@ -107,8 +132,9 @@ class RecordRings {
  private:
   Ring* CallingThreadRing();
   std::shared_ptr<Ring> NewRing();
-  // Encodes at most `max` of `ring`'s records; its consumer lock held. Returns how many.
-  size_t DrainLocked(Ring& ring, size_t max);
+  // Encodes at most `max` of `ring`'s records; its consumer lock held. Returns how many. A held
+  // record whose digests have not arrived stops it (`*waiting` set), unless `wait`.
+  size_t DrainLocked(Ring& ring, size_t max, bool wait = true, bool* waiting = nullptr);
   // Makes room in `ring` (full: no free slot, or its arena's bytes up to `body_end` still
   // queued): encodes some of its records on this thread.
   void MakeRoom(Ring& ring, uint64_t body_end);
@@ -120,6 +146,8 @@ class RecordRings {
   static void* EncoderMain(void* self);
 
   format::TraceWriter* const writer_;
+  const Held held_fns_;
+  std::atomic<uint64_t> held_{0};
   const size_t slots_;
   const size_t arena_bytes_;  // a power of two, at least twice the largest raw op's body
   const size_t wake_at_;  // queued records at which an appending thread wakes the encoder

@@ -687,8 +687,11 @@ Session::Session(std::unique_ptr<format::TraceWriter> writer, format::TraceHeade
       policy_(std::move(policy)),
       pins_(std::move(pins)),
       gpu_(gpu_digests, std::move(log)),
-      max_held_(std::max<size_t>(4096, size_t{2} * gpu_digests.ring_slots)),
-      rings_(writer_.get(), ring_slots, &StartOwnThread) {}
+      rings_(writer_.get(), ring_slots, &StartOwnThread,
+             {[this](format::Record& record, std::vector<uint64_t>& tickets, bool wait) {
+                return SettleHeld(record, tickets, wait);
+              },
+              [this](uint64_t lost) { return LostDigestsNote(lost); }}) {}
 
 namespace {
 // The ops open on this thread, innermost last (Session::OpenOp): a library call's own launches
@@ -839,9 +842,8 @@ RawOp& Session::BeginRawOp(format::OpKind kind, const char* name, uint32_t strea
 void Session::EndRawOp(RawOp& op, int32_t status, std::vector<format::BufferDigest> outputs) {
   if (RawOps& raw = TlsRef(t_raw); raw.depth > 0) --raw.depth;
   PopOpenOp(op.sequence);
-  if (!outputs.empty() || held_count_.load(std::memory_order_acquire) != 0 ||
-      python_stacks_ != nullptr) {
-    // Digests, held records and Python stacks need the whole record.
+  if (!outputs.empty() || python_stacks_ != nullptr) {
+    // Digests and Python stacks need the whole record.
     format::OpRecord record;
     ToOpRecord(op, record);
     record.outputs = std::move(outputs);
@@ -1009,22 +1011,27 @@ void Session::EndOp(format::OpRecord& op, int32_t status) {
     ForEachOpDigest(op, [&](const auto& digests) { AddOutstanding(gpu_, digests, &tickets); });
     outstanding = !tickets.empty();
   }
-  // Held records, or Python stacks asked for (PythonStackRequests::OnOp reads the whole op):
-  // the record is copied and `op` stays whole.
-  if (outstanding || held_count_.load(std::memory_order_acquire) != 0 ||
-      python_stacks_ != nullptr) {
+  // Python stacks asked for (PythonStackRequests::OnOp reads the whole op): the record is
+  // copied and `op` stays whole.
+  if (python_stacks_ != nullptr) {
     Append(op);
     AfterOp(op);
     return;
   }
-  // The usual case: the record goes into this thread's ring by swapping; `op` keeps the ids
-  // AfterOp reads, and its returned capacity becomes the next BeginOp's.
   const uint64_t sequence = op.sequence;
   const uint32_t thread_id = op.thread_id;
   const uint32_t stream_id = op.stream_id;
   const format::OpKind kind = op.kind;
-  rings_.AppendSwap(op, thread_id);
-  RecordRings::SwapOp(t_spare_op, op);
+  if (outstanding) {
+    AppendRecord(format::Record(std::move(op)));  // held: moved, not copied
+    op = format::OpRecord();
+  } else {
+    // The usual case: the record goes into this thread's ring by swapping; its returned
+    // capacity becomes the next BeginOp's.
+    rings_.AppendSwap(op, thread_id);
+    RecordRings::SwapOp(t_spare_op, op);
+  }
+  // `op` keeps the ids AfterOp reads.
   op.sequence = sequence;
   op.thread_id = thread_id;
   op.stream_id = stream_id;
@@ -1054,37 +1061,21 @@ void Session::Append(const format::Record& record) {
   if (const auto* op = std::get_if<format::OpRecord>(&record)) AfterAppend(*op);
 }
 
-void Session::AppendRecord(const format::Record& record) {
+void Session::AppendRecord(format::Record record) {
   std::vector<uint64_t> tickets;
   if (gpu_.enabled()) {
     ForEachDigest(record, [&](const auto& digests) { AddOutstanding(gpu_, digests, &tickets); });
   }
-  // Nothing held (the usual case): written at once, without the lock. A record appended
-  // concurrently with one being held may go either side of it, as it could without holding.
   // Every record goes into the sequence of the thread it is about (an op's thread; else the
-  // appending one), whichever thread writes it: so a held record written by another thread
-  // stays in order with its own thread's records (the writer promises order per origin).
-  //
-  // A GPU time never waits behind held records: it names its op by sequence, so its place in
-  // the file does not matter, and it is appended from the thread that delivers CUPTI's
-  // activities, which may be the very thread that must run the digest kernels a held record
-  // waits for (the stand-in's stream workers deliver them as they run each kernel).
+  // appending one), through the appending thread's ring; one whose GPU digests are still on
+  // their way holds back that ring's later records until they arrive (RecordRings::AppendHeld).
   const auto* op = std::get_if<format::OpRecord>(&record);
   const uint64_t origin = op != nullptr ? op->thread_id : ThreadLineageId();
-  if (tickets.empty() && (held_count_.load(std::memory_order_acquire) == 0 ||
-                          std::holds_alternative<format::GpuActivityRecord>(record))) {
+  if (tickets.empty()) {
     rings_.Append(record, origin);
-    return;
+  } else {
+    rings_.AppendHeld(std::move(record), std::move(tickets), origin);
   }
-  rings_.DrainCallingThread();  // what this thread queued goes before what it writes now
-  std::lock_guard lock(held_mutex_);
-  if (held_.empty() && tickets.empty()) {
-    writer_->Append(record, origin);
-    return;
-  }
-  held_.push_back({record, std::move(tickets), origin});
-  held_count_.store(held_.size(), std::memory_order_release);
-  DrainHeldLocked(max_held_);
 }
 
 void Session::Append(const format::OpRecord& op) {
@@ -1092,69 +1083,59 @@ void Session::Append(const format::OpRecord& op) {
   if (gpu_.enabled()) {
     ForEachOpDigest(op, [&](const auto& digests) { AddOutstanding(gpu_, digests, &tickets); });
   }
-  if (tickets.empty() && held_count_.load(std::memory_order_acquire) == 0) {
+  if (tickets.empty()) {
     rings_.Append(op, op.thread_id);
   } else {
-    AppendRecord(format::Record(op));
+    rings_.AppendHeld(format::Record(op), std::move(tickets), op.thread_id);
   }
   AfterAppend(op);
 }
 
 void Session::AppendNvtx(const RecordRings::NvtxFields& fields) {
-  if (held_count_.load(std::memory_order_acquire) == 0) {
-    rings_.AppendNvtx(fields, fields.numbers.thread_id);
-    return;
-  }
-  AppendRecord(format::Record(fields.ToRecord()));
+  rings_.AppendNvtx(fields, fields.numbers.thread_id);
 }
 
-void Session::DrainHeldLocked(size_t keep) {
-  while (!held_.empty()) {
-    const bool wait = held_.size() > keep;
-    HeldRecord& head = held_.front();
-    uint64_t lost = 0;
-    while (!head.tickets.empty()) {
-      const uint64_t ticket = head.tickets.back();
-      const GpuDigests::Result result = gpu_.Take(ticket, wait);
-      if (result.state == GpuDigests::State::kPending) return;
-      ForEachDigest(head.record, [&](std::vector<format::BufferDigest>& digests) {
-        for (auto it = digests.begin(); it != digests.end(); ++it) {
-          if (it->digest.lo != ticket || it->digest.hi != 0) continue;
-          if (result.state == GpuDigests::State::kArrived) {
-            it->digest = result.digest;
-            if (result.summary) it->summary = *result.summary;
-          } else {
-            digests.erase(it);
-            ++lost;
-          }
-          return;
+uint64_t Session::SettleHeld(format::Record& record, std::vector<uint64_t>& tickets, bool wait) {
+  uint64_t lost = 0;
+  while (!tickets.empty()) {
+    const uint64_t ticket = tickets.back();
+    const GpuDigests::Result result = gpu_.Take(ticket, wait);
+    if (result.state == GpuDigests::State::kPending) break;
+    ForEachDigest(record, [&](std::vector<format::BufferDigest>& digests) {
+      for (auto it = digests.begin(); it != digests.end(); ++it) {
+        if (it->digest.lo != ticket || it->digest.hi != 0) continue;
+        if (result.state == GpuDigests::State::kArrived) {
+          it->digest = result.digest;
+          if (result.summary) it->summary = *result.summary;
+        } else {
+          digests.erase(it);
+          ++lost;
         }
-      });
-      head.tickets.pop_back();
-    }
-    writer_->Append(head.record, head.origin);
-    if (lost != 0) {
-      format::TracerNote note;
-      note.severity = format::Severity::kWarning;
-      note.text = std::to_string(lost) +
-                  " digest(s) computed on the GPU did not arrive (the context failed or is gone) "
-                  "and are left out of the record before";
-      note.before_op = PeekOpSequence();
-      note.time_ns = NowNs();
-      writer_->Append(format::Record(note), head.origin);
-    }
-    held_.pop_front();
-    held_count_.store(held_.size(), std::memory_order_release);
+        return;
+      }
+    });
+    tickets.pop_back();
   }
+  return lost;
+}
+
+format::Record Session::LostDigestsNote(uint64_t lost) const {
+  format::TracerNote note;
+  note.severity = format::Severity::kWarning;
+  note.text = std::to_string(lost) +
+              " digest(s) computed on the GPU did not arrive (the context failed or is gone) "
+              "and are left out of the record before";
+  note.before_op = PeekOpSequence();
+  note.time_ns = NowNs();
+  return note;
 }
 
 void Session::FlushHeldRecords(bool wait) {
   // Nothing held: no driver calls (at exit they may come after the driver's thread-local state
   // is gone).
-  if (held_count_.load(std::memory_order_acquire) == 0) return;
+  if (rings_.held() == 0) return;
   if (wait) gpu_.ForgetDeadContexts();
-  std::lock_guard lock(held_mutex_);
-  DrainHeldLocked(wait ? 0 : max_held_);
+  rings_.Flush(wait);
 }
 
 void Session::OnAllocate(uint64_t base, uint64_t bytes, const char* api, uint32_t stream_id) {

@@ -21,7 +21,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -110,10 +109,11 @@ struct DigestStream {
 // never held across a real driver call.
 //
 // Records are written in the order Append is called (per appending thread; encoded into the
-// writer by RecordRings' background thread, off the calling thread). An op (or state digest) whose digests are
-// still being computed on the GPU is held back, and every record appended after it with it,
-// until its digests have arrived: checked without blocking at every Append, waited for when
-// more than kMaxHeldRecords are held, at state digests, and when the trace is closed.
+// writer by RecordRings' background thread, off the calling thread). An op (or state digest)
+// whose digests are still being computed on the GPU is held back in its thread's ring, with the
+// records that thread appends after it, until its digests have arrived: the encoder looks
+// without blocking; the thread waits for them only when its ring is full; all are waited for
+// at state digests and when the trace is closed.
 class Session {
  public:
   Session(std::unique_ptr<format::TraceWriter> writer, format::TraceHeader header,
@@ -314,27 +314,18 @@ class Session {
   std::vector<unsigned char> digest_buffer_;  // grown on demand up to kDigestBufferBytes
   DriverObjects objects_;
 
-  // A record waiting for the GPU digests it names by ticket (placeholders {ticket, 0}).
-  struct HeldRecord {
-    format::Record record;
-    std::vector<uint64_t> tickets;
-    uint64_t origin = 0;  // the writer sequence it belongs to (Append)
-  };
-  // Writes held records in order while their digests have arrived; waits for those of the
-  // oldest ones while more than `keep` are held. held_mutex_ held.
-  void DrainHeldLocked(size_t keep);
+  // RecordRings::Held for this session: puts the GPU digests that have arrived into a held
+  // record in place of their placeholders ({ticket, 0}); the note for those that never will.
+  uint64_t SettleHeld(format::Record& record, std::vector<uint64_t>& tickets, bool wait);
+  format::Record LostDigestsNote(uint64_t lost) const;
   // Append without the Python stack request.
-  void AppendRecord(const format::Record& record);
+  void AppendRecord(format::Record record);
   // Appends the Python stack of `op` when it is one asked for.
   void AfterAppend(const format::OpRecord& op);
   std::unique_ptr<PythonStackRequests> python_stacks_;  // null: none asked for
   GpuDigests gpu_;
-  std::mutex held_mutex_;  // guards held_; held across every write while records are held
-  std::deque<HeldRecord> held_;
-  std::atomic<size_t> held_count_{0};  // held_.size(), readable without the lock
-  const size_t max_held_;
-  // Every record not held goes through its appending thread's ring; a thread about to write
-  // (or hold) a record directly first drains its own ring, so its records keep their order.
+  // Every record goes through its appending thread's ring, a record held for its GPU digests
+  // too (RecordRings::AppendHeld): it holds back the later records of that ring only.
   RecordRings rings_;
 
  public:

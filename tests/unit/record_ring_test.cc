@@ -2,7 +2,10 @@
 // complete and, per appending thread, in order, however the encoder and full rings interleave.
 #include "tracer/record_ring.h"
 
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <future>
 #include <map>
 #include <string>
 #include <thread>
@@ -116,6 +119,103 @@ TEST_CASE("a thread that drains its ring before writing directly keeps its recor
   const std::vector<uint64_t>& sequences = ops.at(7);
   REQUIRE(sequences.size() == 1100);
   for (uint64_t i = 0; i < 1100; ++i) REQUIRE(sequences[i] == i);
+}
+
+// Held records (AppendHeld) for a test: ticket t "arrives" once released[t] is set, and then
+// settles to SampleOp's digest of the op; ticket kLostTicket never arrives.
+struct TestDigests {
+  static constexpr uint64_t kLostTicket = 99;
+  std::atomic<bool> released[4] = {};
+  std::atomic<int> waits_on_owner{0};  // settles that waited, on the thread `owner`
+  std::atomic<std::thread::id> owner{};
+
+  RecordRings::Held Held() {
+    return {[this](Record& record, std::vector<uint64_t>& tickets, bool wait) -> uint64_t {
+              uint64_t lost = 0;
+              auto& op = std::get<OpRecord>(record);
+              while (!tickets.empty()) {
+                const uint64_t ticket = tickets.back();
+                if (ticket == kLostTicket) {
+                  op.outputs.clear();
+                  ++lost;
+                } else {
+                  if (!released[ticket].load() && !wait) break;
+                  if (wait && std::this_thread::get_id() == owner.load()) ++waits_on_owner;
+                  while (!released[ticket].load()) std::this_thread::yield();
+                  op.outputs.at(0).digest = {op.sequence, ~op.sequence};
+                }
+                tickets.pop_back();
+              }
+              return lost;
+            },
+            [](uint64_t lost) -> Record {
+              format::TracerNote note;
+              note.text = std::to_string(lost) + " lost";
+              return note;
+            }};
+  }
+};
+
+// SampleOp(sequence, thread) with its digest a placeholder for GPU digest `ticket`.
+Record HeldOp(uint64_t sequence, uint32_t thread, uint64_t ticket) {
+  OpRecord op = SampleOp(sequence, thread);
+  op.outputs.at(0).digest = {ticket, 0};
+  return op;
+}
+
+TEST_CASE("a record held for its GPU digests holds back its own thread's records only",
+          "[tracer]") {
+  TempPath path("held.ndt");
+  auto writer = MustCreate(path.str());
+  TestDigests digests;
+  constexpr uint64_t kRecords = 300;  // past a 64-slot ring
+  {
+    RecordRings rings(writer.get(), 64, nullptr, digests.Held());
+    std::thread owner([&] {
+      digests.owner.store(std::this_thread::get_id());
+      rings.Append(SampleOp(0, 1), 1);
+      rings.AppendHeld(HeldOp(1, 1, 1), {1}, 1);
+      // The ring fills behind the held record: this thread then waits for its digest.
+      for (uint64_t i = 2; i < kRecords; ++i) rings.Append(SampleOp(i, 1), 1);
+    });
+    // Another thread's records are not held back: all of them go through its own small ring
+    // while thread 1's digest has not arrived.
+    auto other = std::async(std::launch::async, [&] {
+      for (uint64_t i = 0; i < kRecords; ++i) rings.Append(SampleOp(1000 + i, 2), 2);
+    });
+    CHECK(other.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
+    CHECK(rings.held() == 1);
+    digests.released[1] = true;
+    owner.join();
+    CHECK(digests.waits_on_owner.load() >= 1);
+    // A held record whose digest never arrives is written without it, a note after it.
+    rings.AppendHeld(HeldOp(kRecords, 1, TestDigests::kLostTicket), {TestDigests::kLostTicket}, 1);
+    rings.Flush(/*wait=*/true);
+    CHECK(rings.held() == 0);
+    rings.Stop();
+  }
+  REQUIRE(writer->Close().ok());
+  std::map<uint64_t, std::vector<uint64_t>> by_origin;
+  std::vector<std::string> notes;
+  for (const Record& record : ReadBack(path.str())) {
+    if (const auto* note = std::get_if<format::TracerNote>(&record)) {
+      notes.push_back(note->text);
+      CHECK(by_origin[1].back() == kRecords);  // right after the record it is about
+      continue;
+    }
+    const auto& op = std::get<OpRecord>(record);
+    if (op.sequence == kRecords) {
+      CHECK(op.outputs.empty());
+    } else {
+      CHECK(op == SampleOp(op.sequence, op.thread_id));  // the held one with its digest
+    }
+    by_origin[op.thread_id].push_back(op.sequence);
+  }
+  CHECK(notes == std::vector<std::string>{"1 lost"});
+  REQUIRE(by_origin[1].size() == kRecords + 1);
+  for (uint64_t i = 0; i <= kRecords; ++i) REQUIRE(by_origin[1][i] == i);
+  REQUIRE(by_origin[2].size() == kRecords);
+  for (uint64_t i = 0; i < kRecords; ++i) REQUIRE(by_origin[2][i] == 1000 + i);
 }
 
 TEST_CASE("a ring is reused by a later thread once its thread has exited", "[tracer]") {
