@@ -144,25 +144,30 @@ bool Measured(const format::OpRecord& op, std::string_view argument) {
 // addresses and padding, all of which differ from run to run in a deterministic program, as
 // seen on an H200 with PyTorch 2.11); or a pointer parameter (by its demangled type) holding a
 // non-null address in no device allocation in both runs, a host address (cuBLAS's split-K
-// reduction is handed &alpha on the caller's stack, PyTorch's index_add a `ReduceAdd const&`).
-// What they change shows in the digests.
+// reduction is handed &alpha on the caller's stack, PyTorch's index_add a `ReduceAdd const&`);
+// or a closure of any size (its demangled type holds `{lambda(`): PyTorch's elementwise kernels
+// take their functor by value, and the byte of an empty lambda, or the padding after a captured
+// float, is whatever the stack held (on an H100 and an H200, `pow_tensor_scalar_kernel_impl`'s
+// lambda differed between two runs of a deterministic program). What they change shows in the
+// digests.
 bool ComparedThroughData(const format::OpRecord& a, size_t i, const format::OpRecord& b, size_t j) {
   const auto* bytes_a = std::get_if<format::Argument::Bytes>(&a.args[i].value);
   const auto* bytes_b = std::get_if<format::Argument::Bytes>(&b.args[j].value);
   const std::string& name = a.args[i].name;
   if (a.kind != format::OpKind::kKernelLaunch || bytes_a == nullptr || bytes_b == nullptr ||
-      bytes_a->data.size() != bytes_b->data.size() || bytes_a->data.size() < 8 ||
-      name != b.args[j].name || name.rfind("arg", 0) != 0 || name.find('@') != std::string::npos ||
-      a.name != b.name) {
+      bytes_a->data.size() != bytes_b->data.size() || name != b.args[j].name ||
+      name.rfind("arg", 0) != 0 || name.find('@') != std::string::npos || a.name != b.name) {
     return false;
   }
   if (bytes_a->data.size() > 8) return true;
   const std::vector<std::string_view> parameters = Parameters(a.name);
   const size_t index = std::strtoull(name.c_str() + 3, nullptr, 10);
-  if (index >= parameters.size() || parameters[index].empty() ||
-      (parameters[index].back() != '*' && parameters[index].back() != '&')) {
-    return false;
+  if (index >= parameters.size() || parameters[index].empty()) return false;
+  const std::string_view type = parameters[index];
+  if (type.find("{lambda(") != std::string_view::npos && type.back() != '*' && type.back() != '&') {
+    return true;
   }
+  if (bytes_a->data.size() < 8 || (type.back() != '*' && type.back() != '&')) return false;
   const auto nonzero = [](const std::string& word) {
     return word.find_first_not_of('\0') != std::string::npos;
   };

@@ -111,6 +111,43 @@ TEST_CASE("where memory lies is not compared: pointers and pooled events are pla
   CHECK_FALSE(SameArgument({"count", uint64_t{16}}, {"count", uint64_t{21}}));
 }
 
+TEST_CASE("a kernel's closure parameter is compared through the data, its scalars as bytes",
+          "[replayer]") {
+  // As PyTorch 2.11 launches `x.pow(2)` (seen on an H100 and an H200): the lambda's bytes are
+  // not initialised by the program, and differed between two runs.
+  const std::string lambda =
+      "at::native::(anonymous namespace)::pow_tensor_scalar_kernel_impl<float, float>"
+      "(at::TensorIteratorBase&, float)::{lambda(float)#1}";
+  format::OpRecord a;
+  a.kind = format::OpKind::kKernelLaunch;
+  a.name = "void at::native::vectorized_elementwise_kernel<4, " + lambda +
+           ", std::array<char*, 2ul> >(int, " + lambda + ", std::array<char*, 2ul>)";
+  const auto bytes = [](std::string data) {
+    return decltype(format::Argument::value)(format::Argument::Bytes{std::move(data)});
+  };
+  a.args = {{"arg0", bytes(std::string("\x10\0\0\0", 4))},
+            {"arg1", bytes(std::string("\0\0\0\x40\x7f\0\0\x11", 8))}};
+  format::OpRecord b = a;
+  b.args[1].value = bytes(std::string("\0\0\0\x40\0\0\0\0", 8));
+  CHECK_FALSE(FirstDifferentArgument(a, b));
+  a.args[1].value = bytes(std::string(1, '\x5a'));  // an empty lambda: one byte
+  b.args[1].value = bytes(std::string(1, '\0'));
+  CHECK_FALSE(FirstDifferentArgument(a, b));
+  // The element count, an int, is still compared as bytes.
+  b.args[0].value = bytes(std::string("\x11\0\0\0", 4));
+  const auto mismatch = FirstDifferentArgument(a, b);
+  REQUIRE(mismatch);
+  CHECK(mismatch->a == 0);
+  // So is a scalar passed by value that is no closure.
+  format::OpRecord c;
+  c.kind = format::OpKind::kKernelLaunch;
+  c.name = "Scale(float*, double)";
+  c.args = {{"arg0", format::DevicePointer{1, 0, 0x1000}}, {"arg1", bytes(std::string(8, '\1'))}};
+  format::OpRecord d = c;
+  d.args[1].value = bytes(std::string(8, '\2'));
+  CHECK(FirstDifferentArgument(c, d));
+}
+
 TEST_CASE("blob references are left out of the argument comparison", "[replayer]") {
   format::OpRecord a;
   a.args = {{"n", uint64_t{4}}, {"blob:in:x", std::string("00")}, {"m", uint64_t{2}}};
