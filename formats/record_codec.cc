@@ -259,6 +259,7 @@ void Write(const GpuActivityRecord& r, wire::Record::Builder root) {
   b.setStartNs(r.start_ns);
   b.setEndNs(r.end_ns);
   b.setDeviceStream(r.device_stream);
+  b.setNdtraceOwn(r.ndtrace_own);
 }
 
 void WriteHeader(const TraceHeader& h, wire::TraceHeader::Builder b) {
@@ -651,6 +652,7 @@ Status ReadGpuActivity(wire::GpuActivityRecord::Reader r, GpuActivityRecord* out
   g.start_ns = r.getStartNs();
   g.end_ns = r.getEndNs();
   g.device_stream = r.getDeviceStream();
+  g.ndtrace_own = r.getNdtraceOwn();
   return Status::Ok();
 }
 

@@ -344,6 +344,7 @@ struct GpuActivityRecord {
   uint64_t start_ns = 0;
   uint64_t end_ns = 0;
   uint32_t device_stream = 0;
+  bool ndtrace_own = false;  // ndtrace's own work (digest kernels, copies to the host): no op's
   bool operator==(const GpuActivityRecord&) const = default;
 };
 const char* GpuActivityKindName(GpuActivityKind kind);  // "kernel", "memcpy", "memset"

@@ -413,7 +413,7 @@ enum GpuActivityKind {
 # time"): a kernel (one of a library op's several, or a launch of its own), a copy or a memset.
 # Written when CUPTI delivers it, long after the op: tied to ops by sequence, not by position.
 struct GpuActivityRecord {
-  # Next ordinal: @8
+  # Next ordinal: @9
   kind @0 :GpuActivityKind;
   hasOp @1 :Bool;                  # the driver call that started it was recorded as an op
   opSequence @2 :UInt64;           # that op
@@ -422,6 +422,7 @@ struct GpuActivityRecord {
   startNs @5 :UInt64;              # GPU start, ns since trace start (CUPTI's clock, mapped)
   endNs @6 :UInt64;                # GPU end, same clock
   deviceStream @7 :UInt32;         # CUPTI's stream id (not a StreamLabel id)
+  ndtraceOwn @8 :Bool;             # ndtrace's own work (its digest kernels, its copies): no op's
 }
 
 # What the writer wrote, counted as it wrote it, so a reader can summarise a closed trace

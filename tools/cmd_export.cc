@@ -259,7 +259,10 @@ class PerfettoWriter {
     const std::optional<uint64_t> owner =
         activity.op_sequence ? activity.op_sequence : activity.library_op_sequence;
     if (!owner) {
-      EmitGpuActivity(activity, "GPU work of no recorded op (ndtrace's own digests)", nullptr);
+      EmitGpuActivity(activity,
+                      activity.ndtrace_own ? "ndtrace's own GPU work (digests, copies)"
+                                           : "GPU work of no recorded op",
+                      nullptr);
       return;
     }
     const auto op = recent_ops_.find(*owner);

@@ -393,6 +393,7 @@ void WriteFields(const format::GpuActivityRecord& activity, const JsonOptions& o
   activity.op_sequence ? json.Uint(*activity.op_sequence) : json.Null();
   json.Key("library_op");
   activity.library_op_sequence ? json.Uint(*activity.library_op_sequence) : json.Null();
+  if (activity.ndtrace_own) json.Key("ndtrace_own").Bool(true);
   if (!options.stable) {
     json.Key("start_ns").Uint(activity.start_ns);
     json.Key("end_ns").Uint(activity.end_ns);

@@ -215,7 +215,8 @@ void AppendGpuActivity(const format::GpuActivityRecord& activity, const TextOpti
     of += activity.op_sequence ? fmt::format(" (in library op {})", *activity.library_op_sequence)
                                : fmt::format("library op {}", *activity.library_op_sequence);
   }
-  if (of.empty()) of = "no recorded op";
+  if (of.empty())
+    of = activity.ndtrace_own ? "ndtrace (its own digests and copies)" : "no recorded op";
   if (options.stable) {
     Append(out, "gpu {} of {}\n", format::GpuActivityKindName(activity.kind), of);
   } else {

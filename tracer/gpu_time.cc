@@ -240,6 +240,7 @@ void CUPTIAPI RequestBuffer(uint8_t** buffer, size_t* size, size_t* max_records)
 void TieLocked(State& s, const Owners& owners, const Pending& pending) {
   format::GpuActivityRecord record = pending.record;
   if (owners.own) {
+    record.ndtrace_own = true;
     ++s.own;
     if (s.session != nullptr) s.session->Append(format::Record(record));
     return;
@@ -247,6 +248,7 @@ void TieLocked(State& s, const Owners& owners, const Pending& pending) {
   if (owners.token) {
     const std::optional<TokenOp> op = OpOfToken(*owners.token);
     if (op && pending.host_copy && op->own_near && !op->to_host) {
+      record.ndtrace_own = true;
       ++s.own;  // ndtrace's copy, made inside the program's runtime call
       if (s.session != nullptr) s.session->Append(format::Record(record));
       return;
@@ -374,6 +376,7 @@ void CUPTIAPI CompleteBuffer(CUcontext, uint32_t, uint8_t* buffer, size_t, size_
           // that call's correlation id: its own work all the same (OwnWork cannot mark it).
           if (k->name != nullptr && std::strncmp(k->name, kernels::kDigestKernelPrefix,
                                                  sizeof kernels::kDigestKernelPrefix - 1) == 0) {
+            activity.ndtrace_own = true;
             ++s.activities;
             ++s.own;
             if (s.session != nullptr) s.session->Append(format::Record(activity));

@@ -124,9 +124,16 @@ TEST_CASE("every kernel, copy and memset gets its GPU time, tied to its op", "[t
   std::map<uint64_t, OpRecord> ops;
   for (const OpRecord& op : Ops(records)) ops[op.sequence] = op;
   std::map<uint64_t, int> timed;  // op -> activities
+  uint64_t own = 0;
   for (const GpuActivityRecord& activity : Activities(records)) {
     CHECK(activity.start_ns <= activity.end_ns);
-    if (!activity.op_sequence) continue;  // ndtrace's own exit digest
+    if (activity.ndtrace_own) {  // its digest kernels, its copies: marked so, and no op's
+      ++own;
+      CHECK_FALSE(activity.op_sequence);
+      CHECK_FALSE(activity.library_op_sequence);
+      continue;
+    }
+    REQUIRE(activity.op_sequence);
     const auto op = ops.find(*activity.op_sequence);
     REQUIRE(op != ops.end());
     ++timed[op->first];
@@ -155,6 +162,8 @@ TEST_CASE("every kernel, copy and memset gets its GPU time, tied to its op", "[t
   CHECK(counts[1] + counts[2] == counts[0]);
   CHECK(counts[3] == 0);
   CHECK(counts[1] == static_cast<uint64_t>(expected));
+  CHECK(counts[2] == own);  // each of ndtrace's own marked as such in the trace
+  CHECK(own > 0);           // the exit digest's, at least
   std::remove(trace.c_str());
 }
 
