@@ -18,6 +18,11 @@
 // encoding that ring at that moment, it spins briefly (the encoder frees slots one by one, at
 // most kEncoderBatch per turn), then waits for the ring's lock.
 //
+// A record whose GPU digests are still being computed (AppendHeld) goes into its thread's ring
+// with their tickets: whoever encodes the ring stops at it until `Held::settle` says they have
+// all arrived (the encoder looks again every kHeldPollMicros; a full ring's thread and Flush
+// with `wait` wait for them). So it holds back its own thread's later records only.
+//
 // Stop() stops the encoder and encodes what every ring still holds; later appends go to the
 // writer directly. A thread's ring is reused by a later thread once the first has exited.
 // After fork() the child never touches the parent's rings (its RecordRings is another object).
