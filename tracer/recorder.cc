@@ -1005,12 +1005,6 @@ void Session::EndOp(format::OpRecord& op, int32_t status) {
   }
   op.status = status;
   op.end_ns = NowNs();
-  bool outstanding = false;
-  if (gpu_.enabled()) {
-    std::vector<uint64_t> tickets;
-    ForEachOpDigest(op, [&](const auto& digests) { AddOutstanding(gpu_, digests, &tickets); });
-    outstanding = !tickets.empty();
-  }
   // Python stacks asked for (PythonStackRequests::OnOp reads the whole op): the record is
   // copied and `op` stays whole.
   if (python_stacks_ != nullptr) {
@@ -1018,12 +1012,16 @@ void Session::EndOp(format::OpRecord& op, int32_t status) {
     AfterOp(op);
     return;
   }
+  std::vector<uint64_t> tickets;  // its GPU digests still on their way
+  if (gpu_.enabled()) {
+    ForEachOpDigest(op, [&](const auto& digests) { AddOutstanding(gpu_, digests, &tickets); });
+  }
   const uint64_t sequence = op.sequence;
   const uint32_t thread_id = op.thread_id;
   const uint32_t stream_id = op.stream_id;
   const format::OpKind kind = op.kind;
-  if (outstanding) {
-    AppendRecord(format::Record(std::move(op)));  // held: moved, not copied
+  if (!tickets.empty()) {
+    rings_.AppendHeld(format::Record(std::move(op)), std::move(tickets), thread_id);
     op = format::OpRecord();
   } else {
     // The usual case: the record goes into this thread's ring by swapping; its returned
@@ -1061,7 +1059,7 @@ void Session::Append(const format::Record& record) {
   if (const auto* op = std::get_if<format::OpRecord>(&record)) AfterAppend(*op);
 }
 
-void Session::AppendRecord(format::Record record) {
+void Session::AppendRecord(const format::Record& record) {
   std::vector<uint64_t> tickets;
   if (gpu_.enabled()) {
     ForEachDigest(record, [&](const auto& digests) { AddOutstanding(gpu_, digests, &tickets); });
@@ -1074,7 +1072,7 @@ void Session::AppendRecord(format::Record record) {
   if (tickets.empty()) {
     rings_.Append(record, origin);
   } else {
-    rings_.AppendHeld(std::move(record), std::move(tickets), origin);
+    rings_.AppendHeld(record, std::move(tickets), origin);
   }
 }
 

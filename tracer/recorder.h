@@ -319,7 +319,7 @@ class Session {
   uint64_t SettleHeld(format::Record& record, std::vector<uint64_t>& tickets, bool wait);
   format::Record LostDigestsNote(uint64_t lost) const;
   // Append without the Python stack request.
-  void AppendRecord(format::Record record);
+  void AppendRecord(const format::Record& record);
   // Appends the Python stack of `op` when it is one asked for.
   void AfterAppend(const format::OpRecord& op);
   std::unique_ptr<PythonStackRequests> python_stacks_;  // null: none asked for
