@@ -237,21 +237,20 @@ void CUPTIAPI RequestBuffer(uint8_t** buffer, size_t* size, size_t* max_records)
 // to a driver op only when that op was made inside the same library call: a library that starts
 // work by a call ndtrace does not record (the stand-in's host computations) leaves the token of
 // the thread's next op, made after the library call returned.
+// Appends `record` as ndtrace's own work: no op's, marked so.
+void AppendOwnLocked(State& s, format::GpuActivityRecord record) {
+  record.ndtrace_own = true;
+  ++s.own;
+  if (s.session != nullptr) s.session->Append(format::Record(record));
+}
+
 void TieLocked(State& s, const Owners& owners, const Pending& pending) {
   format::GpuActivityRecord record = pending.record;
-  if (owners.own) {
-    record.ndtrace_own = true;
-    ++s.own;
-    if (s.session != nullptr) s.session->Append(format::Record(record));
-    return;
-  }
+  if (owners.own) return AppendOwnLocked(s, record);
   if (owners.token) {
     const std::optional<TokenOp> op = OpOfToken(*owners.token);
     if (op && pending.host_copy && op->own_near && !op->to_host) {
-      record.ndtrace_own = true;
-      ++s.own;  // ndtrace's copy, made inside the program's runtime call
-      if (s.session != nullptr) s.session->Append(format::Record(record));
-      return;
+      return AppendOwnLocked(s, record);  // ndtrace's copy, made inside the program's runtime call
     }
     if (op && WorkOf(record.kind, op->kind) &&
         (!owners.library_op || op->around == owners.library_op)) {
@@ -376,10 +375,8 @@ void CUPTIAPI CompleteBuffer(CUcontext, uint32_t, uint8_t* buffer, size_t, size_
           // that call's correlation id: its own work all the same (OwnWork cannot mark it).
           if (k->name != nullptr && std::strncmp(k->name, kernels::kDigestKernelPrefix,
                                                  sizeof kernels::kDigestKernelPrefix - 1) == 0) {
-            activity.ndtrace_own = true;
             ++s.activities;
-            ++s.own;
-            if (s.session != nullptr) s.session->Append(format::Record(activity));
+            AppendOwnLocked(s, activity);
             break;
           }
           AppendLocked(s, k->correlationId, {activity});
