@@ -154,6 +154,58 @@ void Write(const OpRecord& r, wire::Record::Builder root) {
   b.setNvtxRangeId(r.nvtx_range_id);
 }
 
+// The same op record from an OpView: field for field what Write(OpRecord) does with the
+// OpRecord holding these values, in the same order (so the same bytes).
+void Write(const OpView& r, wire::Record::Builder root) {
+  auto b = root.initOp();
+  b.setSequence(r.sequence);
+  b.setThreadId(r.thread_id);
+  b.setStreamId(r.stream_id);
+  b.setKind(ToWire<wire::OpKind>(r.kind));
+  if (r.name[0] != '\0') b.setName(r.name);
+  const size_t count = r.arg_count + (r.inside != 0 ? 1 : 0);
+  if (count != 0) {
+    auto list = b.initArgs(static_cast<unsigned>(count));
+    for (size_t i = 0; i < r.arg_count; ++i) {
+      const OpView::Arg& a = r.args[i];
+      auto w = list[static_cast<unsigned>(i)];
+      if (a.name[0] != '\0') w.setName(a.name);
+      switch (a.type) {
+        case OpView::Arg::Type::kUnsigned:
+          w.setUnsigned(a.a);
+          break;
+        case OpView::Arg::Type::kSigned:
+          w.setSigned(static_cast<int64_t>(a.a));
+          break;
+        case OpView::Arg::Type::kPointer:
+          WritePointer(DevicePointer{a.a, a.b, a.c}, w.initPointer());
+          break;
+        case OpView::Arg::Type::kDims: {
+          auto dims = w.initDims(3);
+          dims.set(0, static_cast<int64_t>(a.a));
+          dims.set(1, static_cast<int64_t>(a.b));
+          dims.set(2, static_cast<int64_t>(a.c));
+          break;
+        }
+        case OpView::Arg::Type::kBytes:
+          w.setBytes(capnp::Data::Reader(r.bytes + a.a, a.b));
+          break;
+      }
+    }
+    if (r.inside != 0) {
+      auto w = list[static_cast<unsigned>(r.arg_count)];
+      w.setName("insideOp");
+      w.setUnsigned(r.inside);
+    }
+  }
+  b.setStatus(r.status);
+  b.setStartNs(r.start_ns);
+  b.setEndNs(r.end_ns);
+  b.setModuleId(r.module_id);
+  b.setDeviceOrdinal(0);
+  b.setNvtxRangeId(r.nvtx_range_id);
+}
+
 void Write(const AllocationRecord& r, wire::Record::Builder root) {
   auto b = root.initAllocation();
   b.setAllocationId(r.allocation_id);
@@ -873,6 +925,12 @@ bool AppendRecord(const OpRecord& op, std::string* out) {
   return AppendFrame(
       0,
       [&op](capnp::MessageBuilder& message) { Write(op, message.initRoot<wire::Record>()); },
+      out);
+}
+
+bool AppendRecord(const OpView& op, std::string* out) {
+  return AppendFrame(
+      0, [&op](capnp::MessageBuilder& message) { Write(op, message.initRoot<wire::Record>()); },
       out);
 }
 

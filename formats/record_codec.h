@@ -11,9 +11,10 @@
 #include <cstdint>
 #include <string>
 
+#include "formats/op_view.h"
 #include "formats/records.h"
-#include "formats/writer_summary.h"
 #include "formats/status.h"
+#include "formats/writer_summary.h"
 
 namespace ndt::format::codec {
 
@@ -34,6 +35,8 @@ inline constexpr int kNestingLimit = 16;
 bool AppendRecord(const Record& record, std::string* out);
 // The same for an op record held outside a Record (the tracer's hot path: no copy into one).
 bool AppendRecord(const OpRecord& op, std::string* out);
+// The same for an op that owns nothing (the same bytes as the OpRecord of its fields).
+bool AppendRecord(const OpView& op, std::string* out);
 bool AppendHeader(const TraceHeader& header, std::string* out);
 bool AppendSummary(const WriterSummary& summary, std::string* out);
 

@@ -260,8 +260,8 @@ class TraceWriter::Impl {
     pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   }
 
-  // RecordLike: Record or OpRecord (codec::AppendRecord takes both). `buffer`: the calling
-  // thread's (null) or an origin's.
+  // RecordLike: Record, OpRecord or OpView (codec::AppendRecord takes each). `buffer`: the
+  // calling thread's (null) or an origin's.
   template <typename RecordLike>
   bool Append(const RecordLike& record, ThreadBuffer* buffer = nullptr) {
     if (buffer == nullptr) buffer = LocalBuffer();
@@ -279,19 +279,21 @@ class TraceWriter::Impl {
       buffer->opened_ns.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
     }
     ++buffer->appended;
-    const OpRecord* op = nullptr;
-    if constexpr (std::is_same_v<RecordLike, OpRecord>) {
-      op = &record;
+    const auto tally_op = [&node](const auto& op) {
       ++node.tally.by_type[0];
-    } else {
-      op = std::get_if<OpRecord>(&record);
-      ++node.tally.by_type[record.index()];
-    }
-    if (op != nullptr) {
-      node.first_op = std::min(node.first_op, op->sequence);
-      node.last_op = std::max(node.last_op, op->sequence);
-      const auto kind = static_cast<size_t>(op->kind);
+      node.first_op = std::min(node.first_op, op.sequence);
+      node.last_op = std::max(node.last_op, op.sequence);
+      const auto kind = static_cast<size_t>(op.kind);
       if (kind < kOpKindCount) ++node.tally.by_kind[kind];
+    };
+    if constexpr (std::is_same_v<RecordLike, Record>) {
+      if (const OpRecord* op = std::get_if<OpRecord>(&record)) {
+        tally_op(*op);
+      } else {
+        ++node.tally.by_type[record.index()];
+      }
+    } else {
+      tally_op(record);
     }
     if (node.data.size() >= options_.chunk_bytes) return SealLocked(*buffer, true);
     return true;
@@ -1025,6 +1027,9 @@ bool TraceWriter::Append(const Record& record, uint64_t origin) {
   return impl_->AppendFor(record, origin);
 }
 bool TraceWriter::Append(const OpRecord& op, uint64_t origin) {
+  return impl_->AppendFor(op, origin);
+}
+bool TraceWriter::Append(const OpView& op, uint64_t origin) {
   return impl_->AppendFor(op, origin);
 }
 StatusOr<BlobId> TraceWriter::PutBlob(std::span<const std::byte> bytes) {

@@ -22,6 +22,7 @@
 #include <span>
 #include <string>
 
+#include "formats/op_view.h"
 #include "formats/records.h"
 #include "formats/status.h"
 
@@ -77,6 +78,8 @@ class TraceWriter {
   // thread finds them ready.
   bool Append(const Record& record, uint64_t origin);
   bool Append(const OpRecord& op, uint64_t origin);
+  // An op that owns nothing (op_view.h): the record the OpRecord of its fields would be.
+  bool Append(const OpView& op, uint64_t origin);
 
   // Stores `bytes` in the blob stream and returns their content address. Storing the same
   // bytes again returns the same id and writes nothing. Thread-safe; compresses on the

@@ -16,6 +16,25 @@ void PackBody(const RawOp& op, unsigned char* out) {
   std::memcpy(out + args, op.bytes, op.bytes_used);
 }
 
+format::OpView View(const RawOpHeader& header, const unsigned char* body) {
+  format::OpView view;
+  view.name = header.name;
+  view.sequence = header.sequence;
+  view.thread_id = header.thread_id;
+  view.stream_id = header.stream_id;
+  view.kind = header.kind;
+  view.args = reinterpret_cast<const RawOp::Arg*>(body);
+  view.arg_count = header.arg_count;
+  view.bytes = body + header.arg_count * sizeof(RawOp::Arg);
+  view.inside = header.inside;
+  view.status = header.status;
+  view.start_ns = header.start_ns;
+  view.end_ns = header.end_ns;
+  view.module_id = header.module_id;
+  view.nvtx_range_id = header.nvtx_range_id;
+  return view;
+}
+
 void ToOpRecord(const RawOpHeader& header, const unsigned char* body, format::OpRecord& op) {
   using format::Argument;
   const auto* args = reinterpret_cast<const RawOp::Arg*>(body);

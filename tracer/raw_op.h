@@ -3,15 +3,15 @@
 // It has no heap member: a hook fills its thread's RawOp with plain stores (names are pointers
 // to static or interned strings, values are words, a launch's parameter bytes are copied inline),
 // the thread's record ring copies the header into a slot and the arguments and bytes in use into
-// the ring's byte arena, and whoever encodes the ring turns them into the format::OpRecord the
-// writer serialises (ToOpRecord). The trace is the same as if the hook had built the OpRecord
-// itself; what moves off the calling thread is the building: strings, argument vectors and
-// variants.
+// the ring's byte arena, and whoever encodes the ring hands them to the writer as they are (a
+// format::OpView pointing into the arena: View). The trace is the same as if the hook had built
+// the OpRecord itself (ToOpRecord builds it, for ops that need one); what no thread does any more
+// is the building: strings, argument vectors and variants.
 //
 // A library op's many arguments (a GEMM has twenty-odd, text among them) take another way: the
 // hook copies the call's facts, a plain struct, into the bytes and names the function that turns
-// them into arguments and an algorithm (SetFacts); whoever encodes the op calls it. The hook's
-// own path calls the same function, so both ways give the same record.
+// them into arguments and an algorithm (SetFacts); whoever encodes the op builds its OpRecord
+// and calls it. The hook's own path calls the same function, so both ways give the same record.
 //
 // An op that does not fit (more than kMaxArgs arguments or kMaxBytes of parameter bytes), or
 // that needs what only an OpRecord holds (digests, an RNG state, captured blobs), is recorded
@@ -23,6 +23,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "formats/op_view.h"
 #include "formats/records.h"
 
 namespace ndt::tracer {
@@ -56,14 +57,10 @@ struct RawOp : RawOpHeader {
   static constexpr size_t kMaxArgs = 40;
   static constexpr size_t kMaxBytes = 1024;
 
-  enum class Type : uint8_t { kUnsigned, kSigned, kPointer, kDims, kBytes };
-  struct Arg {
-    const char* name;  // static storage
-    uint64_t a, b, c;  // kUnsigned, kSigned (two's complement): a. kPointer: allocation id,
-                       // offset, raw address. kDims: x, y, z. kBytes: offset and size in the
-                       // op's bytes.
-    Type type;
-  };
+  // An argument as the writer takes it (its name in static storage or interned); kBytes:
+  // offset and size in the op's bytes.
+  using Arg = format::OpView::Arg;
+  using Type = Arg::Type;
 
   Arg args[kMaxArgs];
   unsigned char bytes[kMaxBytes];
@@ -123,6 +120,10 @@ void ResetRawOp(RawOp& op, format::OpKind kind, const char* name, uint32_t strea
 
 // Writes the arguments and bytes of `op` in use to `out` (BodyBytes() bytes, 8-byte aligned).
 void PackBody(const RawOp& op, unsigned char* out);
+
+// The op as the writer takes it, from a raw op's header and its body as PackBody wrote it (which
+// it points into); for a header without `build` (SetFacts), whose arguments are all in the body.
+format::OpView View(const RawOpHeader& header, const unsigned char* body);
 
 // The op record the writer takes, into `op` (every field set; the capacity of its strings and
 // vectors reused), from a raw op's header and its body as PackBody wrote it.

@@ -52,10 +52,22 @@ struct RecordRings::Ring {
   std::atomic<uint64_t> arena_tail{0};
   std::mutex consume_mu;
   std::atomic<bool> owned{true};  // false once its thread has exited: the next new thread's
-  format::OpRecord scratch;       // a raw op turned into a record (under consume_mu)
+  format::OpRecord scratch;       // a raw op with facts turned into a record (under consume_mu)
 };
 
 namespace {
+
+// Appends the raw op of `header` and `body` (PackBody's) for `origin`: as it stands when its
+// arguments are all in the body, else through an OpRecord built in `scratch`.
+void AppendRawTo(format::TraceWriter& writer, const RawOpHeader& header, const unsigned char* body,
+                 format::OpRecord& scratch, uint64_t origin) {
+  if (header.build == nullptr) {
+    writer.Append(View(header, body), origin);
+    return;
+  }
+  ToOpRecord(header, body, scratch);
+  writer.Append(scratch, origin);
+}
 
 uint64_t NextUid() {
   static std::atomic<uint64_t> next{1};
@@ -173,8 +185,8 @@ size_t RecordRings::DrainLocked(Ring& ring, size_t max, bool wait, bool* waiting
           writer_->Append(slot.op, slot.origin);
           break;
         case Ring::Holds::kRaw:
-          ToOpRecord(slot.raw, &ring.arena[slot.body & ring.arena_mask], ring.scratch);
-          writer_->Append(ring.scratch, slot.origin);
+          AppendRawTo(*writer_, slot.raw, &ring.arena[slot.body & ring.arena_mask], ring.scratch,
+                      slot.origin);
           break;
         case Ring::Holds::kOther:
           writer_->Append(slot.other, slot.origin);
@@ -292,9 +304,10 @@ void RecordRings::AppendRaw(const RawOp& op, uint64_t origin) {
   Push(
       [&](Ring::Slot* slot, unsigned char* body) {
         if (slot == nullptr) {
+          alignas(RawOp::Arg) unsigned char packed[sizeof(RawOp::args) + RawOp::kMaxBytes];
+          PackBody(op, packed);
           format::OpRecord record;
-          ToOpRecord(op, record);
-          writer_->Append(record, origin);
+          AppendRawTo(*writer_, op, packed, record, origin);
           return;
         }
         slot->holds = Ring::Holds::kRaw;

@@ -234,6 +234,69 @@ TEST_CASE("every argument alternative and optional field keeps its identity", "[
   CHECK_FALSE(std::get<OpRecord>(decoded).rng.has_value());
 }
 
+TEST_CASE("an op view encodes to the bytes of the op record of its fields", "[formats]") {
+  const unsigned char bytes[] = {0x21, 0, 0, 0, 0xfe, 0xff};
+  const OpView::Arg args[] = {
+      {"grid", 2, 1, 1, OpView::Arg::Type::kDims},
+      {"sharedMemBytes", 48, 0, 0, OpView::Arg::Type::kUnsigned},
+      {"offset", static_cast<uint64_t>(int64_t{-9}), 0, 0, OpView::Arg::Type::kSigned},
+      {"", 5, 0, 0, OpView::Arg::Type::kUnsigned},
+      {"arg0", 7, 64, 0x7000040, OpView::Arg::Type::kPointer},
+      {"arg1", 0, 4, 0, OpView::Arg::Type::kBytes},
+      {"arg2", 4, 0, 0, OpView::Arg::Type::kBytes},
+      {"arg3", 4, 2, 0, OpView::Arg::Type::kBytes},
+  };
+  OpView view;
+  view.name = "VectorAdd(float const*, float const*, float*, int)";
+  view.sequence = 77;
+  view.thread_id = 3;
+  view.stream_id = 2;
+  view.kind = OpKind::kKernelLaunch;
+  view.args = args;
+  view.bytes = bytes;
+  view.status = -1;
+  view.start_ns = 1000;
+  view.end_ns = 1500;
+  view.module_id = 4;
+  view.nvtx_range_id = 12;
+  OpRecord op;
+  op.sequence = 77;
+  op.thread_id = 3;
+  op.stream_id = 2;
+  op.kind = OpKind::kKernelLaunch;
+  op.name = view.name;
+  op.status = -1;
+  op.start_ns = 1000;
+  op.end_ns = 1500;
+  op.module_id = 4;
+  op.nvtx_range_id = 12;
+  const auto same = [&] {
+    std::string from_view, from_record;
+    REQUIRE(AppendRecord(view, &from_view));
+    REQUIRE(AppendRecord(op, &from_record));
+    CHECK(from_view == from_record);
+  };
+  same();            // no argument
+  view.inside = 70;  // an op made inside another: its one argument
+  op.args.push_back({"insideOp", uint64_t{70}});
+  same();
+  view.arg_count = std::size(args);
+  op.args.insert(op.args.begin(), {{"grid", Argument::Dims{2, 1, 1}},
+                                   {"sharedMemBytes", uint64_t{48}},
+                                   {"offset", int64_t{-9}},
+                                   {"", uint64_t{5}},
+                                   {"arg0", DevicePointer{7, 64, 0x7000040}},
+                                   {"arg1", Argument::Bytes{std::string("\x21\0\0\0", 4)}},
+                                   {"arg2", Argument::Bytes{}},
+                                   {"arg3", Argument::Bytes{std::string("\xfe\xff", 2)}}});
+  same();
+  view.inside = 0;
+  op.args.pop_back();
+  view.name = "";
+  op.name.clear();
+  same();
+}
+
 TEST_CASE("a full trace header survives an encode/decode round trip", "[formats]") {
   for (const TraceHeader& header : {FullHeader(), TraceHeader{}}) {
     std::vector<uint64_t> frame = EncodeHeader(header);

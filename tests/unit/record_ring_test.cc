@@ -270,6 +270,7 @@ const RawOp& SampleRawOp(uint64_t sequence, uint32_t thread) {
   raw.module_id = 4;
   raw.nvtx_range_id = 9;
   raw.status = 700;
+  raw.inside = sequence % 5 == 0 ? sequence + 100000 : 0;  // made inside a library call
   if (sequence % 4 == 2) {
     raw.SetFacts<&AddSample>(SampleFacts{sequence, -7});
     return raw;
@@ -306,15 +307,16 @@ OpRecord ExpectedOp(uint64_t sequence, uint32_t thread) {
     op.args.push_back({"facts", sequence});
     op.args.push_back({"delta", int64_t{-7}});
     op.algorithm.emplace().library = "sample " + std::to_string(sequence);
-    return op;
+  } else {
+    op.args.push_back({"grid", Argument::Dims{2, 1, 1}});
+    op.args.push_back({"sharedMemBytes", sequence});
+    op.args.push_back({"offset", -static_cast<int64_t>(sequence)});
+    op.args.push_back({"arg0", format::DevicePointer{7, 64, 0x7000040}});
+    op.args.push_back({"arg1", Argument::Bytes{std::string("\x21\0\0\0", 4)}});
+    op.args.push_back({"arg2", Argument::Bytes{}});
+    if (sequence % 3 == 0) op.args.push_back({"arg3", Argument::Bytes{LargeParam(sequence)}});
   }
-  op.args.push_back({"grid", Argument::Dims{2, 1, 1}});
-  op.args.push_back({"sharedMemBytes", sequence});
-  op.args.push_back({"offset", -static_cast<int64_t>(sequence)});
-  op.args.push_back({"arg0", format::DevicePointer{7, 64, 0x7000040}});
-  op.args.push_back({"arg1", Argument::Bytes{std::string("\x21\0\0\0", 4)}});
-  op.args.push_back({"arg2", Argument::Bytes{}});
-  if (sequence % 3 == 0) op.args.push_back({"arg3", Argument::Bytes{LargeParam(sequence)}});
+  if (sequence % 5 == 0) op.args.push_back({"insideOp", sequence + 100000});
   return op;
 }
 
