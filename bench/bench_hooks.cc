@@ -9,7 +9,13 @@
 //   launch  cuLaunchKernel of VectorAdd(a, b, c, n) with three pointer arguments into known
 //           allocations and n = 1, grid 1x1x1, block 1x1x1 (the stand-in runs one element);
 //   stream  the same launch on a stream the calling thread created (cuStreamCreate), as a data
-//           loader's copy thread, DDP's communication or a program's side streams launch.
+//           loader's copy thread, DDP's communication or a program's side streams launch;
+//   model   launches shaped like a model's step: each call one of kModelKernels kernel handles
+//           (the VectorAdd image loaded as that many modules, as a program has many kernels),
+//           in turn, its three pointers tensors of a caching allocator's segments
+//           (kModelSegments blocks of 4 MiB, kModelTensors tensors at offsets in them, none at
+//           a block's base), as PyTorch's allocator hands out; what lookups of kernels and
+//           allocations cost when a thread's recent ones are many.
 // With T threads, T threads call at once (each its own buffers), started together; the median
 // and p99 are over every call of every thread.
 //
@@ -19,7 +25,7 @@
 // calls, as a program does between its launches (a PyTorch eager step spends microseconds of
 // host time per kernel): the hook's cost while the encoder keeps up.
 //
-// Usage: bench_hooks [CALLS] [--case memset|launch|stream|all] [--threads 1,4] [--gap NS]
+// Usage: bench_hooks [CALLS] [--case memset|launch|stream|model|all] [--threads 1,4] [--gap NS]
 //        bench_hooks --child CASE THREADS CALLS [--no-clock] [--gap NS]   (internal: the
 //        measured process; --no-clock makes the calls without timing them, for
 //        callgrind_hooks.sh)
@@ -71,9 +77,15 @@ struct Driver {
                      unsigned, CUstream, void**, void**) = nullptr;
   CUresult (*stream_create)(CUstream*, unsigned) = nullptr;
   CUfunction vector_add = nullptr;
+  std::vector<CUfunction> model_kernels;  // the model case's
 };
 
-Driver SetUp(bool launch) {
+constexpr int kModelKernels = 64;
+constexpr int kModelSegments = 8;
+constexpr int kModelTensors = 64;
+constexpr size_t kModelSegmentBytes = size_t{4} << 20;
+
+Driver SetUp(bool launch, bool model) {
   Driver d;
   const ndt::bench::MemsetTarget memset = ndt::bench::SetUpMemset();  // cuInit, primary context
   d.gpa = ndt::bench::DriverProcAddress();
@@ -96,11 +108,14 @@ Driver SetUp(bool launch) {
     d.launch = reinterpret_cast<decltype(d.launch)>(
         ResolveDriver<void*>(d.gpa, "cuLaunchKernel"));
     d.stream_create = ResolveDriver<CUresult (*)(CUstream*, unsigned)>(d.gpa, "cuStreamCreate");
-    CUmodule module = nullptr;
-    if (load(&module, image) != CUDA_SUCCESS ||
-        get(&d.vector_add, module, kVectorAdd) != CUDA_SUCCESS) {
-      std::fprintf(stderr, "error: cannot load the VectorAdd kernel\n");
-      std::exit(3);
+    for (int i = 0; i < (model ? kModelKernels : 1); ++i) {
+      CUmodule module = nullptr;
+      if (load(&module, image) != CUDA_SUCCESS ||
+          get(&d.vector_add, module, kVectorAdd) != CUDA_SUCCESS) {
+        std::fprintf(stderr, "error: cannot load the VectorAdd kernel\n");
+        std::exit(3);
+      }
+      if (model) d.model_kernels.push_back(d.vector_add);
     }
   }
   return d;
@@ -109,6 +124,7 @@ Driver SetUp(bool launch) {
 // One thread's calls: `calls` of the case, each timed into `ns` unless `ns` is null.
 void Calls(const Driver& d, bool launch, bool own_stream, long calls, long gap_ns, long* ns,
            std::atomic<int>* ready, int threads) {
+  const bool model = !d.model_kernels.empty();
   if (d.set_current(d.context) != CUDA_SUCCESS) std::exit(3);
   CUstream stream = nullptr;
   if (own_stream && d.stream_create(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
@@ -118,16 +134,32 @@ void Calls(const Driver& d, bool launch, bool own_stream, long calls, long gap_n
   for (CUdeviceptr& buffer : buffers) {
     if (d.alloc(&buffer, 16) != CUDA_SUCCESS) std::exit(3);
   }
+  // The model case's tensors: in its segments, at 512 KiB steps from 64 KiB past each base.
+  std::vector<CUdeviceptr> tensors;
+  if (model) {
+    CUdeviceptr segments[kModelSegments] = {};
+    for (CUdeviceptr& segment : segments) {
+      if (d.alloc(&segment, kModelSegmentBytes) != CUDA_SUCCESS) std::exit(3);
+    }
+    for (int i = 0; i < kModelTensors; ++i) {
+      tensors.push_back(segments[i % kModelSegments] + (size_t{64} << 10) +
+                        static_cast<size_t>(i / kModelSegments) * (size_t{512} << 10));
+    }
+  }
   int n = 1;
   void* params[] = {&buffers[0], &buffers[1], &buffers[2], &n};
+  CUfunction kernel = d.vector_add;
   ready->fetch_add(1);
   while (ready->load() < threads) {
   }
   for (long i = 0; i < calls; ++i) {
+    if (model) {  // the next op's kernel and tensors, before the clock starts
+      kernel = d.model_kernels[i % kModelKernels];
+      for (int p = 0; p < 3; ++p) buffers[p] = tensors[(i * 3 + p) % kModelTensors];
+    }
     const auto start = ns != nullptr ? Clock::now() : Clock::time_point();
-    const CUresult result =
-        launch ? d.launch(d.vector_add, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr)
-               : d.memset(buffers[0], static_cast<unsigned char>(i), 16);
+    const CUresult result = launch ? d.launch(kernel, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr)
+                                   : d.memset(buffers[0], static_cast<unsigned char>(i), 16);
     if (result != CUDA_SUCCESS) {
       std::fprintf(stderr, "error: call failed (%d)\n", static_cast<int>(result));
       std::exit(3);
@@ -143,8 +175,9 @@ void Calls(const Driver& d, bool launch, bool own_stream, long calls, long gap_n
 // a single thread are made on the main thread.
 int Child(const std::string& which, int threads, long calls, long gap_ns, bool clock) {
   const bool own_stream = which == "stream";
-  const bool launch = which == "launch" || own_stream;
-  const Driver d = SetUp(launch);
+  const bool model = which == "model";
+  const bool launch = which == "launch" || own_stream || model;
+  const Driver d = SetUp(launch, model);
   std::vector<long> ns(clock ? calls * threads : 0);
   std::atomic<int> ready{0};
   std::vector<std::thread> workers;
@@ -221,18 +254,18 @@ int main(int argc, char** argv) {
   }
   long calls = 200000;
   long gap_ns = 0;
-  std::vector<std::string> cases = {"memset", "launch", "stream"};
+  std::vector<std::string> cases = {"memset", "launch", "stream", "model"};
   std::vector<int> threads = {1, 4};
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--case" && i + 1 < argc) {
       const std::string which = argv[++i];
       if (which == "all") {
-        cases = {"memset", "launch", "stream"};
-      } else if (which == "memset" || which == "launch" || which == "stream") {
+        cases = {"memset", "launch", "stream", "model"};
+      } else if (which == "memset" || which == "launch" || which == "stream" || which == "model") {
         cases = {which};
       } else {
-        std::fprintf(stderr, "error: --case %s: expected memset, launch, stream or all\n",
+        std::fprintf(stderr, "error: --case %s: expected memset, launch, stream, model or all\n",
                      which.c_str());
         return 2;
       }
@@ -243,9 +276,10 @@ int main(int argc, char** argv) {
     } else if (!arg.empty() && arg[0] != '-' && std::atol(arg.c_str()) > 0) {
       calls = std::atol(arg.c_str());
     } else {
-      std::fprintf(stderr,
-                   "usage: bench_hooks [CALLS] [--case memset|launch|stream|all] [--threads 1,4] "
-                   "[--gap NS]\n");
+      std::fprintf(
+          stderr,
+          "usage: bench_hooks [CALLS] [--case memset|launch|stream|model|all] [--threads 1,4] "
+          "[--gap NS]\n");
       return 2;
     }
   }
@@ -266,7 +300,8 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "(ns per call; memset = cuMemsetD8_v2 of 16 bytes, launch = cuLaunchKernel of VectorAdd "
-      "with 3 pointer arguments, stream = the same on the thread's own stream; targets: overhead "
+      "with 3 pointer arguments, stream = the same on the thread's own stream, model = the same "
+      "launch of 64 kernel handles in turn on tensors in 8 allocator segments; targets: overhead "
       "median <= 150 ns, p99 <= 1000 ns)\n");
   return 0;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Instructions per hooked call under callgrind, the stable figure on a noisy machine: for each
 # case, the measured loop of bench_hooks (memset, launch, the launch on a stream of the thread's
-# own) or bench_library_hooks (a GEMM, a setter PyTorch calls before every GEMM, a small cuRAND
+# own, the launch of many kernels on many segments' tensors: model) or bench_library_hooks (a GEMM, a setter PyTorch calls before every GEMM, a small cuRAND
 # generate) is run plain and with
 # libndtrace.so preloaded and recording, each with N1 and N2 calls;
 # (instructions(N2) - instructions(N1)) / (N2 - N1) is the cost of one call, set-up and exit
@@ -20,7 +20,7 @@
 # exit.
 #
 # Usage: bench/callgrind_hooks.sh [--build DIR] [--tracer LIB] [--calls N1,N2]
-#          [--ring-slots N] [--case memset|launch|stream|library|all]
+#          [--ring-slots N] [--case memset|launch|stream|model|library|all]
 #        (default build/dev, its tracer/libndtrace.so, 2000,6000, the tracer's, all). Needs valgrind and
 #        the dev build with the stand-in. --tracer measures another libndtrace.so (an older
 #        build's) against the same benchmark programs and stand-in.
@@ -39,7 +39,7 @@ while [[ $# -gt 0 ]]; do
     --case) which=$2; shift 2 ;;
     --tracer) tracer=$2; shift 2 ;;
     --ring-slots) ring_slots=$2; shift 2 ;;
-    *) echo "usage: $0 [--build DIR] [--tracer LIB] [--calls N1,N2] [--ring-slots N] [--case memset|launch|stream|library|all]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--build DIR] [--tracer LIB] [--calls N1,N2] [--ring-slots N] [--case memset|launch|stream|model|library|all]" >&2; exit 2 ;;
   esac
 done
 if ! command -v valgrind > /dev/null; then echo "error: valgrind not found" >&2; exit 3; fi
@@ -114,6 +114,9 @@ if [[ $which == all || $which == launch ]]; then
 fi
 if [[ $which == all || $which == stream ]]; then
   measure "cuLaunchKernel, own stream" "$build/bench/bench_hooks" --child stream 1 @N@ --no-clock
+fi
+if [[ $which == all || $which == model ]]; then
+  measure "cuLaunchKernel, model's step" "$build/bench/bench_hooks" --child model 1 @N@ --no-clock
 fi
 if [[ $which == all || $which == library ]]; then
   [[ -e $build/bench/bench_library_hooks ]] ||

@@ -2,10 +2,11 @@
 
 namespace ndt::tracer {
 
-void AllocationMap::Add(uint64_t base, uint64_t bytes, uint64_t id) {
+bool AllocationMap::Add(uint64_t base, uint64_t bytes, uint64_t id) {
   const uint64_t end = base + (bytes == 0 ? 1 : bytes);
   // Drop stale entries overlapping [base, end): the first one that starts before base and
   // reaches into it, then every one that starts inside it.
+  const size_t before_size = by_base_.size();
   auto it = by_base_.lower_bound(base);
   if (it != by_base_.begin()) {
     auto before = std::prev(it);
@@ -14,7 +15,9 @@ void AllocationMap::Add(uint64_t base, uint64_t bytes, uint64_t id) {
     if (before_end > base) by_base_.erase(before);
   }
   while (it != by_base_.end() && it->first < end) it = by_base_.erase(it);
+  const bool replaced = by_base_.size() != before_size;
   by_base_[base] = Allocation{id, base, bytes};
+  return replaced;
 }
 
 std::optional<Allocation> AllocationMap::Remove(uint64_t base) {

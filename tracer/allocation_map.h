@@ -24,8 +24,9 @@ struct Allocation {
 class AllocationMap {
  public:
   // Records a new allocation [base, base + bytes) named `id`. An allocation that overlaps a
-  // recorded one replaces it (the driver reused the range; we missed a free).
-  void Add(uint64_t base, uint64_t bytes, uint64_t id);
+  // recorded one replaces it (the driver reused the range; we missed a free): returns whether
+  // one was replaced.
+  bool Add(uint64_t base, uint64_t bytes, uint64_t id);
 
   // Removes the allocation that starts at `base` and returns it, or nullopt if none does.
   std::optional<Allocation> Remove(uint64_t base);

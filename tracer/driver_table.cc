@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <type_traits>
 
 #include "tracer/real_dl.h"
 
@@ -33,15 +34,24 @@ struct Table {
   std::atomic<void*> get_proc_address_v1{nullptr};
 };
 
+// Constant-initialised and trivially destructible: ready before any constructor runs, and still
+// there while hooks run during exit; no guard to check on each hooked call.
+constinit Table g_table;
+static_assert(std::is_trivially_destructible_v<Table>);
+
 Table& GetTable() {
-  static Table* table = new Table();  // never destroyed: hooks may run during exit
-  return *table;
+  return g_table;
 }
 
+bool ResolveSlow();
+
 // Fills the slots once libcuda.so.1 is loaded; returns whether it is.
-bool Resolve() {
+inline bool Resolve() {
+  return g_table.resolved.load(std::memory_order_acquire) || ResolveSlow();
+}
+
+bool ResolveSlow() {
   Table& table = GetTable();
-  if (table.resolved.load(std::memory_order_acquire)) return true;
   std::lock_guard lock(table.mutex);
   if (table.resolved.load(std::memory_order_relaxed)) return true;
   DlsymFn real_dlsym = RealDlsym();

@@ -744,11 +744,16 @@ struct LookupCache {
     const void* function;
     const KernelInfo* info;
   };
-  static constexpr size_t kKernels = 8;
-  std::array<KernelEntry, kKernels> kernels{};  // by hash of the handle
+  // A model's step launches a hundred kernels or more, on tensors in tens of allocator
+  // segments: a thread's recent ones stay here (2 KiB each), looked up without the lock.
+  static constexpr size_t kKernels = 128;
+  std::array<KernelEntry, kKernels> kernels{};  // by hash of the handle (KernelSlot)
   uint64_t allocations_version = 0;
-  std::array<Allocation, 4> allocations{};  // bytes 0: empty
-  unsigned next_allocation = 0;
+  // Sets of kWays by the address's MiB (small allocations share one), id 0: empty.
+  static constexpr size_t kSets = 16;
+  static constexpr size_t kWays = 4;
+  std::array<Allocation, kSets * kWays> allocations{};
+  unsigned next_way = 0;
   uint64_t streams_version = 0;
   struct StreamEntry {
     uint64_t handle;
@@ -939,8 +944,11 @@ format::DevicePointer Session::Canonical(uint64_t address) {
     cache.allocations = {};
     cache.allocations_version = version;
   }
-  // An allocation this thread named lately, unless naming `address` would mark it suballocated.
-  for (const Allocation& known : cache.allocations) {
+  // An allocation this thread named lately in its set (by the address's MiB), unless naming
+  // `address` would mark it suballocated.
+  Allocation* set = &cache.allocations[(address >> 20) % LookupCache::kSets * LookupCache::kWays];
+  for (size_t way = 0; way < LookupCache::kWays; ++way) {
+    const Allocation& known = set[way];
     if (address - known.base < std::max<uint64_t>(known.bytes, 1) &&
         (address == known.base || known.suballocated) && known.id != 0) {
       pointer.allocation_id = known.id;
@@ -948,11 +956,15 @@ format::DevicePointer Session::Canonical(uint64_t address) {
       return pointer;
     }
   }
+  if (!MayBeDevice(address)) {  // a number, not an address (no lock taken)
+    pointer.offset = address;
+    return pointer;
+  }
   std::lock_guard lock(mutex_);
   if (std::optional<Allocation> allocation = allocations_.FindNaming(address)) {
     pointer.allocation_id = allocation->id;
     pointer.offset = address - allocation->base;
-    cache.allocations[cache.next_allocation++ % cache.allocations.size()] = *allocation;
+    set[cache.next_way++ % LookupCache::kWays] = *allocation;
   } else {
     pointer.offset = address;
   }
@@ -1141,8 +1153,11 @@ void Session::OnAllocate(uint64_t base, uint64_t bytes, const char* api, uint32_
   record.allocation_id = NewObjectId(ObjectKind::kAllocation);
   {
     std::lock_guard lock(mutex_);
-    allocations_.Add(base, bytes, record.allocation_id);
-    allocations_version_.fetch_add(1, std::memory_order_release);
+    // A new allocation leaves the allocations threads keep (LookupCache) right, unless it
+    // replaced a stale one.
+    if (allocations_.Add(base, bytes, record.allocation_id)) {
+      allocations_version_.fetch_add(1, std::memory_order_release);
+    }
     if (base < allocation_low_.load(std::memory_order_relaxed)) {
       allocation_low_.store(base, std::memory_order_relaxed);
     }

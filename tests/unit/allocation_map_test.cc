@@ -10,8 +10,8 @@ namespace {
 TEST_CASE("an allocation map names pointers by the allocation live at their address",
           "[tracer]") {
   AllocationMap map;
-  map.Add(0x1000, 0x100, 1);
-  map.Add(0x2000, 0x100, 2);
+  CHECK_FALSE(map.Add(0x1000, 0x100, 1));  // replaced nothing
+  CHECK_FALSE(map.Add(0x2000, 0x100, 2));
   REQUIRE(map.Find(0x10ff)->id == 1);
   CHECK_FALSE(map.Find(0x1100).has_value());
   CHECK_FALSE(map.FindNaming(0x1000)->suballocated);
@@ -22,7 +22,7 @@ TEST_CASE("an allocation map names pointers by the allocation live at their addr
   REQUIRE(freed.has_value());
   CHECK(freed->id == 1);
   CHECK_FALSE(map.Find(0x1000).has_value());
-  map.Add(0x1000, 0x80, 3);
+  CHECK_FALSE(map.Add(0x1000, 0x80, 3));
   CHECK(map.Find(0x1000)->id == 3);
   CHECK_FALSE(map.Find(0x1080).has_value());
 
@@ -40,8 +40,9 @@ TEST_CASE("an allocation map names pointers by the allocation live at their addr
   CHECK(map.Find(0x2008)->suballocated);
   CHECK(map.size() == 2);
 
-  // An allocation over a stale one (a free the tracer missed) replaces it.
-  map.Add(0x1040, 0x1000, 4);
+  // An allocation over a stale one (a free the tracer missed) replaces it, and says so (the
+  // session then drops the allocations its threads keep).
+  CHECK(map.Add(0x1040, 0x1000, 4));
   CHECK_FALSE(map.Find(0x1000).has_value());
   CHECK(map.Find(0x2008)->id == 4);
   CHECK(map.size() == 1);
