@@ -125,12 +125,25 @@ void WriteTexts(const std::vector<std::string>& texts, ListBuilder list) {
   for (size_t i = 0; i < texts.size(); ++i) list.set(static_cast<unsigned>(i), AsText(texts[i]));
 }
 
-void Write(const OpRecord& r, wire::Record::Builder root) {
-  auto b = root.initOp();
+// An op's numbers (its data section: where they are set among the pointers changes no byte),
+// from an OpRecord or an OpView.
+template <typename Op>
+void WriteOpNumbers(const Op& r, uint32_t device_ordinal, wire::OpRecord::Builder b) {
   b.setSequence(r.sequence);
   b.setThreadId(r.thread_id);
   b.setStreamId(r.stream_id);
   b.setKind(ToWire<wire::OpKind>(r.kind));
+  b.setStatus(r.status);
+  b.setStartNs(r.start_ns);
+  b.setEndNs(r.end_ns);
+  b.setModuleId(r.module_id);
+  b.setDeviceOrdinal(device_ordinal);
+  b.setNvtxRangeId(r.nvtx_range_id);
+}
+
+void Write(const OpRecord& r, wire::Record::Builder root) {
+  auto b = root.initOp();
+  WriteOpNumbers(r, r.device_ordinal, b);
   NDT_SET_TEXT(b, Name, r.name);
   if (!r.args.empty()) {
     auto list = b.initArgs(static_cast<unsigned>(r.args.size()));
@@ -146,22 +159,13 @@ void Write(const OpRecord& r, wire::Record::Builder root) {
   if (!r.outputs.empty()) {
     WriteBufferDigests(r.outputs, b.initOutputs(static_cast<unsigned>(r.outputs.size())));
   }
-  b.setStatus(r.status);
-  b.setStartNs(r.start_ns);
-  b.setEndNs(r.end_ns);
-  b.setModuleId(r.module_id);
-  b.setDeviceOrdinal(r.device_ordinal);
-  b.setNvtxRangeId(r.nvtx_range_id);
 }
 
-// The same op record from an OpView: field for field what Write(OpRecord) does with the
-// OpRecord holding these values, in the same order (so the same bytes).
+// The same op record from an OpView: what Write(OpRecord) does with the OpRecord holding these
+// values, its pointers made in the same order (so the same bytes).
 void Write(const OpView& r, wire::Record::Builder root) {
   auto b = root.initOp();
-  b.setSequence(r.sequence);
-  b.setThreadId(r.thread_id);
-  b.setStreamId(r.stream_id);
-  b.setKind(ToWire<wire::OpKind>(r.kind));
+  WriteOpNumbers(r, 0, b);
   if (r.name[0] != '\0') b.setName(r.name);
   const size_t count = r.arg_count + (r.inside != 0 ? 1 : 0);
   if (count != 0) {
@@ -198,12 +202,6 @@ void Write(const OpView& r, wire::Record::Builder root) {
       w.setUnsigned(r.inside);
     }
   }
-  b.setStatus(r.status);
-  b.setStartNs(r.start_ns);
-  b.setEndNs(r.end_ns);
-  b.setModuleId(r.module_id);
-  b.setDeviceOrdinal(0);
-  b.setNvtxRangeId(r.nvtx_range_id);
 }
 
 void Write(const AllocationRecord& r, wire::Record::Builder root) {
