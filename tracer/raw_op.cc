@@ -37,16 +37,15 @@ format::OpView View(const RawOpHeader& header, const unsigned char* body) {
 
 void ToOpRecord(const RawOpHeader& header, const unsigned char* body, format::OpRecord& op) {
   using format::Argument;
-  const auto* args = reinterpret_cast<const RawOp::Arg*>(body);
-  const unsigned char* bytes = body + header.arg_count * sizeof(RawOp::Arg);
-  op.sequence = header.sequence;
-  op.thread_id = header.thread_id;
-  op.stream_id = header.stream_id;
-  op.kind = header.kind;
-  op.name.assign(header.name);
-  op.args.resize(header.arg_count);
-  for (size_t i = 0; i < header.arg_count; ++i) {
-    const RawOp::Arg& from = args[i];
+  const format::OpView view = View(header, body);
+  op.sequence = view.sequence;
+  op.thread_id = view.thread_id;
+  op.stream_id = view.stream_id;
+  op.kind = view.kind;
+  op.name.assign(view.name);
+  op.args.resize(view.arg_count);
+  for (size_t i = 0; i < view.arg_count; ++i) {
+    const RawOp::Arg& from = view.args[i];
     Argument& to = op.args[i];
     to.name.assign(from.name);
     switch (from.type) {
@@ -69,7 +68,7 @@ void ToOpRecord(const RawOpHeader& header, const unsigned char* body, format::Op
       case RawOp::Type::kBytes: {
         auto* data = std::get_if<Argument::Bytes>(&to.value);
         if (data == nullptr) data = &to.value.emplace<Argument::Bytes>();
-        data->data.assign(reinterpret_cast<const char*>(bytes + from.a), from.b);
+        data->data.assign(reinterpret_cast<const char*>(view.bytes + from.a), from.b);
         break;
       }
     }
@@ -78,17 +77,17 @@ void ToOpRecord(const RawOpHeader& header, const unsigned char* body, format::Op
   op.rng.reset();
   op.inputs.clear();
   op.outputs.clear();
-  op.status = header.status;
-  op.start_ns = header.start_ns;
-  op.end_ns = header.end_ns;
-  op.module_id = header.module_id;
+  op.status = view.status;
+  op.start_ns = view.start_ns;
+  op.end_ns = view.end_ns;
+  op.module_id = view.module_id;
   op.device_ordinal = 0;
-  op.nvtx_range_id = header.nvtx_range_id;
-  if (header.build != nullptr) header.build(bytes, op);
-  if (header.inside != 0) {
+  op.nvtx_range_id = view.nvtx_range_id;
+  if (header.build != nullptr) header.build(view.bytes, op);
+  if (view.inside != 0) {
     Argument& inside = op.args.emplace_back();
     inside.name.assign("insideOp");
-    inside.value = header.inside;
+    inside.value = view.inside;
   }
 }
 

@@ -125,7 +125,7 @@ void PackBody(const RawOp& op, unsigned char* out);
 // it points into); for a header without `build` (SetFacts), whose arguments are all in the body.
 format::OpView View(const RawOpHeader& header, const unsigned char* body);
 
-// The op record the writer takes, into `op` (every field set; the capacity of its strings and
+// The op record of the same fields, into `op` (every field set; the capacity of its strings and
 // vectors reused), from a raw op's header and its body as PackBody wrote it.
 void ToOpRecord(const RawOpHeader& header, const unsigned char* body, format::OpRecord& op);
 // The same from a whole RawOp.
