@@ -11,13 +11,33 @@ artifacts="$build/fuzz-artifacts"
 rm -rf "$corpus"
 mkdir -p "$artifacts"
 "$build/tests/fuzz/make_fuzz_seeds" "$corpus"
-for target in trace_file trace_index record_decode pin_table live_verify; do
-  echo "fuzz: $target for ${seconds}s"
-  "$build/tests/fuzz/fuzz_$target" "$corpus/$target" -max_total_time="$seconds" -timeout=2 \
+# One fuzzer per core at a time: each still fuzzes for SECONDS of its own core.
+jobs=$(nproc 2>/dev/null || echo 1)
+targets=(trace_file trace_index record_decode pin_table live_verify)
+fuzz() {
+  "$build/tests/fuzz/fuzz_$1" "$corpus/$1" -max_total_time="$seconds" -timeout=2 \
     -malloc_limit_mb=128 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
-    -artifact_prefix="$artifacts/${target}-" 2>"$build/fuzz-$target.log" ||
-    { tail -40 "$build/fuzz-$target.log"; echo "fuzz: $target FAILED"; exit 1; }
-  grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$build/fuzz-$target.log" |
-    tr '\n' ' '
-  echo
+    -artifact_prefix="$artifacts/$1-" 2>"$build/fuzz-$1.log"
+}
+failed=0
+for ((first = 0; first < ${#targets[@]}; first += jobs)); do
+  batch=("${targets[@]:first:jobs}")
+  pids=()
+  for target in "${batch[@]}"; do
+    echo "fuzz: $target for ${seconds}s"
+    fuzz "$target" &
+    pids+=($!)
+  done
+  for i in "${!batch[@]}"; do
+    target=${batch[$i]}
+    if wait "${pids[$i]}"; then
+      echo "fuzz: $target: $(grep -E "stat::number_of_executed_units|stat::peak_rss_mb" \
+        "$build/fuzz-$target.log" | tr '\n' ' ')"
+    else
+      tail -40 "$build/fuzz-$target.log"
+      echo "fuzz: $target FAILED"
+      failed=1
+    fi
+  done
 done
+exit "$failed"
