@@ -18,10 +18,21 @@ namespace ndt::replay {
 // The NDTRACE_PYTHON_STACK place of `op`: "THREAD:STREAM-ORDINAL:INDEX".
 std::string PythonStackPlace(const OpLocation& op);
 
-// The Python stack the trace at `path` holds for the op at `op`'s place in its lane, or nullopt
-// when it holds none. Fails when the trace cannot be read, or when the op at that place is not
-// `op`'s kind and name (that run went another way: its stack would be another op's).
-StatusOr<std::optional<format::PythonStackRecord>> FindPythonStack(const std::string& path,
-                                                                   const OpLocation& op);
+// Its top-level place, "THREAD:STREAM-ORDINAL:tINDEX" (INDEX: `top_index`, its position among
+// the lane's ops not made from inside another op): the one that stays put when the kernels a
+// library call launches inside differ between runs, as cuDNN's engines picked by timing do.
+std::string PythonStackTopPlace(const OpLocation& op, uint64_t top_index);
+
+// `op`'s top-level index in the trace at `path` (the run it was found in), or nullopt when it
+// was made from inside another op or is not there.
+StatusOr<std::optional<uint64_t>> TopLevelIndex(const std::string& path, const OpLocation& op);
+
+// The Python stack the trace at `path` holds for the op at `op`'s place in its lane — at its
+// top-level place `top_index` instead, when given — or nullopt when it holds none. Fails when
+// the trace cannot be read, or when the op at that place is not `op`'s kind and name (that run
+// went another way: its stack would be another op's).
+StatusOr<std::optional<format::PythonStackRecord>> FindPythonStack(
+    const std::string& path, const OpLocation& op,
+    std::optional<uint64_t> top_index = std::nullopt);
 
 }  // namespace ndt::replay

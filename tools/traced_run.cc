@@ -405,9 +405,17 @@ void TakePythonStacks(const std::string& context, const std::vector<std::string>
   }
   std::vector<replay::OpLocation> wanted{d.op};
   if (d.root) wanted.push_back(*d.root);
+  // Each op by its top-level place where it has one (made inside no other op): that place still
+  // holds it when the kernels earlier library calls launch inside differ in that run, where
+  // its place in the lane would hold another op, perhaps another call of the same name.
+  std::vector<std::optional<uint64_t>> top_indices;
   std::string places;
   for (const replay::OpLocation& op : wanted) {
-    places += (places.empty() ? "" : ",") + replay::PythonStackPlace(op);
+    StatusOr<std::optional<uint64_t>> top = replay::TopLevelIndex(trace_a, op);
+    top_indices.push_back(top.ok() ? *top : std::nullopt);
+    places += (places.empty() ? "" : ",") +
+              (top_indices.back() ? replay::PythonStackTopPlace(op, *top_indices.back())
+                                  : replay::PythonStackPlace(op));
   }
   const std::string trace = (directory / "python-stack.ndt").string();
   const std::string log = (directory / "python-stack.log").string();
@@ -430,7 +438,7 @@ void TakePythonStacks(const std::string& context, const std::vector<std::string>
   if (process == processes->end()) return note("had no process " + key);
   for (size_t i = 0; i < wanted.size(); ++i) {
     StatusOr<std::optional<format::PythonStackRecord>> stack =
-        replay::FindPythonStack(process->path, wanted[i]);
+        replay::FindPythonStack(process->path, wanted[i], top_indices[i]);
     if (!stack.ok()) return note("went another way: " + stack.status().message());
     if (!*stack) return note(fmt::format("did not reach op {}'s place", wanted[i].sequence));
     (i == 0 ? d.python_stack : d.root_python_stack) = std::move(**stack);

@@ -31,6 +31,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <condition_variable>
@@ -238,9 +239,12 @@ std::optional<std::vector<LanePlace>> ParsePythonStackRequest(std::string_view t
     const size_t second = first == std::string_view::npos ? first : item.find(':', first + 1);
     if (second == std::string_view::npos) return std::nullopt;
     LanePlace place;
+    std::string_view index = item.substr(second + 1);
+    place.top_level = !index.empty() && index.front() == 't';
+    if (place.top_level) index.remove_prefix(1);
     if (!number(item.substr(0, first), &place.thread_id) ||
         !number(item.substr(first + 1, second - first - 1), &place.lane_stream) ||
-        !number(item.substr(second + 1), &place.lane_index)) {
+        !number(index, &place.lane_index)) {
       return std::nullopt;
     }
     if (places.size() == kMaxPythonStackPlaces) return std::nullopt;
@@ -269,16 +273,25 @@ std::optional<format::PythonStackRecord> PythonStackRequests::OnOp(const format:
   bool thread_wanted = false;
   for (const LanePlace& place : wanted_) thread_wanted |= place.thread_id == op.thread_id;
   if (!thread_wanted || format::IsLifecycleOp(op)) return std::nullopt;
+  const bool top_level = std::none_of(op.args.begin(), op.args.end(), [](const auto& argument) {
+    return argument.name == "insideOp";
+  });
   LanePlace place{op.thread_id, 0, 0};
+  LanePlace top_place;  // its top-level place, when it has one
   {
     std::lock_guard lock(mutex_);
     auto [it, added] = ordinal_.try_emplace({op.thread_id, op.stream_id}, 0);
     if (added) it->second = streams_seen_[op.thread_id]++;
     place.lane_stream = it->second;
     place.lane_index = counts_[{op.thread_id, place.lane_stream}]++;
+    if (top_level) {
+      top_place = place;
+      top_place.top_level = true;
+      top_place.lane_index = top_counts_[{op.thread_id, place.lane_stream}]++;
+    }
   }
   bool wanted = false;
-  for (const LanePlace& w : wanted_) wanted |= w == place;
+  for (const LanePlace& w : wanted_) wanted |= w == place || (top_level && w == top_place);
   if (!wanted) return std::nullopt;
   format::PythonStackRecord stack = CapturePythonStack(gil_wait_ms_);
   stack.op_sequence = op.sequence;

@@ -25,19 +25,22 @@ namespace ndt::tracer {
 
 // An op named by its place: its thread's lineage id, its stream's ordinal among that thread's
 // streams by first use, and its position (from 0) among that lane's ops other than lifecycle
-// ops (format::IsLifecycleOp).
+// ops (format::IsLifecycleOp) — or, `top_level`, among those of them not made from inside
+// another op (no "insideOp"): a library call keeps that position when the kernels it launches
+// inside differ from run to run (cuDNN's engines under cudnn.benchmark do).
 struct LanePlace {
   uint32_t thread_id = 0;
   uint32_t lane_stream = 0;
   uint64_t lane_index = 0;
+  bool top_level = false;
   bool operator==(const LanePlace&) const = default;
 };
 
 // At most this many places in one request.
 inline constexpr size_t kMaxPythonStackPlaces = 16;
 
-// Parses NDTRACE_PYTHON_STACK: `T:S:I` places (decimal), separated by commas, at most
-// kMaxPythonStackPlaces. nullopt when malformed.
+// Parses NDTRACE_PYTHON_STACK: `T:S:I` places (decimal; `T:S:tI` for a top-level position),
+// separated by commas, at most kMaxPythonStackPlaces. nullopt when malformed.
 std::optional<std::vector<LanePlace>> ParsePythonStackRequest(std::string_view text);
 
 // The version of the CPython whose API the process has ("3.11.7"), or empty when it has none
@@ -64,6 +67,7 @@ class PythonStackRequests {
   std::map<std::pair<uint32_t, uint32_t>, uint32_t> ordinal_;  // (thread, stream) -> ordinal
   std::map<uint32_t, uint32_t> streams_seen_;                  // thread -> its streams so far
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> counts_;   // (thread, ordinal) -> ops
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> top_counts_;  // the same, top-level ops
 };
 
 // The calling thread's Python stack now (status, frames innermost first, detail, python).

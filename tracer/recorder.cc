@@ -529,7 +529,8 @@ class Recorder {
         session->RequestPythonStacks(std::move(*places), wait_ms);
       } else {
         Log(std::string("NDTRACE_PYTHON_STACK=") + request +
-            ": expected THREAD:STREAM:INDEX[,...] (at most 16); no Python stack is taken");
+            ": expected THREAD:STREAM:INDEX or THREAD:STREAM:tINDEX[,...] (at most 16); no Python "
+            "stack is taken");
       }
     }
     const bool simulated = !session->header().gpus.empty() && session->header().gpus.front().simulated;

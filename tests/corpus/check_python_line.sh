@@ -14,6 +14,10 @@
 #   EXPECT gil-busy the GIL stays held (python_stack.py --gil-busy) for longer than the tracer
 #                   waits for it (NDTRACE_PYTHON_STACK_WAIT_MS=200): the verdict says `no Python
 #                   stack: the GIL stayed busy`, and the run that asked for it ends normally
+#   EXPECT autotune SCRIPT is python_autotune.py (its winners from a counter in the temporary
+#                   directory): the verdict names the GEMM on the line marked `LAYER 2:` as an
+#                   algorithm_selection, though the run that took its stack launched more kernels
+#                   before it (another cublasGemmEx is at its place in the lane there)
 set -u
 ndtrace=$1
 expect=$2
@@ -23,7 +27,12 @@ shift 4
 dir=$(mktemp -d "${TMPDIR:-/tmp}/ndt-pyline.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 [ "$expect" = gil-busy ] && export NDTRACE_PYTHON_STACK_WAIT_MS=200
-line=$(grep -n 'PLANTED:' "$script" | head -n 1 | cut -d: -f1)
+marker='PLANTED:'
+if [ "$expect" = autotune ]; then
+  marker='LAYER 2:'
+  export NDT_AUTOTUNE_STATE="$dir/autotune-runs"
+fi
+line=$(grep -n "$marker" "$script" | head -n 1 | cut -d: -f1)
 if [ "$expect" = bisect ]; then
   "$ndtrace" bisect -o "$dir/out" -- "$python" "$script" "$@" >"$dir/report" 2>"$dir/stderr"
   status=$?
@@ -77,6 +86,12 @@ case "$expect" in
     if grep -q 'python_stack.py:[0-9]* in ' "$dir/report"; then
       fail "the report shows a Python frame for an op no Python frame issued"
     fi
+    ;;
+  autotune)
+    echo "$verdict" | grep -qF "(algorithm_selection; cublasGemmEx at python_autotune.py:$line in main" ||
+      fail "the verdict does not name python_autotune.py:$line in main as the algorithm chosen"
+    grep -A1 '^   = python: ' "$dir/report" | tail -n 1 | grep -qF "python_autotune.py:$line in main" ||
+      fail "the report's first frame is not python_autotune.py:$line in main"
     ;;
   gil-busy)
     echo "$verdict" | grep -qF "cublasSgemm_v2; no Python stack: the GIL stayed busy" ||

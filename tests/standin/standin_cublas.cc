@@ -211,9 +211,12 @@ cublasStatus_t RunGemm(cublasHandle_t handle, cublasOperation_t transa, cublasOp
   g.ldb = ldb;
   g.c = static_cast<float*>(c);
   g.ldc = ldc;
-  LaunchLibraryKernel(
-      handle->stream,
-      {{a, b, c}, static_cast<uint32_t>(m), static_cast<uint32_t>(n), static_cast<uint32_t>(k)});
+  const LibraryParams params{
+      {a, b, c}, static_cast<uint32_t>(m), static_cast<uint32_t>(n), static_cast<uint32_t>(k)};
+  LaunchLibraryKernel(handle->stream, params);
+  // A split-K algorithm launches a second kernel, the reduction of its slices, as cuBLAS's do:
+  // how many kernels a GEMM launches inside its call depends on the algorithm chosen.
+  if (slices > 1) LaunchLibraryKernel(handle->stream, params);
   try {
     AsKernel(handle->stream, [&] {
       if (handle->atomics == CUBLAS_ATOMICS_ALLOWED && k >= kRacingSlices) {

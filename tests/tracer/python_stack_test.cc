@@ -4,6 +4,7 @@
 // and ignored.
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
 #include <set>
@@ -37,6 +38,24 @@ std::map<uint64_t, Place> Places(const std::vector<OpRecord>& ops) {
     places[op.sequence] = {op.thread_id, it->second, count[{op.thread_id, it->second}]++};
   }
   return places;
+}
+
+// Every top-level op's position among its lane's ops made from inside no other op (no
+// "insideOp"), by the same definition (tracer/README.md "Python stacks").
+std::map<uint64_t, Place> TopPlaces(const std::vector<OpRecord>& ops) {
+  std::map<uint64_t, Place> places = Places(ops);
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> count;
+  std::map<uint64_t, Place> top;
+  for (const OpRecord& op : ops) {
+    if (!places.count(op.sequence)) continue;
+    const bool inside = std::any_of(op.args.begin(), op.args.end(), [](const auto& argument) {
+      return argument.name == "insideOp";
+    });
+    if (inside) continue;
+    const auto [thread, stream, index] = places.at(op.sequence);
+    top[op.sequence] = {thread, stream, count[{thread, stream}]++};
+  }
+  return top;
 }
 
 // The ops in file order (a nested op, e.g. a synchronisation inside a library call, is written
@@ -125,6 +144,50 @@ TEST_CASE("the tracer takes the Python stack of exactly the ops asked for by lan
   CHECK(seen.size() == wanted.size());
 }
 
+TEST_CASE("the tracer takes the Python stack of the op at a top-level place", "[tracer][python]") {
+  ndt::testing::TempDir dir;
+  const std::string first = dir / "first.ndt";
+  const RunResult plain = RecordPython(first, "");
+  INFO(plain.out << plain.err);
+  REQUIRE(plain.status == 0);
+  const std::vector<OpRecord> first_ops = FileOps(ReadAll(first));
+  const std::map<uint64_t, Place> all = Places(first_ops);
+  const std::map<uint64_t, Place> top = TopPlaces(first_ops);
+  // Each worker's fourth GEMM: cuBLAS launched a kernel inside each earlier one, so its
+  // top-level position is not its position in the lane.
+  std::map<Place, std::string> wanted;  // top-level place -> op name
+  std::map<uint32_t, int> gemms;
+  for (const OpRecord& op : first_ops) {
+    if (op.name != "cublasSgemm_v2" || ++gemms[op.thread_id] != 4) continue;
+    REQUIRE(top.count(op.sequence) == 1);
+    CHECK(std::get<2>(top.at(op.sequence)) < std::get<2>(all.at(op.sequence)));
+    wanted[top.at(op.sequence)] = op.name;
+  }
+  REQUIRE(wanted.size() == 3);
+  std::string request;
+  for (const auto& [place, name] : wanted) {
+    request += (request.empty() ? "" : ",") + std::to_string(std::get<0>(place)) + ":" +
+               std::to_string(std::get<1>(place)) + ":t" + std::to_string(std::get<2>(place));
+  }
+  const std::string second = dir / "second.ndt";
+  const RunResult asked = RecordPython(second, request);
+  INFO(request << "\n" << asked.out << asked.err);
+  REQUIRE(asked.status == 0);
+  const auto records = ReadAll(second);
+  const std::map<uint64_t, Place> top_places = TopPlaces(FileOps(records));
+  std::set<Place> seen;
+  for (const auto& record : records) {
+    const auto* stack = std::get_if<PythonStackRecord>(&record);
+    if (stack == nullptr) continue;
+    REQUIRE(top_places.count(stack->op_sequence) == 1);
+    const Place place = top_places.at(stack->op_sequence);
+    REQUIRE(wanted.count(place) == 1);
+    CHECK(seen.insert(place).second);
+    CHECK(stack->status == PythonStackStatus::kCaptured);
+  }
+  CHECK(seen.size() == wanted.size());
+}
+
 TEST_CASE("a program without CPython gets no Python stack, said as such", "[tracer][python]") {
   ndt::testing::TempDir dir;
   const std::string trace = dir / "native.ndt";
@@ -151,7 +214,8 @@ TEST_CASE("a program without CPython gets no Python stack, said as such", "[trac
 TEST_CASE("a malformed NDTRACE_PYTHON_STACK is said once and takes no stack", "[tracer][python]") {
   ndt::testing::TempDir dir;
   const std::string trace = dir / "bad.ndt";
-  for (const char* request : {"1:2", "a:b:c", "1:2:3,", "-1:0:0", "1:2:3:4"}) {
+  for (const char* request :
+       {"1:2", "a:b:c", "1:2:3,", "-1:0:0", "1:2:3:4", "1:2:t", "1:2:tt3", "1:2:x3", "1:t2:3"}) {
     std::remove(trace.c_str());
     const RunResult result =
         Run(std::string("NDTRACE_PYTHON_STACK='") + request + "' '" NDTRACE_BIN "' record -o '" +
