@@ -68,6 +68,18 @@ std::vector<OpRecord> FileOps(const std::vector<Record>& records) {
   return ops;
 }
 
+// NDTRACE_PYTHON_STACK for `wanted`'s places, each index written after `index_prefix` ("t":
+// top-level places).
+std::string Request(const std::map<Place, std::string>& wanted, const std::string& index_prefix) {
+  std::string request;
+  for (const auto& [place, name] : wanted) {
+    request += (request.empty() ? "" : ",") + std::to_string(std::get<0>(place)) + ":" +
+               std::to_string(std::get<1>(place)) + ":" + index_prefix +
+               std::to_string(std::get<2>(place));
+  }
+  return request;
+}
+
 std::string Python() {
   return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
 }
@@ -107,11 +119,7 @@ TEST_CASE("the tracer takes the Python stack of exactly the ops asked for by lan
   }
   REQUIRE(gemms.size() == 3);
   REQUIRE(wanted.size() == 3);
-  std::string request;
-  for (const auto& [place, name] : wanted) {
-    request += (request.empty() ? "" : ",") + std::to_string(std::get<0>(place)) + ":" +
-               std::to_string(std::get<1>(place)) + ":" + std::to_string(std::get<2>(place));
-  }
+  const std::string request = Request(wanted, "");
 
   const std::string second = dir / "second.ndt";
   const RunResult asked = RecordPython(second, request);
@@ -164,11 +172,7 @@ TEST_CASE("the tracer takes the Python stack of the op at a top-level place", "[
     wanted[top.at(op.sequence)] = op.name;
   }
   REQUIRE(wanted.size() == 3);
-  std::string request;
-  for (const auto& [place, name] : wanted) {
-    request += (request.empty() ? "" : ",") + std::to_string(std::get<0>(place)) + ":" +
-               std::to_string(std::get<1>(place)) + ":t" + std::to_string(std::get<2>(place));
-  }
+  const std::string request = Request(wanted, "t");
   const std::string second = dir / "second.ndt";
   const RunResult asked = RecordPython(second, request);
   INFO(request << "\n" << asked.out << asked.err);
