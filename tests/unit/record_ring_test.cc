@@ -177,7 +177,19 @@ TEST_CASE("a record held for its GPU digests holds back its own thread's records
       rings.AppendHeld(HeldOp(1, 1, 1), {1}, 1);
       // The ring fills behind the held record: this thread then waits for its digest.
       for (uint64_t i = 2; i < kRecords; ++i) rings.Append(SampleOp(i, 1), 1);
+      // A held record whose digest never arrives is written without it, a note after it. (On
+      // this thread: a thread's records are ordered through its own ring, and this thread's
+      // last ones may still wait there when it exits.)
+      rings.AppendHeld(HeldOp(kRecords, 1, TestDigests::kLostTicket), {TestDigests::kLostTicket},
+                       1);
     });
+    // Once the owner fills its ring behind the held record, it waits for the digest (given up
+    // on after 20 s: the CHECK then fails).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (digests.waits_on_owner.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    CHECK(digests.waits_on_owner.load() >= 1);
     // Another thread's records are not held back: all of them go through its own small ring
     // while thread 1's digest has not arrived.
     auto other = std::async(std::launch::async, [&] {
@@ -187,9 +199,6 @@ TEST_CASE("a record held for its GPU digests holds back its own thread's records
     CHECK(rings.held() == 1);
     digests.released[1] = true;
     owner.join();
-    CHECK(digests.waits_on_owner.load() >= 1);
-    // A held record whose digest never arrives is written without it, a note after it.
-    rings.AppendHeld(HeldOp(kRecords, 1, TestDigests::kLostTicket), {TestDigests::kLostTicket}, 1);
     rings.Flush(/*wait=*/true);
     CHECK(rings.held() == 0);
     rings.Stop();
