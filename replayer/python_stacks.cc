@@ -45,9 +45,11 @@ std::string PythonStackTopPlace(const OpLocation& op, uint64_t top_index) {
          std::to_string(top_index);
 }
 
-StatusOr<std::optional<uint64_t>> TopLevelIndex(const std::string& path, const OpLocation& op) {
+StatusOr<std::vector<std::optional<uint64_t>>> TopLevelIndices(const std::string& path,
+                                                               const std::vector<OpLocation>& ops) {
   StatusOr<std::unique_ptr<format::TraceReader>> reader = format::TraceReader::Open(path);
   if (!reader.ok()) return reader.status();
+  std::vector<std::optional<uint64_t>> indices(ops.size());
   LanePositions positions;
   format::Record record;
   while ((*reader)->Next(&record)) {
@@ -55,9 +57,11 @@ StatusOr<std::optional<uint64_t>> TopLevelIndex(const std::string& path, const O
     uint64_t lane = 0, index = 0;
     std::optional<uint64_t> top_index;
     if (found == nullptr || !positions.Place(*found, &lane, &index, &top_index)) continue;
-    if (found->sequence == op.sequence) return top_index;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (found->sequence == ops[i].sequence) indices[i] = top_index;
+    }
   }
-  return std::optional<uint64_t>();
+  return indices;
 }
 
 StatusOr<std::optional<format::PythonStackRecord>> FindPythonStack(

@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "formats/records.h"
 #include "formats/status.h"
@@ -23,9 +24,10 @@ std::string PythonStackPlace(const OpLocation& op);
 // library call launches inside differ between runs, as cuDNN's engines picked by timing do.
 std::string PythonStackTopPlace(const OpLocation& op, uint64_t top_index);
 
-// `op`'s top-level index in the trace at `path` (the run it was found in), or nullopt when it
-// was made from inside another op or is not there.
-StatusOr<std::optional<uint64_t>> TopLevelIndex(const std::string& path, const OpLocation& op);
+// Each of `ops`' top-level index in the trace at `path` (the run they were found in), one read
+// for all; nullopt for one made from inside another op or not there.
+StatusOr<std::vector<std::optional<uint64_t>>> TopLevelIndices(const std::string& path,
+                                                               const std::vector<OpLocation>& ops);
 
 // The Python stack the trace at `path` holds for the op at `op`'s place in its lane — at its
 // top-level place `top_index` instead, when given — or nullopt when it holds none. Fails when

@@ -408,14 +408,14 @@ void TakePythonStacks(const std::string& context, const std::vector<std::string>
   // Each op by its top-level place where it has one (made inside no other op): that place still
   // holds it when the kernels earlier library calls launch inside differ in that run, where
   // its place in the lane would hold another op, perhaps another call of the same name.
-  std::vector<std::optional<uint64_t>> top_indices;
+  StatusOr<std::vector<std::optional<uint64_t>>> found = replay::TopLevelIndices(trace_a, wanted);
+  const std::vector<std::optional<uint64_t>> top_indices =
+      found.ok() ? *found : std::vector<std::optional<uint64_t>>(wanted.size());
   std::string places;
-  for (const replay::OpLocation& op : wanted) {
-    StatusOr<std::optional<uint64_t>> top = replay::TopLevelIndex(trace_a, op);
-    top_indices.push_back(top.ok() ? *top : std::nullopt);
+  for (size_t i = 0; i < wanted.size(); ++i) {
     places += (places.empty() ? "" : ",") +
-              (top_indices.back() ? replay::PythonStackTopPlace(op, *top_indices.back())
-                                  : replay::PythonStackPlace(op));
+              (top_indices[i] ? replay::PythonStackTopPlace(wanted[i], *top_indices[i])
+                              : replay::PythonStackPlace(wanted[i]));
   }
   const std::string trace = (directory / "python-stack.ndt").string();
   const std::string log = (directory / "python-stack.log").string();
