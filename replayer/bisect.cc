@@ -542,8 +542,9 @@ StatusOr<BisectResult> Bisect(const BisectOptions& options, const RunProgram& ru
   return Search(options, 0, result.ops - 1, run, progress, &result);
 }
 
-bool NamesTheOp(DivergenceClass klass) {
-  return klass != DivergenceClass::kPropagated && klass != DivergenceClass::kUncovered;
+bool NamesTheOp(const Divergence& divergence) {
+  if (divergence.klass == DivergenceClass::kPropagated) return divergence.from_host;
+  return divergence.klass != DivergenceClass::kUncovered;
 }
 
 StatusOr<NarrowResult> Narrow(const BisectOptions& options, const DiffReport& report,
@@ -552,7 +553,7 @@ StatusOr<NarrowResult> Narrow(const BisectOptions& options, const DiffReport& re
   NarrowResult result;
   result.report = report;
   if (!report.first_divergence) return result;
-  result.named = NamesTheOp(report.first_divergence->klass);
+  result.named = NamesTheOp(*report.first_divergence);
   if (result.named) return result;
   const RunWith run = [&](BisectRun settings) -> StatusOr<std::string> {
     if (result.runs >= options.max_runs) {
@@ -615,7 +616,7 @@ StatusOr<NarrowResult> Narrow(const BisectOptions& options, const DiffReport& re
   if (!search.stopped_because.empty()) result.steps.push_back(search.stopped_because);
   if (!search.report || !search.report->first_divergence) return result;
   const Divergence& narrowed = *search.report->first_divergence;
-  if (NamesTheOp(narrowed.klass)) {
+  if (NamesTheOp(narrowed)) {
     result.report = *search.report;
     result.named = true;
     return result;

@@ -99,7 +99,7 @@ struct BisectResult {
 // tried, in words.
 struct NarrowResult {
   DiffReport report;
-  bool named = false;  // the report's first divergence names one op (not propagated/uncovered)
+  bool named = false;  // the report's first divergence names one op (NamesTheOp)
   int runs = 0;
   std::vector<std::string> steps;
 };
@@ -107,8 +107,9 @@ StatusOr<NarrowResult> Narrow(const BisectOptions& options, const DiffReport& re
                               const RunProgram& run_program,
                               const std::function<void(const std::string&)>& progress);
 
-// Whether a divergence of class `klass` names the op that caused it.
-bool NamesTheOp(DivergenceClass klass);
+// Whether a divergence names the op that caused it: not propagated (unless from the host) or
+// uncovered.
+bool NamesTheOp(const Divergence& divergence);
 
 // ceil(log2 n), 0 for n <= 1.
 int CeilLog2(uint64_t n);

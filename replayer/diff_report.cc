@@ -228,6 +228,7 @@ std::string RenderDiffJson(const DiffReport& r) {
                                         {"kind", format::OpKindName(d.root->kind)},
                                         {"name", d.root->name}}
                        : nlohmann::json(nullptr);
+    v["from_host"] = d.from_host;
     v["bisect_window"] = d.window_begin && d.window_end
                              ? nlohmann::json::array({*d.window_begin, *d.window_end})
                              : nlohmann::json(nullptr);
@@ -280,7 +281,8 @@ std::string RenderDiffJson(const DiffReport& r) {
                  {"ops_b", r.ops_b},
                  {"ops_compared", r.ops_compared},
                  {"divergent_ops", r.divergent_ops},
-                 {"structural_differences", r.structural_differences}};
+                 {"structural_differences", r.structural_differences},
+                 {"lane_tail_ops", r.lane_tail_ops}};
   j["warnings"] = r.warnings;
   j["notes"] = r.notes;
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

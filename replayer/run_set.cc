@@ -123,6 +123,19 @@ bool RunDiff::identical() const {
                      [](const auto& process) { return process.second.identical(); });
 }
 
+bool RunDiff::differs_only_at_lane_tails() const {
+  if (!only_in_a.empty() || !only_in_b.empty() || identical()) return false;
+  return std::all_of(processes.begin(), processes.end(), [](const auto& process) {
+    return process.second.identical() || process.second.differs_only_at_lane_tails();
+  });
+}
+
+uint64_t RunDiff::lane_tail_ops() const {
+  uint64_t ops = 0;
+  for (const auto& process : processes) ops += process.second.lane_tail_ops;
+  return ops;
+}
+
 const std::pair<std::string, DiffReport>* RunDiff::first_diverged() const {
   for (const auto& process : processes) {
     if (!process.second.identical()) return &process;

@@ -37,6 +37,10 @@ struct RunDiff {
     return processes.size() == 1 && only_in_a.empty() && only_in_b.empty();
   }
   bool identical() const;
+  // Not identical, the same processes, and every difference a lane's tail in one run only
+  // (DiffReport::differs_only_at_lane_tails): where a run stopped earlier.
+  bool differs_only_at_lane_tails() const;
+  uint64_t lane_tail_ops() const;  // over every process
   // The first pair that is not identical, or null.
   const std::pair<std::string, DiffReport>* first_diverged() const;
 };

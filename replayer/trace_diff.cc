@@ -290,10 +290,10 @@ class Differ {
     for (auto& [key, lane] : lanes_) Match(lane);
     for (auto& [key, lane] : lanes_) {
       for (size_t i = 0; i < lane.a.size(); ++i) {
-        Structural(&lane.a[i], lane.next_index_a++, nullptr, 0, "only in run A");
+        Structural(&lane.a[i], lane.next_index_a++, nullptr, 0, "only in run A", true);
       }
       for (size_t i = 0; i < lane.b.size(); ++i) {
-        Structural(nullptr, 0, &lane.b[i], lane.next_index_b++, "only in run B");
+        Structural(nullptr, 0, &lane.b[i], lane.next_index_b++, "only in run B", true);
       }
     }
     CompareStateDigests();
@@ -304,6 +304,14 @@ class Differ {
     AttachPythonStacks();
     Warnings(*a_, "A");
     Warnings(*b_, "B");
+    if (report_.lane_tail_ops != 0) {
+      report_.notes.push_back(
+          std::to_string(report_.lane_tail_ops) + " of the " +
+          std::to_string(report_.structural_differences) +
+          " structural difference(s) are ops after the other run's last op in their lane: "
+          "that run stopped earlier there (killed, failed, or ended while a thread was still "
+          "issuing work)");
+    }
     if (report_.first_divergence) {
       auto& d = *report_.first_divergence;
       if (d.root && d.root->kind == format::OpKind::kKernelLaunch) {
@@ -326,6 +334,8 @@ class Differ {
       (run_a ? report_.ops_a : report_.ops_b)++;
       (run_a ? last_sequence_a_ : last_sequence_b_) = op->sequence;
       if (IsLifecycleOp(*op)) return;
+      uint64_t& max_sequence = run_a ? max_sequence_a_ : max_sequence_b_;
+      max_sequence = std::max(max_sequence, op->sequence);
       (run_a ? starts_a_ : starts_b_).Observe(*op);
       threads_.insert(op->thread_id);
       Lane& lane = lanes_[(run_a ? lane_keys_a_ : lane_keys_b_).Key(*op)];
@@ -372,12 +382,12 @@ class Differ {
       if (lane.a.empty() || lane.b.empty()) {
         // A run read to the end has no more ops in this lane: the other's are its own.
         if (lane.a.empty() && done_a_ && !lane.b.empty()) {
-          Structural(nullptr, 0, &lane.b.front(), lane.next_index_b, "only in run B");
+          Structural(nullptr, 0, &lane.b.front(), lane.next_index_b, "only in run B", true);
           Pop(lane, false);
           continue;
         }
         if (lane.b.empty() && done_b_ && !lane.a.empty()) {
-          Structural(&lane.a.front(), lane.next_index_a, nullptr, 0, "only in run A");
+          Structural(&lane.a.front(), lane.next_index_a, nullptr, 0, "only in run A", true);
           Pop(lane, true);
           continue;
         }
@@ -540,9 +550,12 @@ class Differ {
     RefineRootQuery(writer, p);
   }
 
+  // `tail`: an op in one run only after the other run's last op in its lane (that run stopped
+  // earlier there).
   void Structural(const OpRecord* a, uint64_t index_a, const OpRecord* b, uint64_t index_b,
-                  const std::string& what) {
+                  const std::string& what, bool tail = false) {
     ++report_.structural_differences;
+    if (tail) ++report_.lane_tail_ops;
     if (options_.observer != nullptr) {
       std::optional<OpLocation> location_a, location_b;
       if (a) location_a = Locate(*a, index_a, lane_keys_a_);
@@ -647,6 +660,7 @@ class Differ {
       if (a.kind == format::OpKind::kMemcpy && a.args.size() + a.inputs.size() > 0 &&
           (allocation == 0 || !last_writer_.count(allocation))) {
         d.what = "the host data copied to the GPU differs: the runs diverged on the CPU";
+        d.from_host = true;
       } else {
         PointBack(a.inputs[i].pointer, EffectiveSequence(a), &d);
       }
@@ -1239,9 +1253,19 @@ class Differ {
 
   void DecideUncovered() {
     uint64_t mid_run = 0;
+    uint64_t exit_under_work = 0;
     if (threads_.size() > 1) {
       mid_run = uncovered_mid_run_count_;
       uncovered_mid_run_.reset();
+      // An exit digest after which a run still recorded ops was taken while another thread
+      // was issuing work (the program exited under it): how far that thread had got varies, as
+      // in the middle of a run.
+      if (uncovered_at_exit_ && (uncovered_at_exit_->op.sequence < max_sequence_a_ ||
+                                 uncovered_at_exit_->sequence_b < max_sequence_b_)) {
+        exit_under_work = uncovered_at_exit_count_;
+        uncovered_at_exit_count_ = 0;
+        uncovered_at_exit_.reset();
+      }
     } else {
       report_.divergent_ops += uncovered_mid_run_count_;
     }
@@ -1265,6 +1289,12 @@ class Differ {
                               " state digest(s) taken while the program ran differ; not compared: "
                               "several threads issued ops, and how far each had got at that op "
                               "count varies from run to run");
+    }
+    if (exit_under_work != 0) {
+      report_.notes.push_back(
+          "the state digest at exit differs; not compared: ops were recorded after it, so "
+          "another thread was still issuing work when the program exited, and how far it had "
+          "got varies from run to run");
     }
     if (placement_differences_ != 0) {
       report_.notes.push_back(
@@ -1422,6 +1452,8 @@ class Differ {
   bool done_b_ = false;
   uint64_t last_sequence_a_ = 0;
   uint64_t last_sequence_b_ = 0;
+  uint64_t max_sequence_a_ = 0;  // the highest sequence of an op that is no lifecycle op
+  uint64_t max_sequence_b_ = 0;
   // Ops one lane may hold waiting for the other run's (memory bound; Match), and how many
   // were declared one run's own for it.
   static constexpr size_t kMaxWaitingOps = 16384;
@@ -1460,6 +1492,11 @@ std::string DamageText(const DiffReport& report) {
 
 bool DiffReport::identical() const {
   return comparable() && !refused && !first_divergence && structural_differences == 0;
+}
+
+bool DiffReport::differs_only_at_lane_tails() const {
+  return comparable() && !refused && !first_divergence && structural_differences != 0 &&
+         structural_differences == lane_tail_ops;
 }
 
 StatusOr<DiffReport> DiffTraces(const std::string& path_a, const std::string& path_b,

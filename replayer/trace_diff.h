@@ -77,6 +77,9 @@ struct Divergence {
   std::string what;                // one sentence: what differs
   std::vector<std::string> evidence;
   std::optional<OpLocation> root;            // kPropagated: the op that last wrote the input
+  // kPropagated: the input is host data a copy brought to the GPU (no op wrote its source):
+  // the runs diverged on the CPU, and the copy is the op to name.
+  bool from_host = false;
   std::optional<uint64_t> window_begin;      // kUncovered / kPropagated: ops to bisect
   std::optional<uint64_t> window_end;
   std::optional<DivergenceSize> size;
@@ -99,6 +102,9 @@ struct DiffReport {
   std::vector<HeaderDifference> header;
   std::optional<StructuralDifference> first_structural;
   uint64_t structural_differences = 0;
+  // Of them, ops in one run only after the other run's last op in their lane: where a run
+  // stopped earlier (killed, failed, or ended while a thread was still issuing work).
+  uint64_t lane_tail_ops = 0;
   std::optional<Divergence> first_divergence;
   uint64_t divergent_ops = 0;      // aligned pairs that differ in any compared fact
   uint64_t ops_a = 0;
@@ -122,6 +128,8 @@ struct DiffReport {
 
   bool comparable() const;  // no blocking header difference
   bool identical() const;   // comparable, not refused, no divergence, no structural difference
+  // Comparable, not refused, no divergence, and every structural difference a lane's tail.
+  bool differs_only_at_lane_tails() const;
   bool damaged() const { return !damage_a.empty() || !damage_b.empty(); }
 };
 

@@ -68,6 +68,30 @@ std::string ExitText(int exit_code) {
   return fmt::format("exit status {}", exit_code);
 }
 
+// The last `count` non-empty lines of the program's output in `log` (read from its last 16 KiB,
+// each cut at 240 bytes): what a failing program said last, usually why it failed.
+std::vector<std::string> LastLines(const std::filesystem::path& log, size_t count) {
+  std::FILE* file = std::fopen(log.c_str(), "rb");
+  if (file == nullptr) return {};
+  constexpr long kTail = 16 * 1024;
+  std::string text(kTail, '\0');
+  if (std::fseek(file, -kTail, SEEK_END) != 0) std::rewind(file);
+  text.resize(std::fread(text.data(), 1, text.size(), file));
+  std::fclose(file);
+  std::vector<std::string> lines;
+  size_t end = text.size();
+  while (end > 0 && lines.size() < count) {
+    const size_t newline = text.rfind('\n', end - 1);
+    const size_t begin = newline == std::string::npos ? 0 : newline + 1;
+    std::string line = text.substr(begin, std::min<size_t>(end - begin, 240));
+    if (line.find_first_not_of(" \t\r") != std::string::npos) lines.push_back(std::move(line));
+    if (newline == std::string::npos) break;
+    end = newline;
+  }
+  std::reverse(lines.begin(), lines.end());
+  return lines;
+}
+
 // What one run did, as the verdict needs it.
 struct RunFacts {
   std::string trace;
@@ -202,6 +226,7 @@ int RunCheck(const CheckOptions& options) {
   std::optional<replay::RunDiff> diverged;  // the first run that differs from run 1
   std::optional<replay::RunDiff> agreed;    // else the last run compared: identical
   std::string exit_difference;
+  uint64_t cut_off_ops = 0;  // of failing runs: ops at lane ends made in one run only
   int limit = options.runs;
   for (int i = 1; i <= limit && !diverged && exit_difference.empty(); ++i) {
     const std::string trace = (directory / fmt::format("run-{}.ndt", i)).string();
@@ -265,7 +290,13 @@ int RunCheck(const CheckOptions& options) {
                              i));
       return kExitUsage;
     }
-    if (!diff->identical()) {
+    // A program that fails alike in every run is cut short where it fails: a thread still
+    // issuing work then got further in one run than in another. Ops past the other run's last
+    // op in their lane are where it stopped, not a divergence of what both runs did.
+    const bool cut_alike = runs.front().exit_code != 0 && exit_difference.empty() &&
+                           diff->differs_only_at_lane_tails();
+    if (cut_alike) cut_off_ops = std::max(cut_off_ops, diff->lane_tail_ops());
+    if (!diff->identical() && !cut_alike) {
       diverged = std::move(diff).value();
     } else {
       agreed = std::move(diff).value();
@@ -344,13 +375,26 @@ int RunCheck(const CheckOptions& options) {
     // A failing program is not called deterministic, even when it fails the same way: nor
     // is one whose launches the device refused (their work was never done).
     if (first.exit_code != 0 || first.refused_launches != 0) {
+      const std::string alike =
+          cut_off_ops == 0
+              ? fmt::format("otherwise bitwise-identical ({} ops each)", first.ops)
+              : fmt::format(
+                    "bitwise-identical up to where each stopped ({} ops in run 1; {} op(s) at "
+                    "the ends of threads' or streams' work made in one run only: cut off by "
+                    "the failure)",
+                    first.ops, cut_off_ops);
       const std::string verdict = fmt::format(
-          "ndtrace check: the program failed in every run ({}): {} runs, otherwise "
-          "bitwise-identical ({} ops each){}; its output is in {}",
+          "ndtrace check: the program failed in every run ({}): {} runs, {}{}; its output is "
+          "in {}",
           first.exit_code != 0
               ? ExitText(first.exit_code)
               : fmt::format("{} launch(es) refused by the device", first.refused_launches),
-          made, first.ops, failed, (directory / "run-1.log").string());
+          made, alike, failed, (directory / "run-1.log").string());
+      const std::vector<std::string> said = LastLines(directory / "run-1.log", 3);
+      if (!said.empty()) {
+        fmt::print("the program's output in run 1 ends with:\n");
+        for (const std::string& line : said) fmt::print("  | {}\n", line);
+      }
       fmt::print("{}\n", verdict);
       if (agreed && !write_page(*agreed, verdict)) return kExitUsage;
       return kExitProgramFailed;
@@ -371,8 +415,7 @@ int RunCheck(const CheckOptions& options) {
     // Narrowing: a report that names no op yet (propagated, uncovered) is followed up with
     // more runs until it does (replay::Narrow), for a run of one process.
     if (diverged->single() && first_process != nullptr && first_process->second.first_divergence &&
-        !replay::NamesTheOp(first_process->second.first_divergence->klass) &&
-        options.narrow_runs > 0) {
+        !replay::NamesTheOp(*first_process->second.first_divergence) && options.narrow_runs > 0) {
       fmt::print(stderr, "ndtrace check: run {} differs from run 1 at {}; narrowing it down\n",
                  made, DivergenceLine(first_process->second));
       replay::BisectOptions narrow;

@@ -581,6 +581,7 @@ TEST_CASE("different host data entering the GPU is traced to the CPU side", "[re
   CHECK(report.first_divergence->klass == DivergenceClass::kPropagated);
   CHECK(report.first_divergence->op.sequence == 0);
   CHECK_THAT(report.first_divergence->what, Catch::Contains("host data"));
+  CHECK(report.first_divergence->from_host);
   CHECK_THAT(report.first_divergence->hint->fix, Catch::Contains("DataLoader"));
 }
 
@@ -611,9 +612,94 @@ TEST_CASE("an op present in one run only is a structural difference and alignmen
   REQUIRE(report.first_structural->b.has_value());
   CHECK_THAT(report.first_structural->b->name, Catch::Contains("elementwise_kernel"));
   CHECK(report.structural_differences == 1);
+  CHECK(report.lane_tail_ops == 0);  // in the middle of its lane: no run stopped earlier
+  CHECK_FALSE(report.differs_only_at_lane_tails());
   CHECK(report.ops_compared == 5);
   CHECK_FALSE(report.first_divergence.has_value());
   CHECK_FALSE(report.identical());
+}
+
+// Program() with a second thread (a data loader's) that issued `loader_ops` copies on its own
+// stream, the last `after_exit` of them after the exit state digest (sequences go on from 5).
+std::vector<Record> WithLoader(std::vector<Record> records, uint64_t loader_ops,
+                               uint64_t after_exit = 0) {
+  std::vector<Record> loader;
+  for (uint64_t i = 0; i < loader_ops; ++i) {
+    OpRecord op;
+    op.kind = OpKind::kMemcpy;
+    op.name = "cuMemcpyHtoDAsync_v2";
+    op.thread_id = 1;
+    op.stream_id = 2;
+    op.args = {Pointer("dstDevice", 10 + i), {"ByteCount", uint64_t{4096}}};
+    op.inputs = {Buffer("src", 0, 1000 + i)};
+    loader.push_back(op);
+  }
+  const size_t before_exit = records.size() - 1;  // the exit state digest is last
+  records.insert(records.begin() + static_cast<long>(before_exit), loader.begin(),
+                 loader.end() - static_cast<long>(after_exit));
+  records.insert(records.end(), loader.end() - static_cast<long>(after_exit), loader.end());
+  uint64_t sequence = 5;
+  uint64_t last = 0;  // the last op issued so far, in file order
+  for (Record& record : records) {
+    if (auto* op = std::get_if<OpRecord>(&record)) {
+      if (op->thread_id == 1) op->sequence = sequence++;
+      last = op->sequence;
+    } else if (auto* state = std::get_if<format::StateDigestRecord>(&record)) {
+      state->after_op = last;
+    }
+  }
+  return records;
+}
+
+TEST_CASE("ops after the other run's last op in their lane are counted as lane tails",
+          "[replayer]") {
+  TempDir dir;
+  // Run B's loader thread got two copies further before the program ended.
+  const DiffReport report = Diff(dir, WithLoader(Program(), 3), WithLoader(Program(), 5));
+  CHECK(report.structural_differences == 2);
+  CHECK(report.lane_tail_ops == 2);
+  CHECK(report.differs_only_at_lane_tails());
+  CHECK_FALSE(report.identical());
+  CHECK_FALSE(report.first_divergence.has_value());
+  CHECK_THAT(report.notes, Catch::VectorContains(std::string(
+                               "2 of the 2 structural difference(s) are ops after the other "
+                               "run's last op in their lane: that run stopped earlier there "
+                               "(killed, failed, or ended while a thread was still issuing "
+                               "work)")));
+  // A divergence besides them is still one.
+  const DiffReport diverged =
+      Diff(dir, WithLoader(Program(), 3),
+           WithLoader(Program([](auto& ops) { ops[4].outputs[0].digest.lo = 7; }), 5));
+  CHECK(diverged.lane_tail_ops == 2);
+  CHECK_FALSE(diverged.differs_only_at_lane_tails());
+}
+
+TEST_CASE("an exit state digest after which a thread still recorded ops is not compared",
+          "[replayer]") {
+  TempDir dir;
+  const auto differing_exit = [](std::vector<Record> records) {
+    std::get<format::StateDigestRecord>(records.back()).allocations[1].digest.lo ^= 1;
+    return records;
+  };
+  // The loader's last copy came after the digest (the program exited under it) in both runs.
+  std::vector<Record> b = WithLoader(Program(), 3, 1);
+  for (Record& record : b) {
+    if (auto* state = std::get_if<format::StateDigestRecord>(&record)) {
+      state->allocations[1].digest.lo ^= 1;
+    }
+  }
+  const DiffReport report = Diff(dir, WithLoader(Program(), 3, 1), b);
+  CHECK_FALSE(report.first_divergence.has_value());
+  CHECK(report.identical());
+  CHECK_THAT(report.notes, Catch::VectorContains(std::string(
+                               "the state digest at exit differs; not compared: ops were recorded "
+                               "after it, so another thread was still issuing work when the "
+                               "program exited, and how far it had got varies from run to run")));
+  // Taken after every op, a differing exit digest is memory that diverged.
+  const DiffReport after_all =
+      Diff(dir, WithLoader(Program(), 3), differing_exit(WithLoader(Program(), 3)));
+  REQUIRE(after_all.first_divergence.has_value());
+  CHECK(after_all.first_divergence->klass == DivergenceClass::kUncovered);
 }
 
 TEST_CASE("ops of several threads align by lane whatever their order in the file",
