@@ -136,6 +136,23 @@ uint64_t RunDiff::lane_tail_ops() const {
   return ops;
 }
 
+void RemoveProcessTraces(const std::string& path) {
+  std::error_code error;
+  fs::remove(path, error);
+  const fs::path self(path);
+  const fs::path directory = self.parent_path().empty() ? fs::path(".") : self.parent_path();
+  const std::string base = self.filename().string();
+  std::vector<fs::path> companions;
+  for (const auto& entry : fs::directory_iterator(directory, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > base.size() && name.compare(0, base.size(), base) == 0 &&
+        IsCompanionSuffix(std::string_view(name).substr(base.size()))) {
+      companions.push_back(entry.path());
+    }
+  }
+  for (const fs::path& companion : companions) fs::remove(companion, error);
+}
+
 const std::pair<std::string, DiffReport>* RunDiff::first_diverged() const {
   for (const auto& process : processes) {
     if (!process.second.identical()) return &process;

@@ -28,6 +28,11 @@ struct ProcessTrace {
 // is none or a trace cannot be opened.
 StatusOr<std::vector<ProcessTrace>> FindProcessTraces(const std::string& path);
 
+// Removes the trace at `path` and its companions (the traces FindProcessTraces would take with
+// it), before a run writes there again: a companion left from an earlier run would be taken
+// for a process of the new one.
+void RemoveProcessTraces(const std::string& path);
+
 // The comparison of two runs, process by process.
 struct RunDiff {
   std::vector<std::pair<std::string, DiffReport>> processes;  // (key, report), paired by key

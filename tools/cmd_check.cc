@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,65 @@ std::vector<std::string> LastLines(const std::filesystem::path& log, size_t coun
   }
   std::reverse(lines.begin(), lines.end());
   return lines;
+}
+
+// `line` with what differs in every run of a reproducible program masked: times of day,
+// durations and rates ("took 0.59 ms", "12.3it/s", "00:01<00:03"), object addresses.
+std::string MaskVaryingText(const std::string& line) {
+  static const std::regex kTimestamp(R"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}([.,]\d+)?)");
+  static const std::regex kClock(R"(\d+:\d{2}(:\d{2})?([.,]\d+)?)");
+  static const std::regex kAddress(R"(0x[0-9a-fA-F]{6,})");
+  static const std::regex kDuration(
+      R"([-+]?\d+(\.\d+)?([eE][-+]?\d+)?\s*(seconds|secs|sec|samples/s|tokens/s|img/s|it/s|s/it|min|ms|us|µs|ns|s)\b)");
+  if (line.find_first_of("0123456789") == std::string::npos) return line;
+  std::string masked = std::regex_replace(line, kTimestamp, "<time>");
+  masked = std::regex_replace(masked, kClock, "<time>");
+  masked = std::regex_replace(masked, kAddress, "<address>");
+  return std::regex_replace(masked, kDuration, "<duration>");
+}
+
+// Where the program's output in `log_b` differs from `log_a`, compared as sets of lines (the
+// order of lines from several threads or processes varies), ndtrace's own lines left out and
+// times, durations and addresses masked (MaskVaryingText): the first line of each that the
+// other lacks ("(none)" when all its lines are in the other), or nullopt when they agree.
+// Reads the first MiB of each.
+std::optional<std::pair<std::string, std::string>> OutputDifference(
+    const std::filesystem::path& log_a, const std::filesystem::path& log_b) {
+  const auto read_lines = [](const std::filesystem::path& log) {
+    std::vector<std::string> lines;
+    std::FILE* file = std::fopen(log.c_str(), "rb");
+    if (file == nullptr) return lines;
+    std::string text(1 << 20, '\0');
+    text.resize(std::fread(text.data(), 1, text.size(), file));
+    std::fclose(file);
+    size_t begin = 0;
+    while (begin < text.size()) {
+      size_t end = text.find('\n', begin);
+      if (end == std::string::npos) end = text.size();
+      std::string line = text.substr(begin, end - begin);
+      if (!line.starts_with("ndtrace")) lines.push_back(MaskVaryingText(line));
+      begin = end + 1;
+    }
+    return lines;
+  };
+  const std::vector<std::string> a = read_lines(log_a);
+  const std::vector<std::string> b = read_lines(log_b);
+  std::vector<std::string> sorted_a = a, sorted_b = b;
+  std::sort(sorted_a.begin(), sorted_a.end());
+  std::sort(sorted_b.begin(), sorted_b.end());
+  if (sorted_a == sorted_b) return std::nullopt;
+  // The first line of `lines`, in its order, that `other` (sorted) holds fewer times.
+  const auto first_extra = [](const std::vector<std::string>& lines,
+                              const std::vector<std::string>& sorted,
+                              const std::vector<std::string>& other) -> std::string {
+    for (const std::string& line : lines) {
+      const auto mine = std::equal_range(sorted.begin(), sorted.end(), line);
+      const auto theirs = std::equal_range(other.begin(), other.end(), line);
+      if (theirs.second - theirs.first < mine.second - mine.first) return line.substr(0, 240);
+    }
+    return "(none)";
+  };
+  return std::make_pair(first_extra(a, sorted_a, sorted_b), first_extra(b, sorted_b, sorted_a));
 }
 
 // What one run did, as the verdict needs it.
@@ -232,7 +292,7 @@ int RunCheck(const CheckOptions& options) {
     const std::string trace = (directory / fmt::format("run-{}.ndt", i)).string();
     const std::string log = (directory / fmt::format("run-{}.log", i)).string();
     fmt::print(stderr, "ndtrace check: run {} (at most {}): {}\n", i, limit, command);
-    std::filesystem::remove(trace, error);
+    replay::RemoveProcessTraces(trace);
     RunProgress progress;
     progress.every = std::chrono::seconds(options.progress_every);
     progress.report = [&](std::chrono::seconds running) {
@@ -327,7 +387,7 @@ int RunCheck(const CheckOptions& options) {
     const std::string log = (directory / "plain.log").string();
     fmt::print(stderr, "ndtrace check: one run without the policy, to measure what it costs: {}\n",
                command);
-    std::filesystem::remove(trace, error);
+    replay::RemoveProcessTraces(trace);
     const auto saved = [](const char* name) -> std::optional<std::string> {
       const char* value = std::getenv(name);
       return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
@@ -366,6 +426,36 @@ int RunCheck(const CheckOptions& options) {
   if (cost) fmt::print("{}", replay::RenderCostText(*cost));
   const RunFacts& first = runs.front();
   const int made = static_cast<int>(runs.size());
+  // Runs whose GPU work agreed may still have printed other results: the program's output,
+  // compared with run 1's, says whether the divergence lies where ndtrace does not look.
+  bool any_op = false;
+  for (const RunFacts& run : runs) any_op = any_op || run.ops != 0;
+  std::string output_differs;
+  if (!diverged && exit_difference.empty()) {
+    for (int i = 2; i <= made && output_differs.empty(); ++i) {
+      const auto difference =
+          OutputDifference(directory / "run-1.log", directory / fmt::format("run-{}.log", i));
+      if (!difference) continue;
+      output_differs = fmt::format("the program's output differed between run 1 and run {}", i);
+      fmt::print(
+          "note: {} (compared as sets of lines, ndtrace's own left out):\n  run 1: {}\n  run "
+          "{}: {}\n  = ndtrace compares the GPU work, and {}; if those lines are results (a "
+          "loss, a checksum), the runs diverged on the CPU (data order, a CPU RNG, Python's "
+          "hash order) or in work ndtrace does not record\n",
+          output_differs, difference->first, i, difference->second,
+          any_op ? "it agreed" : "there was none");
+    }
+  }
+  if (!any_op) {
+    // Nothing was compared: identical empty traces say nothing about the program.
+    PrintError(fmt::format(
+        "check: no verdict: no run made a GPU call ndtrace records ({} runs, 0 ops each): the "
+        "program did not use the GPU here (PyTorch runs on the CPU when "
+        "torch.cuda.is_available() is false: no GPU, or a CPU-only build){}; output in {}",
+        made, output_differs.empty() ? std::string() : "; " + output_differs,
+        (directory / "run-1.log").string()));
+    return kExitUsage;
+  }
   if (!diverged && exit_difference.empty()) {
     const std::string failed =
         first.failed_calls == 0
@@ -402,8 +492,10 @@ int RunCheck(const CheckOptions& options) {
     const std::string verdict = fmt::format(
         "ndtrace check: deterministic: {} runs gave bitwise-identical results ({} ops "
         "each{}); a divergence showing in at least {:.0f} % of runs would have been seen "
-        "(95 % confidence); traces in {}",
-        made, first.ops, failed, 100.0 * DetectableShare(made), directory.string());
+        "(95 % confidence){}; traces in {}",
+        made, first.ops, failed, 100.0 * DetectableShare(made),
+        output_differs.empty() ? std::string() : "; but " + output_differs + ": see the note above",
+        directory.string());
     fmt::print("{}\n", verdict);
     if (agreed && !write_page(*agreed, verdict)) return kExitUsage;
     return kExitOk;

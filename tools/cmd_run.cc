@@ -13,6 +13,7 @@
 
 #include "formats/trace_reader.h"
 #include "replayer/determinism_cost.h"
+#include "replayer/run_set.h"
 #include "tools/cli_support.h"
 #include "tools/ndtrace_commands.h"
 #include "tools/record_text.h"
@@ -132,16 +133,8 @@ int RunRun(const RunOptions& options) {
       }
     }
   }
-  // Children of the program (fork) write <trace>.<pid>: remove those too.
-  for (const std::string& path : {trace, plain}) {
-    const std::string prefix = std::filesystem::path(path).filename().string();
-    for (const auto& entry : std::filesystem::directory_iterator(
-             std::filesystem::path(path).parent_path(), error)) {
-      if (entry.path().filename().string().rfind(prefix, 0) == 0) {
-        std::filesystem::remove(entry.path(), error);
-      }
-    }
-  }
+  // Children of the program (fork) write <trace>.<pid>: removed with it.
+  for (const std::string& path : {trace, plain}) replay::RemoveProcessTraces(path);
   return status;
 }
 

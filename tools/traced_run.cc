@@ -356,8 +356,8 @@ replay::RunProgram MakeRunProgram(const std::string& context,
     const std::filesystem::path base(directory);
     const std::string trace = (base / fmt::format("{}-{}.ndt", prefix, run.index)).string();
     const std::string log = (base / fmt::format("{}-{}.log", prefix, run.index)).string();
+    replay::RemoveProcessTraces(trace);
     std::error_code error;
-    std::filesystem::remove(trace, error);
     StatusOr<TracedRun> traced = RunTraced(context, command, trace, log);
     if (!traced.ok()) return traced.status();
     if (!std::filesystem::exists(trace, error)) {
@@ -421,8 +421,7 @@ void TakePythonStacks(const std::string& context, const std::vector<std::string>
   const std::string log = (directory / "python-stack.log").string();
   fmt::print(stderr, "ndtrace {}: one more run to take the Python stack of op {}{}\n", context,
              d.op.sequence, d.root ? fmt::format(" and op {}", d.root->sequence) : "");
-  std::error_code error;
-  std::filesystem::remove(trace, error);
+  replay::RemoveProcessTraces(trace);
   unsetenv("NDTRACE_CAPTURE");
   setenv("NDTRACE_PYTHON_STACK", places.c_str(), 1);
   StatusOr<TracedRun> run = RunTraced(context, command, trace, log);

@@ -88,4 +88,40 @@ with tempfile.TemporaryDirectory() as directory:
     check("   = pytorch: ndt::device_mm in module Net.blocks.1.proj\n" in check_run.stdout,
           "the report names the op and module")
 
+    # 6. Threads that end as the interpreter shuts down (it joins them) leave the exit status
+    # alone: the shim's dispatch mode, kept in PyTorch's C++ thread-locals, is left as each
+    # thread's run ends. Before, a thread released it after the interpreter began to shut down
+    # and the process aborted (14 of 20 runs of this program).
+    script = os.path.join(directory, "thread_end.py")
+    with open(script, "w") as out:
+        out.write("import threading, torch\n"
+                  "release = threading.Event()\n"
+                  "threads = [threading.Thread(target=release.wait) for _ in range(16)]\n"
+                  "for t in threads:\n"
+                  "    t.start()\n"
+                  "release.set()\n")
+    for attempt in range(5):
+        run = subprocess.run([NDTRACE, "record", "--quiet", "-o",
+                              os.path.join(directory, "te%d.ndt" % attempt), "--", PYTHON, script],
+                             capture_output=True, text=True)
+        check(run.returncode == 0 and "terminate called" not in run.stderr,
+              "threads ending at shutdown: run %d exits 0 (%d: %s)"
+              % (attempt, run.returncode, run.stderr[-300:]))
+
+    # 7. A training script on this CPU-only PyTorch makes no GPU call: check gives no verdict
+    # (it used to call it deterministic, "0 ops each"), and says when the printed losses differ.
+    train = os.path.join(HERE, "cpu_train.py")
+    for args, differs in (((), False), (("--unseeded",), True)):
+        run = subprocess.run([NDTRACE, "check", "-n", "2", "-o",
+                              os.path.join(directory, "cpu%d" % differs), "--", PYTHON, train,
+                              *args], capture_output=True, text=True)
+        name = "check of cpu_train.py %s" % " ".join(args)
+        check(run.returncode == 2, "%s exits 2 (%d: %s)" % (name, run.returncode, run.stderr[-500:]))
+        check("error: check: no verdict: no run made a GPU call ndtrace records" in run.stderr,
+              "%s gives no verdict" % name)
+        check("deterministic" not in run.stdout, "%s says nothing of determinism" % name)
+        check(("note: the program's output differed between run 1 and run 2" in run.stdout and
+               "  run 1: epoch 0 loss " in run.stdout) == differs,
+              "%s notes differing losses: %s" % (name, differs))
+
 finish()

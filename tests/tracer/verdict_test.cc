@@ -263,3 +263,43 @@ TEST_CASE("diff refuses traces of different programs or inputs unless --force", 
   REQUIRE(RecordRun(again, PROG_VECTOR_ADD).status == 0);
   CHECK(Run(kNdtrace + " diff '" + vector_add + "' '" + again + "'").status == 0);
 }
+
+TEST_CASE("check notes output that differs though the GPU work agreed, times and addresses aside",
+          "[verdict]") {
+  ndt::testing::TempDir dir;
+  // vector_add prints how long its streams took: a time, which differs in every run.
+  const RunResult plain = Check((dir / "plain").string(), "-n 2", "'" PROG_VECTOR_ADD "'");
+  INFO(plain.out << plain.err);
+  CHECK(plain.status == 0);
+  CHECK_THAT(plain.out, !Catch::Contains("output differed"));
+  // A result line that differs (here the shell's process id) is said, though the verdict on the
+  // GPU work stands.
+  const RunResult noted = Check((dir / "noted").string(), "-n 2",
+                                "sh -c \"'" PROG_VECTOR_ADD "'; echo result \\$\\$\"");
+  INFO(noted.out << noted.err);
+  CHECK(noted.status == 0);
+  CHECK_THAT(noted.out, Catch::Contains("note: the program's output differed between run 1 and "
+                                        "run 2") &&
+                            Catch::Contains("  run 1: result ") &&
+                            Catch::Contains("; but the program's output differed between run 1 "
+                                            "and run 2: see the note above"));
+}
+
+TEST_CASE("check in a directory of an earlier check compares only the new runs' processes",
+          "[verdict]") {
+  ndt::testing::TempDir dir;
+  // The CUDA work is in the shell's child: each run's trace is a companion, run-N.ndt.<pid>.
+  const std::string command = "sh -c \"'" PROG_VECTOR_ADD "'\"";
+  const RunResult first = Check(dir.path().string(), "-n 2", command);
+  const RunResult second = Check(dir.path().string(), "-n 2", command);
+  INFO(first.out << first.err << second.out << second.err);
+  REQUIRE(first.status == 0);
+  CHECK(second.status == 0);
+  // The same ops each time: the first check's companions were not taken for the second's.
+  const auto ops = [](const std::string& out) {
+    const size_t at = out.find("bitwise-identical results (");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find(')', at) - at);
+  };
+  CHECK_FALSE(ops(first.out).empty());
+  CHECK(ops(second.out) == ops(first.out));
+}

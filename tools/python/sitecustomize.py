@@ -204,12 +204,29 @@ def _ndtrace_annotate_torch(torch):
         _ndtrace_say("cannot watch thread starts; only the main thread's ops are annotated")
         return
 
+    # The mode is left again as the thread's run ends, while the thread still holds the GIL.
+    # PyTorch keeps entered modes in C++ thread-locals, and a mode still there when its thread
+    # ends is released by their destructor, which takes the GIL; a thread that ends during
+    # interpreter shutdown is ended by pthread_exit as it takes it, inside that destructor then,
+    # and the process aborts ("terminate called without an active exception"). A DataLoader's
+    # multiprocessing.Queue feeder thread, which ends as the queue is closed at exit, did so in
+    # 5 of 60 runs of a small training script on Debian's PyTorch 1.13.
     def _bootstrap_inner(thread):
+        mode = None
         try:
-            _NdtraceOpRanges().__enter__()
+            mode = _NdtraceOpRanges()
+            mode.__enter__()
         except Exception as error:  # the thread runs unannotated
+            mode = None
             _ndtrace_say("ops of thread %r are not annotated: %r" % (thread.name, error))
-        original_bootstrap(thread)
+        try:
+            original_bootstrap(thread)
+        finally:
+            if mode is not None:
+                try:
+                    mode.__exit__(None, None, None)
+                except Exception:
+                    pass
 
     threading.Thread._bootstrap_inner = _bootstrap_inner
 
