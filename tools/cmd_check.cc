@@ -446,8 +446,9 @@ int RunCheck(const CheckOptions& options) {
           any_op ? "it agreed" : "there was none");
     }
   }
-  if (!any_op) {
-    // Nothing was compared: identical empty traces say nothing about the program.
+  if (!any_op && first.exit_code == 0 && first.refused_launches == 0) {
+    // Nothing was compared: identical empty traces say nothing about the program (one that
+    // failed alike in every run is told so below).
     PrintError(fmt::format(
         "check: no verdict: no run made a GPU call ndtrace records ({} runs, 0 ops each): the "
         "program did not use the GPU here (PyTorch runs on the CPU when "
