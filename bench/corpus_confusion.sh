@@ -50,7 +50,8 @@ export NDT_STANDIN_ASYNC=1
 plants="train_loop:CorpusColumnDotAtomic blas_threads:cublasSgemm_v2
 graph_replay:CorpusColumnDotAtomic cudnn_workspace:cudnnConvolutionBackwardFilter
 lt_matmul:cublasLtMatmul dropout_rng:curandGenerateUniform racy_histogram:CorpusScatterAdd
-shuffled_loader:cuMemcpyHtoDAsync_v2 ddp_allreduce:ncclAllReduce always_fails:-
+shuffled_loader:cuMemcpyHtoDAsync_v2 async_pool:CorpusColumnDotAtomic
+ddp_allreduce:ncclAllReduce always_fails:-
 shuffled_loader,--fail:-"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/ndt-confusion.XXXXXX")

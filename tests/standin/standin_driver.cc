@@ -92,8 +92,16 @@ struct CUgraphExec_st {
   std::vector<std::function<CUresult(CUstream)>> work;
 };
 
+// A memory pool. It keeps no freed memory of its own (every pool allocates like cuMemAlloc_v2):
+// its reserved memory is what its live allocations use.
 struct CUmemPoolHandle_st {
   bool is_default = false;
+  cuuint64_t release_threshold = 0;
+  int reuse_follow_event_dependencies = 1;
+  int reuse_allow_opportunistic = 1;
+  int reuse_allow_internal_dependencies = 1;
+  cuuint64_t used = 0;       // bytes of its live allocations
+  cuuint64_t used_high = 0;  // the most since creation or the last reset
 };
 
 struct CUfunc_st {
@@ -156,6 +164,7 @@ struct Allocation {
   bool pinned_host = false;
   bool registered = false;  // pinned by cuMemHostRegister (memory null: the program owns it)
   unsigned host_flags = 0;  // cuMemHostAlloc / cuMemHostRegister flags, for cuMemHostGetFlags
+  CUmemPoolHandle_st* pool = nullptr;  // the pool it came from (stream-ordered allocation)
 };
 
 // All driver state. Every member is guarded by `mu`; kernels and host functions run without it.
@@ -1173,6 +1182,7 @@ constexpr AttributeRow kAttributes[] = {
     {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 232448},
     {CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, 32},
     {CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, 1024},
+    {CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 1},  // stream-ordered allocation
 };
 
 int AttributeValue(CUdevice_attribute attribute) {
@@ -1346,6 +1356,9 @@ const ProcRow kProcRows[] = {
     NDT_PROC("cuDeviceGetDefaultMemPool", 11020, cuDeviceGetDefaultMemPool),
     NDT_PROC("cuMemPoolCreate", 11020, cuMemPoolCreate),
     NDT_PROC("cuMemPoolDestroy", 11020, cuMemPoolDestroy),
+    NDT_PROC("cuMemPoolSetAttribute", 11020, cuMemPoolSetAttribute),
+    NDT_PROC("cuMemPoolGetAttribute", 11020, cuMemPoolGetAttribute),
+    NDT_PROC("cuMemPoolTrimTo", 11020, cuMemPoolTrimTo),
     NDT_PROC_PT("cuMemAllocAsync", 11020, cuMemAllocAsync, cuMemAllocAsync_ptsz),
     NDT_PROC_PT("cuMemFreeAsync", 11020, cuMemFreeAsync, cuMemFreeAsync_ptsz),
     NDT_PROC_PT("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync,
@@ -1891,6 +1904,7 @@ CUresult FreeNow(CUdeviceptr dptr, const CUstream* stream, bool pinned_host) {
       it->second.pinned_host != pinned_host) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  if (CUmemPoolHandle_st* pool = it->second.pool; pool != nullptr) pool->used -= it->second.size;
   if (!pinned_host) {
     d.allocated_bytes -= it->second.size;
     const std::size_t rounded = (it->second.size + kAllocationAlignment - 1) /
@@ -2614,27 +2628,118 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   auto& d = GetDriver();
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
-  return d.pools.erase(pool) == 1 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  if (!d.pools.contains(pool)) return CUDA_ERROR_INVALID_VALUE;
+  // Its live allocations stay valid (the driver releases the pool once they are freed).
+  for (auto& [base, allocation] : d.allocations) {
+    if (allocation.pool == pool) allocation.pool = nullptr;
+  }
+  d.pools.erase(pool);
+  return CUDA_SUCCESS;
+}
+
+static bool KnownPoolLocked(const ndt::standin::Driver& d, CUmemoryPool pool) {
+  return pool == &d.default_pool || d.pools.contains(pool);
+}
+
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (!KnownPoolLocked(d, pool) || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+      pool->reuse_follow_event_dependencies = *static_cast<int*>(value);
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+      pool->reuse_allow_opportunistic = *static_cast<int*>(value);
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+      pool->reuse_allow_internal_dependencies = *static_cast<int*>(value);
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+      pool->release_threshold = *static_cast<cuuint64_t*>(value);
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:  // only a reset (0) is allowed
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+      if (*static_cast<cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;
+      pool->used_high = pool->used;
+      return CUDA_SUCCESS;
+    default:  // the current figures are read-only; other attributes are not kept here
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (!KnownPoolLocked(d, pool) || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+      *static_cast<int*>(value) = pool->reuse_follow_event_dependencies;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+      *static_cast<int*>(value) = pool->reuse_allow_opportunistic;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+      *static_cast<int*>(value) = pool->reuse_allow_internal_dependencies;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+      *static_cast<cuuint64_t*>(value) = pool->release_threshold;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:  // the pool keeps nothing beyond what is used
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+      *static_cast<cuuint64_t*>(value) = pool->used;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+      *static_cast<cuuint64_t*>(value) = pool->used_high;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+// Nothing freed is kept by a pool here, so there is nothing to trim.
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
+  NDT_SERVE();
+  (void)minBytesToKeep;
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  return KnownPoolLocked(d, pool) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+// Allocates from `pool` (the device's default pool for cuMemAllocAsync) and counts it there.
+static CUresult AllocateFromPool(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                                 CUstream stream) {
+  auto& d = GetDriver();
+  {
+    std::lock_guard lock(d.mu);
+    if (!KnownPoolLocked(d, pool)) return CUDA_ERROR_INVALID_VALUE;
+  }
+  const CUresult result = ndt::standin::Allocate(dptr, bytesize, &stream);
+  if (result != CUDA_SUCCESS) return result;
+  std::lock_guard lock(d.mu);
+  const auto it = d.allocations.find(*dptr);
+  if (it != d.allocations.end() && KnownPoolLocked(d, pool)) {
+    it->second.pool = pool;
+    pool->used += bytesize;
+    pool->used_high = std::max(pool->used_high, pool->used);
+  }
+  return CUDA_SUCCESS;
 }
 
 CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
   NDT_SERVE();
-  return ndt::standin::Allocate(dptr, bytesize, &hStream);
+  return AllocateFromPool(dptr, bytesize, &GetDriver().default_pool, hStream);
 }
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
   NDT_SERVE();
-  return ndt::standin::Allocate(dptr, bytesize, &hStream);
-}
-
-static CUresult AllocateFromPool(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
-                                 CUstream stream) {
-  {
-    auto& d = GetDriver();
-    std::lock_guard lock(d.mu);
-    if (pool != &d.default_pool && !d.pools.contains(pool)) return CUDA_ERROR_INVALID_VALUE;
-  }
-  return ndt::standin::Allocate(dptr, bytesize, &stream);
+  return AllocateFromPool(dptr, bytesize, &GetDriver().default_pool, PerThread(hStream));
 }
 
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,

@@ -313,6 +313,49 @@ TEST_CASE("device queries describe the stand-in device", "[standin]") {
         CUDA_ERROR_INVALID_DEVICE);
 }
 
+TEST_CASE("a memory pool keeps its attributes and counts what its allocations use",
+          "[standin]") {
+  Driver();  // the primary context is current on this thread
+  auto* get_default =
+      reinterpret_cast<PFN_cuDeviceGetDefaultMemPool_v11020>(Proc("cuDeviceGetDefaultMemPool"));
+  auto* set = reinterpret_cast<PFN_cuMemPoolSetAttribute_v11020>(Proc("cuMemPoolSetAttribute"));
+  auto* get = reinterpret_cast<PFN_cuMemPoolGetAttribute_v11020>(Proc("cuMemPoolGetAttribute"));
+  auto* trim = reinterpret_cast<PFN_cuMemPoolTrimTo_v11020>(Proc("cuMemPoolTrimTo"));
+  auto* allocate = reinterpret_cast<PFN_cuMemAllocAsync_v11020>(Proc("cuMemAllocAsync"));
+  auto* free_async = reinterpret_cast<PFN_cuMemFreeAsync_v11020>(Proc("cuMemFreeAsync"));
+  REQUIRE((get_default && set && get && trim && allocate && free_async));
+  CUmemoryPool pool = nullptr;
+  REQUIRE(get_default(&pool, 0) == CUDA_SUCCESS);
+  // PyTorch's cudaMallocAsync backend keeps freed memory in the pool.
+  cuuint64_t threshold = UINT64_MAX;
+  CHECK(set(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold) == CUDA_SUCCESS);
+  cuuint64_t value = 0;
+  CHECK(get(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &value) == CUDA_SUCCESS);
+  CHECK(value == UINT64_MAX);
+  const auto figure = [&](CUmemPool_attribute attribute) {
+    cuuint64_t v = 1;
+    REQUIRE(get(pool, attribute, &v) == CUDA_SUCCESS);
+    return v;
+  };
+  const cuuint64_t before = figure(CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+  CUdeviceptr p = 0;
+  REQUIRE(allocate(&p, 1000, nullptr) == CUDA_SUCCESS);
+  CHECK(figure(CU_MEMPOOL_ATTR_USED_MEM_CURRENT) == before + 1000);
+  CHECK(figure(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == before + 1000);
+  CHECK(figure(CU_MEMPOOL_ATTR_USED_MEM_HIGH) >= before + 1000);
+  REQUIRE(free_async(p, nullptr) == CUDA_SUCCESS);
+  CHECK(figure(CU_MEMPOOL_ATTR_USED_MEM_CURRENT) == before);
+  // A high mark resets to the current figure, with 0 only; current figures are read-only.
+  cuuint64_t zero = 0, five = 5;
+  CHECK(set(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero) == CUDA_SUCCESS);
+  CHECK(figure(CU_MEMPOOL_ATTR_USED_MEM_HIGH) == before);
+  CHECK(set(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &five) == CUDA_ERROR_INVALID_VALUE);
+  CHECK(set(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &zero) == CUDA_ERROR_INVALID_VALUE);
+  CHECK(trim(pool, 0) == CUDA_SUCCESS);
+  int unknown = 0;
+  CHECK(trim(reinterpret_cast<CUmemoryPool>(&unknown), 0) == CUDA_ERROR_INVALID_VALUE);
+}
+
 TEST_CASE("memory calls need a current context", "[standin]") {
   const Api& api = Driver();  // the primary context is current on this thread only
   CUresult on_other_thread = CUDA_SUCCESS;

@@ -103,6 +103,9 @@ struct DriverApi {
   PFN_cuDeviceGetDefaultMemPool_v11020 cuDeviceGetDefaultMemPool = nullptr;
   PFN_cuMemPoolCreate_v11020 cuMemPoolCreate = nullptr;
   PFN_cuMemPoolDestroy_v11020 cuMemPoolDestroy = nullptr;
+  PFN_cuMemPoolSetAttribute_v11020 cuMemPoolSetAttribute = nullptr;
+  PFN_cuMemPoolGetAttribute_v11020 cuMemPoolGetAttribute = nullptr;
+  PFN_cuMemPoolTrimTo_v11020 cuMemPoolTrimTo = nullptr;
   PFN_cuGraphInstantiateWithFlags_v11040 cuGraphInstantiateWithFlags = nullptr;
   PFN_cuGraphExecDestroy_v10000 cuGraphExecDestroy = nullptr;
   PFN_cuGraphDestroy_v10000 cuGraphDestroy = nullptr;
@@ -320,6 +323,9 @@ bool ResolveDriverApi(Runtime& rt) {
          Resolve(rt, "cuDeviceGetDefaultMemPool", kDefault, &a.cuDeviceGetDefaultMemPool) &&
          Resolve(rt, "cuMemPoolCreate", kDefault, &a.cuMemPoolCreate) &&
          Resolve(rt, "cuMemPoolDestroy", kDefault, &a.cuMemPoolDestroy) &&
+         Resolve(rt, "cuMemPoolSetAttribute", kDefault, &a.cuMemPoolSetAttribute) &&
+         Resolve(rt, "cuMemPoolGetAttribute", kDefault, &a.cuMemPoolGetAttribute) &&
+         Resolve(rt, "cuMemPoolTrimTo", kDefault, &a.cuMemPoolTrimTo) &&
          Resolve(rt, "cuGraphInstantiateWithFlags", kDefault, &a.cuGraphInstantiateWithFlags) &&
          Resolve(rt, "cuGraphExecDestroy", kDefault, &a.cuGraphExecDestroy) &&
          Resolve(rt, "cuGraphDestroy", kDefault, &a.cuGraphDestroy) &&
@@ -995,6 +1001,25 @@ cudaError_t cudaMemPoolCreate(cudaMemPool_t* memPool, const cudaMemPoolProps* po
 cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool) {
   if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
   return ReportDriver(Api().cuMemPoolDestroy(reinterpret_cast<CUmemoryPool>(memPool)));
+}
+
+// cudaMemPoolAttr and CUmemPool_attribute have the same values.
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, cudaMemPoolAttr attr, void* value) {
+  if (const cudaError_t e = EnsureInitialized(); e != cudaSuccess) return Report(e);
+  return ReportDriver(Api().cuMemPoolSetAttribute(reinterpret_cast<CUmemoryPool>(memPool),
+                                                  static_cast<CUmemPool_attribute>(attr), value));
+}
+
+cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, cudaMemPoolAttr attr, void* value) {
+  if (const cudaError_t e = EnsureInitialized(); e != cudaSuccess) return Report(e);
+  return ReportDriver(Api().cuMemPoolGetAttribute(reinterpret_cast<CUmemoryPool>(memPool),
+                                                  static_cast<CUmemPool_attribute>(attr), value));
+}
+
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep) {
+  if (const cudaError_t e = EnsureInitialized(); e != cudaSuccess) return Report(e);
+  return ReportDriver(
+      Api().cuMemPoolTrimTo(reinterpret_cast<CUmemoryPool>(memPool), minBytesToKeep));
 }
 
 namespace {
