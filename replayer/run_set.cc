@@ -160,12 +160,101 @@ const std::pair<std::string, DiffReport>* RunDiff::first_diverged() const {
   return nullptr;
 }
 
+namespace {
+
+bool Unranked(const ProcessTrace& process) { return process.key.rfind("process ", 0) == 0; }
+
+// What a process did, to tell it among its run's processes: `structure` hashes its ops' kinds,
+// names and numeric arguments (sizes, shapes; not pointers) in order, `data` also the digests
+// of what its copies read and wrote.
+struct Signature {
+  size_t structure = 0;
+  size_t data = 0;
+};
+
+Signature SignatureOf(const std::string& path) {
+  Signature signature;
+  StatusOr<std::unique_ptr<format::TraceReader>> reader = format::TraceReader::Open(path);
+  if (!reader.ok()) return signature;
+  (*reader)->PassOver(~format::RecordTypeBit<format::OpRecord>());
+  const auto mix = [](size_t* into, size_t value) {
+    *into ^= value + 0x9e3779b97f4a7c15ULL + (*into << 6) + (*into >> 2);
+  };
+  format::Record record;
+  while ((*reader)->Next(&record)) {
+    const auto* op = std::get_if<format::OpRecord>(&record);
+    if (op == nullptr || format::IsLifecycleOp(*op)) continue;
+    size_t shape = std::hash<std::string>{}(op->name) ^ static_cast<size_t>(op->kind);
+    for (const format::Argument& argument : op->args) {
+      if (const auto* u = std::get_if<uint64_t>(&argument.value)) mix(&shape, *u);
+      if (const auto* i = std::get_if<int64_t>(&argument.value)) mix(&shape, static_cast<size_t>(*i));
+      if (const auto* dims = std::get_if<format::Argument::Dims>(&argument.value)) {
+        for (const int64_t d : *dims) mix(&shape, static_cast<size_t>(d));
+      }
+    }
+    mix(&signature.structure, shape);
+    mix(&signature.data, shape);
+    if (op->kind != format::OpKind::kMemcpy) continue;
+    for (const auto* buffers : {&op->inputs, &op->outputs}) {
+      for (const format::BufferDigest& buffer : *buffers) {
+        mix(&signature.data, buffer.digest.lo);
+        mix(&signature.data, buffer.digest.hi);
+      }
+    }
+  }
+  return signature;
+}
+
+// Processes with neither a rank nor the main trace are keyed by start order ("process N"), and
+// the processes a program starts together reach the GPU in varying order: run B's are given
+// the keys of run A's that did the same (the same ops, and copies of the same data), then the
+// same ops, before start order pairs the rest.
+void PairUnranked(const std::vector<ProcessTrace>& a, std::vector<ProcessTrace>* b) {
+  std::vector<const ProcessTrace*> in_a;
+  std::vector<ProcessTrace*> in_b;
+  for (const ProcessTrace& process : a) {
+    if (Unranked(process)) in_a.push_back(&process);
+  }
+  for (ProcessTrace& process : *b) {
+    if (Unranked(process)) in_b.push_back(&process);
+  }
+  if (in_a.size() < 2 || in_b.size() < 2) return;
+  std::vector<Signature> sig_a, sig_b;
+  for (const ProcessTrace* process : in_a) sig_a.push_back(SignatureOf(process->path));
+  for (const ProcessTrace* process : in_b) sig_b.push_back(SignatureOf(process->path));
+  std::vector<std::string> keys(in_b.size());
+  std::vector<bool> taken_a(in_a.size(), false);
+  const auto pair = [&](auto same) {
+    for (size_t i = 0; i < in_a.size(); ++i) {
+      for (size_t j = 0; j < in_b.size() && !taken_a[i]; ++j) {
+        if (keys[j].empty() && same(sig_a[i], sig_b[j])) {
+          keys[j] = in_a[i]->key;
+          taken_a[i] = true;
+        }
+      }
+    }
+  };
+  pair([](const Signature& x, const Signature& y) {
+    return x.structure == y.structure && x.data == y.data;
+  });
+  pair([](const Signature& x, const Signature& y) { return x.structure == y.structure; });
+  pair([](const Signature&, const Signature&) { return true; });
+  // Left over when run B has more: keys run A has not.
+  size_t next = a.size() + 1;
+  for (size_t j = 0; j < in_b.size(); ++j) {
+    in_b[j]->key = keys[j].empty() ? "process " + std::to_string(next++) : keys[j];
+  }
+}
+
+}  // namespace
+
 StatusOr<RunDiff> DiffRuns(const std::string& path_a, const std::string& path_b,
                            const DiffOptions& options) {
   StatusOr<std::vector<ProcessTrace>> a = FindProcessTraces(path_a);
   if (!a.ok()) return a.status();
   StatusOr<std::vector<ProcessTrace>> b = FindProcessTraces(path_b);
   if (!b.ok()) return b.status();
+  PairUnranked(*a, &*b);
   RunDiff diff;
   for (const ProcessTrace& trace_a : *a) {
     auto match = std::find_if(b->begin(), b->end(),
