@@ -162,7 +162,9 @@ const std::pair<std::string, DiffReport>* RunDiff::first_diverged() const {
 
 namespace {
 
-bool Unranked(const ProcessTrace& process) { return process.key.rfind("process ", 0) == 0; }
+bool Unranked(const ProcessTrace& process) {
+  return process.key.rfind("process ", 0) == 0;
+}
 
 // What a process did, to tell it among its run's processes: `structure` hashes its ops' kinds,
 // names and numeric arguments (sizes, shapes; not pointers) in order, `data` also the digests
@@ -187,7 +189,8 @@ Signature SignatureOf(const std::string& path) {
     size_t shape = std::hash<std::string>{}(op->name) ^ static_cast<size_t>(op->kind);
     for (const format::Argument& argument : op->args) {
       if (const auto* u = std::get_if<uint64_t>(&argument.value)) mix(&shape, *u);
-      if (const auto* i = std::get_if<int64_t>(&argument.value)) mix(&shape, static_cast<size_t>(*i));
+      if (const auto* i = std::get_if<int64_t>(&argument.value))
+        mix(&shape, static_cast<size_t>(*i));
       if (const auto* dims = std::get_if<format::Argument::Dims>(&argument.value)) {
         for (const int64_t d : *dims) mix(&shape, static_cast<size_t>(d));
       }

@@ -9,6 +9,7 @@
 // --plant: worker 0 accumulates with CorpusColumnDotAtomic (float atomicAdd in racing order).
 #include <thread>
 #include <vector>
+
 #include "corpus_common.h"
 #include "corpus_kernels.cuh"
 
@@ -30,18 +31,23 @@ int main(int argc, char** argv) {
       float *dm, *dv, *out;
       CORPUS_CHECK(cudaMallocAsync(&dm, kRows * kCols * sizeof(float), s));
       CORPUS_CHECK(cudaMallocAsync(&dv, kRows * sizeof(float), s));
-      CORPUS_CHECK(cudaMemcpyAsync(dm, m.data(), m.size() * sizeof(float), cudaMemcpyHostToDevice, s));
-      CORPUS_CHECK(cudaMemcpyAsync(dv, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice, s));
+      CORPUS_CHECK(
+          cudaMemcpyAsync(dm, m.data(), m.size() * sizeof(float), cudaMemcpyHostToDevice, s));
+      CORPUS_CHECK(
+          cudaMemcpyAsync(dv, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice, s));
       for (int step = 0; step < kSteps; ++step) {
         CORPUS_CHECK(cudaMallocAsync(&out, kCols * sizeof(float), s));
         if (plant && w == 0) {
           CORPUS_CHECK(cudaMemsetAsync(out, 0, kCols * sizeof(float), s));
-          CorpusColumnDotAtomic<<<corpus::Blocks(kRows * kCols), corpus::kThreads, 0, s>>>(dm, dv, out, kRows, kCols);
+          CorpusColumnDotAtomic<<<corpus::Blocks(kRows * kCols), corpus::kThreads, 0, s>>>(
+              dm, dv, out, kRows, kCols);
         } else {
-          CorpusColumnDot<<<corpus::Blocks(kCols), corpus::kThreads, 0, s>>>(dm, dv, out, kRows, kCols);
+          CorpusColumnDot<<<corpus::Blocks(kCols), corpus::kThreads, 0, s>>>(dm, dv, out, kRows,
+                                                                             kCols);
         }
         CorpusAxpby<<<corpus::Blocks(kRows), corpus::kThreads, 0, s>>>(0.5f, dv, 0.5f, dv, kRows);
-        CORPUS_CHECK(cudaMemcpyAsync(&results[(w * kSteps + step) * kCols], out, kCols * sizeof(float), cudaMemcpyDeviceToHost, s));
+        CORPUS_CHECK(cudaMemcpyAsync(&results[(w * kSteps + step) * kCols], out,
+                                     kCols * sizeof(float), cudaMemcpyDeviceToHost, s));
         CORPUS_CHECK(cudaFreeAsync(out, s));
       }
       CORPUS_CHECK(cudaFreeAsync(dm, s));
@@ -54,7 +60,8 @@ int main(int argc, char** argv) {
   cuuint64_t used = 1;
   CORPUS_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
   if (used != 0) {
-    std::fprintf(stderr, "the pool still has %llu bytes in use\n", static_cast<unsigned long long>(used));
+    std::fprintf(stderr, "the pool still has %llu bytes in use\n",
+                 static_cast<unsigned long long>(used));
     return 1;
   }
   CORPUS_CHECK(cudaMemPoolTrimTo(pool, 0));

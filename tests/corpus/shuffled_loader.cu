@@ -105,8 +105,8 @@ int main(int argc, char** argv) {
           host[size_t{kBatch} * kCols + r] = targets[sample];
         }
         batch.x = static_cast<float*>(allocator.Allocate(batch_floats * sizeof(float), copy));
-        if (!ok(cudaMemcpyAsync(batch.x, host, batch_floats * sizeof(float),
-                                cudaMemcpyHostToDevice, copy),
+        if (!ok(cudaMemcpyAsync(batch.x, host, batch_floats * sizeof(float), cudaMemcpyHostToDevice,
+                                copy),
                 "cudaMemcpyAsync") ||
             !ok(cudaEventRecord(slot_done[batch.slot], copy), "cudaEventRecord") ||
             !ok(cudaEventCreateWithFlags(&batch.copied, cudaEventDisableTiming),
@@ -145,10 +145,10 @@ int main(int argc, char** argv) {
     CorpusAxpby<<<corpus::Blocks(kBatch), corpus::kThreads, 0, compute>>>(-1.0f, y, 1.0f, pred,
                                                                           kBatch);
     CorpusRowSum<<<1, corpus::kThreads, 0, compute>>>(pred, loss, 1, kBatch);
-    CorpusColumnDot<<<corpus::Blocks(kCols), corpus::kThreads, 0, compute>>>(x, pred, grad,
-                                                                             kBatch, kCols);
-    CorpusAxpby<<<corpus::Blocks(kCols), corpus::kThreads, 0, compute>>>(
-        -kRate / kBatch, grad, 1.0f, w, kCols);
+    CorpusColumnDot<<<corpus::Blocks(kCols), corpus::kThreads, 0, compute>>>(x, pred, grad, kBatch,
+                                                                             kCols);
+    CorpusAxpby<<<corpus::Blocks(kCols), corpus::kThreads, 0, compute>>>(-kRate / kBatch, grad,
+                                                                         1.0f, w, kCols);
     CORPUS_CHECK(cudaGetLastError());
     float value = 0;
     CORPUS_CHECK(cudaMemcpyAsync(&value, loss, sizeof(float), cudaMemcpyDeviceToHost, compute));
@@ -174,13 +174,15 @@ int main(int argc, char** argv) {
         for (int row = 0; row < kBatch; ++row) {
           const int sample = order[b * kBatch + row];
           float sum = 0.0f;
-          for (int c = 0; c < kCols; ++c) sum += features[size_t{static_cast<size_t>(sample)} * kCols + c] * host_w[c];
+          for (int c = 0; c < kCols; ++c)
+            sum += features[size_t{static_cast<size_t>(sample)} * kCols + c] * host_w[c];
           r[row] = sum - targets[sample];
         }
         for (int c = 0; c < kCols; ++c) {
           float sum = 0.0f;
           for (int row = 0; row < kBatch; ++row) {
-            sum += features[size_t{static_cast<size_t>(order[b * kBatch + row])} * kCols + c] * r[row];
+            sum +=
+                features[size_t{static_cast<size_t>(order[b * kBatch + row])} * kCols + c] * r[row];
           }
           g[c] = sum;
         }

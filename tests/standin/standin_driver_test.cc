@@ -313,8 +313,7 @@ TEST_CASE("device queries describe the stand-in device", "[standin]") {
         CUDA_ERROR_INVALID_DEVICE);
 }
 
-TEST_CASE("a memory pool keeps its attributes and counts what its allocations use",
-          "[standin]") {
+TEST_CASE("a memory pool keeps its attributes and counts what its allocations use", "[standin]") {
   Driver();  // the primary context is current on this thread
   auto* get_default =
       reinterpret_cast<PFN_cuDeviceGetDefaultMemPool_v11020>(Proc("cuDeviceGetDefaultMemPool"));
