@@ -33,6 +33,25 @@ bool IsCompanionSuffix(std::string_view suffix) {
   return true;
 }
 
+// The companions of the trace at `path` in its directory (PATH.rank<R>, PATH.<pid>, ...),
+// sorted.
+std::vector<std::string> Companions(const std::string& path) {
+  std::error_code error;
+  const fs::path self(path);
+  const fs::path directory = self.parent_path().empty() ? fs::path(".") : self.parent_path();
+  const std::string base = self.filename().string();
+  std::vector<std::string> companions;
+  for (const auto& entry : fs::directory_iterator(directory, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > base.size() && name.compare(0, base.size(), base) == 0 &&
+        IsCompanionSuffix(std::string_view(name).substr(base.size()))) {
+      companions.push_back((directory / name).string());
+    }
+  }
+  std::sort(companions.begin(), companions.end());
+  return companions;
+}
+
 struct Found {
   std::string path;
   bool main = false;
@@ -96,19 +115,7 @@ StatusOr<std::vector<ProcessTrace>> FindProcessTraces(const std::string& path) {
     if (!main.ok()) return main.status();
     found.push_back(std::move(main).value());
   }
-  const fs::path self(path);
-  const fs::path directory = self.parent_path().empty() ? fs::path(".") : self.parent_path();
-  const std::string base = self.filename().string();
-  std::vector<std::string> companions;
-  for (const auto& entry : fs::directory_iterator(directory, error)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() > base.size() && name.compare(0, base.size(), base) == 0 &&
-        IsCompanionSuffix(std::string_view(name).substr(base.size()))) {
-      companions.push_back((directory / name).string());
-    }
-  }
-  std::sort(companions.begin(), companions.end());
-  for (const std::string& companion : companions) {
+  for (const std::string& companion : Companions(path)) {
     StatusOr<Found> inspected = Inspect(companion, false);
     if (!inspected.ok()) return inspected.status();
     found.push_back(std::move(inspected).value());
@@ -139,18 +146,7 @@ uint64_t RunDiff::lane_tail_ops() const {
 void RemoveProcessTraces(const std::string& path) {
   std::error_code error;
   fs::remove(path, error);
-  const fs::path self(path);
-  const fs::path directory = self.parent_path().empty() ? fs::path(".") : self.parent_path();
-  const std::string base = self.filename().string();
-  std::vector<fs::path> companions;
-  for (const auto& entry : fs::directory_iterator(directory, error)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() > base.size() && name.compare(0, base.size(), base) == 0 &&
-        IsCompanionSuffix(std::string_view(name).substr(base.size()))) {
-      companions.push_back(entry.path());
-    }
-  }
-  for (const fs::path& companion : companions) fs::remove(companion, error);
+  for (const std::string& companion : Companions(path)) fs::remove(companion, error);
 }
 
 const std::pair<std::string, DiffReport>* RunDiff::first_diverged() const {

@@ -2641,22 +2641,31 @@ static bool KnownPoolLocked(const ndt::standin::Driver& d, CUmemoryPool pool) {
   return pool == &d.default_pool || d.pools.contains(pool);
 }
 
+// The pool's int attribute `attr` (a reuse flag), or null.
+static int* ReuseFlag(CUmemoryPool pool, CUmemPool_attribute attr) {
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+      return &pool->reuse_follow_event_dependencies;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+      return &pool->reuse_allow_opportunistic;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+      return &pool->reuse_allow_internal_dependencies;
+    default:
+      return nullptr;
+  }
+}
+
 CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
   NDT_SERVE();
   auto& d = GetDriver();
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
   if (!KnownPoolLocked(d, pool) || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (int* flag = ReuseFlag(pool, attr); flag != nullptr) {
+    *flag = *static_cast<int*>(value);
+    return CUDA_SUCCESS;
+  }
   switch (attr) {
-    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-      pool->reuse_follow_event_dependencies = *static_cast<int*>(value);
-      return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-      pool->reuse_allow_opportunistic = *static_cast<int*>(value);
-      return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-      pool->reuse_allow_internal_dependencies = *static_cast<int*>(value);
-      return CUDA_SUCCESS;
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
       pool->release_threshold = *static_cast<cuuint64_t*>(value);
       return CUDA_SUCCESS;
@@ -2676,16 +2685,11 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
   if (!KnownPoolLocked(d, pool) || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (const int* flag = ReuseFlag(pool, attr); flag != nullptr) {
+    *static_cast<int*>(value) = *flag;
+    return CUDA_SUCCESS;
+  }
   switch (attr) {
-    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-      *static_cast<int*>(value) = pool->reuse_follow_event_dependencies;
-      return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-      *static_cast<int*>(value) = pool->reuse_allow_opportunistic;
-      return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-      *static_cast<int*>(value) = pool->reuse_allow_internal_dependencies;
-      return CUDA_SUCCESS;
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
       *static_cast<cuuint64_t*>(value) = pool->release_threshold;
       return CUDA_SUCCESS;
