@@ -247,6 +247,25 @@ void PairUnranked(const std::vector<ProcessTrace>& a, std::vector<ProcessTrace>*
 
 }  // namespace
 
+const ProcessTrace* FindLikeProcess(const std::vector<ProcessTrace>& run, const std::string& key,
+                                    const std::string& like) {
+  const ProcessTrace* by_key = nullptr;
+  for (const ProcessTrace& process : run) {
+    if (process.key == key) by_key = &process;
+  }
+  if (key.rfind("process ", 0) != 0) return by_key;
+  const Signature wanted = SignatureOf(like);
+  const ProcessTrace* same_ops = nullptr;
+  for (const ProcessTrace& process : run) {
+    if (!Unranked(process)) continue;
+    const Signature signature = SignatureOf(process.path);
+    if (signature.structure != wanted.structure) continue;
+    if (signature.data == wanted.data) return &process;
+    if (same_ops == nullptr) same_ops = &process;
+  }
+  return same_ops != nullptr ? same_ops : by_key;
+}
+
 StatusOr<RunDiff> DiffRuns(const std::string& path_a, const std::string& path_b,
                            const DiffOptions& options) {
   StatusOr<std::vector<ProcessTrace>> a = FindProcessTraces(path_a);

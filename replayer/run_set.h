@@ -28,6 +28,13 @@ struct ProcessTrace {
 // is none or a trace cannot be opened.
 StatusOr<std::vector<ProcessTrace>> FindProcessTraces(const std::string& path);
 
+// The process of `run` that stands for the one keyed `key` whose trace is `like` (of another run
+// of the same command): by key, or for an unranked process ("process N"), the one that did the
+// same (PairUnranked's rules: the same ops and copied data, then the same ops) before the same
+// key. Null when none.
+const ProcessTrace* FindLikeProcess(const std::vector<ProcessTrace>& run, const std::string& key,
+                                    const std::string& like);
+
 // Removes the trace at `path` and its companions (the traces FindProcessTraces would take with
 // it), before a run writes there again: a companion left from an earlier run would be taken
 // for a process of the new one.

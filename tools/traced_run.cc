@@ -432,9 +432,8 @@ void TakePythonStacks(const std::string& context, const std::vector<std::string>
   if (!run.ok()) return note("did not start: " + run.status().message());
   StatusOr<std::vector<replay::ProcessTrace>> processes = replay::FindProcessTraces(trace);
   if (!processes.ok()) return note(fmt::format("left no trace (exit status {})", run->exit_code));
-  const auto process = std::find_if(processes->begin(), processes->end(),
-                                    [&](const replay::ProcessTrace& p) { return p.key == key; });
-  if (process == processes->end()) return note("had no process " + key);
+  const replay::ProcessTrace* process = replay::FindLikeProcess(*processes, key, trace_a);
+  if (process == nullptr) return note("had no process " + key);
   for (size_t i = 0; i < wanted.size(); ++i) {
     StatusOr<std::optional<format::PythonStackRecord>> stack =
         replay::FindPythonStack(process->path, wanted[i], top_indices[i]);
