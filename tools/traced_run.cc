@@ -361,6 +361,17 @@ replay::RunProgram MakeRunProgram(const std::string& context,
     StatusOr<TracedRun> traced = RunTraced(context, command, trace, log);
     if (!traced.ok()) return traced.status();
     if (!std::filesystem::exists(trace, error)) {
+      // The GPU work may all be in processes it started (a multiprocessing pool): their traces
+      // are companions, and the search follows the ops of one process.
+      if (StatusOr<std::vector<replay::ProcessTrace>> others = replay::FindProcessTraces(trace);
+          others.ok() && !others->empty()) {
+        return Status::Error(fmt::format(
+            "{}: run {} made its GPU calls in {} other process(es) it started ({}{}), none in "
+            "the process it ran: {} follows the ops of the program's own process; `ndtrace "
+            "check` compares every process",
+            context, run.index, others->size(), others->front().path,
+            others->size() > 1 ? ", ..." : "", context));
+      }
       return Status::Error(fmt::format("{}: run {} left no trace (exit status {}; output in {})",
                                        context, run.index, traced->exit_code, log));
     }

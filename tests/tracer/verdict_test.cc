@@ -303,3 +303,14 @@ TEST_CASE("check in a directory of an earlier check compares only the new runs' 
   CHECK_FALSE(ops(first.out).empty());
   CHECK(ops(second.out) == ops(first.out));
 }
+
+TEST_CASE("bisect of a program whose GPU work is all in a child process says so", "[verdict]") {
+  ndt::testing::TempDir dir;
+  const RunResult result = Run(kNdtrace + " bisect -o '" + dir.path().string() +
+                               "' -- sh -c \"'" PROG_VECTOR_ADD "'\"");
+  INFO(result.out << result.err);
+  CHECK(result.status == 2);
+  CHECK_THAT(result.err, Catch::Contains("error: bisect: run 1 made its GPU calls in 1 other "
+                                         "process(es) it started") &&
+                             Catch::Contains("`ndtrace check` compares every process"));
+}
