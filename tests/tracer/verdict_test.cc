@@ -306,8 +306,8 @@ TEST_CASE("check in a directory of an earlier check compares only the new runs' 
 
 TEST_CASE("bisect of a program whose GPU work is all in a child process says so", "[verdict]") {
   ndt::testing::TempDir dir;
-  const RunResult result = Run(kNdtrace + " bisect -o '" + dir.path().string() +
-                               "' -- sh -c \"'" PROG_VECTOR_ADD "'\"");
+  const RunResult result =
+      Run(kNdtrace + " bisect -o '" + dir.path().string() + "' -- sh -c \"'" PROG_VECTOR_ADD "'\"");
   INFO(result.out << result.err);
   CHECK(result.status == 2);
   CHECK_THAT(result.err, Catch::Contains("error: bisect: run 1 made its GPU calls in 1 other "
