@@ -69,16 +69,22 @@ std::string ExitText(int exit_code) {
   return fmt::format("exit status {}", exit_code);
 }
 
+// At most `bytes` of the program's output in `log`: its start, or with `tail` its end ("" when
+// it cannot be read).
+std::string ReadLogPart(const std::filesystem::path& log, long bytes, bool tail) {
+  std::FILE* file = std::fopen(log.c_str(), "rb");
+  if (file == nullptr) return {};
+  std::string text(static_cast<size_t>(bytes), '\0');
+  if (tail && std::fseek(file, -bytes, SEEK_END) != 0) std::rewind(file);
+  text.resize(std::fread(text.data(), 1, text.size(), file));
+  std::fclose(file);
+  return text;
+}
+
 // The last `count` non-empty lines of the program's output in `log` (read from its last 16 KiB,
 // each cut at 240 bytes): what a failing program said last, usually why it failed.
 std::vector<std::string> LastLines(const std::filesystem::path& log, size_t count) {
-  std::FILE* file = std::fopen(log.c_str(), "rb");
-  if (file == nullptr) return {};
-  constexpr long kTail = 16 * 1024;
-  std::string text(kTail, '\0');
-  if (std::fseek(file, -kTail, SEEK_END) != 0) std::rewind(file);
-  text.resize(std::fread(text.data(), 1, text.size(), file));
-  std::fclose(file);
+  const std::string text = ReadLogPart(log, 16 * 1024, true);
   std::vector<std::string> lines;
   size_t end = text.size();
   while (end > 0 && lines.size() < count) {
@@ -117,11 +123,7 @@ std::optional<std::pair<std::string, std::string>> OutputDifference(
     const std::filesystem::path& log_a, const std::filesystem::path& log_b) {
   const auto read_lines = [](const std::filesystem::path& log) {
     std::vector<std::string> lines;
-    std::FILE* file = std::fopen(log.c_str(), "rb");
-    if (file == nullptr) return lines;
-    std::string text(1 << 20, '\0');
-    text.resize(std::fread(text.data(), 1, text.size(), file));
-    std::fclose(file);
+    const std::string text = ReadLogPart(log, 1 << 20, false);
     size_t begin = 0;
     while (begin < text.size()) {
       size_t end = text.find('\n', begin);
