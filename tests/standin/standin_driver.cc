@@ -11,7 +11,12 @@
 // What is not:
 // - Device memory is host memory: a device pointer is the address of an aligned host block
 //   (zero-filled), recorded in an allocation table that range checks and pointer queries use.
-// - There is one device and one (primary) context.
+// - There is one device (NDT_STANDIN_DEVICES=N: N of them, at most 8), each with one (primary)
+//   context. Device memory, streams, events and modules belong to the device whose context made
+//   them; a kernel launched on another device's stream, or an event recorded on one, is refused
+//   (CUDA_ERROR_INVALID_HANDLE), as the driver refuses it. Every device reaches every device's
+//   memory (copies, kernels): peer access is kept (cuCtxEnablePeerAccess refuses a second
+//   enable) but not required.
 // - Work runs synchronously when it is enqueued, on the calling thread, in stream order
 //   trivially (with NDT_STANDIN_DEFER_LAUNCHES=1, kernels at the next driver call); events take
 //   their timestamp from a steady clock when recorded.
@@ -61,6 +66,7 @@ struct CUctx_st {
 };
 
 struct CUstream_st {
+  CUdevice device = 0;  // of the context that made it
   unsigned flags = 0;
   int priority = 0;
   unsigned long long id = 0;
@@ -69,6 +75,7 @@ struct CUstream_st {
 };
 
 struct CUevent_st {
+  CUdevice device = 0;
   unsigned flags = 0;
   bool recorded = false;
   std::chrono::steady_clock::time_point time;
@@ -111,6 +118,7 @@ struct CUfunc_st {
 };
 
 struct CUmod_st {
+  CUdevice device = 0;
   std::vector<unsigned char> image;
   std::map<std::string, std::unique_ptr<CUfunc_st>, std::less<>> functions;
   CUlib_st* library = nullptr;  // set for the per-context module of a library
@@ -137,6 +145,7 @@ constexpr char kDeviceName[] = "ndtrace stand-in device";
 constexpr unsigned char kDeviceUuid[16] = {'n', 'd', 't', 'r', 'a', 'c', 'e', '-',
                                            's', 't', 'a', 'n', 'd', 'i', 'n', 0};
 constexpr std::size_t kTotalMemBytes = std::size_t{16} << 30;
+constexpr int kMaxDevices = 8;
 constexpr std::size_t kAllocationAlignment = 256;
 constexpr std::size_t kFreedBytesKept = std::size_t{256} << 20;  // Driver::freed
 constexpr unsigned kMaxSharedMemPerBlock = 48 * 1024;
@@ -165,21 +174,32 @@ struct Allocation {
   bool registered = false;  // pinned by cuMemHostRegister (memory null: the program owns it)
   unsigned host_flags = 0;  // cuMemHostAlloc / cuMemHostRegister flags, for cuMemHostGetFlags
   CUmemPoolHandle_st* pool = nullptr;  // the pool it came from (stream-ordered allocation)
+  CUdevice device = 0;                 // of the context that made it
+};
+
+// A device's primary context.
+struct Primary {
+  CUctx_st context;
+  int retains = 0;
+  unsigned flags = 0;
+  bool peer[kMaxDevices] = {};  // cuCtxEnablePeerAccess from this context to device i
 };
 
 // All driver state. Every member is guarded by `mu`; kernels and host functions run without it.
 struct Driver {
+  Driver() {
+    for (int i = 0; i < kMaxDevices; ++i) primaries[i].context.device = i;
+  }
   std::mutex mu;
   bool initialized = false;
-  CUctx_st primary;
-  int primary_retains = 0;
-  unsigned primary_flags = 0;
+  Primary primaries[kMaxDevices];
   std::map<std::uintptr_t, Allocation> allocations;  // by base address
-  std::size_t allocated_bytes = 0;
+  std::size_t allocated_bytes[kMaxDevices] = {};     // device memory in use, per device
   // Freed device blocks by rounded size, the newest last among equals: an allocation of a size
   // freed before gets the newest such block's address back, as the driver hands a freed range
   // out again (at most kFreedBytesKept of them; a block beyond is given back to the host).
-  std::multimap<std::size_t, std::unique_ptr<unsigned char, AlignedFree>> freed;
+  std::multimap<std::pair<CUdevice, std::size_t>, std::unique_ptr<unsigned char, AlignedFree>>
+      freed;  // by (device, rounded size)
   std::size_t freed_bytes = 0;
   unsigned long long next_buffer_id = 1;
   unsigned long long next_stream_id = kFirstStreamId;
@@ -209,6 +229,25 @@ struct Driver {
 Driver& GetDriver() {
   static Immortal<Driver> driver;
   return *driver;
+}
+
+// NDT_STANDIN_DEVICES: how many devices there are (1 to kMaxDevices; default 1).
+int DeviceCount() {
+  static const int count = [] {
+    const char* value = std::getenv("NDT_STANDIN_DEVICES");
+    const long n = value != nullptr ? std::strtol(value, nullptr, 10) : 1;
+    return static_cast<int>(std::clamp<long>(n, 1, kMaxDevices));
+  }();
+  return count;
+}
+
+// The primary context `context` is, or null when it is none.
+Primary* PrimaryOf(CUcontext context) {
+  Driver& d = GetDriver();
+  for (int i = 0; i < DeviceCount(); ++i) {
+    if (context == &d.primaries[i].context) return &d.primaries[i];
+  }
+  return nullptr;
 }
 
 // The calling thread's context stack; the current context is its top. Trivially destructible,
@@ -310,12 +349,19 @@ CUresult RequireContextLocked(const Driver& d) {
   if (!d.initialized) return CUDA_ERROR_NOT_INITIALIZED;
   const CUcontext current = CurrentContext();
   if (current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  if (current != &GetDriver().primary || d.primary_retains == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  const Primary* primary = PrimaryOf(current);
+  if (primary == nullptr || primary->retains == 0) return CUDA_ERROR_INVALID_CONTEXT;
   return CUDA_SUCCESS;
 }
 
+// The device of the calling thread's context (0 when it has none).
+CUdevice CurrentDevice() {
+  const CUcontext current = CurrentContext();
+  return current != nullptr ? current->device : 0;
+}
+
 CUresult RequireDevice(CUdevice device) {
-  return device == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+  return device >= 0 && device < DeviceCount() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
 // The allocation containing `address`, or allocations.end().
@@ -326,6 +372,27 @@ std::map<std::uintptr_t, Allocation>::const_iterator FindAllocationLocked(const 
   --it;
   if (address - it->first >= it->second.size) return d.allocations.end();
   return it;
+}
+
+// cuMemcpyPeer*: both contexts valid, each pointer memory of its context's device.
+CUresult CheckPeerCopy(CUdeviceptr dst, CUcontext dst_context, CUdeviceptr src,
+                       CUcontext src_context) {
+  Driver& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  if (PrimaryOf(dst_context) == nullptr || PrimaryOf(src_context) == nullptr) {
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  const auto dst_at = FindAllocationLocked(d, dst);
+  const auto src_at = FindAllocationLocked(d, src);
+  if (dst_at == d.allocations.end() || src_at == d.allocations.end()) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (dst_at->second.device != dst_context->device ||
+      src_at->second.device != src_context->device) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
 }
 
 // A range inside one allocation, or (the virtual memory API, as expandable segments grow) across
@@ -360,6 +427,15 @@ bool IsBuiltinStream(CUstream stream) {
 CUresult CheckStreamLocked(const Driver& d, CUstream stream) {
   if (IsBuiltinStream(stream)) return CUDA_SUCCESS;
   return d.streams.contains(stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+// A valid stream of the current context's device: a kernel launch or an event record on
+// another device's stream is refused. The built-in streams are the current context's own.
+CUresult CheckOwnStreamLocked(const Driver& d, CUstream stream) {
+  if (IsBuiltinStream(stream)) return CUDA_SUCCESS;
+  const auto it = d.streams.find(stream);
+  return it != d.streams.end() && it->second->device == CurrentDevice() ? CUDA_SUCCESS
+                                                                        : CUDA_ERROR_INVALID_HANDLE;
 }
 
 // The graph `stream` is capturing into, or null (built-in streams never capture).
@@ -403,22 +479,32 @@ void DestroyModuleLocked(Driver& d, CUmodule module) {
   d.modules.erase(it);
 }
 
-// Frees everything the primary context owns: what cuDevicePrimaryCtxReset and the last
+// Frees everything `device`'s primary context owns: what cuDevicePrimaryCtxReset and the last
 // cuDevicePrimaryCtxRelease do. Libraries are context-independent and stay loaded, but lose
-// their per-context module and functions.
-void DestroyContextResourcesLocked(Driver& d) {
-  d.allocations.clear();
-  d.allocated_bytes = 0;
-  d.freed.clear();
-  d.freed_bytes = 0;
-  d.streams.clear();
-  d.events.clear();
+// their module and functions in that context.
+void DestroyContextResourcesLocked(Driver& d, CUdevice device) {
+  std::erase_if(d.allocations, [&](const auto& entry) { return entry.second.device == device; });
+  d.allocated_bytes[device] = 0;
+  for (auto it = d.freed.begin(); it != d.freed.end();) {
+    if (it->first.first == device) {
+      d.freed_bytes -= it->first.second;
+      it = d.freed.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::erase_if(d.streams, [&](const auto& entry) { return entry.second->device == device; });
+  std::erase_if(d.events, [&](const auto& entry) { return entry.second->device == device; });
   for (auto& [handle, library] : d.libraries) {
+    if (library->context_module == nullptr || library->context_module->device != device) continue;
     library->context_module = nullptr;
     for (auto& [name, kernel] : library->kernels) kernel->function = nullptr;
   }
-  d.functions.clear();
-  d.modules.clear();
+  std::vector<CUmodule> modules;
+  for (const auto& [handle, module] : d.modules) {
+    if (module->device == device) modules.push_back(handle);
+  }
+  for (CUmodule module : modules) DestroyModuleLocked(d, module);
 }
 
 // The size of a loadable image: a fat binary (bare or behind nvcc's wrapper), a cubin (ELF) or
@@ -469,6 +555,7 @@ CUresult CopyImage(const void* image, std::vector<unsigned char>* out) {
 CUresult LoadModuleLocked(Driver& d, CUmodule* module, const void* image) {
   if (module == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto loaded = std::make_unique<CUmod_st>();
+  loaded->device = CurrentDevice();
   if (const CUresult r = CopyImage(image, &loaded->image); r != CUDA_SUCCESS) return r;
   *module = loaded.get();
   d.modules.emplace(loaded.get(), std::move(loaded));
@@ -518,6 +605,7 @@ CUmod_st* LibraryModuleLocked(Driver& d, CUlib_st* library) {
     auto module = std::make_unique<CUmod_st>();
     module->image = library->image;
     module->library = library;
+    module->device = CurrentDevice();
     library->context_module = module.get();
     d.modules.emplace(module.get(), std::move(module));
   }
@@ -604,7 +692,7 @@ CUresult Launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_mem_bytes, 
     if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
     kernel = LaunchTargetLocked(d, f);
     if (kernel == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    if (const CUresult r = CheckStreamLocked(d, stream); r != CUDA_SUCCESS) return r;
+    if (const CUresult r = CheckOwnStreamLocked(d, stream); r != CUDA_SUCCESS) return r;
     capture = CaptureLocked(d, stream);
     if (capture == nullptr && AsyncStreams()) queue = QueueForLocked(d, stream);
   }
@@ -929,6 +1017,7 @@ CUresult CreateStream(CUstream* out, unsigned flags, int priority) {
       return CUDA_ERROR_INVALID_VALUE;
     }
     auto stream = std::make_unique<CUstream_st>();
+    stream->device = CurrentDevice();
     stream->flags = flags;
     stream->priority = std::clamp(priority, kGreatestStreamPriority, kLeastStreamPriority);
     stream->id = d.next_stream_id++;
@@ -977,7 +1066,9 @@ CUresult WithStream(CUstream stream, bool per_thread_api, Visit&& visit) {
   if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
   if (IsBuiltinStream(stream)) {
     const bool per_thread = stream == CU_STREAM_PER_THREAD || (stream == nullptr && per_thread_api);
-    CUstream_st builtin{0, 0, per_thread ? kPerThreadStreamId : kLegacyStreamId, nullptr, nullptr};
+    CUstream_st builtin;
+    builtin.device = CurrentDevice();
+    builtin.id = per_thread ? kPerThreadStreamId : kLegacyStreamId;
     visit(builtin);
     return CUDA_SUCCESS;
   }
@@ -991,9 +1082,9 @@ CUresult RecordEvent(CUevent event, CUstream stream) {
   Driver& d = GetDriver();
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
-  if (const CUresult r = CheckStreamLocked(d, stream); r != CUDA_SUCCESS) return r;
+  if (const CUresult r = CheckOwnStreamLocked(d, stream); r != CUDA_SUCCESS) return r;
   CUevent_st* e = FindEventLocked(d, event);
-  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (e == nullptr || e->device != CurrentDevice()) return CUDA_ERROR_INVALID_HANDLE;
   e->capture = CaptureLocked(d, stream);
   if (e->capture != nullptr) return CUDA_SUCCESS;  // an edge of the graph, not a node
   e->recorded = true;
@@ -1056,8 +1147,9 @@ CUresult ReleasePrimary(CUdevice device) {
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
   if (const CUresult r = RequireDevice(device); r != CUDA_SUCCESS) return r;
-  if (d.primary_retains == 0) return CUDA_ERROR_INVALID_CONTEXT;
-  if (--d.primary_retains == 0) DestroyContextResourcesLocked(d);
+  Primary& primary = d.primaries[device];
+  if (primary.retains == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (--primary.retains == 0) DestroyContextResourcesLocked(d, device);
   return CUDA_SUCCESS;
 }
 
@@ -1067,7 +1159,7 @@ CUresult ResetPrimary(CUdevice device) {
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
   if (const CUresult r = RequireDevice(device); r != CUDA_SUCCESS) return r;
-  DestroyContextResourcesLocked(d);
+  DestroyContextResourcesLocked(d, device);
   return CUDA_SUCCESS;
 }
 
@@ -1076,7 +1168,7 @@ CUresult SetPrimaryFlags(CUdevice device, unsigned flags) {
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
   if (const CUresult r = RequireDevice(device); r != CUDA_SUCCESS) return r;
-  d.primary_flags = flags;
+  d.primaries[device].flags = flags;
   return CUDA_SUCCESS;
 }
 
@@ -1084,7 +1176,7 @@ CUresult PushContext(CUcontext context) {
   Driver& d = GetDriver();
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
-  if (context != &d.primary) return CUDA_ERROR_INVALID_CONTEXT;
+  if (PrimaryOf(context) == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   return t_context_stack.push_back(context) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
@@ -1103,11 +1195,12 @@ CUresult ContextDevice(CUdevice* device, CUcontext context) {
   std::lock_guard lock(d.mu);
   if (context == nullptr) {
     if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
-  } else if (context != &d.primary) {
+    context = CurrentContext();
+  } else if (PrimaryOf(context) == nullptr) {
     return CUDA_ERROR_INVALID_CONTEXT;
   }
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *device = 0;
+  *device = context->device;
   return CUDA_SUCCESS;
 }
 
@@ -1117,7 +1210,7 @@ CUresult SynchronizeContext(CUcontext context) {
     std::lock_guard lock(d.mu);
     if (context == nullptr) {
       if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
-    } else if (context != &d.primary) {
+    } else if (PrimaryOf(context) == nullptr) {
       return CUDA_ERROR_INVALID_CONTEXT;
     }
   }
@@ -1131,6 +1224,7 @@ CUresult DeviceUuid(CUuuid* uuid, CUdevice device) {
   if (const CUresult r = RequireDevice(device); r != CUDA_SUCCESS) return r;
   if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::memcpy(uuid->bytes, kDeviceUuid, sizeof(kDeviceUuid));
+  uuid->bytes[15] = static_cast<char>(device);  // the first device's is the single device's
   return CUDA_SUCCESS;
 }
 
@@ -1303,6 +1397,11 @@ const ProcRow kProcRows[] = {
     NDT_PROC_PT("cuMemcpyDtoHAsync", 3020, cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync_v2_ptsz),
     NDT_PROC("cuMemcpyDtoDAsync", 3000, cuMemcpyDtoDAsync),
     NDT_PROC_PT("cuMemcpyDtoDAsync", 3020, cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz),
+    NDT_PROC_PT("cuMemcpyPeer", 4000, cuMemcpyPeer, cuMemcpyPeer_ptds),
+    NDT_PROC_PT("cuMemcpyPeerAsync", 4000, cuMemcpyPeerAsync, cuMemcpyPeerAsync_ptsz),
+    NDT_PROC("cuDeviceCanAccessPeer", 4000, cuDeviceCanAccessPeer),
+    NDT_PROC("cuCtxEnablePeerAccess", 4000, cuCtxEnablePeerAccess),
+    NDT_PROC("cuCtxDisablePeerAccess", 4000, cuCtxDisablePeerAccess),
     NDT_PROC("cuMemsetD8", 2000, cuMemsetD8),
     NDT_PROC_PT("cuMemsetD8", 3020, cuMemsetD8_v2, cuMemsetD8_v2_ptds),
     NDT_PROC("cuMemsetD16", 2000, cuMemsetD16),
@@ -1623,8 +1722,8 @@ CUresult cuDeviceGet(CUdevice* device, int ordinal) {
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
-  *device = 0;
+  if (ndt::standin::RequireDevice(ordinal) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
   return CUDA_SUCCESS;
 }
 
@@ -1634,7 +1733,7 @@ CUresult cuDeviceGetCount(int* count) {
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
   if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *count = 1;
+  *count = ndt::standin::DeviceCount();
   return CUDA_SUCCESS;
 }
 
@@ -1692,8 +1791,8 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
   if (const CUresult r = RequireDevice(dev); r != CUDA_SUCCESS) return r;
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  ++d.primary_retains;
-  *pctx = &d.primary;
+  ++d.primaries[dev].retains;
+  *pctx = &d.primaries[dev].context;
   return CUDA_SUCCESS;
 }
 
@@ -1734,8 +1833,8 @@ CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* acti
   if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
   if (const CUresult r = RequireDevice(dev); r != CUDA_SUCCESS) return r;
   if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *flags = d.primary_flags;
-  *active = d.primary_retains > 0 ? 1 : 0;
+  *flags = d.primaries[dev].flags;
+  *active = d.primaries[dev].retains > 0 ? 1 : 0;
   return CUDA_SUCCESS;
 }
 
@@ -1760,7 +1859,7 @@ CUresult cuCtxSetCurrent(CUcontext ctx) {
     if (!stack.empty()) stack.pop_back();
     return CUDA_SUCCESS;
   }
-  if (ctx != &d.primary) return CUDA_ERROR_INVALID_CONTEXT;
+  if (ndt::standin::PrimaryOf(ctx) == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   if (stack.empty()) {
     stack.push_back(ctx);  // an empty stack has room
   } else {
@@ -1815,7 +1914,7 @@ CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int* version) {
   auto& d = GetDriver();
   std::lock_guard lock(d.mu);
   if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
-  if (ctx != nullptr && ctx != &d.primary) return CUDA_ERROR_INVALID_CONTEXT;
+  if (ctx != nullptr && ndt::standin::PrimaryOf(ctx) == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *version = ndt::standin::kDriverVersion;
   return CUDA_SUCCESS;
@@ -1854,13 +1953,15 @@ CUresult Allocate(CUdeviceptr* dptr, size_t bytesize, const CUstream* stream, bo
     }
     if (dptr == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
     constexpr std::size_t kAlign = ndt::standin::kAllocationAlignment;
-    if (!pinned_host && bytesize > ndt::standin::kTotalMemBytes - d.allocated_bytes) {
+    const CUdevice device = CurrentDevice();
+    if (!pinned_host && bytesize > ndt::standin::kTotalMemBytes - d.allocated_bytes[device]) {
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
     const std::size_t rounded = (bytesize + kAlign - 1) / kAlign * kAlign;
     std::unique_ptr<unsigned char, AlignedFree> memory;
-    if (auto reuse = d.freed.upper_bound(rounded);
-        !pinned_host && reuse != d.freed.begin() && std::prev(reuse)->first == rounded) {
+    if (auto reuse = d.freed.upper_bound({device, rounded});
+        !pinned_host && reuse != d.freed.begin() &&
+        std::prev(reuse)->first == std::pair{device, rounded}) {
       memory = std::move(std::prev(reuse)->second);
       d.freed.erase(std::prev(reuse));
       d.freed_bytes -= rounded;
@@ -1875,8 +1976,9 @@ CUresult Allocate(CUdeviceptr* dptr, size_t bytesize, const CUstream* stream, bo
     allocation.size = bytesize;
     allocation.buffer_id = d.next_buffer_id++;
     allocation.pinned_host = pinned_host;
+    allocation.device = device;
     d.allocations.emplace(base, std::move(allocation));
-    if (!pinned_host) d.allocated_bytes += bytesize;
+    if (!pinned_host) d.allocated_bytes[device] += bytesize;
     *dptr = base;
     return CUDA_SUCCESS;
   });
@@ -1906,11 +2008,11 @@ CUresult FreeNow(CUdeviceptr dptr, const CUstream* stream, bool pinned_host) {
   }
   if (CUmemPoolHandle_st* pool = it->second.pool; pool != nullptr) pool->used -= it->second.size;
   if (!pinned_host) {
-    d.allocated_bytes -= it->second.size;
+    d.allocated_bytes[it->second.device] -= it->second.size;
     const std::size_t rounded = (it->second.size + kAllocationAlignment - 1) /
                                 kAllocationAlignment * kAllocationAlignment;
     if (d.freed_bytes + rounded <= kFreedBytesKept) {
-      d.freed.emplace(rounded, std::move(it->second.memory));
+      d.freed.emplace(std::pair{it->second.device, rounded}, std::move(it->second.memory));
       d.freed_bytes += rounded;
     }
   }
@@ -1934,7 +2036,7 @@ CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
   if (free == nullptr || total == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *total = ndt::standin::kTotalMemBytes;
-  *free = ndt::standin::kTotalMemBytes - d.allocated_bytes;
+  *free = ndt::standin::kTotalMemBytes - d.allocated_bytes[ndt::standin::CurrentDevice()];
   return CUDA_SUCCESS;
 }
 
@@ -1960,7 +2062,7 @@ CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdevi
   if (it == d.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
   switch (attribute) {
     case CU_POINTER_ATTRIBUTE_CONTEXT:
-      *static_cast<CUcontext*>(data) = &d.primary;
+      *static_cast<CUcontext*>(data) = &d.primaries[it->second.device].context;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
       *static_cast<unsigned int*>(data) =
@@ -1977,7 +2079,7 @@ CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdevi
       *static_cast<unsigned long long*>(data) = it->second.buffer_id;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-      *static_cast<int*>(data) = 0;
+      *static_cast<int*>(data) = it->second.device;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
       *static_cast<CUdeviceptr*>(data) = it->first;
@@ -2083,6 +2185,91 @@ CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
                                    CUstream hStream) {
   NDT_SERVE();
   return ndt::standin::Copy(dstDevice, Side::kDevice, srcDevice, Side::kDevice, ByteCount, PerThread(hStream));
+}
+
+// Copies between two devices' memory. Each pointer must be memory of its context's device.
+CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+                      CUcontext srcContext, size_t ByteCount) {
+  NDT_SERVE();
+  if (const CUresult r = ndt::standin::CheckPeerCopy(dstDevice, dstContext, srcDevice, srcContext);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  return ndt::standin::Copy(dstDevice, Side::kDevice, srcDevice, Side::kDevice, ByteCount, nullptr,
+                            true);
+}
+
+CUresult cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+                           CUcontext srcContext, size_t ByteCount) {
+  NDT_SERVE();
+  if (const CUresult r = ndt::standin::CheckPeerCopy(dstDevice, dstContext, srcDevice, srcContext);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  return ndt::standin::Copy(dstDevice, Side::kDevice, srcDevice, Side::kDevice, ByteCount,
+                            CU_STREAM_PER_THREAD, true);
+}
+
+CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+                           CUcontext srcContext, size_t ByteCount, CUstream hStream) {
+  NDT_SERVE();
+  if (const CUresult r = ndt::standin::CheckPeerCopy(dstDevice, dstContext, srcDevice, srcContext);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  return ndt::standin::Copy(dstDevice, Side::kDevice, srcDevice, Side::kDevice, ByteCount, hStream);
+}
+
+CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+                                CUcontext srcContext, size_t ByteCount, CUstream hStream) {
+  NDT_SERVE();
+  if (const CUresult r = ndt::standin::CheckPeerCopy(dstDevice, dstContext, srcDevice, srcContext);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  return ndt::standin::Copy(dstDevice, Side::kDevice, srcDevice, Side::kDevice, ByteCount,
+                            PerThread(hStream));
+}
+
+CUresult cuDeviceCanAccessPeer(int* canAccessPeer, CUdevice dev, CUdevice peerDev) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireInitLocked(d); r != CUDA_SUCCESS) return r;
+  if (RequireDevice(dev) != CUDA_SUCCESS || RequireDevice(peerDev) != CUDA_SUCCESS) {
+    return CUDA_ERROR_INVALID_DEVICE;
+  }
+  if (canAccessPeer == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *canAccessPeer = dev != peerDev ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+// Lets the current context reach `peerContext`'s memory (kept, not required: see the top).
+CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (ndt::standin::PrimaryOf(peerContext) == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  const CUdevice self = ndt::standin::CurrentDevice();
+  if (peerContext->device == self) return CUDA_ERROR_INVALID_DEVICE;
+  bool& enabled = d.primaries[self].peer[peerContext->device];
+  if (enabled) return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+  enabled = true;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxDisablePeerAccess(CUcontext peerContext) {
+  NDT_SERVE();
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  if (ndt::standin::PrimaryOf(peerContext) == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  bool& enabled = d.primaries[ndt::standin::CurrentDevice()].peer[peerContext->device];
+  if (!enabled) return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+  enabled = false;
+  return CUDA_SUCCESS;
 }
 
 CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
@@ -2262,6 +2449,7 @@ CUresult cuEventCreate(CUevent* phEvent, unsigned int Flags) {
       return CUDA_ERROR_INVALID_VALUE;
     }
     auto event = std::make_unique<CUevent_st>();
+    event->device = ndt::standin::CurrentDevice();
     event->flags = Flags;
     *phEvent = event.get();
     d.events.emplace(event.get(), std::move(event));
@@ -2839,6 +3027,7 @@ CUresult cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Flags) {
   allocation.pinned_host = true;
   allocation.registered = true;
   allocation.host_flags = Flags;
+  allocation.device = ndt::standin::CurrentDevice();
   d.allocations.emplace(base, std::move(allocation));
   return CUDA_SUCCESS;
 }
@@ -3032,6 +3221,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
   ndt::standin::Allocation allocation;
   allocation.size = size;
   allocation.buffer_id = d.next_buffer_id++;
+  allocation.device = ndt::standin::CurrentDevice();
   d.allocations.emplace(ptr, std::move(allocation));
   return CUDA_SUCCESS;
 }

@@ -79,6 +79,10 @@ struct DriverApi {
   PFN_cuDevicePrimaryCtxReset_v11000 cuDevicePrimaryCtxReset = nullptr;
   PFN_cuCtxGetCurrent_v4000 cuCtxGetCurrent = nullptr;
   PFN_cuCtxSetCurrent_v4000 cuCtxSetCurrent = nullptr;
+  PFN_cuCtxGetDevice_v2000 cuCtxGetDevice = nullptr;
+  PFN_cuPointerGetAttribute_v4000 cuPointerGetAttribute = nullptr;
+  PFN_cuDeviceCanAccessPeer_v4000 cuDeviceCanAccessPeer = nullptr;
+  PFN_cuCtxEnablePeerAccess_v4000 cuCtxEnablePeerAccess = nullptr;
   PFN_cuCtxSynchronize_v13000 cuCtxSynchronize = nullptr;  // CUDA 13: takes the context
   PFN_cuMemAlloc_v3020 cuMemAlloc = nullptr;
   PFN_cuMemFree_v3020 cuMemFree = nullptr;
@@ -135,6 +139,8 @@ struct StreamApi {
   PFN_cuStreamBeginCapture_v10010 cuStreamBeginCapture = nullptr;
   PFN_cuStreamEndCapture_v10000 cuStreamEndCapture = nullptr;
   PFN_cuGraphLaunch_v10000 cuGraphLaunch = nullptr;
+  PFN_cuMemcpyPeer_v4000 cuMemcpyPeer = nullptr;
+  PFN_cuMemcpyPeerAsync_v4000 cuMemcpyPeerAsync = nullptr;
 };
 
 enum DefaultStream { kLegacyStream = 0, kPerThreadStream = 1 };
@@ -167,7 +173,7 @@ struct Runtime {
   void (*runtime_call)(int entering) = nullptr;  // the stand-in driver's, for CUPTI
   DriverApi api;
   StreamApi stream_api[2];
-  CUcontext primary = nullptr;
+  CUcontext primaries[8] = {};  // each device's, retained once the runtime first needs it
   std::vector<std::unique_ptr<FatbinRecord>> fatbins;
   std::unordered_map<const void*, HostFunctionRecord> host_functions;
 };
@@ -269,6 +275,8 @@ bool ResolveStreamApi(Runtime& rt, cuuint64_t flags, StreamApi* s) {
          Resolve(rt, "cuMemcpyHtoDAsync", flags, &s->cuMemcpyHtoDAsync) &&
          Resolve(rt, "cuMemcpyDtoHAsync", flags, &s->cuMemcpyDtoHAsync) &&
          Resolve(rt, "cuMemcpyDtoDAsync", flags, &s->cuMemcpyDtoDAsync) &&
+         Resolve(rt, "cuMemcpyPeer", flags, &s->cuMemcpyPeer) &&
+         Resolve(rt, "cuMemcpyPeerAsync", flags, &s->cuMemcpyPeerAsync) &&
          Resolve(rt, "cuMemsetD8", flags, &s->cuMemsetD8) &&
          Resolve(rt, "cuMemsetD8Async", flags, &s->cuMemsetD8Async) &&
          Resolve(rt, "cuStreamSynchronize", flags, &s->cuStreamSynchronize) &&
@@ -299,6 +307,10 @@ bool ResolveDriverApi(Runtime& rt) {
          Resolve(rt, "cuDevicePrimaryCtxReset", kDefault, &a.cuDevicePrimaryCtxReset) &&
          Resolve(rt, "cuCtxGetCurrent", kDefault, &a.cuCtxGetCurrent) &&
          Resolve(rt, "cuCtxSetCurrent", kDefault, &a.cuCtxSetCurrent) &&
+         Resolve(rt, "cuCtxGetDevice", kDefault, &a.cuCtxGetDevice) &&
+         Resolve(rt, "cuPointerGetAttribute", kDefault, &a.cuPointerGetAttribute) &&
+         Resolve(rt, "cuDeviceCanAccessPeer", kDefault, &a.cuDeviceCanAccessPeer) &&
+         Resolve(rt, "cuCtxEnablePeerAccess", kDefault, &a.cuCtxEnablePeerAccess) &&
          Resolve(rt, "cuCtxSynchronize", kDefault, &a.cuCtxSynchronize) &&
          Resolve(rt, "cuMemAlloc", kDefault, &a.cuMemAlloc) &&
          Resolve(rt, "cuMemFree", kDefault, &a.cuMemFree) &&
@@ -365,27 +377,35 @@ cudaError_t EnsureInitialized() {
   return rt.init_status;
 }
 
-// Makes the primary context of the device current on the calling thread (retaining it once per
-// process), as the runtime does on the first call that needs a context.
+// The primary context of device `ordinal`, retained once per process (after EnsureInitialized).
+cudaError_t PrimaryContext(int ordinal, CUcontext* primary) {
+  Runtime& rt = GetRuntime();
+  std::lock_guard lock(rt.mu);
+  if (ordinal < 0 || ordinal >= static_cast<int>(std::size(rt.primaries))) {
+    return cudaErrorInvalidDevice;
+  }
+  if (rt.primaries[ordinal] == nullptr) {
+    CUdevice device;
+    if (const CUresult r = rt.api.cuDeviceGet(&device, ordinal); r != CUDA_SUCCESS) {
+      return FromDriver(r);
+    }
+    if (const CUresult r = rt.api.cuDevicePrimaryCtxRetain(&rt.primaries[ordinal], device);
+        r != CUDA_SUCCESS) {
+      return FromDriver(r);
+    }
+  }
+  *primary = rt.primaries[ordinal];
+  return cudaSuccess;
+}
+
+// Makes the primary context of the thread's device (cudaSetDevice's; 0 before) current on the
+// calling thread when it has none, as the runtime does on the first call that needs a context.
 cudaError_t EnsureContext() {
   if (const cudaError_t e = EnsureInitialized(); e != cudaSuccess) return e;
   if (t_context_bound) return cudaSuccess;
   Runtime& rt = GetRuntime();
   CUcontext primary;
-  {
-    std::lock_guard lock(rt.mu);
-    if (rt.primary == nullptr) {
-      CUdevice device;
-      if (const CUresult r = rt.api.cuDeviceGet(&device, 0); r != CUDA_SUCCESS) {
-        return FromDriver(r);
-      }
-      if (const CUresult r = rt.api.cuDevicePrimaryCtxRetain(&rt.primary, device);
-          r != CUDA_SUCCESS) {
-        return FromDriver(r);
-      }
-    }
-    primary = rt.primary;
-  }
+  if (const cudaError_t e = PrimaryContext(t_device, &primary); e != cudaSuccess) return e;
   CUcontext current = nullptr;
   if (const CUresult r = rt.api.cuCtxGetCurrent(&current); r != CUDA_SUCCESS) {
     return FromDriver(r);
@@ -463,6 +483,31 @@ cudaError_t Memcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind
       return Report(cudaErrorInvalidMemcpyDirection);
   }
   return ReportDriver(r);
+}
+
+cudaError_t CheckDevice(int device);
+
+// cudaMemcpyPeer(Async): between the primary contexts of the two devices.
+cudaError_t MemcpyPeer(void* dst, int dst_device, const void* src, int src_device, size_t count,
+                       cudaStream_t stream, bool async, DefaultStream flavour) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  const RuntimeCall call;
+  if (count == 0) return cudaSuccess;
+  CUcontext dst_context;
+  CUcontext src_context;
+  if (const cudaError_t e = CheckDevice(dst_device); e != cudaSuccess) return Report(e);
+  if (const cudaError_t e = CheckDevice(src_device); e != cudaSuccess) return Report(e);
+  if (const cudaError_t e = PrimaryContext(dst_device, &dst_context); e != cudaSuccess) {
+    return Report(e);
+  }
+  if (const cudaError_t e = PrimaryContext(src_device, &src_context); e != cudaSuccess) {
+    return Report(e);
+  }
+  const StreamApi& s = Streams(flavour);
+  return ReportDriver(
+      async ? s.cuMemcpyPeerAsync(ToDevicePtr(dst), dst_context, ToDevicePtr(src), src_context,
+                                  count, ToDriver(stream))
+            : s.cuMemcpyPeer(ToDevicePtr(dst), dst_context, ToDevicePtr(src), src_context, count));
 }
 
 cudaError_t Memset(void* dst, int value, size_t count, cudaStream_t stream, bool async,
@@ -716,16 +761,52 @@ cudaError_t cudaGetDeviceCount(int* count) {
 cudaError_t cudaSetDevice(int device) {
   if (const cudaError_t e = ndt::standin::CheckDevice(device); e != cudaSuccess) return Report(e);
   ndt::standin::t_device = device;
-  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  CUcontext primary;
+  if (const cudaError_t e = ndt::standin::PrimaryContext(device, &primary); e != cudaSuccess) {
+    return Report(e);
+  }
+  if (const CUresult r = Api().cuCtxSetCurrent(primary); r != CUDA_SUCCESS) {
+    return ReportDriver(r);
+  }
+  ndt::standin::t_context_bound = true;
   const ndt::standin::RuntimeCall call;
   return cudaSuccess;
 }
 
+// The device of the calling thread's current context, else the one cudaSetDevice chose.
 cudaError_t cudaGetDevice(int* device) {
   if (device == nullptr) return Report(cudaErrorInvalidValue);
   if (const cudaError_t e = EnsureInitialized(); e != cudaSuccess) return Report(e);
-  *device = ndt::standin::t_device;
+  CUcontext current = nullptr;
+  CUdevice of_context;
+  if (Api().cuCtxGetCurrent(&current) == CUDA_SUCCESS && current != nullptr &&
+      Api().cuCtxGetDevice(&of_context) == CUDA_SUCCESS) {
+    *device = of_context;
+  } else {
+    *device = ndt::standin::t_device;
+  }
   return cudaSuccess;
+}
+
+cudaError_t cudaDeviceCanAccessPeer(int* canAccessPeer, int device, int peerDevice) {
+  if (canAccessPeer == nullptr) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = ndt::standin::CheckDevice(device); e != cudaSuccess) return Report(e);
+  if (const cudaError_t e = ndt::standin::CheckDevice(peerDevice); e != cudaSuccess) {
+    return Report(e);
+  }
+  return ReportDriver(Api().cuDeviceCanAccessPeer(canAccessPeer, device, peerDevice));
+}
+
+cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags) {
+  if (const cudaError_t e = ndt::standin::CheckDevice(peerDevice); e != cudaSuccess) {
+    return Report(e);
+  }
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  CUcontext peer;
+  if (const cudaError_t e = ndt::standin::PrimaryContext(peerDevice, &peer); e != cudaSuccess) {
+    return Report(e);
+  }
+  return ReportDriver(Api().cuCtxEnablePeerAccess(peer, flags));
 }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
@@ -818,6 +899,33 @@ cudaError_t cudaHostUnregister(void* ptr) {
   return ReportDriver(Api().cuMemHostUnregister(ptr));
 }
 
+// What tensor.is_pinned() and a tensor's device checks ask. Memory CUDA does not know is
+// cudaMemoryTypeUnregistered (CUDA 11 and later), not an error.
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr) {
+  if (attributes == nullptr) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  *attributes = cudaPointerAttributes{};
+  attributes->device = -2;
+  const auto address = reinterpret_cast<CUdeviceptr>(ptr);
+  unsigned int type = 0;
+  if (Api().cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, address) !=
+      CUDA_SUCCESS) {
+    attributes->type = cudaMemoryTypeUnregistered;
+    return cudaSuccess;
+  }
+  int ordinal = 0;
+  if (const CUresult r =
+          Api().cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address);
+      r != CUDA_SUCCESS) {
+    return ReportDriver(r);
+  }
+  attributes->type = type == CU_MEMORYTYPE_HOST ? cudaMemoryTypeHost : cudaMemoryTypeDevice;
+  attributes->device = ordinal;
+  attributes->devicePointer = const_cast<void*>(ptr);  // unified addressing: the same address
+  attributes->hostPointer = type == CU_MEMORYTYPE_HOST ? const_cast<void*>(ptr) : nullptr;
+  return cudaSuccess;
+}
+
 cudaError_t cudaHostGetDevicePointer(void** pDevice, void* pHost, unsigned int flags) {
   if (pDevice == nullptr) return Report(cudaErrorInvalidValue);
   if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
@@ -853,6 +961,17 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
 cudaError_t cudaMemcpyAsync_ptsz(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                                  cudaStream_t stream) {
   return ndt::standin::Memcpy(dst, src, count, kind, stream, true, kPerThreadStream);
+}
+
+cudaError_t cudaMemcpyPeer(void* dst, int dstDevice, const void* src, int srcDevice, size_t count) {
+  return ndt::standin::MemcpyPeer(dst, dstDevice, src, srcDevice, count, nullptr, false,
+                                  ndt::standin::kLegacyStream);
+}
+
+cudaError_t cudaMemcpyPeerAsync(void* dst, int dstDevice, const void* src, int srcDevice,
+                                size_t count, cudaStream_t stream) {
+  return ndt::standin::MemcpyPeer(dst, dstDevice, src, srcDevice, count, stream, true,
+                                  ndt::standin::kLegacyStream);
 }
 
 cudaError_t cudaMemset(void* devPtr, int value, size_t count) {

@@ -191,3 +191,76 @@ TEST_CASE("pinned host memory through the runtime: allocated, registered, mapped
   CHECK(NDT_RUNTIME(cudaGetLastError)() == cudaErrorHostMemoryNotRegistered);
   CHECK(NDT_RUNTIME(cudaFree)(on_device) == cudaSuccess);
 }
+
+// With NDT_STANDIN_DEVICES=2 (its own CTest entry): each device has its primary context, memory
+// and streams; work is refused on another device's stream; peer copies and peer access.
+TEST_CASE("two devices: contexts, memory, streams, events and peer copies", "[two_devices]") {
+  int count = 0;
+  REQUIRE(NDT_RUNTIME(cudaGetDeviceCount)(&count) == cudaSuccess);
+  REQUIRE(count == 2);
+  CHECK(NDT_RUNTIME(cudaSetDevice)(2) == cudaErrorInvalidDevice);
+
+  REQUIRE(NDT_RUNTIME(cudaSetDevice)(0) == cudaSuccess);
+  float* on_0 = nullptr;
+  cudaStream_t stream_0 = nullptr;
+  cudaEvent_t event_0 = nullptr;
+  REQUIRE(NDT_RUNTIME(cudaMalloc)(reinterpret_cast<void**>(&on_0), 64) == cudaSuccess);
+  REQUIRE(NDT_RUNTIME(cudaStreamCreateWithFlags)(&stream_0, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(NDT_RUNTIME(cudaEventCreate)(&event_0) == cudaSuccess);
+  size_t free_0 = 0, total = 0;
+  REQUIRE(NDT_RUNTIME(cudaMemGetInfo)(&free_0, &total) == cudaSuccess);
+
+  REQUIRE(NDT_RUNTIME(cudaSetDevice)(1) == cudaSuccess);
+  int device = -1;
+  CHECK(NDT_RUNTIME(cudaGetDevice)(&device) == cudaSuccess);
+  CHECK(device == 1);
+  size_t free_1 = 0;
+  REQUIRE(NDT_RUNTIME(cudaMemGetInfo)(&free_1, &total) == cudaSuccess);
+  CHECK(free_1 == free_0 + 64);  // device 0's allocation is not device 1's memory
+  float* on_1 = nullptr;
+  cudaStream_t stream_1 = nullptr;
+  REQUIRE(NDT_RUNTIME(cudaMalloc)(reinterpret_cast<void**>(&on_1), 64) == cudaSuccess);
+  REQUIRE(NDT_RUNTIME(cudaStreamCreateWithFlags)(&stream_1, cudaStreamNonBlocking) == cudaSuccess);
+  cudaPointerAttributes attributes{};
+  REQUIRE(NDT_RUNTIME(cudaPointerGetAttributes)(&attributes, on_1) == cudaSuccess);
+  CHECK(attributes.device == 1);
+
+  // An event of device 0 is recorded on device 0's streams only; any stream may wait for it.
+  CHECK(NDT_RUNTIME(cudaEventRecord)(event_0, stream_1) == cudaErrorInvalidResourceHandle);
+  CHECK(NDT_RUNTIME(cudaEventRecord)(event_0, stream_0) == cudaErrorInvalidResourceHandle);
+  REQUIRE(NDT_RUNTIME(cudaSetDevice)(0) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaEventRecord)(event_0, stream_0) == cudaSuccess);
+  REQUIRE(NDT_RUNTIME(cudaSetDevice)(1) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaStreamWaitEvent)(stream_1, event_0, 0) == cudaSuccess);
+
+  int can = 0;
+  CHECK(NDT_RUNTIME(cudaDeviceCanAccessPeer)(&can, 1, 0) == cudaSuccess);
+  CHECK(can == 1);
+  CHECK(NDT_RUNTIME(cudaDeviceCanAccessPeer)(&can, 1, 1) == cudaSuccess);
+  CHECK(can == 0);
+  CHECK(NDT_RUNTIME(cudaDeviceEnablePeerAccess)(0, 0) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaDeviceEnablePeerAccess)(0, 0) == cudaErrorPeerAccessAlreadyEnabled);
+  CHECK(NDT_RUNTIME(cudaGetLastError)() == cudaErrorPeerAccessAlreadyEnabled);
+
+  // device 0 -> device 1 on device 1's stream, and back synchronously.
+  const std::vector<float> values = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  std::vector<float> back(16);
+  REQUIRE(NDT_RUNTIME(cudaSetDevice)(0) == cudaSuccess);
+  REQUIRE(NDT_RUNTIME(cudaMemcpy)(on_0, values.data(), 64, cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(NDT_RUNTIME(cudaDeviceSynchronize)() == cudaSuccess);
+  REQUIRE(NDT_RUNTIME(cudaSetDevice)(1) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaMemcpyPeerAsync)(on_1, 1, on_0, 0, 64, stream_1) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaStreamSynchronize)(stream_1) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaMemcpyPeer)(on_0, 0, on_1, 1, 64) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaMemcpy)(back.data(), on_0, 64, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(back == values);
+  // The pointers must be memory of the devices named.
+  CHECK(NDT_RUNTIME(cudaMemcpyPeer)(on_0, 1, on_1, 1, 64) == cudaErrorInvalidValue);
+
+  CHECK(NDT_RUNTIME(cudaStreamDestroy)(stream_1) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaFree)(on_1) == cudaSuccess);
+  REQUIRE(NDT_RUNTIME(cudaSetDevice)(0) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaStreamDestroy)(stream_0) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaEventDestroy)(event_0) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaFree)(on_0) == cudaSuccess);
+}
