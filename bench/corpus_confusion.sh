@@ -5,7 +5,8 @@
 # deterministic" report that names the planted op counts as named). The programs that fail in
 # every run (always_fails; shuffled_loader --fail, whose loader thread is still copying when it
 # fails) must get that verdict (exit 4): anything else is a false alarm. Runs on the stand-in device with asynchronous streams
-# (NDT_STANDIN_ASYNC=1); nothing here is a GPU result.
+# (NDT_STANDIN_ASYNC=1) and two devices (NDT_STANDIN_DEVICES=2, as the corpus tests do); nothing
+# here is a GPU result.
 #
 # usage: bench/corpus_confusion.sh [--build DIR] [-k K] [--quick] [--runs N]
 #                                  [--programs a,b,...] [--keep DIR]
@@ -43,7 +44,7 @@ for needed in "$ndtrace" "$corpus/train_loop" "$standin/libcuda.so.1"; do
   [ -e "$needed" ] || { echo "corpus_confusion: $needed not found (build the dev preset)" >&2; exit 2; }
 done
 export LD_LIBRARY_PATH="$standin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export NDT_STANDIN_ASYNC=1
+export NDT_STANDIN_ASYNC=1 NDT_STANDIN_DEVICES=2
 
 # Program and the op its --plant makes nondeterministic (tests/corpus/CMakeLists.txt); "-": the
 # program fails in every run (PROGRAM,ARG: run with ARG).
@@ -51,6 +52,7 @@ plants="train_loop:CorpusColumnDotAtomic blas_threads:cublasSgemm_v2
 graph_replay:CorpusColumnDotAtomic cudnn_workspace:cudnnConvolutionBackwardFilter
 lt_matmul:cublasLtMatmul dropout_rng:curandGenerateUniform racy_histogram:CorpusScatterAdd
 shuffled_loader:cuMemcpyHtoDAsync_v2 async_pool:CorpusColumnDotAtomic
+data_parallel:CorpusColumnDotAtomic
 ddp_allreduce:ncclAllReduce always_fails:-
 shuffled_loader,--fail:-"
 

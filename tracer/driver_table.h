@@ -35,34 +35,38 @@
   NDT_HOOKED_DRIVER_FUNCTIONS_2(X)
 
 // Streams, events, more allocators, virtual memory mappings and graphs.
-#define NDT_HOOKED_DRIVER_FUNCTIONS_2(X)                                                         \
-  X(cuMemAllocFromPoolAsync)                                                                     \
-  X(cuMemAllocFromPoolAsync_ptsz)                                                                \
-  X(cuMemAllocManaged)                                                                           \
-  X(cuMemAllocPitch_v2)                                                                          \
-  X(cuMemMap)                                                                                    \
-  X(cuMemUnmap)                                                                                  \
-  X(cuStreamCreate)                                                                              \
-  X(cuStreamCreateWithPriority)                                                                  \
-  X(cuStreamDestroy_v2)                                                                          \
-  X(cuEventCreate)                                                                               \
-  X(cuEventDestroy_v2)                                                                           \
-  X(cuEventRecord)                                                                               \
-  X(cuEventRecord_ptsz)                                                                          \
-  X(cuEventRecordWithFlags)                                                                      \
-  X(cuEventRecordWithFlags_ptsz)                                                                 \
-  X(cuStreamWaitEvent)                                                                           \
-  X(cuStreamWaitEvent_ptsz)                                                                      \
-  X(cuEventSynchronize)                                                                          \
-  X(cuStreamBeginCapture_v2)                                                                     \
-  X(cuStreamBeginCapture_v2_ptsz)                                                                \
-  X(cuStreamEndCapture)                                                                          \
-  X(cuStreamEndCapture_ptsz)                                                                     \
-  X(cuGraphInstantiateWithFlags)                                                                 \
-  X(cuGraphLaunch)                                                                               \
-  X(cuGraphLaunch_ptsz)                                                                          \
-  X(cuGraphExecDestroy)                                                                          \
-  X(cuGraphDestroy)
+#define NDT_HOOKED_DRIVER_FUNCTIONS_2(X) \
+  X(cuMemAllocFromPoolAsync)             \
+  X(cuMemAllocFromPoolAsync_ptsz)        \
+  X(cuMemAllocManaged)                   \
+  X(cuMemAllocPitch_v2)                  \
+  X(cuMemMap)                            \
+  X(cuMemUnmap)                          \
+  X(cuStreamCreate)                      \
+  X(cuStreamCreateWithPriority)          \
+  X(cuStreamDestroy_v2)                  \
+  X(cuEventCreate)                       \
+  X(cuEventDestroy_v2)                   \
+  X(cuEventRecord)                       \
+  X(cuEventRecord_ptsz)                  \
+  X(cuEventRecordWithFlags)              \
+  X(cuEventRecordWithFlags_ptsz)         \
+  X(cuStreamWaitEvent)                   \
+  X(cuStreamWaitEvent_ptsz)              \
+  X(cuEventSynchronize)                  \
+  X(cuStreamBeginCapture_v2)             \
+  X(cuStreamBeginCapture_v2_ptsz)        \
+  X(cuStreamEndCapture)                  \
+  X(cuStreamEndCapture_ptsz)             \
+  X(cuGraphInstantiateWithFlags)         \
+  X(cuGraphLaunch)                       \
+  X(cuGraphLaunch_ptsz)                  \
+  X(cuGraphExecDestroy)                  \
+  X(cuGraphDestroy)                      \
+  X(cuMemcpyPeer)                        \
+  X(cuMemcpyPeer_ptds)                   \
+  X(cuMemcpyPeerAsync)                   \
+  X(cuMemcpyPeerAsync_ptsz)
 
 namespace ndt::tracer {
 

@@ -48,6 +48,10 @@ CUresult cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, size_t bytes, CUs
 CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
 CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t bytes);
 CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
+CUresult cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dst_context, CUdeviceptr src,
+                           CUcontext src_context, size_t bytes);
+CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dst_context, CUdeviceptr src,
+                                CUcontext src_context, size_t bytes, CUstream stream);
 CUresult cuMemsetD8_v2_ptds(CUdeviceptr dst, unsigned char value, size_t count);
 CUresult cuMemsetD16_v2_ptds(CUdeviceptr dst, unsigned short value, size_t count);
 CUresult cuMemsetD32_v2_ptds(CUdeviceptr dst, unsigned int value, size_t count);
@@ -731,6 +735,27 @@ NDT_COPY_HOOK(cuMemcpy, CUdeviceptr, CUdeviceptr, kUnified, false, false)
 NDT_COPY_HOOK(cuMemcpy_ptds, CUdeviceptr, CUdeviceptr, kUnified, true, false)
 NDT_COPY_HOOK(cuMemcpyAsync, CUdeviceptr, CUdeviceptr, kUnified, false, true, s)
 NDT_COPY_HOOK(cuMemcpyAsync_ptsz, CUdeviceptr, CUdeviceptr, kUnified, true, true, s)
+
+// Between two devices' memory (torch.nn.DataParallel's broadcast and gather, cudaMemcpyPeer*):
+// recorded as a device-to-device copy; each pointer names its allocation whatever its device.
+#define NDT_PEER_COPY_HOOK(NAME, PER_THREAD, ASYNC, ...)                                        \
+  extern "C" CUresult NAME(CUdeviceptr dst, CUcontext dst_context, CUdeviceptr src,             \
+                           CUcontext src_context, size_t bytes __VA_OPT__(, CUstream stream)) { \
+    auto real = NDT_REAL(NAME);                                                                 \
+    CUstream hstream = nullptr;                                                                 \
+    __VA_OPT__(hstream = stream;)                                                               \
+    auto pass = [&] {                                                                           \
+      return real(dst, dst_context, src, src_context, bytes __VA_OPT__(, stream));              \
+    };                                                                                          \
+    return ndt::tracer::RunHook(#NAME, real != nullptr, pass, [&](Session& s, RealCall& c) {    \
+      return ndt::tracer::RecordCopy(s, c, #NAME, Direction::kDeviceToDevice, dst, src, bytes,  \
+                                     hstream, PER_THREAD, ASYNC, pass);                         \
+    });                                                                                         \
+  }
+NDT_PEER_COPY_HOOK(cuMemcpyPeer, false, false)
+NDT_PEER_COPY_HOOK(cuMemcpyPeer_ptds, true, false)
+NDT_PEER_COPY_HOOK(cuMemcpyPeerAsync, false, true, s)
+NDT_PEER_COPY_HOOK(cuMemcpyPeerAsync_ptsz, true, true, s)
 
 // ---- memset ---------------------------------------------------------------------------------
 

@@ -1,0 +1,195 @@
+// data_parallel: one process driving every GPU of the node, as torch.nn.DataParallel does. The
+// parameters live on device 0; every step they are broadcast to the other devices (a
+// peer-to-peer copy on each device's stream after an event of device 0's), the batch, staged in
+// pinned memory, is scattered (one chunk per device), the forward runs in one fresh thread per
+// device (parallel_apply: cudaSetDevice, then the replica's kernels on its device's stream), the
+// outputs are gathered to device 0 for the loss (read back to the host), and the backward runs on
+// autograd's long-lived thread of each device, fed through a queue. The gradients are copied to
+// device 0 and summed there in device order (reduce_add), then the SGD step.
+//
+// Needs at least two devices (on the stand-in: NDT_STANDIN_DEVICES=2); uses up to four.
+// --plant: device 1's backward accumulates its gradient with float atomicAdd in racing order
+// (CorpusColumnDotAtomic).
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+#include "corpus_common.h"
+#include "corpus_kernels.cuh"
+
+namespace {
+
+constexpr int kRows = 64;  // samples per device
+constexpr int kCols = 32;  // parameters
+constexpr int kSteps = 6;
+constexpr float kLearningRate = 1e-5f;
+
+struct Replica {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  float* param = nullptr;  // the broadcast parameters (kCols)
+  float* x = nullptr;      // this device's chunk of the batch (kRows x kCols)
+  float* y = nullptr;      // forward output (kRows)
+  float* grad = nullptr;   // gradient (kCols)
+  cudaEvent_t forward_done = nullptr;
+  cudaEvent_t backward_done = nullptr;
+  corpus::Queue<int> backward_work;  // a step to run backward for; -1 ends the thread
+  std::thread autograd;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool plant = corpus::HasFlag(argc, argv, "--plant");
+  int count = 0;
+  CORPUS_CHECK(cudaGetDeviceCount(&count));
+  if (count < 2) {
+    std::fprintf(stderr, "data_parallel needs at least 2 GPUs; this machine has %d\n", count);
+    return 2;
+  }
+  const int devices = std::min(count, 4);
+  std::vector<Replica> replicas(devices);
+  corpus::Queue<int> backward_finished;
+
+  // Device 0: the module's parameters, the gathered outputs and gradients, the loss's host copy.
+  CORPUS_CHECK(cudaSetDevice(0));
+  float *param0, *outputs0, *grads0, *batch_host, *outputs_host;
+  cudaEvent_t params_ready;
+  CORPUS_CHECK(cudaMalloc(&param0, kCols * sizeof(float)));
+  CORPUS_CHECK(cudaMalloc(&outputs0, devices * kRows * sizeof(float)));
+  CORPUS_CHECK(cudaMalloc(&grads0, devices * kCols * sizeof(float)));
+  CORPUS_CHECK(cudaMallocHost(&batch_host, devices * kRows * kCols * sizeof(float)));
+  CORPUS_CHECK(cudaMallocHost(&outputs_host, devices * kRows * sizeof(float)));
+  CORPUS_CHECK(cudaEventCreateWithFlags(&params_ready, cudaEventDisableTiming));
+
+  for (int d = 0; d < devices; ++d) {
+    Replica& r = replicas[d];
+    r.device = d;
+    CORPUS_CHECK(cudaSetDevice(d));
+    if (d != 0) {
+      int can = 0;
+      CORPUS_CHECK(cudaDeviceCanAccessPeer(&can, d, 0));
+      if (can) CORPUS_CHECK(cudaDeviceEnablePeerAccess(0, 0));
+    }
+    CORPUS_CHECK(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
+    CORPUS_CHECK(cudaMalloc(&r.param, kCols * sizeof(float)));
+    CORPUS_CHECK(cudaMalloc(&r.x, kRows * kCols * sizeof(float)));
+    CORPUS_CHECK(cudaMalloc(&r.y, kRows * sizeof(float)));
+    CORPUS_CHECK(cudaMalloc(&r.grad, kCols * sizeof(float)));
+    CORPUS_CHECK(cudaEventCreateWithFlags(&r.forward_done, cudaEventDisableTiming));
+    CORPUS_CHECK(cudaEventCreateWithFlags(&r.backward_done, cudaEventDisableTiming));
+    // Autograd's thread for this device: started with the device, as the engine does.
+    r.autograd = std::thread([&r, &backward_finished, plant] {
+      CORPUS_CHECK(cudaSetDevice(r.device));
+      while (r.backward_work.Pop() >= 0) {
+        CORPUS_CHECK(cudaStreamWaitEvent(r.stream, r.forward_done, 0));
+        if (plant && r.device == 1) {
+          CORPUS_CHECK(cudaMemsetAsync(r.grad, 0, kCols * sizeof(float), r.stream));
+          CorpusColumnDotAtomic<<<corpus::Blocks(kRows * kCols), corpus::kThreads, 0, r.stream>>>(
+              r.x, r.y, r.grad, kRows, kCols);
+        } else {
+          CorpusColumnDot<<<corpus::Blocks(kCols), corpus::kThreads, 0, r.stream>>>(
+              r.x, r.y, r.grad, kRows, kCols);
+        }
+        CORPUS_CHECK(cudaGetLastError());  // C10_CUDA_KERNEL_LAUNCH_CHECK
+        CORPUS_CHECK(cudaEventRecord(r.backward_done, r.stream));
+        backward_finished.Push(r.device);
+      }
+    });
+  }
+  CORPUS_CHECK(cudaSetDevice(0));
+  for (int d = 1; d < devices; ++d) CORPUS_CHECK(cudaDeviceEnablePeerAccess(d, 0));
+  // On the module's stream: a cudaMemcpy would go to the legacy stream, which the non-blocking
+  // streams do not wait for (and a copy from pageable memory may return before it lands).
+  std::vector<float> initial = corpus::MixedValues(kCols, 11);
+  for (float& value : initial) value /= 4096.0f;
+  CORPUS_CHECK(cudaMemcpyAsync(param0, initial.data(), kCols * sizeof(float),
+                               cudaMemcpyHostToDevice, replicas[0].stream));
+
+  std::vector<float> losses;
+  for (int step = 0; step < kSteps; ++step) {
+    const std::vector<float> batch = corpus::MixedValues(devices * kRows * kCols, 100 + step);
+    for (size_t i = 0; i < batch.size(); ++i) batch_host[i] = batch[i] / 4096.0f;
+    // Broadcast: each device copies the parameters once device 0's last update is done.
+    CORPUS_CHECK(cudaSetDevice(0));
+    CORPUS_CHECK(cudaEventRecord(params_ready, replicas[0].stream));
+    for (Replica& r : replicas) {
+      CORPUS_CHECK(cudaSetDevice(r.device));
+      CORPUS_CHECK(cudaStreamWaitEvent(r.stream, params_ready, 0));
+      CORPUS_CHECK(cudaMemcpyPeerAsync(r.param, r.device, param0, 0, kCols * sizeof(float),
+                                       r.stream));
+      // Scatter: this device's chunk of the batch.
+      CORPUS_CHECK(cudaMemcpyAsync(r.x, batch_host + r.device * kRows * kCols,
+                                   kRows * kCols * sizeof(float), cudaMemcpyHostToDevice,
+                                   r.stream));
+    }
+    // parallel_apply: a thread per device, started afresh every step.
+    std::vector<std::thread> forward;
+    for (Replica& r : replicas) {
+      forward.emplace_back([&r] {
+        CORPUS_CHECK(cudaSetDevice(r.device));
+        CorpusMatVec<<<corpus::Blocks(kRows), corpus::kThreads, 0, r.stream>>>(r.x, r.param, r.y,
+                                                                               kRows, kCols);
+        CORPUS_CHECK(cudaGetLastError());
+        CORPUS_CHECK(cudaEventRecord(r.forward_done, r.stream));
+      });
+    }
+    for (std::thread& t : forward) t.join();
+    // Gather the outputs to device 0 and compute the loss there (on the host here).
+    CORPUS_CHECK(cudaSetDevice(0));
+    cudaStream_t main_stream = replicas[0].stream;
+    for (Replica& r : replicas) {
+      CORPUS_CHECK(cudaStreamWaitEvent(main_stream, r.forward_done, 0));
+      CORPUS_CHECK(cudaMemcpyPeerAsync(outputs0 + r.device * kRows, 0, r.y, r.device,
+                                       kRows * sizeof(float), main_stream));
+    }
+    CORPUS_CHECK(cudaMemcpyAsync(outputs_host, outputs0, devices * kRows * sizeof(float),
+                                 cudaMemcpyDeviceToHost, main_stream));
+    CORPUS_CHECK(cudaStreamSynchronize(main_stream));
+    double loss = 0;
+    for (int i = 0; i < devices * kRows; ++i) loss += 0.5 * outputs_host[i] * outputs_host[i];
+    losses.push_back(static_cast<float>(loss));
+    std::printf("step %d loss %.6f\n", step, loss);
+    // Backward on each device's autograd thread; gradients reduced on device 0 in device order.
+    for (Replica& r : replicas) r.backward_work.Push(step);
+    for (int i = 0; i < devices; ++i) backward_finished.Pop();
+    for (Replica& r : replicas) {
+      CORPUS_CHECK(cudaStreamWaitEvent(main_stream, r.backward_done, 0));
+      CORPUS_CHECK(cudaMemcpyPeerAsync(grads0 + r.device * kCols, 0, r.grad, r.device,
+                                       kCols * sizeof(float), main_stream));
+    }
+    for (int d = 0; d < devices; ++d) {
+      CorpusAxpby<<<corpus::Blocks(kCols), corpus::kThreads, 0, main_stream>>>(
+          -kLearningRate, grads0 + d * kCols, 1.0f, param0, kCols);
+      CORPUS_CHECK(cudaGetLastError());
+    }
+  }
+
+  std::vector<float> result(kCols);
+  // The streams are non-blocking: the legacy stream's copy would not wait for the last update.
+  CORPUS_CHECK(cudaStreamSynchronize(replicas[0].stream));
+  CORPUS_CHECK(cudaMemcpy(result.data(), param0, kCols * sizeof(float), cudaMemcpyDeviceToHost));
+  for (Replica& r : replicas) {
+    r.backward_work.Push(-1);
+    r.autograd.join();
+    CORPUS_CHECK(cudaSetDevice(r.device));
+    CORPUS_CHECK(cudaStreamSynchronize(r.stream));
+    CORPUS_CHECK(cudaFree(r.param));
+    CORPUS_CHECK(cudaFree(r.x));
+    CORPUS_CHECK(cudaFree(r.y));
+    CORPUS_CHECK(cudaFree(r.grad));
+    CORPUS_CHECK(cudaEventDestroy(r.forward_done));
+    CORPUS_CHECK(cudaEventDestroy(r.backward_done));
+    CORPUS_CHECK(cudaStreamDestroy(r.stream));
+  }
+  CORPUS_CHECK(cudaSetDevice(0));
+  CORPUS_CHECK(cudaFree(param0));
+  CORPUS_CHECK(cudaFree(outputs0));
+  CORPUS_CHECK(cudaFree(grads0));
+  CORPUS_CHECK(cudaFreeHost(batch_host));
+  CORPUS_CHECK(cudaFreeHost(outputs_host));
+  CORPUS_CHECK(cudaEventDestroy(params_ready));
+  result.insert(result.end(), losses.begin(), losses.end());
+  ndt::programs::PrintChecksum(result.data(), result.size() * sizeof(float));
+  return 0;
+}
