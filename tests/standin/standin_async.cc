@@ -165,11 +165,20 @@ bool QueueIdle(const std::shared_ptr<WorkQueue>& queue) {
 }
 
 CUresult SynchronizeAllQueues() {
+  return SynchronizeQueuesExcept({});
+}
+
+CUresult SynchronizeQueuesExcept(const std::vector<std::shared_ptr<WorkQueue>>& other_devices) {
   Queues& q = GetQueues();
   std::vector<std::pair<std::shared_ptr<WorkQueue>, std::uint64_t>> targets;
   {
     std::lock_guard lock(q.mu);
-    for (const auto& queue : q.live) targets.emplace_back(queue, queue->enqueued_);
+    for (const auto& queue : q.live) {
+      if (std::find(other_devices.begin(), other_devices.end(), queue) != other_devices.end()) {
+        continue;
+      }
+      targets.emplace_back(queue, queue->enqueued_);
+    }
   }
   CUresult first = CUDA_SUCCESS;
   for (const auto& [queue, ticket] : targets) {

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 namespace ndt::standin {
 
@@ -71,6 +72,9 @@ bool QueueIdle(const std::shared_ptr<WorkQueue>& queue);
 // Blocks until every queue has run everything enqueued so far (cuCtxSynchronize, and before
 // memory is freed); returns and clears the first failure of any queue.
 CUresult SynchronizeAllQueues();
+// The same for every queue but those in `other_devices` (cuCtxSynchronize of one device: the
+// queues of other devices' streams are left running).
+CUresult SynchronizeQueuesExcept(const std::vector<std::shared_ptr<WorkQueue>>& other_devices);
 
 // cuStreamDestroy: the worker runs what is queued, then exits.
 void CloseQueue(const std::shared_ptr<WorkQueue>& queue);

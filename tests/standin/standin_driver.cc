@@ -183,6 +183,7 @@ struct Primary {
   int retains = 0;
   unsigned flags = 0;
   bool peer[kMaxDevices] = {};  // cuCtxEnablePeerAccess from this context to device i
+  bool faulted = false;         // a kernel reached memory it may not: sticky until a reset
 };
 
 // All driver state. Every member is guarded by `mu`; kernels and host functions run without it.
@@ -239,6 +240,16 @@ int DeviceCount() {
     return static_cast<int>(std::clamp<long>(n, 1, kMaxDevices));
   }();
   return count;
+}
+
+// NDT_STANDIN_P2P=0: the devices cannot reach each other's memory (a PCIe machine without
+// peer-to-peer): cuDeviceCanAccessPeer says 0 and cuCtxEnablePeerAccess is refused.
+bool PeerToPeer() {
+  static const bool p2p = [] {
+    const char* value = std::getenv("NDT_STANDIN_P2P");
+    return value == nullptr || std::strcmp(value, "0") != 0;
+  }();
+  return p2p;
 }
 
 // The primary context `context` is, or null when it is none.
@@ -351,6 +362,7 @@ CUresult RequireContextLocked(const Driver& d) {
   if (current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   const Primary* primary = PrimaryOf(current);
   if (primary == nullptr || primary->retains == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (primary->faulted) return CUDA_ERROR_ILLEGAL_ADDRESS;  // as a GPU's context after a fault
   return CUDA_SUCCESS;
 }
 
@@ -483,6 +495,7 @@ void DestroyModuleLocked(Driver& d, CUmodule module) {
 // cuDevicePrimaryCtxRelease do. Libraries are context-independent and stay loaded, but lose
 // their module and functions in that context.
 void DestroyContextResourcesLocked(Driver& d, CUdevice device) {
+  d.primaries[device].faulted = false;
   std::erase_if(d.allocations, [&](const auto& entry) { return entry.second.device == device; });
   d.allocated_bytes[device] = 0;
   for (auto it = d.freed.begin(); it != d.freed.end();) {
@@ -681,6 +694,23 @@ auto Timed(const Activity& activity, Work&& work) {
   return result;
 }
 
+// Whether every pointer argument of a launch in the current context is memory its device may
+// reach: its own, pinned host memory, or a peer's with peer access enabled. A pointer-sized
+// argument that is no device address is not a pointer. (A GPU faults when the kernel runs and
+// the context is lost; here the launch fails and the context is marked faulted.)
+bool ReachableLocked(const Driver& d, const HostKernel& kernel, void** params) {
+  const Primary& current = d.primaries[CurrentDevice()];
+  for (std::size_t i = 0; i < kernel.params.size(); ++i) {
+    if (kernel.params[i].size != sizeof(std::uintptr_t)) continue;
+    std::uintptr_t value;
+    std::memcpy(&value, params[i], sizeof(value));
+    const auto it = FindAllocationLocked(d, value);
+    if (it == d.allocations.end() || it->second.pinned_host) continue;
+    if (it->second.device != CurrentDevice() && !current.peer[it->second.device]) return false;
+  }
+  return true;
+}
+
 CUresult Launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_mem_bytes, CUstream stream,
                 void** kernel_params, void** extra) {
   Driver& d = GetDriver();
@@ -693,6 +723,11 @@ CUresult Launch(CUfunction f, Dim3 grid, Dim3 block, unsigned shared_mem_bytes, 
     kernel = LaunchTargetLocked(d, f);
     if (kernel == nullptr) return CUDA_ERROR_INVALID_HANDLE;
     if (const CUresult r = CheckOwnStreamLocked(d, stream); r != CUDA_SUCCESS) return r;
+    if (kernel_params != nullptr && !ReachableLocked(d, *kernel, kernel_params)) {
+      d.primaries[CurrentDevice()].faulted = true;
+      LogDriverCall("fault: a kernel read another device's memory without peer access");
+      return CUDA_ERROR_ILLEGAL_ADDRESS;
+    }
     capture = CaptureLocked(d, stream);
     if (capture == nullptr && AsyncStreams()) queue = QueueForLocked(d, stream);
   }
@@ -1204,17 +1239,24 @@ CUresult ContextDevice(CUdevice* device, CUcontext context) {
   return CUDA_SUCCESS;
 }
 
+// Waits for the context's device only: other devices' streams go on running.
 CUresult SynchronizeContext(CUcontext context) {
   Driver& d = GetDriver();
+  std::vector<std::shared_ptr<WorkQueue>> other_devices;
   {
     std::lock_guard lock(d.mu);
     if (context == nullptr) {
       if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+      context = CurrentContext();
     } else if (PrimaryOf(context) == nullptr) {
       return CUDA_ERROR_INVALID_CONTEXT;
     }
+    if (!AsyncStreams()) return CUDA_SUCCESS;
+    for (const auto& [handle, stream] : d.streams) {
+      if (stream->device != context->device) other_devices.push_back(stream->queue);
+    }
   }
-  return AsyncStreams() ? SynchronizeAllQueues() : CUDA_SUCCESS;
+  return SynchronizeQueuesExcept(other_devices);
 }
 
 CUresult DeviceUuid(CUuuid* uuid, CUdevice device) {
@@ -2240,7 +2282,7 @@ CUresult cuDeviceCanAccessPeer(int* canAccessPeer, CUdevice dev, CUdevice peerDe
     return CUDA_ERROR_INVALID_DEVICE;
   }
   if (canAccessPeer == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *canAccessPeer = dev != peerDev ? 1 : 0;
+  *canAccessPeer = dev != peerDev && ndt::standin::PeerToPeer() ? 1 : 0;
   return CUDA_SUCCESS;
 }
 
@@ -2254,6 +2296,7 @@ CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags) {
   if (ndt::standin::PrimaryOf(peerContext) == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   const CUdevice self = ndt::standin::CurrentDevice();
   if (peerContext->device == self) return CUDA_ERROR_INVALID_DEVICE;
+  if (!ndt::standin::PeerToPeer()) return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
   bool& enabled = d.primaries[self].peer[peerContext->device];
   if (enabled) return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
   enabled = true;
