@@ -2,7 +2,8 @@
 
 namespace ndt::tracer {
 
-bool AllocationMap::Add(uint64_t base, uint64_t bytes, uint64_t id) {
+bool AllocationMap::Add(uint64_t base, uint64_t bytes, uint64_t id, const void* context,
+                        uint32_t device) {
   const uint64_t end = base + (bytes == 0 ? 1 : bytes);
   // Drop stale entries overlapping [base, end): the first one that starts before base and
   // reaches into it, then every one that starts inside it.
@@ -16,7 +17,7 @@ bool AllocationMap::Add(uint64_t base, uint64_t bytes, uint64_t id) {
   }
   while (it != by_base_.end() && it->first < end) it = by_base_.erase(it);
   const bool replaced = by_base_.size() != before_size;
-  by_base_[base] = Allocation{id, base, bytes};
+  by_base_[base] = Allocation{id, base, bytes, false, context, device};
   return replaced;
 }
 

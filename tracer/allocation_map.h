@@ -13,12 +13,15 @@ namespace ndt::tracer {
 
 // A live allocation: its canonical id (given by the caller: lineage.h's NewObjectId) and its
 // extent. `suballocated`: a pointer into it at another offset than its base has been named
-// (a caching allocator's segment holding several tensors).
+// (a caching allocator's segment holding several tensors). `context`: the CUDA context that was
+// current when it was made (the device it is on: `device`); null when not known.
 struct Allocation {
   uint64_t id = 0;
   uint64_t base = 0;
   uint64_t bytes = 0;
   bool suballocated = false;
+  const void* context = nullptr;
+  uint32_t device = 0;
 };
 
 class AllocationMap {
@@ -26,7 +29,8 @@ class AllocationMap {
   // Records a new allocation [base, base + bytes) named `id`. An allocation that overlaps a
   // recorded one replaces it (the driver reused the range; we missed a free): returns whether
   // one was replaced.
-  bool Add(uint64_t base, uint64_t bytes, uint64_t id);
+  bool Add(uint64_t base, uint64_t bytes, uint64_t id, const void* context = nullptr,
+           uint32_t device = 0);
 
   // Removes the allocation that starts at `base` and returns it, or nullopt if none does.
   std::optional<Allocation> Remove(uint64_t base);

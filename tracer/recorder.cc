@@ -1149,14 +1149,37 @@ void Session::FlushHeldRecords(bool wait) {
   rings_.Flush(wait);
 }
 
+namespace {
+
+// The calling thread's current context and its device ordinal (null and 0 when there is none).
+std::pair<const void*, uint32_t> CurrentContextDevice() {
+  using CurrentFn = CUresult (*)(CUcontext*);
+  using DeviceFn = CUresult (*)(CUdevice*);
+  static const auto current = Proc<CurrentFn>("cuCtxGetCurrent", 4000);
+  static const auto device = Proc<DeviceFn>("cuCtxGetDevice", 2000);
+  CUcontext context = nullptr;
+  CUdevice ordinal = 0;
+  if (current == nullptr || current(&context) != CUDA_SUCCESS || context == nullptr) {
+    return {nullptr, 0};
+  }
+  if (device == nullptr || device(&ordinal) != CUDA_SUCCESS || ordinal < 0) ordinal = 0;
+  return {context, static_cast<uint32_t>(ordinal)};
+}
+
+}  // namespace
+
 void Session::OnAllocate(uint64_t base, uint64_t bytes, const char* api, uint32_t stream_id) {
   format::AllocationRecord record;
   record.allocation_id = NewObjectId(ObjectKind::kAllocation);
+  // The device it is on: a process may drive several GPUs (DataParallel, a model split over
+  // devices), and its memory is digested in that device's context.
+  const auto [context, device] = CurrentContextDevice();
+  record.device_ordinal = device;
   {
     std::lock_guard lock(mutex_);
     // A new allocation leaves the allocations threads keep (LookupCache) right, unless it
     // replaced a stale one.
-    if (allocations_.Add(base, bytes, record.allocation_id)) {
+    if (allocations_.Add(base, bytes, record.allocation_id, context, device)) {
       allocations_version_.fetch_add(1, std::memory_order_release);
     }
     if (base < allocation_low_.load(std::memory_order_relaxed)) {
@@ -1199,6 +1222,7 @@ void Session::EndFree(const Freeing& freeing, bool freed, const char* api, uint3
   record.bytes = allocation->bytes;
   record.api = api;
   record.raw_address = allocation->base;
+  record.device_ordinal = allocation->device;
   record.before_op = freeing.before_op;
   record.stream_id = stream_id;
   Append(record);
@@ -1389,12 +1413,13 @@ bool Session::TakeStateDigest(const std::string& reason) {
   };
   if (objects_.AnyCapture()) return note("a stream capture is in progress");
   using SynchronizeFn = CUresult (*)();
+  using PushFn = CUresult (*)(CUcontext);
+  using PopFn = CUresult (*)(CUcontext*);
   const auto synchronize =
       reinterpret_cast<SynchronizeFn>(RealDriverFunction(Hook::k_cuCtxSynchronize));
+  static const auto push = Proc<PushFn>("cuCtxPushCurrent", 4000);
+  static const auto pop = Proc<PopFn>("cuCtxPopCurrent", 4000);
   if (synchronize == nullptr) return note("the driver is not loaded");
-  if (const CUresult result = synchronize(); result != CUDA_SUCCESS) {
-    return note("cuCtxSynchronize returned " + std::to_string(static_cast<int>(result)));
-  }
   std::vector<Allocation> live;
   {
     std::lock_guard lock(mutex_);
@@ -1402,31 +1427,62 @@ bool Session::TakeStateDigest(const std::string& reason) {
   }
   std::sort(live.begin(), live.end(),
             [](const Allocation& a, const Allocation& b) { return a.id < b.id; });
+  // Each device's memory is read in its own context, once that context is synchronised: the
+  // current context's first, then every other device's the program allocated in (a digest
+  // kernel of one device may not read another's memory, and cuCtxSynchronize waits for one
+  // device only).
+  const void* const current = CurrentContextDevice().first;
+  std::vector<const void*> contexts = {current};
+  for (const Allocation& allocation : live) {
+    if (allocation.context != nullptr &&
+        std::find(contexts.begin(), contexts.end(), allocation.context) == contexts.end()) {
+      contexts.push_back(allocation.context);
+    }
+  }
   format::StateDigestRecord record;
   record.after_op = issued == 0 ? 0 : issued - 1;
   record.reason = reason;
   uint64_t unreadable = 0;
-  // The context is synchronised: on the GPU, every digest goes on the legacy default stream and
-  // the record is written once they have all arrived, before the program goes on.
+  // On the GPU, every digest goes on the legacy default stream of its context and the record is
+  // written once they have all arrived, before the program goes on.
   const DigestStream legacy{0, [] { return true; }};
-  int synced = 1;
   bool any_on_gpu = false;
-  for (const Allocation& allocation : live) {
-    bool on_gpu = false;
-    std::optional<format::Digest> value =
-        DigestInStreamOrder(allocation.base, allocation.bytes, legacy, &synced, &on_gpu);
-    any_on_gpu |= on_gpu;
-    if (!value) {
-      ++unreadable;  // freed by another thread meanwhile, or the copy failed
-      continue;
+  std::vector<std::pair<uint64_t, format::BufferDigest>> digests;  // by allocation id
+  for (const void* context : contexts) {
+    const bool switched = context != current;
+    if (switched && (push == nullptr || pop == nullptr ||
+                     push(static_cast<CUcontext>(const_cast<void*>(context))) != CUDA_SUCCESS)) {
+      continue;  // its allocations are counted unreadable below
     }
-    format::BufferDigest digest;
-    digest.pointer = {allocation.id, 0, allocation.base};
-    digest.bytes = allocation.bytes;
-    digest.digest = *value;
-    digest.suballocated = allocation.suballocated;
-    record.allocations.push_back(std::move(digest));
+    const CUresult synced_result = synchronize();
+    if (synced_result != CUDA_SUCCESS && !switched) {
+      return note("cuCtxSynchronize returned " + std::to_string(static_cast<int>(synced_result)));
+    }
+    int synced = synced_result == CUDA_SUCCESS ? 1 : -1;
+    for (const Allocation& allocation : live) {
+      const void* home = allocation.context != nullptr ? allocation.context : current;
+      if (home != context) continue;
+      bool on_gpu = false;
+      std::optional<format::Digest> value =
+          DigestInStreamOrder(allocation.base, allocation.bytes, legacy, &synced, &on_gpu);
+      any_on_gpu |= on_gpu;
+      if (!value) continue;  // freed by another thread meanwhile, or the copy failed
+      format::BufferDigest digest;
+      digest.pointer = {allocation.id, 0, allocation.base};
+      digest.bytes = allocation.bytes;
+      digest.digest = *value;
+      digest.suballocated = allocation.suballocated;
+      digests.emplace_back(allocation.id, std::move(digest));
+    }
+    if (switched) {
+      CUcontext popped = nullptr;
+      pop(&popped);
+    }
   }
+  std::sort(digests.begin(), digests.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [id, digest] : digests) record.allocations.push_back(std::move(digest));
+  unreadable = live.size() - record.allocations.size();
   record.time_ns = NowNs();
   Append(record);
   if (any_on_gpu) FlushHeldRecords(true);
@@ -1448,8 +1504,11 @@ std::optional<format::Digest> Session::DigestInStreamOrder(uint64_t address, uin
       allocation = allocations_.Find(address);
     }
     // Only inside memory we know to be allocated: a kernel reading past it would fault the
-    // context, where a copy merely fails.
-    if (allocation && bytes <= allocation->bytes - (address - allocation->base)) {
+    // context, where a copy merely fails. And only memory of the current context's device: a
+    // kernel reading another device's memory faults without peer access; a copy is staged by
+    // the driver (a peer copy's destination, written from the source device's stream).
+    if (allocation && bytes <= allocation->bytes - (address - allocation->base) &&
+        (allocation->context == nullptr || allocation->context == CurrentContextDevice().first)) {
       if (std::optional<uint64_t> ticket =
               gpu_.Enqueue(address, bytes, stream.launch, summarize_f32)) {
         if (on_gpu != nullptr) *on_gpu = true;
@@ -1460,6 +1519,28 @@ std::optional<format::Digest> Session::DigestInStreamOrder(uint64_t address, uin
   if (*synced == 0) *synced = stream.synchronize() ? 1 : -1;
   if (*synced < 0) return std::nullopt;
   return DigestDevice(address, bytes);
+}
+
+std::optional<format::BufferDigest> Session::DigestRange(const std::string& role, uint64_t address,
+                                                         uint64_t bytes,
+                                                         const DigestStream& stream) {
+  std::optional<Allocation> allocation;
+  {
+    std::lock_guard lock(mutex_);
+    allocation = allocations_.Find(address);
+  }
+  if (!allocation) return std::nullopt;
+  const uint64_t offset = address - allocation->base;
+  bytes = std::min(bytes, allocation->bytes - offset);
+  int synced = 0;
+  std::optional<format::Digest> value = DigestInStreamOrder(address, bytes, stream, &synced);
+  if (!value) return std::nullopt;
+  format::BufferDigest digest;
+  digest.role = role;
+  digest.pointer = {allocation->id, offset, address};
+  digest.bytes = bytes;
+  digest.digest = *value;
+  return digest;
 }
 
 std::vector<format::BufferDigest> Session::DigestAllocations(

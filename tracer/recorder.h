@@ -247,6 +247,14 @@ class Session {
   std::vector<format::BufferDigest> DigestAllocations(
       const std::vector<std::pair<std::string, uint64_t>>& buffers, const DigestStream& stream);
 
+  // The digest of exactly the `bytes` bytes at device address `address` (cut at the end of the
+  // allocation containing it), named `role`, once `stream`'s work so far is done: what a copy or
+  // a memset wrote, and nothing of the tensors beside it in the same allocation, which other
+  // streams may be writing meanwhile. nullopt when the address is in no known allocation or the
+  // bytes cannot be read.
+  std::optional<format::BufferDigest> DigestRange(const std::string& role, uint64_t address,
+                                                  uint64_t bytes, const DigestStream& stream);
+
   // The digest v1 of the `bytes` bytes at device address `address` once the work enqueued so
   // far on `stream` is done. On the GPU when that path is on in this context and the range lies
   // inside one known allocation: the kernels are enqueued on `stream.launch` and the value

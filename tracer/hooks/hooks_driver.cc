@@ -133,15 +133,28 @@ uint64_t SyncHandle(CUstream stream, bool per_thread) {
 
 // Inside the digest window: the digests of the whole allocations `buffers` (role, device
 // address) reference, in `stream`'s order (on the GPU, or synchronising it for the CPU path).
+// The GPU kernels go through the legacy-stream cuLaunchKernel: a per-thread function's null
+// stream must be named explicitly.
+DigestStream InStreamOrder(CUstream stream, bool per_thread) {
+  return {SyncHandle(stream, per_thread),
+          [stream, per_thread] { return SyncStream(stream, per_thread) == CUDA_SUCCESS; }};
+}
+
 std::vector<BufferDigest> WindowDigests(
     Session& session, CUstream stream, bool per_thread,
     const std::vector<std::pair<std::string, uint64_t>>& buffers) {
   if (buffers.empty()) return {};
-  // The GPU kernels go through the legacy-stream cuLaunchKernel: a per-thread function's null
-  // stream must be named explicitly.
-  return session.DigestAllocations(
-      buffers, {SyncHandle(stream, per_thread),
-                [&] { return SyncStream(stream, per_thread) == CUDA_SUCCESS; }});
+  return session.DigestAllocations(buffers, InStreamOrder(stream, per_thread));
+}
+
+// What a copy or memset wrote, exactly: the `bytes` at `dst` (the rest of its allocation may be
+// other tensors, written by other streams meanwhile).
+std::vector<BufferDigest> WrittenDigest(Session& session, CUstream stream, bool per_thread,
+                                        uint64_t dst, uint64_t bytes) {
+  std::optional<BufferDigest> digest =
+      session.DigestRange("dst", dst, bytes, InStreamOrder(stream, per_thread));
+  if (!digest) return {};
+  return {std::move(*digest)};
 }
 
 Argument Unsigned(const char* name, uint64_t value) { return Argument{name, value}; }
@@ -251,7 +264,7 @@ CUresult RecordCopy(Session& session, RealCall& call, const char* name, Directio
   const CUresult result = call.Set(CallAs(op, real, !dst_device));
   if (result == CUDA_SUCCESS && src_device && dst_device &&
       session.digests().InWindow(op.sequence)) {
-    op.outputs = WindowDigests(session, stream, per_thread, {{"dst", dst}});
+    op.outputs = WrittenDigest(session, stream, per_thread, dst, bytes);
   }
   if (result == CUDA_SUCCESS && src_device && !dst_device) {
     if (async) {
@@ -280,7 +293,7 @@ CUresult RecordMemset(Session& session, RealCall& call, const char* name, CUdevi
   const CUresult result = call.Set(CallAs(op, real));
   std::vector<BufferDigest> outputs;
   if (result == CUDA_SUCCESS && graph == 0 && session.digests().InWindow(op.sequence)) {
-    outputs = WindowDigests(session, stream, per_thread, {{"dst", dst}});
+    outputs = WrittenDigest(session, stream, per_thread, dst, uint64_t{count} * element_bytes);
   }
   session.EndRawOp(op, static_cast<int32_t>(result), std::move(outputs));
   return result;
