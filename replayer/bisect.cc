@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <deque>
 #include <functional>
@@ -46,52 +47,6 @@ std::string Settings(const BisectRun& run) {
 
 using RunWith = std::function<StatusOr<std::string>(BisectRun)>;
 
-// Step 5 (bisect.h) for the op `d` names, found in the trace at `path`: its confirmation line.
-std::string Confirm(const BisectOptions& options, const Divergence& d, const std::string& path,
-                    const RunWith& run) {
-  const uint64_t sequence = d.op.sequence;
-  if (d.klass != DivergenceClass::kNondeterministicOp) {
-    return fmt::format(
-        "not confirmed: op {}'s divergence is of class {}, not one replaying it alone can show",
-        sequence, DivergenceClassName(d.klass));
-  }
-  StatusOr<std::unique_ptr<format::TraceReader>> found = format::TraceReader::Open(path);
-  if (!found.ok()) return "not confirmed: " + found.status().message();
-  const std::optional<format::OpRecord> op = (*found)->FindOp(sequence);
-  if (!op) return fmt::format("not confirmed: op {} is not in {}", sequence, path);
-  if (Status status = CheckReplayable(*op); !status.ok()) {
-    return "not confirmed: " + status.message();
-  }
-  BisectRun settings;
-  settings.capture = std::to_string(sequence);
-  StatusOr<std::string> trace = run(settings);
-  if (!trace.ok()) return "not confirmed: the capture run failed: " + trace.status().message();
-  StatusOr<std::unique_ptr<format::TraceReader>> reader = format::TraceReader::Open(*trace);
-  if (!reader.ok()) return "not confirmed: " + reader.status().message();
-  const std::optional<format::OpRecord> captured = (*reader)->FindOp(sequence);
-  if (!captured || captured->name != op->name) {
-    return fmt::format("not confirmed: op {} of the capture run is {}, not {}", sequence,
-                       captured ? captured->name : "missing", op->name);
-  }
-  if (Status status = CheckCaptured(*captured); !status.ok()) {
-    return "not confirmed: " + status.message();
-  }
-  OpReplayOptions replay;
-  replay.repeat = options.confirm_runs;
-  StatusOr<OpReplayReport> report = ReplayOp(**reader, *captured, replay);
-  if (!report.ok()) return "not confirmed: replaying it failed: " + report.status().message();
-  const AlgorithmRuns& runs = report->algorithms.front();
-  if (runs.distinct_outputs > 1) {
-    return fmt::format(
-        "confirmed: op {} varies when replayed alone ({} distinct outputs in {} runs)", sequence,
-        runs.distinct_outputs, runs.runs);
-  }
-  return fmt::format(
-      "not reproduced alone: op {} gave identical outputs in {} runs when replayed alone (it may "
-      "race with other work, e.g. on another stream)",
-      sequence, runs.runs);
-}
-
 // `name` as an fnmatch pattern matching exactly it, in the tracer's NDTRACE_CAPTURE list (whose
 // tokens are separated by commas: a comma matches as `?`).
 std::string ExactGlob(const std::string& name) {
@@ -120,6 +75,62 @@ std::optional<format::OpRecord> FindInLane(format::TraceReader& reader, const Op
     if (counts[lane]++ == where.lane_index) return std::move(*op);
   }
   return std::nullopt;
+}
+
+// Step 5 (bisect.h) for the op `d` names, found in the trace at `path`: its confirmation line.
+std::string Confirm(const BisectOptions& options, const Divergence& d, const std::string& path,
+                    const RunWith& run) {
+  const uint64_t sequence = d.op.sequence;
+  if (d.klass != DivergenceClass::kNondeterministicOp) {
+    return fmt::format(
+        "not confirmed: op {}'s divergence is of class {}, not one replaying it alone can show",
+        sequence, DivergenceClassName(d.klass));
+  }
+  StatusOr<std::unique_ptr<format::TraceReader>> found = format::TraceReader::Open(path);
+  if (!found.ok()) return "not confirmed: " + found.status().message();
+  const std::optional<format::OpRecord> op = (*found)->FindOp(sequence);
+  if (!op) return fmt::format("not confirmed: op {} is not in {}", sequence, path);
+  if (Status status = CheckReplayable(*op); !status.ok()) {
+    return "not confirmed: " + status.message();
+  }
+  // Captured by name and found again at its place in its lane: where several threads issue
+  // work, the capture run numbers its ops in another order (as ConfirmSuspect does).
+  const bool api_name = std::all_of(op->name.begin(), op->name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+  BisectRun settings;
+  settings.capture = op->kind == format::OpKind::kKernelLaunch ? "kernel:" + ExactGlob(op->name)
+                     : api_name                                ? op->name
+                                                               : std::to_string(sequence);
+  StatusOr<std::string> trace = run(settings);
+  if (!trace.ok()) return "not confirmed: the capture run failed: " + trace.status().message();
+  StatusOr<std::unique_ptr<format::TraceReader>> reader = format::TraceReader::Open(*trace);
+  if (!reader.ok()) return "not confirmed: " + reader.status().message();
+  const std::optional<format::OpRecord> captured = FindInLane(**reader, d.op);
+  if (!captured || captured->name != op->name) {
+    return fmt::format(
+        "not confirmed: the capture run has {} at op {}'s place (thread {}, stream {}, op #{} "
+        "there), not {}",
+        captured ? captured->name : "no op", sequence, d.op.thread_id, d.op.stream_id,
+        d.op.lane_index, op->name);
+  }
+  if (Status status = CheckCaptured(*captured); !status.ok()) {
+    return "not confirmed: " + status.message();
+  }
+  OpReplayOptions replay;
+  replay.repeat = options.confirm_runs;
+  StatusOr<OpReplayReport> report = ReplayOp(**reader, *captured, replay);
+  if (!report.ok()) return "not confirmed: replaying it failed: " + report.status().message();
+  const AlgorithmRuns& runs = report->algorithms.front();
+  if (runs.distinct_outputs > 1) {
+    return fmt::format(
+        "confirmed: op {} varies when replayed alone ({} distinct outputs in {} runs)", sequence,
+        runs.distinct_outputs, runs.runs);
+  }
+  return fmt::format(
+      "not reproduced alone: op {} gave identical outputs in {} runs when replayed alone (it may "
+      "race with other work, e.g. on another stream)",
+      sequence, runs.runs);
 }
 
 // Run A's kernel launches, copies and memsets before the first divergence, as far as a walk
