@@ -1,11 +1,14 @@
 // data_parallel: one process driving every GPU of the node, as torch.nn.DataParallel does. The
-// parameters live on device 0; every step they are broadcast to the other devices (a
-// peer-to-peer copy on each device's stream after an event of device 0's), the batch, staged in
-// pinned memory, is scattered (one chunk per device), the forward runs in one fresh thread per
-// device (parallel_apply: cudaSetDevice, then the replica's kernels on its device's stream), the
-// outputs are gathered to device 0 for the loss (read back to the host), and the backward runs on
-// autograd's long-lived thread of each device, fed through a queue. The gradients are copied to
-// device 0 and summed there in device order (reduce_add), then the SGD step.
+// parameters live on device 0; every step they are broadcast to the other devices, the batch,
+// staged in pinned memory, is scattered (one chunk per device), the forward runs in one fresh
+// thread per device (parallel_apply: cudaSetDevice, then the replica's kernels on its device's
+// stream), the outputs are gathered to device 0 for the loss (read back to the host), and the
+// backward runs on autograd's long-lived thread of each device, fed through a queue. The
+// gradients are copied to device 0 and summed there in device order (reduce_add), then the SGD
+// step. Every copy between devices is made as PyTorch's copy_ makes it: on the source device's
+// stream (cudaMemcpyPeerAsync), the destination's stream waiting for an event after it; peer
+// access is enabled where cudaDeviceCanAccessPeer allows it (on the stand-in, NDT_STANDIN_P2P=0
+// is a machine without). The device memory is not freed at exit: a caching allocator keeps it.
 //
 // Needs at least two devices (on the stand-in: NDT_STANDIN_DEVICES=2); uses up to four.
 // --plant: device 1's backward accumulates its gradient with float atomicAdd in racing order
@@ -33,6 +36,7 @@ struct Replica {
   float* grad = nullptr;   // gradient (kCols)
   cudaEvent_t forward_done = nullptr;
   cudaEvent_t backward_done = nullptr;
+  cudaEvent_t copied = nullptr;      // after this device's last copy to device 0
   corpus::Queue<int> backward_work;  // a step to run backward for; -1 ends the thread
   std::thread autograd;
 };
@@ -66,7 +70,7 @@ int main(int argc, char** argv) {
     Replica& r = replicas[d];
     r.device = d;
     CORPUS_CHECK(cudaSetDevice(d));
-    if (d != 0) {
+    if (d != 0) {  // as at::cuda::get_p2p_access does on the first copy between them
       int can = 0;
       CORPUS_CHECK(cudaDeviceCanAccessPeer(&can, d, 0));
       if (can) CORPUS_CHECK(cudaDeviceEnablePeerAccess(0, 0));
@@ -78,6 +82,7 @@ int main(int argc, char** argv) {
     CORPUS_CHECK(cudaMalloc(&r.grad, kCols * sizeof(float)));
     CORPUS_CHECK(cudaEventCreateWithFlags(&r.forward_done, cudaEventDisableTiming));
     CORPUS_CHECK(cudaEventCreateWithFlags(&r.backward_done, cudaEventDisableTiming));
+    CORPUS_CHECK(cudaEventCreateWithFlags(&r.copied, cudaEventDisableTiming));
     // Autograd's thread for this device: started with the device, as the engine does.
     r.autograd = std::thread([&r, &backward_finished, plant] {
       CORPUS_CHECK(cudaSetDevice(r.device));
@@ -98,7 +103,11 @@ int main(int argc, char** argv) {
     });
   }
   CORPUS_CHECK(cudaSetDevice(0));
-  for (int d = 1; d < devices; ++d) CORPUS_CHECK(cudaDeviceEnablePeerAccess(d, 0));
+  for (int d = 1; d < devices; ++d) {
+    int can = 0;
+    CORPUS_CHECK(cudaDeviceCanAccessPeer(&can, 0, d));
+    if (can) CORPUS_CHECK(cudaDeviceEnablePeerAccess(d, 0));
+  }
   // On the module's stream: a cudaMemcpy would go to the legacy stream, which the non-blocking
   // streams do not wait for (and a copy from pageable memory may return before it lands).
   std::vector<float> initial = corpus::MixedValues(kCols, 11);
@@ -110,14 +119,18 @@ int main(int argc, char** argv) {
   for (int step = 0; step < kSteps; ++step) {
     const std::vector<float> batch = corpus::MixedValues(devices * kRows * kCols, 100 + step);
     for (size_t i = 0; i < batch.size(); ++i) batch_host[i] = batch[i] / 4096.0f;
-    // Broadcast: each device copies the parameters once device 0's last update is done.
+    // Broadcast from device 0's stream, after its last update (the replicas' last reads of
+    // their parameters were before their backward, which device 0's stream waited for).
     CORPUS_CHECK(cudaSetDevice(0));
-    CORPUS_CHECK(cudaEventRecord(params_ready, replicas[0].stream));
+    cudaStream_t main_stream = replicas[0].stream;
+    for (Replica& r : replicas) {
+      CORPUS_CHECK(
+          cudaMemcpyPeerAsync(r.param, r.device, param0, 0, kCols * sizeof(float), main_stream));
+    }
+    CORPUS_CHECK(cudaEventRecord(params_ready, main_stream));
     for (Replica& r : replicas) {
       CORPUS_CHECK(cudaSetDevice(r.device));
       CORPUS_CHECK(cudaStreamWaitEvent(r.stream, params_ready, 0));
-      CORPUS_CHECK(cudaMemcpyPeerAsync(r.param, r.device, param0, 0, kCols * sizeof(float),
-                                       r.stream));
       // Scatter: this device's chunk of the batch.
       CORPUS_CHECK(cudaMemcpyAsync(r.x, batch_host + r.device * kRows * kCols,
                                    kRows * kCols * sizeof(float), cudaMemcpyHostToDevice,
@@ -135,14 +148,16 @@ int main(int argc, char** argv) {
       });
     }
     for (std::thread& t : forward) t.join();
-    // Gather the outputs to device 0 and compute the loss there (on the host here).
-    CORPUS_CHECK(cudaSetDevice(0));
-    cudaStream_t main_stream = replicas[0].stream;
+    // Gather the outputs to device 0, each from its own device's stream, and compute the loss
+    // there (on the host here).
     for (Replica& r : replicas) {
-      CORPUS_CHECK(cudaStreamWaitEvent(main_stream, r.forward_done, 0));
+      CORPUS_CHECK(cudaSetDevice(r.device));
       CORPUS_CHECK(cudaMemcpyPeerAsync(outputs0 + r.device * kRows, 0, r.y, r.device,
-                                       kRows * sizeof(float), main_stream));
+                                       kRows * sizeof(float), r.stream));
+      CORPUS_CHECK(cudaEventRecord(r.copied, r.stream));
     }
+    CORPUS_CHECK(cudaSetDevice(0));
+    for (Replica& r : replicas) CORPUS_CHECK(cudaStreamWaitEvent(main_stream, r.copied, 0));
     CORPUS_CHECK(cudaMemcpyAsync(outputs_host, outputs0, devices * kRows * sizeof(float),
                                  cudaMemcpyDeviceToHost, main_stream));
     CORPUS_CHECK(cudaStreamSynchronize(main_stream));
@@ -154,10 +169,13 @@ int main(int argc, char** argv) {
     for (Replica& r : replicas) r.backward_work.Push(step);
     for (int i = 0; i < devices; ++i) backward_finished.Pop();
     for (Replica& r : replicas) {
-      CORPUS_CHECK(cudaStreamWaitEvent(main_stream, r.backward_done, 0));
+      CORPUS_CHECK(cudaSetDevice(r.device));
       CORPUS_CHECK(cudaMemcpyPeerAsync(grads0 + r.device * kCols, 0, r.grad, r.device,
-                                       kCols * sizeof(float), main_stream));
+                                       kCols * sizeof(float), r.stream));
+      CORPUS_CHECK(cudaEventRecord(r.copied, r.stream));
     }
+    CORPUS_CHECK(cudaSetDevice(0));
+    for (Replica& r : replicas) CORPUS_CHECK(cudaStreamWaitEvent(main_stream, r.copied, 0));
     for (int d = 0; d < devices; ++d) {
       CorpusAxpby<<<corpus::Blocks(kCols), corpus::kThreads, 0, main_stream>>>(
           -kLearningRate, grads0 + d * kCols, 1.0f, param0, kCols);
@@ -174,18 +192,8 @@ int main(int argc, char** argv) {
     r.autograd.join();
     CORPUS_CHECK(cudaSetDevice(r.device));
     CORPUS_CHECK(cudaStreamSynchronize(r.stream));
-    CORPUS_CHECK(cudaFree(r.param));
-    CORPUS_CHECK(cudaFree(r.x));
-    CORPUS_CHECK(cudaFree(r.y));
-    CORPUS_CHECK(cudaFree(r.grad));
-    CORPUS_CHECK(cudaEventDestroy(r.forward_done));
-    CORPUS_CHECK(cudaEventDestroy(r.backward_done));
-    CORPUS_CHECK(cudaStreamDestroy(r.stream));
   }
   CORPUS_CHECK(cudaSetDevice(0));
-  CORPUS_CHECK(cudaFree(param0));
-  CORPUS_CHECK(cudaFree(outputs0));
-  CORPUS_CHECK(cudaFree(grads0));
   CORPUS_CHECK(cudaFreeHost(batch_host));
   CORPUS_CHECK(cudaFreeHost(outputs_host));
   CORPUS_CHECK(cudaEventDestroy(params_ready));
