@@ -52,7 +52,7 @@ plants="train_loop:CorpusColumnDotAtomic blas_threads:cublasSgemm_v2
 graph_replay:CorpusColumnDotAtomic cudnn_workspace:cudnnConvolutionBackwardFilter
 lt_matmul:cublasLtMatmul dropout_rng:curandGenerateUniform racy_histogram:CorpusScatterAdd
 shuffled_loader:cuMemcpyHtoDAsync_v2 async_pool:CorpusColumnDotAtomic
-data_parallel:CorpusColumnDotAtomic
+data_parallel:CorpusColumnDotAtomic model_parallel:CorpusColumnDotAtomic
 ddp_allreduce:ncclAllReduce always_fails:-
 shuffled_loader,--fail:-"
 
