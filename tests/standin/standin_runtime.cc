@@ -85,6 +85,8 @@ struct DriverApi {
   PFN_cuCtxEnablePeerAccess_v4000 cuCtxEnablePeerAccess = nullptr;
   PFN_cuCtxSynchronize_v13000 cuCtxSynchronize = nullptr;  // CUDA 13: takes the context
   PFN_cuMemAlloc_v3020 cuMemAlloc = nullptr;
+  PFN_cuMemAllocManaged_v6000 cuMemAllocManaged = nullptr;
+  PFN_cuMemGetAddressRange_v3020 cuMemGetAddressRange = nullptr;
   PFN_cuMemFree_v3020 cuMemFree = nullptr;
   PFN_cuMemGetInfo_v3020 cuMemGetInfo = nullptr;
   PFN_cuMemHostAlloc_v2020 cuMemHostAlloc = nullptr;
@@ -313,6 +315,8 @@ bool ResolveDriverApi(Runtime& rt) {
          Resolve(rt, "cuCtxEnablePeerAccess", kDefault, &a.cuCtxEnablePeerAccess) &&
          Resolve(rt, "cuCtxSynchronize", kDefault, &a.cuCtxSynchronize) &&
          Resolve(rt, "cuMemAlloc", kDefault, &a.cuMemAlloc) &&
+         Resolve(rt, "cuMemAllocManaged", kDefault, &a.cuMemAllocManaged) &&
+         Resolve(rt, "cuMemGetAddressRange", kDefault, &a.cuMemGetAddressRange) &&
          Resolve(rt, "cuMemFree", kDefault, &a.cuMemFree) &&
          Resolve(rt, "cuMemGetInfo", kDefault, &a.cuMemGetInfo) &&
          Resolve(rt, "cuMemHostAlloc", kDefault, &a.cuMemHostAlloc) &&
@@ -860,6 +864,54 @@ cudaError_t cudaMalloc(void** devPtr, size_t size) {
   const CUresult r = Api().cuMemAlloc(&address, size);
   if (r == CUDA_SUCCESS) *devPtr = reinterpret_cast<void*>(address);
   return ReportDriver(r);
+}
+
+// Unified memory, as CUDA's introductory examples use it: memory the host and the device both
+// reach at the same address (cuMemAllocManaged; here host memory, as all device memory is).
+cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigned int flags) {
+  if (devPtr == nullptr || size == 0 ||
+      (flags != cudaMemAttachGlobal && flags != cudaMemAttachHost)) {
+    return Report(cudaErrorInvalidValue);
+  }
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  const ndt::standin::RuntimeCall call;
+  CUdeviceptr address = 0;
+  const CUresult r = Api().cuMemAllocManaged(&address, size, flags);
+  if (r == CUDA_SUCCESS) *devPtr = reinterpret_cast<void*>(address);
+  return ReportDriver(r);
+}
+
+namespace {
+
+// Hints about where managed memory should live: they change where the pages are, never their
+// values, and there is one memory here. The range must be memory CUDA knows.
+cudaError_t CheckManagedHint(const void* devPtr, size_t count) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  CUdeviceptr base = 0;
+  size_t bytes = 0;
+  if (devPtr == nullptr || count == 0 ||
+      Api().cuMemGetAddressRange(&base, &bytes, reinterpret_cast<CUdeviceptr>(devPtr)) !=
+          CUDA_SUCCESS ||
+      reinterpret_cast<CUdeviceptr>(devPtr) - base + count > bytes) {
+    return Report(cudaErrorInvalidValue);
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t cudaMemPrefetchAsync(const void* devPtr, size_t count, cudaMemLocation, unsigned int,
+                                 cudaStream_t) {
+  return CheckManagedHint(devPtr, count);
+}
+
+cudaError_t cudaMemPrefetchAsync_ptsz(const void* devPtr, size_t count, cudaMemLocation,
+                                      unsigned int, cudaStream_t) {
+  return CheckManagedHint(devPtr, count);
+}
+
+cudaError_t cudaMemAdvise(const void* devPtr, size_t count, cudaMemoryAdvise, cudaMemLocation) {
+  return CheckManagedHint(devPtr, count);
 }
 
 cudaError_t cudaFree(void* devPtr) {

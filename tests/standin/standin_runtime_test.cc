@@ -48,9 +48,9 @@ TEST_CASE("every function of the real runtime is exported", "[standin]") {
 }
 
 TEST_CASE("unimplemented runtime functions fail with cudaErrorNotSupported", "[standin]") {
-  void* managed = nullptr;
-  CHECK(NDT_RUNTIME(cudaMallocManaged)(&managed, 64, cudaMemAttachGlobal) ==
-        cudaErrorNotSupported);
+  void* pitched = nullptr;
+  size_t pitch = 0;
+  CHECK(NDT_RUNTIME(cudaMallocPitch)(&pitched, &pitch, 64, 4) == cudaErrorNotSupported);
   CHECK(NDT_RUNTIME(cudaPeekAtLastError)() == cudaErrorNotSupported);
   CHECK(NDT_RUNTIME(cudaGetLastError)() == cudaErrorNotSupported);
   CHECK(NDT_RUNTIME(cudaGetLastError)() == cudaSuccess);
@@ -263,4 +263,31 @@ TEST_CASE("two devices: contexts, memory, streams, events and peer copies", "[tw
   CHECK(NDT_RUNTIME(cudaStreamDestroy)(stream_0) == cudaSuccess);
   CHECK(NDT_RUNTIME(cudaEventDestroy)(event_0) == cudaSuccess);
   CHECK(NDT_RUNTIME(cudaFree)(on_0) == cudaSuccess);
+}
+
+TEST_CASE("managed memory: host and device reach it at one address; hints change no value",
+          "[standin]") {
+  float* managed = nullptr;
+  CHECK(NDT_RUNTIME(cudaMallocManaged)(reinterpret_cast<void**>(&managed), 0,
+                                       cudaMemAttachGlobal) == cudaErrorInvalidValue);
+  CHECK(NDT_RUNTIME(cudaMallocManaged)(reinterpret_cast<void**>(&managed), 64, 7) ==
+        cudaErrorInvalidValue);
+  REQUIRE(NDT_RUNTIME(cudaMallocManaged)(reinterpret_cast<void**>(&managed), 64,
+                                         cudaMemAttachGlobal) == cudaSuccess);
+  for (int i = 0; i < 16; ++i) managed[i] = static_cast<float>(i);  // written by the host
+  cudaMemLocation device{};
+  device.type = cudaMemLocationTypeDevice;
+  device.id = 0;
+  CHECK(NDT_RUNTIME(cudaMemAdvise)(managed, 64, cudaMemAdviseSetReadMostly, device) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaMemPrefetchAsync)(managed, 64, device, 0, nullptr) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaMemPrefetchAsync)(managed, 128, device, 0, nullptr) ==
+        cudaErrorInvalidValue);
+  std::vector<float> back(16);
+  CHECK(NDT_RUNTIME(cudaMemcpy)(back.data(), managed, 64, cudaMemcpyDefault) == cudaSuccess);
+  CHECK(back[15] == 15.0f);
+  cudaPointerAttributes attributes{};
+  CHECK(NDT_RUNTIME(cudaPointerGetAttributes)(&attributes, managed) == cudaSuccess);
+  CHECK(attributes.device == 0);
+  CHECK(NDT_RUNTIME(cudaFree)(managed) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaGetLastError)() == cudaErrorInvalidValue);
 }
