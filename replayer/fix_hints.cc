@@ -623,12 +623,7 @@ std::optional<FixHint> LibraryHint(const format::OpRecord& op, DivergenceClass k
                   "mapping and message sizes (DDP bucket sizes) the same; NCCL itself "
                   "documents no determinism guarantee");
     case OpKind::kMemcpy:
-      if (klass == DivergenceClass::kPropagated) {
-        return Hint("the data the program copies to the GPU (data loading, CPU RNG)",
-                    "the host bytes differ before the GPU sees them",
-                    "seed data loading (DataLoader generator and worker_init_fn), "
-                    "torch.manual_seed, PYTHONHASHSEED");
-      }
+      if (klass == DivergenceClass::kPropagated) return HostDataHint(false);
       return std::nullopt;
     default:
       return std::nullopt;
@@ -636,6 +631,21 @@ std::optional<FixHint> LibraryHint(const format::OpRecord& op, DivergenceClass k
 }
 
 }  // namespace
+
+FixHint HostDataHint(bool managed) {
+  if (managed) {
+    return Hint("the data the program writes into managed memory on the host (cudaMallocManaged)",
+                "the host wrote different bytes into memory the GPU then read in place: no copy "
+                "carried them, and the runs had already diverged on the CPU",
+                "seed every generator the host side uses (std::mt19937 with a fixed seed, not "
+                "std::random_device; numpy.random.seed, random.seed), and keep the host's "
+                "writes in a fixed order (one thread, or threads joined before the launch)");
+  }
+  return Hint("the data the program copies to the GPU (data loading, CPU RNG)",
+              "the host bytes differ before the GPU sees them",
+              "seed data loading (DataLoader generator and worker_init_fn), torch.manual_seed, "
+              "PYTHONHASHSEED");
+}
 
 const char* DivergenceClassName(DivergenceClass c) {
   switch (c) {

@@ -40,6 +40,10 @@ struct FixHint {
 std::optional<FixHint> FindFixHint(const format::OpRecord& op, DivergenceClass klass,
                                    std::string_view framework_op = {});
 
+// The hint for data that differed on the host before the GPU saw it: copied to the GPU, or
+// (`managed`) written by the host into managed memory (cudaMallocManaged) a kernel then read.
+FixHint HostDataHint(bool managed);
+
 // The hint for a PyTorch op by its aten name ("aten::scatter_add_"), or nullopt when the op
 // is not one torch.use_deterministic_algorithms lists.
 std::optional<FixHint> FindFrameworkOpHint(std::string_view framework_op);

@@ -657,10 +657,18 @@ class Differ {
       d.evidence.push_back("input " + BufferText(a.inputs[i]) + ": " + Hex(a.inputs[i].digest) +
                            " in run A, " + Hex(b.inputs[i].digest) + " in run B");
       const uint64_t allocation = a.inputs[i].pointer.allocation_id;
-      if (a.kind == format::OpKind::kMemcpy && a.args.size() + a.inputs.size() > 0 &&
-          (allocation == 0 || !last_writer_.count(allocation))) {
+      const bool unwritten = allocation == 0 || !last_writer_.count(allocation);
+      // The tracer names the digests of managed memory a kernel is given so (RecordLaunch).
+      const bool managed = a.inputs[i].role.ends_with(" (managed memory)");
+      if (a.kind == format::OpKind::kMemcpy && a.args.size() + a.inputs.size() > 0 && unwritten) {
         d.what = "the host data copied to the GPU differs: the runs diverged on the CPU";
         d.from_host = true;
+      } else if (managed && unwritten) {
+        d.what =
+            "the data the host wrote into managed memory differs (no op wrote it): the "
+            "runs diverged on the CPU";
+        d.from_host = true;
+        d.hint = HostDataHint(true);
       } else {
         PointBack(a.inputs[i].pointer, EffectiveSequence(a), &d);
       }

@@ -3,7 +3,7 @@
 namespace ndt::tracer {
 
 bool AllocationMap::Add(uint64_t base, uint64_t bytes, uint64_t id, const void* context,
-                        uint32_t device) {
+                        uint32_t device, bool managed) {
   const uint64_t end = base + (bytes == 0 ? 1 : bytes);
   // Drop stale entries overlapping [base, end): the first one that starts before base and
   // reaches into it, then every one that starts inside it.
@@ -17,7 +17,7 @@ bool AllocationMap::Add(uint64_t base, uint64_t bytes, uint64_t id, const void* 
   }
   while (it != by_base_.end() && it->first < end) it = by_base_.erase(it);
   const bool replaced = by_base_.size() != before_size;
-  by_base_[base] = Allocation{id, base, bytes, false, context, device};
+  by_base_[base] = Allocation{id, base, bytes, false, context, device, managed};
   return replaced;
 }
 

@@ -22,6 +22,7 @@ struct Allocation {
   bool suballocated = false;
   const void* context = nullptr;
   uint32_t device = 0;
+  bool managed = false;  // cuMemAllocManaged: the host reads and writes it in place too
 };
 
 class AllocationMap {
@@ -30,7 +31,7 @@ class AllocationMap {
   // recorded one replaces it (the driver reused the range; we missed a free): returns whether
   // one was replaced.
   bool Add(uint64_t base, uint64_t bytes, uint64_t id, const void* context = nullptr,
-           uint32_t device = 0);
+           uint32_t device = 0, bool managed = false);
 
   // Removes the allocation that starts at `base` and returns it, or nullopt if none does.
   std::optional<Allocation> Remove(uint64_t base);

@@ -617,6 +617,9 @@ DigestConfig DigestConfigFromEnvironment(std::vector<std::string>* problems) {
   if (const char* at_exit = std::getenv("NDTRACE_DIGEST_EXIT"); at_exit != nullptr) {
     config.at_exit = std::strcmp(at_exit, "0") != 0;
   }
+  if (const char* managed = std::getenv("NDTRACE_DIGEST_MANAGED"); managed != nullptr) {
+    config.managed = std::strcmp(managed, "0") != 0;
+  }
   if (const char* window = std::getenv("NDTRACE_DIGEST_WINDOW"); window != nullptr && *window) {
     if (!ParseDigestWindow(window, &config)) {
       problems->push_back(std::string("ignoring NDTRACE_DIGEST_WINDOW=") + window +
@@ -1175,13 +1178,15 @@ void Session::OnAllocate(uint64_t base, uint64_t bytes, const char* api, uint32_
   // devices), and its memory is digested in that device's context.
   const auto [context, device] = CurrentContextDevice();
   record.device_ordinal = device;
+  const bool managed = std::string_view(api) == "cuMemAllocManaged";
   {
     std::lock_guard lock(mutex_);
     // A new allocation leaves the allocations threads keep (LookupCache) right, unless it
     // replaced a stale one.
-    if (allocations_.Add(base, bytes, record.allocation_id, context, device)) {
+    if (allocations_.Add(base, bytes, record.allocation_id, context, device, managed)) {
       allocations_version_.fetch_add(1, std::memory_order_release);
     }
+    if (managed) managed_live_.fetch_add(1, std::memory_order_relaxed);
     if (base < allocation_low_.load(std::memory_order_relaxed)) {
       allocation_low_.store(base, std::memory_order_relaxed);
     }
@@ -1215,6 +1220,13 @@ void Session::EndFree(const Freeing& freeing, bool freed, const char* api, uint3
     allocations_.Restore(*allocation);
     allocations_version_.fetch_add(1, std::memory_order_release);
     return;
+  }
+  if (allocation->managed) {
+    managed_live_.fetch_sub(1, std::memory_order_relaxed);
+    std::lock_guard lock(mutex_);  // its pending digests: the host can no longer read it
+    std::erase_if(pending_, [&](const PendingDigest& pending) {
+      return pending.managed && pending.source.allocation_id == allocation->id;
+    });
   }
   format::AllocationRecord record;
   record.allocation_id = allocation->id;
@@ -1330,8 +1342,23 @@ const KernelInfo& Session::Kernel(const void* function) {
   return *known;
 }
 
+std::optional<Allocation> Session::FindManaged(uint64_t address) {
+  std::lock_guard lock(mutex_);
+  std::optional<Allocation> allocation = allocations_.Find(address);
+  if (!allocation || !allocation->managed) return std::nullopt;
+  return allocation;
+}
+
 void Session::AddPendingDigest(const PendingDigest& pending) {
   std::lock_guard lock(mutex_);
+  if (pending.managed) {  // once per allocation: the last op given it names it
+    for (PendingDigest& held : pending_) {
+      if (held.managed && held.source.allocation_id == pending.source.allocation_id) {
+        held = pending;
+        return;
+      }
+    }
+  }
   pending_.push_back(pending);
 }
 
@@ -1342,7 +1369,11 @@ std::vector<format::BufferDigest> Session::TakePendingDigests(std::optional<uint
     std::lock_guard lock(mutex_);
     auto keep = pending_.begin();
     for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-      if ((!stream_id || it->stream_id == *stream_id) && it->op_sequence < before_op) {
+      // Managed memory is read only when the whole device is idle: a GPU without concurrent
+      // managed access faults the host's read while any kernel runs.
+      const bool due =
+          it->managed ? !stream_id.has_value() : (!stream_id || it->stream_id == *stream_id);
+      if (due && it->op_sequence < before_op) {
         ready.push_back(*it);
       } else {
         *keep++ = *it;
@@ -1353,7 +1384,8 @@ std::vector<format::BufferDigest> Session::TakePendingDigests(std::optional<uint
   std::vector<format::BufferDigest> digests;
   for (const PendingDigest& pending : ready) {
     format::BufferDigest digest;
-    digest.role = "dst of op " + std::to_string(pending.op_sequence);
+    digest.role = (pending.managed ? "managed memory of op " : "dst of op ") +
+                  std::to_string(pending.op_sequence);
     digest.pointer = pending.source;
     digest.bytes = pending.bytes;
     std::optional<kernels::Digest128> value = DigestHostSafely(pending.host, pending.bytes);

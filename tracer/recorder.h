@@ -66,6 +66,9 @@ struct DigestConfig {
   bool at_sync = false;
   // A state digest when the trace is closed at exit, unless NDTRACE_DIGEST_EXIT=0.
   bool at_exit = true;
+  // Managed memory a kernel is given is digested before the launch and at the next device
+  // synchronisation (RecordLaunch), unless NDTRACE_DIGEST_MANAGED=0.
+  bool managed = true;
   // NDTRACE_DIGEST_WINDOW=A:B or A: (op sequences, inclusive): launches, memsets and
   // device-to-device copies in [window_first, window_last] get digests of the allocations they
   // reference.
@@ -87,13 +90,15 @@ bool ParseDigestWindow(const std::string& text, DigestConfig* config);
 DigestConfig DigestConfigFromEnvironment(std::vector<std::string>* problems);
 
 // A device-to-host copy whose host bytes can be digested only once its stream has
-// synchronised (asynchronous copies).
+// synchronised (asynchronous copies); or (`managed`) managed memory a kernel was given, whose
+// bytes the host may read once the device has synchronised.
 struct PendingDigest {
   uint32_t stream_id = 0;
   uint64_t op_sequence = 0;
   format::DevicePointer source;
   const void* host = nullptr;
   uint64_t bytes = 0;
+  bool managed = false;
 };
 
 // How the digests of an op's memory reach the work its stream has enqueued so far: `launch`, the
@@ -221,8 +226,17 @@ class Session {
 
   void AddPendingDigest(const PendingDigest& pending);
 
+  // Whether the process has managed memory (cuMemAllocManaged) now: its launches then take the
+  // OpRecord path, which digests the managed memory they are given (RecordLaunch).
+  bool HasManagedMemory() const {
+    return digests_.managed && managed_live_.load(std::memory_order_relaxed) != 0;
+  }
+  // The managed allocation containing `address`, or nullopt.
+  std::optional<Allocation> FindManaged(uint64_t address);
+
   // The digests of the pending copies on `stream_id` (every stream if nullopt) issued before op
-  // `before_op`, computed now.
+  // `before_op`, computed now; managed memory only when the whole device synchronised
+  // (`stream_id` nullopt), once per allocation (the last op that was given it names it).
   std::vector<format::BufferDigest> TakePendingDigests(std::optional<uint32_t> stream_id,
                                                        uint64_t before_op = UINT64_MAX);
 
@@ -307,6 +321,7 @@ class Session {
   // (its lookup cache) is valid while they are unchanged.
   std::atomic<uint64_t> kernels_version_{0};
   std::atomic<uint64_t> allocations_version_{0};
+  std::atomic<uint64_t> managed_live_{0};  // live managed allocations
   std::atomic<uint64_t> streams_version_{0};
   // The span of every allocation made so far (MayBeDevice): it only grows.
   std::atomic<uint64_t> allocation_low_{UINT64_MAX};

@@ -383,7 +383,8 @@ void ForEachEmbeddedPointer(Session& session, size_t index, uint64_t offset, uin
 // Whether a launch of `kernel` can be recorded as a RawOp: nothing in it needs an OpRecord (an
 // RNG state, digests, captured blobs, a parameter layout to be described) and it fits.
 bool RawLaunch(const Session& session, const KernelInfo& kernel) {
-  if (!kernel.params_known || kernel.philox || session.digests().window || CaptureAny()) {
+  if (!kernel.params_known || kernel.philox || session.digests().window || CaptureAny() ||
+      session.HasManagedMemory()) {
     return false;
   }
   // With capturedInto, the fixed arguments and every parameter, the bytes of all of them.
@@ -518,6 +519,23 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
     }
     op.inputs = WindowDigests(session, stream, per_thread, referenced);
   }
+  // Managed memory (cuMemAllocManaged) the kernel is given: the host writes and reads it in
+  // place, and no copy shows what it holds. Its bytes as the kernel finds them (in stream
+  // order) are inputs; what the kernel leaves there is digested when the device next
+  // synchronises, before the host can read it (TakePendingDigests).
+  std::vector<std::pair<std::string, uint64_t>> managed_inputs;
+  std::vector<Allocation> managed;
+  if (!window && !captured && session.HasManagedMemory()) {
+    for (size_t i = first_param; i < op.args.size(); ++i) {
+      const auto* pointer = std::get_if<format::DevicePointer>(&op.args[i].value);
+      if (pointer == nullptr) continue;
+      if (std::optional<Allocation> found = session.FindManaged(pointer->raw_address)) {
+        managed_inputs.emplace_back(op.args[i].name + " (managed memory)", pointer->raw_address);
+        managed.push_back(*found);
+      }
+    }
+    op.inputs = WindowDigests(session, stream, per_thread, managed_inputs);
+  }
   // NDTRACE_CAPTURE: the module, arguments and referenced allocations, for standalone replay.
   const bool capture = !captured && CaptureWanted(op);
   if (capture) CaptureLaunchInputs(session, kernel, function, sync_stream, &op);
@@ -527,6 +545,16 @@ CUresult RecordLaunch(Session& session, RealCall& call, const char* api, CUfunct
   }
   if (capture && result == CUDA_SUCCESS) {
     CaptureLaunchOutputs(session, sync_stream, &op);
+  }
+  if (result == CUDA_SUCCESS) {
+    for (const Allocation& allocation : managed) {
+      session.AddPendingDigest({op.stream_id,
+                                op.sequence,
+                                {allocation.id, 0, allocation.base},
+                                reinterpret_cast<const void*>(allocation.base),
+                                allocation.bytes,
+                                true});
+    }
   }
   session.EndOp(op, static_cast<int32_t>(result));
   return result;
