@@ -53,6 +53,7 @@ graph_replay:CorpusColumnDotAtomic cudnn_workspace:cudnnConvolutionBackwardFilte
 lt_matmul:cublasLtMatmul dropout_rng:curandGenerateUniform racy_histogram:CorpusScatterAdd
 shuffled_loader:cuMemcpyHtoDAsync_v2 async_pool:CorpusColumnDotAtomic
 data_parallel:CorpusColumnDotAtomic model_parallel:CorpusColumnDotAtomic
+unified_memory:CorpusColumnDotAtomic
 ddp_allreduce:ncclAllReduce always_fails:-
 shuffled_loader,--fail:-"
 
