@@ -57,6 +57,17 @@ class Queue {
 };
 
 // True when the command line has `flag` (e.g. "--plant").
+// The number of devices, when there are at least `wanted`; else says so and exits 2.
+inline int RequireDevices(int wanted, const char* program) {
+  int count = 0;
+  Check(cudaGetDeviceCount(&count), "cudaGetDeviceCount(&count)", __LINE__);
+  if (count < wanted) {
+    std::fprintf(stderr, "%s needs %d GPUs; this machine has %d\n", program, wanted, count);
+    std::exit(2);
+  }
+  return count;
+}
+
 inline bool HasFlag(int argc, char** argv, const char* flag) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], flag) == 0) return true;

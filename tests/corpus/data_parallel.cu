@@ -45,13 +45,7 @@ struct Replica {
 
 int main(int argc, char** argv) {
   const bool plant = corpus::HasFlag(argc, argv, "--plant");
-  int count = 0;
-  CORPUS_CHECK(cudaGetDeviceCount(&count));
-  if (count < 2) {
-    std::fprintf(stderr, "data_parallel needs at least 2 GPUs; this machine has %d\n", count);
-    return 2;
-  }
-  const int devices = std::min(count, 4);
+  const int devices = std::min(corpus::RequireDevices(2, "data_parallel"), 4);
   std::vector<Replica> replicas(devices);
   corpus::Queue<int> backward_finished;
 
@@ -115,6 +109,18 @@ int main(int argc, char** argv) {
   CORPUS_CHECK(cudaMemcpyAsync(param0, initial.data(), kCols * sizeof(float),
                                cudaMemcpyHostToDevice, replicas[0].stream));
 
+  // comm.gather: each replica's `count` floats copied into device 0's `dst`, from the replica's
+  // own stream, and device 0's stream waiting for every copy.
+  const auto gather = [&](float* dst, float* Replica::*source, int count) {
+    for (Replica& r : replicas) {
+      CORPUS_CHECK(cudaSetDevice(r.device));
+      CORPUS_CHECK(cudaMemcpyPeerAsync(dst + r.device * count, 0, r.*source, r.device,
+                                       count * sizeof(float), r.stream));
+      CORPUS_CHECK(cudaEventRecord(r.copied, r.stream));
+    }
+    CORPUS_CHECK(cudaSetDevice(0));
+    for (Replica& r : replicas) CORPUS_CHECK(cudaStreamWaitEvent(replicas[0].stream, r.copied, 0));
+  };
   std::vector<float> losses;
   for (int step = 0; step < kSteps; ++step) {
     const std::vector<float> batch = corpus::MixedValues(devices * kRows * kCols, 100 + step);
@@ -148,16 +154,8 @@ int main(int argc, char** argv) {
       });
     }
     for (std::thread& t : forward) t.join();
-    // Gather the outputs to device 0, each from its own device's stream, and compute the loss
-    // there (on the host here).
-    for (Replica& r : replicas) {
-      CORPUS_CHECK(cudaSetDevice(r.device));
-      CORPUS_CHECK(cudaMemcpyPeerAsync(outputs0 + r.device * kRows, 0, r.y, r.device,
-                                       kRows * sizeof(float), r.stream));
-      CORPUS_CHECK(cudaEventRecord(r.copied, r.stream));
-    }
-    CORPUS_CHECK(cudaSetDevice(0));
-    for (Replica& r : replicas) CORPUS_CHECK(cudaStreamWaitEvent(main_stream, r.copied, 0));
+    // Gather the outputs to device 0 and compute the loss there (on the host here).
+    gather(outputs0, &Replica::y, kRows);
     CORPUS_CHECK(cudaMemcpyAsync(outputs_host, outputs0, devices * kRows * sizeof(float),
                                  cudaMemcpyDeviceToHost, main_stream));
     CORPUS_CHECK(cudaStreamSynchronize(main_stream));
@@ -168,14 +166,7 @@ int main(int argc, char** argv) {
     // Backward on each device's autograd thread; gradients reduced on device 0 in device order.
     for (Replica& r : replicas) r.backward_work.Push(step);
     for (int i = 0; i < devices; ++i) backward_finished.Pop();
-    for (Replica& r : replicas) {
-      CORPUS_CHECK(cudaSetDevice(r.device));
-      CORPUS_CHECK(cudaMemcpyPeerAsync(grads0 + r.device * kCols, 0, r.grad, r.device,
-                                       kCols * sizeof(float), r.stream));
-      CORPUS_CHECK(cudaEventRecord(r.copied, r.stream));
-    }
-    CORPUS_CHECK(cudaSetDevice(0));
-    for (Replica& r : replicas) CORPUS_CHECK(cudaStreamWaitEvent(main_stream, r.copied, 0));
+    gather(grads0, &Replica::grad, kCols);
     for (int d = 0; d < devices; ++d) {
       CorpusAxpby<<<corpus::Blocks(kCols), corpus::kThreads, 0, main_stream>>>(
           -kLearningRate, grads0 + d * kCols, 1.0f, param0, kCols);

@@ -27,12 +27,7 @@ constexpr float kWeightDecay = 1e-2f;
 
 int main(int argc, char** argv) {
   const bool plant = corpus::HasFlag(argc, argv, "--plant");
-  int count = 0;
-  CORPUS_CHECK(cudaGetDeviceCount(&count));
-  if (count < 2) {
-    std::fprintf(stderr, "model_parallel needs 2 GPUs; this machine has %d\n", count);
-    return 2;
-  }
+  corpus::RequireDevices(2, "model_parallel");
   // Stage 0 on device 0: its inputs, parameters and activations.
   CORPUS_CHECK(cudaSetDevice(0));
   cudaStream_t s0;

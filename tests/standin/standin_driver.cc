@@ -937,6 +937,16 @@ CUresult Copy(std::uintptr_t dst, Side dst_side, std::uintptr_t src, Side src_si
   });
 }
 
+// cuMemcpyPeer*: a copy between two devices' memory, each pointer memory of its context's
+// device.
+CUresult PeerCopy(CUdeviceptr dst, CUcontext dst_context, CUdeviceptr src, CUcontext src_context,
+                  std::size_t bytes, CUstream stream, bool host_synchronous) {
+  if (const CUresult r = CheckPeerCopy(dst, dst_context, src, src_context); r != CUDA_SUCCESS) {
+    return r;
+  }
+  return Copy(dst, Side::kDevice, src, Side::kDevice, bytes, stream, host_synchronous);
+}
+
 // Writes `count` copies of the `element_size`-byte `pattern` at `dst`, which must be aligned to
 // the element size.
 // Under NDT_STANDIN_ASYNC a memset is queued; a synchronous one (`host_synchronous`) on pinned
@@ -2229,48 +2239,32 @@ CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
   return ndt::standin::Copy(dstDevice, Side::kDevice, srcDevice, Side::kDevice, ByteCount, PerThread(hStream));
 }
 
-// Copies between two devices' memory. Each pointer must be memory of its context's device.
 CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
                       CUcontext srcContext, size_t ByteCount) {
   NDT_SERVE();
-  if (const CUresult r = ndt::standin::CheckPeerCopy(dstDevice, dstContext, srcDevice, srcContext);
-      r != CUDA_SUCCESS) {
-    return r;
-  }
-  return ndt::standin::Copy(dstDevice, Side::kDevice, srcDevice, Side::kDevice, ByteCount, nullptr,
-                            true);
+  return ndt::standin::PeerCopy(dstDevice, dstContext, srcDevice, srcContext, ByteCount, nullptr,
+                                true);
 }
 
 CUresult cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
                            CUcontext srcContext, size_t ByteCount) {
   NDT_SERVE();
-  if (const CUresult r = ndt::standin::CheckPeerCopy(dstDevice, dstContext, srcDevice, srcContext);
-      r != CUDA_SUCCESS) {
-    return r;
-  }
-  return ndt::standin::Copy(dstDevice, Side::kDevice, srcDevice, Side::kDevice, ByteCount,
-                            CU_STREAM_PER_THREAD, true);
+  return ndt::standin::PeerCopy(dstDevice, dstContext, srcDevice, srcContext, ByteCount,
+                                CU_STREAM_PER_THREAD, true);
 }
 
 CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
                            CUcontext srcContext, size_t ByteCount, CUstream hStream) {
   NDT_SERVE();
-  if (const CUresult r = ndt::standin::CheckPeerCopy(dstDevice, dstContext, srcDevice, srcContext);
-      r != CUDA_SUCCESS) {
-    return r;
-  }
-  return ndt::standin::Copy(dstDevice, Side::kDevice, srcDevice, Side::kDevice, ByteCount, hStream);
+  return ndt::standin::PeerCopy(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream,
+                                false);
 }
 
 CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
                                 CUcontext srcContext, size_t ByteCount, CUstream hStream) {
   NDT_SERVE();
-  if (const CUresult r = ndt::standin::CheckPeerCopy(dstDevice, dstContext, srcDevice, srcContext);
-      r != CUDA_SUCCESS) {
-    return r;
-  }
-  return ndt::standin::Copy(dstDevice, Side::kDevice, srcDevice, Side::kDevice, ByteCount,
-                            PerThread(hStream));
+  return ndt::standin::PeerCopy(dstDevice, dstContext, srcDevice, srcContext, ByteCount,
+                                PerThread(hStream), false);
 }
 
 CUresult cuDeviceCanAccessPeer(int* canAccessPeer, CUdevice dev, CUdevice peerDev) {
