@@ -265,7 +265,7 @@ TEST_CASE("two devices: contexts, memory, streams, events and peer copies", "[tw
   CHECK(NDT_RUNTIME(cudaFree)(on_0) == cudaSuccess);
 }
 
-TEST_CASE("managed memory: host and device reach it at one address; hints change no value",
+TEST_CASE("managed memory: host and device reach it at one address, hints change no value",
           "[standin]") {
   float* managed = nullptr;
   CHECK(NDT_RUNTIME(cudaMallocManaged)(reinterpret_cast<void**>(&managed), 0,
