@@ -1464,13 +1464,15 @@ bool Session::TakeStateDigest(const std::string& reason) {
   // kernel of one device may not read another's memory, and cuCtxSynchronize waits for one
   // device only).
   const void* const current = CurrentContextDevice().first;
-  std::vector<const void*> contexts = {current};
+  std::vector<const void*> contexts;
+  if (current != nullptr) contexts.push_back(current);
   for (const Allocation& allocation : live) {
     if (allocation.context != nullptr &&
         std::find(contexts.begin(), contexts.end(), allocation.context) == contexts.end()) {
       contexts.push_back(allocation.context);
     }
   }
+  if (contexts.empty()) contexts.push_back(nullptr);  // cuCtxSynchronize says why not
   format::StateDigestRecord record;
   record.after_op = issued == 0 ? 0 : issued - 1;
   record.reason = reason;
@@ -1490,21 +1492,24 @@ bool Session::TakeStateDigest(const std::string& reason) {
     if (synced_result != CUDA_SUCCESS && !switched) {
       return note("cuCtxSynchronize returned " + std::to_string(static_cast<int>(synced_result)));
     }
-    int synced = synced_result == CUDA_SUCCESS ? 1 : -1;
-    for (const Allocation& allocation : live) {
-      const void* home = allocation.context != nullptr ? allocation.context : current;
-      if (home != context) continue;
-      bool on_gpu = false;
-      std::optional<format::Digest> value =
-          DigestInStreamOrder(allocation.base, allocation.bytes, legacy, &synced, &on_gpu);
-      any_on_gpu |= on_gpu;
-      if (!value) continue;  // freed by another thread meanwhile, or the copy failed
-      format::BufferDigest digest;
-      digest.pointer = {allocation.id, 0, allocation.base};
-      digest.bytes = allocation.bytes;
-      digest.digest = *value;
-      digest.suballocated = allocation.suballocated;
-      digests.emplace_back(allocation.id, std::move(digest));
+    int synced = 1;
+    // Another device's context gone or faulted: its allocations are counted unreadable.
+    if (synced_result == CUDA_SUCCESS) {
+      for (const Allocation& allocation : live) {
+        const void* home = allocation.context != nullptr ? allocation.context : current;
+        if (home != context) continue;
+        bool on_gpu = false;
+        std::optional<format::Digest> value =
+            DigestInStreamOrder(allocation.base, allocation.bytes, legacy, &synced, &on_gpu);
+        any_on_gpu |= on_gpu;
+        if (!value) continue;  // freed by another thread meanwhile, or the copy failed
+        format::BufferDigest digest;
+        digest.pointer = {allocation.id, 0, allocation.base};
+        digest.bytes = allocation.bytes;
+        digest.digest = *value;
+        digest.suballocated = allocation.suballocated;
+        digests.emplace_back(allocation.id, std::move(digest));
+      }
     }
     if (switched) {
       CUcontext popped = nullptr;
