@@ -80,6 +80,8 @@ struct DriverApi {
   PFN_cuCtxGetCurrent_v4000 cuCtxGetCurrent = nullptr;
   PFN_cuCtxSetCurrent_v4000 cuCtxSetCurrent = nullptr;
   PFN_cuCtxGetDevice_v2000 cuCtxGetDevice = nullptr;
+  PFN_cuMemcpyPeer_v4000 cuMemcpyPeer = nullptr;  // on the legacy stream, as cudaMemcpyPeer*
+  PFN_cuMemcpyPeerAsync_v4000 cuMemcpyPeerAsync = nullptr;
   PFN_cuPointerGetAttribute_v4000 cuPointerGetAttribute = nullptr;
   PFN_cuDeviceCanAccessPeer_v4000 cuDeviceCanAccessPeer = nullptr;
   PFN_cuCtxEnablePeerAccess_v4000 cuCtxEnablePeerAccess = nullptr;
@@ -141,8 +143,6 @@ struct StreamApi {
   PFN_cuStreamBeginCapture_v10010 cuStreamBeginCapture = nullptr;
   PFN_cuStreamEndCapture_v10000 cuStreamEndCapture = nullptr;
   PFN_cuGraphLaunch_v10000 cuGraphLaunch = nullptr;
-  PFN_cuMemcpyPeer_v4000 cuMemcpyPeer = nullptr;
-  PFN_cuMemcpyPeerAsync_v4000 cuMemcpyPeerAsync = nullptr;
 };
 
 enum DefaultStream { kLegacyStream = 0, kPerThreadStream = 1 };
@@ -277,8 +277,6 @@ bool ResolveStreamApi(Runtime& rt, cuuint64_t flags, StreamApi* s) {
          Resolve(rt, "cuMemcpyHtoDAsync", flags, &s->cuMemcpyHtoDAsync) &&
          Resolve(rt, "cuMemcpyDtoHAsync", flags, &s->cuMemcpyDtoHAsync) &&
          Resolve(rt, "cuMemcpyDtoDAsync", flags, &s->cuMemcpyDtoDAsync) &&
-         Resolve(rt, "cuMemcpyPeer", flags, &s->cuMemcpyPeer) &&
-         Resolve(rt, "cuMemcpyPeerAsync", flags, &s->cuMemcpyPeerAsync) &&
          Resolve(rt, "cuMemsetD8", flags, &s->cuMemsetD8) &&
          Resolve(rt, "cuMemsetD8Async", flags, &s->cuMemsetD8Async) &&
          Resolve(rt, "cuStreamSynchronize", flags, &s->cuStreamSynchronize) &&
@@ -310,6 +308,8 @@ bool ResolveDriverApi(Runtime& rt) {
          Resolve(rt, "cuCtxGetCurrent", kDefault, &a.cuCtxGetCurrent) &&
          Resolve(rt, "cuCtxSetCurrent", kDefault, &a.cuCtxSetCurrent) &&
          Resolve(rt, "cuCtxGetDevice", kDefault, &a.cuCtxGetDevice) &&
+         Resolve(rt, "cuMemcpyPeer", kDefault, &a.cuMemcpyPeer) &&
+         Resolve(rt, "cuMemcpyPeerAsync", kDefault, &a.cuMemcpyPeerAsync) &&
          Resolve(rt, "cuPointerGetAttribute", kDefault, &a.cuPointerGetAttribute) &&
          Resolve(rt, "cuDeviceCanAccessPeer", kDefault, &a.cuDeviceCanAccessPeer) &&
          Resolve(rt, "cuCtxEnablePeerAccess", kDefault, &a.cuCtxEnablePeerAccess) &&
@@ -493,7 +493,7 @@ cudaError_t CheckDevice(int device);
 
 // cudaMemcpyPeer(Async): between the primary contexts of the two devices.
 cudaError_t MemcpyPeer(void* dst, int dst_device, const void* src, int src_device, size_t count,
-                       cudaStream_t stream, bool async, DefaultStream flavour) {
+                       cudaStream_t stream, bool async) {
   if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
   const RuntimeCall call;
   if (count == 0) return cudaSuccess;
@@ -507,7 +507,7 @@ cudaError_t MemcpyPeer(void* dst, int dst_device, const void* src, int src_devic
   if (const cudaError_t e = PrimaryContext(src_device, &src_context); e != cudaSuccess) {
     return Report(e);
   }
-  const StreamApi& s = Streams(flavour);
+  const DriverApi& s = Api();
   return ReportDriver(
       async ? s.cuMemcpyPeerAsync(ToDevicePtr(dst), dst_context, ToDevicePtr(src), src_context,
                                   count, ToDriver(stream))
@@ -1016,14 +1016,12 @@ cudaError_t cudaMemcpyAsync_ptsz(void* dst, const void* src, size_t count, cudaM
 }
 
 cudaError_t cudaMemcpyPeer(void* dst, int dstDevice, const void* src, int srcDevice, size_t count) {
-  return ndt::standin::MemcpyPeer(dst, dstDevice, src, srcDevice, count, nullptr, false,
-                                  ndt::standin::kLegacyStream);
+  return ndt::standin::MemcpyPeer(dst, dstDevice, src, srcDevice, count, nullptr, false);
 }
 
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dstDevice, const void* src, int srcDevice,
                                 size_t count, cudaStream_t stream) {
-  return ndt::standin::MemcpyPeer(dst, dstDevice, src, srcDevice, count, stream, true,
-                                  ndt::standin::kLegacyStream);
+  return ndt::standin::MemcpyPeer(dst, dstDevice, src, srcDevice, count, stream, true);
 }
 
 cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
