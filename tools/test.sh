@@ -23,20 +23,7 @@ fi
 if [ "${SANITIZERS:-1}" != 0 ]; then
   cmake --preset asan
   cmake --build --preset asan
-  if ! ctest --preset asan; then
-    # LeakSanitizer's stop-the-world tracer itself crashes now and then when a test process
-    # exits under load ("Tracer caught signal 11", "LeakSanitizer has encountered a fatal
-    # error" after the test's own output): no finding of the test. Only when every failure is
-    # that one are the failed tests run once more; anything else fails here.
-    log=build/asan/Testing/Temporary/LastTest.log
-    other=$(awk '/^[0-9]+\/[0-9]+ Testing: / {lsan = 0}
-                 /LeakSanitizer has encountered a fatal error/ {lsan = 1}
-                 /^Test Failed\./ && !lsan {n++}
-                 END {print n + 0}' "$log")
-    if [ "$other" != 0 ]; then exit 1; fi
-    echo "tools/test.sh: only LeakSanitizer's own tracer failed; running those tests again"
-    ctest --preset asan --rerun-failed
-  fi
+  ctest --preset asan
   cmake --preset tsan
   cmake --build --preset tsan --target trace_writer_test trace_reader_test record_ring_test
   ctest --preset tsan -R "trace_writer_test|trace_reader_test:read-ahead|record_ring_test"
