@@ -1463,16 +1463,16 @@ bool Session::TakeStateDigest(const std::string& reason) {
   // current context's first, then every other device's the program allocated in (a digest
   // kernel of one device may not read another's memory, and cuCtxSynchronize waits for one
   // device only).
+  // A thread with no context (the signal watcher's, at a SIGTERM) synchronises none: the
+  // digest is skipped with a note, as the program is to end at once.
   const void* const current = CurrentContextDevice().first;
-  std::vector<const void*> contexts;
-  if (current != nullptr) contexts.push_back(current);
+  std::vector<const void*> contexts = {current};
   for (const Allocation& allocation : live) {
     if (allocation.context != nullptr &&
         std::find(contexts.begin(), contexts.end(), allocation.context) == contexts.end()) {
       contexts.push_back(allocation.context);
     }
   }
-  if (contexts.empty()) contexts.push_back(nullptr);  // cuCtxSynchronize says why not
   format::StateDigestRecord record;
   record.after_op = issued == 0 ? 0 : issued - 1;
   record.reason = reason;
