@@ -1154,19 +1154,22 @@ void Session::FlushHeldRecords(bool wait) {
 
 namespace {
 
-// The calling thread's current context and its device ordinal (null and 0 when there is none).
-std::pair<const void*, uint32_t> CurrentContextDevice() {
+// The calling thread's current context (null when there is none).
+const void* CurrentContext() {
   using CurrentFn = CUresult (*)(CUcontext*);
-  using DeviceFn = CUresult (*)(CUdevice*);
   static const auto current = Proc<CurrentFn>("cuCtxGetCurrent", 4000);
-  static const auto device = Proc<DeviceFn>("cuCtxGetDevice", 2000);
   CUcontext context = nullptr;
+  if (current == nullptr || current(&context) != CUDA_SUCCESS) return nullptr;
+  return context;
+}
+
+// The device ordinal of the calling thread's current context (0 when there is none).
+uint32_t CurrentDevice() {
+  using DeviceFn = CUresult (*)(CUdevice*);
+  static const auto device = Proc<DeviceFn>("cuCtxGetDevice", 2000);
   CUdevice ordinal = 0;
-  if (current == nullptr || current(&context) != CUDA_SUCCESS || context == nullptr) {
-    return {nullptr, 0};
-  }
-  if (device == nullptr || device(&ordinal) != CUDA_SUCCESS || ordinal < 0) ordinal = 0;
-  return {context, static_cast<uint32_t>(ordinal)};
+  if (device == nullptr || device(&ordinal) != CUDA_SUCCESS || ordinal < 0) return 0;
+  return static_cast<uint32_t>(ordinal);
 }
 
 }  // namespace
@@ -1176,7 +1179,8 @@ void Session::OnAllocate(uint64_t base, uint64_t bytes, const char* api, uint32_
   record.allocation_id = NewObjectId(ObjectKind::kAllocation);
   // The device it is on: a process may drive several GPUs (DataParallel, a model split over
   // devices), and its memory is digested in that device's context.
-  const auto [context, device] = CurrentContextDevice();
+  const void* const context = CurrentContext();
+  const uint32_t device = context != nullptr ? CurrentDevice() : 0;
   record.device_ordinal = device;
   const bool managed = std::string_view(api) == "cuMemAllocManaged";
   {
@@ -1465,7 +1469,7 @@ bool Session::TakeStateDigest(const std::string& reason) {
   // device only).
   // A thread with no context (the signal watcher's, at a SIGTERM) synchronises none: the
   // digest is skipped with a note, as the program is to end at once.
-  const void* const current = CurrentContextDevice().first;
+  const void* const current = CurrentContext();
   std::vector<const void*> contexts = {current};
   for (const Allocation& allocation : live) {
     if (allocation.context != nullptr &&
@@ -1545,7 +1549,7 @@ std::optional<format::Digest> Session::DigestInStreamOrder(uint64_t address, uin
     // kernel reading another device's memory faults without peer access; a copy is staged by
     // the driver (a peer copy's destination, written from the source device's stream).
     if (allocation && bytes <= allocation->bytes - (address - allocation->base) &&
-        (allocation->context == nullptr || allocation->context == CurrentContextDevice().first)) {
+        (allocation->context == nullptr || allocation->context == CurrentContext())) {
       if (std::optional<uint64_t> ticket =
               gpu_.Enqueue(address, bytes, stream.launch, summarize_f32)) {
         if (on_gpu != nullptr) *on_gpu = true;
