@@ -131,15 +131,16 @@ uint64_t SyncHandle(CUstream stream, bool per_thread) {
   return per_thread && stream == nullptr ? Handle(CU_STREAM_PER_THREAD) : Handle(stream);
 }
 
-// Inside the digest window: the digests of the whole allocations `buffers` (role, device
-// address) reference, in `stream`'s order (on the GPU, or synchronising it for the CPU path).
-// The GPU kernels go through the legacy-stream cuLaunchKernel: a per-thread function's null
-// stream must be named explicitly.
+// How digests reach `stream`'s work: on the GPU, or synchronising it for the CPU path. The GPU
+// kernels go through the legacy-stream cuLaunchKernel: a per-thread function's null stream
+// must be named explicitly.
 DigestStream InStreamOrder(CUstream stream, bool per_thread) {
   return {SyncHandle(stream, per_thread),
           [stream, per_thread] { return SyncStream(stream, per_thread) == CUDA_SUCCESS; }};
 }
 
+// The digests of the whole allocations `buffers` (role, device address) reference, in
+// `stream`'s order (a launch in the digest window; managed memory a launch is given).
 std::vector<BufferDigest> WindowDigests(
     Session& session, CUstream stream, bool per_thread,
     const std::vector<std::pair<std::string, uint64_t>>& buffers) {
