@@ -229,6 +229,8 @@ std::string RenderDiffJson(const DiffReport& r) {
                                         {"name", d.root->name}}
                        : nlohmann::json(nullptr);
     v["from_host"] = d.from_host;
+    v["from_process"] =
+        d.from_process.empty() ? nlohmann::json(nullptr) : nlohmann::json(d.from_process);
     v["bisect_window"] = d.window_begin && d.window_end
                              ? nlohmann::json::array({*d.window_begin, *d.window_end})
                              : nlohmann::json(nullptr);

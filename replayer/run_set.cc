@@ -1,11 +1,14 @@
 #include "replayer/run_set.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <system_error>
 
 #include "formats/trace_reader.h"
@@ -150,10 +153,14 @@ void RemoveProcessTraces(const std::string& path) {
 }
 
 const std::pair<std::string, DiffReport>* RunDiff::first_diverged() const {
+  const std::pair<std::string, DiffReport>* first = nullptr;
   for (const auto& process : processes) {
-    if (!process.second.identical()) return &process;
+    if (process.second.identical()) continue;
+    const auto& d = process.second.first_divergence;
+    if (!d || d->from_process.empty()) return &process;
+    if (first == nullptr) first = &process;
   }
-  return nullptr;
+  return first;
 }
 
 namespace {
@@ -266,6 +273,111 @@ const ProcessTrace* FindLikeProcess(const std::vector<ProcessTrace>& run, const 
   return same_ops != nullptr ? same_ops : by_key;
 }
 
+namespace {
+
+// The collectives of a trace (NCCL calls other than point-to-point), in issue order: (op
+// sequence, communicator).
+std::vector<std::pair<uint64_t, uint64_t>> Collectives(const std::string& path) {
+  std::vector<std::pair<uint64_t, uint64_t>> collectives;
+  StatusOr<std::unique_ptr<format::TraceReader>> reader = format::TraceReader::Open(path);
+  if (!reader.ok()) return collectives;
+  (*reader)->PassOver(~format::RecordTypeBit<format::OpRecord>());
+  format::Record record;
+  while ((*reader)->Next(&record)) {
+    const auto* op = std::get_if<format::OpRecord>(&record);
+    if (op == nullptr || op->kind != format::OpKind::kNcclCollective || op->name == "ncclSend" ||
+        op->name == "ncclRecv") {
+      continue;
+    }
+    const format::Argument* comm = FindArgument(*op, "comm");
+    const auto* id = comm ? std::get_if<uint64_t>(&comm->value) : nullptr;
+    if (id != nullptr) collectives.emplace_back(op->sequence, *id);
+  }
+  std::sort(collectives.begin(), collectives.end());
+  return collectives;
+}
+
+// Run A's traces, read once each for ExplainCollectives.
+class CollectiveIndex {
+ public:
+  // Op `sequence`'s communicator and how many collectives on it came before; nullopt when it is
+  // not a collective of the trace.
+  std::optional<std::pair<uint64_t, uint64_t>> Place(const std::string& path, uint64_t sequence) {
+    uint64_t comm = 0;
+    bool found = false;
+    for (const auto& [s, c] : Of(path)) {
+      if (s == sequence) {
+        comm = c;
+        found = true;
+      }
+    }
+    if (!found) return std::nullopt;
+    uint64_t before = 0;
+    for (const auto& [s, c] : Of(path)) before += s < sequence && c == comm ? 1 : 0;
+    return std::make_pair(comm, before);
+  }
+  // The sequence of the collective at `place` in the trace at `path`; nullopt when it has none.
+  std::optional<uint64_t> At(const std::string& path, std::pair<uint64_t, uint64_t> place) {
+    uint64_t seen = 0;
+    for (const auto& [s, c] : Of(path)) {
+      if (c != place.first) continue;
+      if (seen++ == place.second) return s;
+    }
+    return std::nullopt;
+  }
+
+ private:
+  const std::vector<std::pair<uint64_t, uint64_t>>& Of(const std::string& path) {
+    auto it = read_.find(path);
+    if (it == read_.end()) it = read_.emplace(path, Collectives(path)).first;
+    return it->second;
+  }
+  std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> read_;
+};
+
+// DiffRuns' second step: collectives whose results differ because another process's data did.
+void ExplainCollectives(RunDiff* diff) {
+  CollectiveIndex index;
+  for (auto& [key, report] : diff->processes) {
+    if (!report.first_divergence) continue;
+    Divergence& d = *report.first_divergence;
+    if (d.op.kind != format::OpKind::kNcclCollective ||
+        d.klass != DivergenceClass::kNondeterministicOp) {
+      continue;
+    }
+    const auto place = index.Place(report.path_a, d.op.sequence);
+    if (!place) continue;
+    for (const auto& [other_key, other] : diff->processes) {
+      if (&other == &report || !other.first_divergence) continue;
+      const Divergence& o = *other.first_divergence;
+      const std::optional<uint64_t> part = index.At(other.path_a, *place);
+      if (!part) continue;
+      // That process's data for this collective already differed: it diverged before its part,
+      // or its part received differing inputs.
+      const bool before = o.op.sequence < *part;
+      if (!before && !(o.op.sequence == *part && o.klass == DivergenceClass::kPropagated)) {
+        continue;
+      }
+      d.klass = DivergenceClass::kPropagated;
+      d.from_process = other_key;
+      d.what = fmt::format(
+          "the collective combines every rank's data, and {}'s already differed: {} diverged "
+          "at its op {}{} (this process's own inputs to the collective are identical in both "
+          "runs)",
+          other_key, other_key, o.op.sequence,
+          before ? fmt::format(", before its part of this collective (op {})", *part)
+                 : std::string(", its part of this collective"));
+      d.hint.reset();
+      d.root.reset();
+      d.window_begin.reset();
+      d.window_end.reset();
+      break;
+    }
+  }
+}
+
+}  // namespace
+
 StatusOr<RunDiff> DiffRuns(const std::string& path_a, const std::string& path_b,
                            const DiffOptions& options) {
   StatusOr<std::vector<ProcessTrace>> a = FindProcessTraces(path_a);
@@ -291,6 +403,7 @@ StatusOr<RunDiff> DiffRuns(const std::string& path_a, const std::string& path_b,
       diff.only_in_b.push_back(trace_b.key);
     }
   }
+  if (diff.processes.size() > 1) ExplainCollectives(&diff);
   return diff;
 }
 

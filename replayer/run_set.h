@@ -53,10 +53,18 @@ struct RunDiff {
   // (DiffReport::differs_only_at_lane_tails): where a run stopped earlier.
   bool differs_only_at_lane_tails() const;
   uint64_t lane_tail_ops() const;  // over every process
-  // The first pair that is not identical, or null.
+  // The first pair that is not identical and whose first divergence is its own (not a
+  // collective another process's data made differ: Divergence::from_process), else the first
+  // pair that is not identical; null when all are.
   const std::pair<std::string, DiffReport>* first_diverged() const;
 };
 
+// Compares the runs process by process. Then a process whose first divergence is a collective
+// (NCCL) that gave different results from identical inputs is told apart from a collective that
+// is itself nondeterministic: when another process's matching collective (the same
+// communicator, the same count of collectives on it before) received data that already
+// differed, or that process diverged before it, the divergence is that process's
+// (kPropagated with Divergence::from_process).
 StatusOr<RunDiff> DiffRuns(const std::string& path_a, const std::string& path_b,
                            const DiffOptions& options = {});
 

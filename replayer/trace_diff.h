@@ -80,6 +80,10 @@ struct Divergence {
   // kPropagated: the input is host data a copy brought to the GPU (no op wrote its source):
   // the runs diverged on the CPU, and the copy is the op to name.
   bool from_host = false;
+  // kPropagated, across processes (replayer/run_set.h): the op is a collective whose result
+  // combines every rank's data, and this process's contribution did not differ but that of the
+  // process keyed so ("rank 1") did: the divergence is that process's.
+  std::string from_process;
   std::optional<uint64_t> window_begin;      // kUncovered / kPropagated: ops to bisect
   std::optional<uint64_t> window_end;
   std::optional<DivergenceSize> size;

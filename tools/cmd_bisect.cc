@@ -1,9 +1,9 @@
-// `ndtrace bisect [-n RUNS] [--max-runs M] [--confirm-runs K] [--window-replays R] [-o DIR] --
-// CMD...`: narrows a nondeterministic run of CMD down to the first op that diverges, recording
-// CMD again with digests placed ever closer around the first difference; once the window is
-// narrow, records it once captured and replays it from the trace (up to R times) instead of
-// running CMD, else digests it op by op and confirms the op by replaying it alone K times
-// (replayer/bisect.h). Exit 0 no run diverged, 1 found, 2 error.
+// `ndtrace bisect [-n RUNS] [--max-runs M] [--confirm-runs K] [--window-replays R]
+// [--process KEY] [-o DIR] -- CMD...`: narrows a nondeterministic run of CMD down to the first op
+// that diverges, recording CMD again with digests placed ever closer around the first difference;
+// once the window is narrow, records it once captured and replays it from the trace (up to R times)
+// instead of running CMD, else digests it op by op and confirms the op by replaying it alone K
+// times (replayer/bisect.h). Exit 0 no run diverged, 1 found, 2 error.
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -31,6 +31,7 @@ struct BisectCommandOptions {
   int max_runs = 40;
   int confirm_runs = 10;
   int window_replays = 2;
+  std::string process;  // the process followed in a run of several ("rank 1"); empty: main
   std::string directory;
   std::vector<std::string> command;
 };
@@ -66,7 +67,7 @@ int RunBisect(const BisectCommandOptions& options) {
   }
 
   const replay::RunProgram run_program =
-      MakeRunProgram("bisect", options.command, directory.string(), "run");
+      MakeRunProgram("bisect", options.command, directory.string(), "run", options.process);
   replay::BisectOptions bisect;
   bisect.runs_per_step = options.runs;
   bisect.max_runs = options.max_runs;
@@ -92,7 +93,8 @@ int RunBisect(const BisectCommandOptions& options) {
     return kExitOk;
   }
   if (result->found_op) {
-    TakePythonStacks("bisect", options.command, directory, "main", result->report->path_a,
+    TakePythonStacks("bisect", options.command, directory,
+                     options.process.empty() ? "main" : options.process, result->report->path_a,
                      &*result->report);
   }
   fmt::print("{}", replay::RenderDiffText(*result->report, ::isatty(STDOUT_FILENO)));
@@ -140,6 +142,9 @@ Command AddBisectCommand(CLI::App& parent) {
                   "and replay it from the trace alone up to this many times instead (default 2; "
                   "0: per-op digest runs of the program)")
       ->check(WholeNumber(0, 100));
+  app->add_option("--process", options->process,
+                  "In a program of several processes, follow this one: \"rank R\" or "
+                  "\"process N\", as `ndtrace check` names them (default: the program's own)");
   app->add_option("-o,--output", options->directory,
                   "Directory for the traces and program logs (default ndtrace-bisect-<time>)");
   app->add_option("command", options->command, "The program and its arguments, after --")

@@ -508,9 +508,14 @@ int RunCheck(const CheckOptions& options) {
   if (diverged) {
     const auto* first_process = diverged->first_diverged();
     // Narrowing: a report that names no op yet (propagated, uncovered) is followed up with
-    // more runs until it does (replay::Narrow), for a run of one process.
-    if (diverged->single() && first_process != nullptr && first_process->second.first_divergence &&
+    // more runs until it does (replay::Narrow), following that process in a run of several.
+    if (first_process != nullptr && first_process->second.first_divergence &&
         !replay::NamesTheOp(*first_process->second.first_divergence) && options.narrow_runs > 0) {
+      const std::string key = first_process->first;
+      auto& narrowed_report =
+          std::find_if(diverged->processes.begin(), diverged->processes.end(),
+                       [&](const auto& process) { return &process == first_process; })
+              ->second;
       fmt::print(stderr, "ndtrace check: run {} differs from run 1 at {}; narrowing it down\n",
                  made, DivergenceLine(first_process->second));
       replay::BisectOptions narrow;
@@ -519,17 +524,18 @@ int RunCheck(const CheckOptions& options) {
       narrow.confirm_runs = 10;
       StatusOr<replay::NarrowResult> narrowed = replay::Narrow(
           narrow, first_process->second,
-          MakeRunProgram("check", options.command, directory.string(), "narrow"),
+          MakeRunProgram("check", options.command, directory.string(), "narrow",
+                         key == "main" ? "" : key),
           [](const std::string& line) { fmt::print(stderr, "ndtrace check: {}\n", line); });
       if (narrowed.ok()) {
-        diverged->processes.front().second = narrowed->report;
+        narrowed_report = narrowed->report;
         for (const std::string& step : narrowed->steps) {
-          diverged->processes.front().second.notes.push_back("narrowing: " + step);
+          narrowed_report.notes.push_back("narrowing: " + step);
         }
         if (!narrowed->named) {
-          diverged->processes.front().second.notes.push_back(fmt::format(
-              "narrowing: {} more runs did not name one op; `ndtrace bisect` searches further",
-              narrowed->runs));
+          narrowed_report.notes.push_back(fmt::format(
+              "narrowing: {} more runs did not name one op; `ndtrace bisect{}` searches further",
+              narrowed->runs, key == "main" ? "" : fmt::format(" --process '{}'", key)));
         }
       } else {
         PrintWarning("narrowing failed: " + narrowed.status().message());

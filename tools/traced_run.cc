@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,8 +10,8 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <charconv>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -340,7 +341,8 @@ namespace ndt::tools {
 
 replay::RunProgram MakeRunProgram(const std::string& context,
                                   const std::vector<std::string>& command,
-                                  const std::string& directory, const std::string& prefix) {
+                                  const std::string& directory, const std::string& prefix,
+                                  const std::string& process) {
   return [=](const replay::BisectRun& run) -> StatusOr<std::string> {
     for (const char* name : {"NDTRACE_DIGEST_EVERY", "NDTRACE_DIGEST_SYNC", "NDTRACE_DIGEST_WINDOW",
                              "NDTRACE_DIGEST_EXIT", "NDTRACE_CAPTURE"}) {
@@ -360,17 +362,30 @@ replay::RunProgram MakeRunProgram(const std::string& context,
     std::error_code error;
     StatusOr<TracedRun> traced = RunTraced(context, command, trace, log);
     if (!traced.ok()) return traced.status();
+    if (!process.empty()) {
+      StatusOr<std::vector<replay::ProcessTrace>> traces = replay::FindProcessTraces(trace);
+      if (traces.ok()) {
+        for (const replay::ProcessTrace& one : *traces) {
+          if (one.key == process) return one.path;
+        }
+      }
+      return Status::Error(
+          fmt::format("{}: run {} has no trace of {} (exit status {}; output in {})", context,
+                      run.index, process, traced->exit_code, log));
+    }
     if (!std::filesystem::exists(trace, error)) {
       // The GPU work may all be in processes it started (a multiprocessing pool): their traces
       // are companions, and the search follows the ops of one process.
       if (StatusOr<std::vector<replay::ProcessTrace>> others = replay::FindProcessTraces(trace);
           others.ok() && !others->empty()) {
+        std::vector<std::string> keys;
+        for (const replay::ProcessTrace& other : *others) keys.push_back(other.key);
         return Status::Error(fmt::format(
-            "{}: run {} made its GPU calls in {} other process(es) it started ({}{}), none in "
-            "the process it ran: {} follows the ops of the program's own process; `ndtrace "
-            "check` compares every process",
-            context, run.index, others->size(), others->front().path,
-            others->size() > 1 ? ", ..." : "", context));
+            "{}: run {} made its GPU calls in {} other process(es) it started ({}), none in the "
+            "process it ran: {} follows the ops of one process, the program's own unless "
+            "`--process KEY` names another (`ndtrace check` compares every process and names "
+            "the one that diverged first)",
+            context, run.index, others->size(), fmt::join(keys, ", "), context));
       }
       return Status::Error(fmt::format("{}: run {} left no trace (exit status {}; output in {})",
                                        context, run.index, traced->exit_code, log));

@@ -102,9 +102,12 @@ StatusOr<TracedRun> RunTraced(const std::string& context, const std::vector<std:
 // The RunProgram of replay::Bisect and replay::Narrow: each run of `command` records
 // `directory`/`prefix`-<index>.ndt (its output in .log beside it) with the digests and capture
 // the run asks for (the policy variables already set are inherited). `context` starts messages.
+// `process`: the key of the process whose trace the search follows in a run of several
+// (replay::ProcessTrace, "rank 1"); empty: the process the command started.
 replay::RunProgram MakeRunProgram(const std::string& context,
                                   const std::vector<std::string>& command,
-                                  const std::string& directory, const std::string& prefix);
+                                  const std::string& directory, const std::string& prefix,
+                                  const std::string& process = "");
 
 // How many ops the trace at `path` holds so far, from its chunk headers alone (cheap on a trace
 // still being written); nullopt while there is no readable trace there.

@@ -8,11 +8,19 @@
 #                                   planted kernel or API)
 #   failing PROGRAM ARGS...         `check` exits 4 and says the program failed in every run
 #   bisected NAME PROGRAM ARGS...   `bisect` exits 1 and its closing line names op NAME
+#   bisected_in KEY NAME PROGRAM ARGS...
+#                                   the same, bisect following process KEY (`--process`)
 set -u
 ndtrace=$1
 mode=$2
 shift 2
 name=
+process=
+if [ "$mode" = bisected_in ]; then
+  process=$1
+  mode=bisected
+  shift
+fi
 if [ "$mode" = planted ] || [ "$mode" = bisected ]; then
   name=$1
   shift
@@ -23,7 +31,9 @@ case "$mode" in
   deterministic) runs=3 ;;
   *) runs=6 ;;
 esac
-if [ "$mode" = bisected ]; then
+if [ "$mode" = bisected ] && [ -n "$process" ]; then
+  "$ndtrace" bisect --process "$process" -o "$dir/out" -- "$@" >"$dir/report" 2>"$dir/stderr"
+elif [ "$mode" = bisected ]; then
   "$ndtrace" bisect -o "$dir/out" -- "$@" >"$dir/report" 2>"$dir/stderr"
 else
   "$ndtrace" check -n "$runs" -o "$dir/out" -- "$@" >"$dir/report" 2>"$dir/stderr"

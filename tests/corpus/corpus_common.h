@@ -56,7 +56,6 @@ class Queue {
   std::deque<T> items_;
 };
 
-// True when the command line has `flag` (e.g. "--plant").
 // The number of devices, when there are at least `wanted`; else says so and exits 2.
 inline int RequireDevices(int wanted, const char* program) {
   int count = 0;
@@ -68,6 +67,7 @@ inline int RequireDevices(int wanted, const char* program) {
   return count;
 }
 
+// True when the command line has `flag` (e.g. "--plant").
 inline bool HasFlag(int argc, char** argv, const char* flag) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], flag) == 0) return true;

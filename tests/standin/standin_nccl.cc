@@ -23,7 +23,13 @@
 // and its buffers are never touched afterwards.
 #include <cuda.h>
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <nccl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -355,10 +361,306 @@ ncclResult_t Execute(Collective& c, bool ring) {
   return ncclSuccess;
 }
 
+// Ranks in other processes (a torchrun or mpirun job: one process per rank). Every
+// ncclCommInitRank outside a group meets the other ranks in POSIX shared memory named after the
+// unique id ("/ndt-nccl-<creator pid>-<n>-<random>"): a header with a process-shared robust mutex
+// and condition variable, and a data object that grows to the largest call. Once every rank has
+// joined, a communicator whose ranks are all in this process carries on as threads do (above);
+// otherwise each collective goes through the shared memory: a rank waits for the previous
+// collective to be collected by every rank, stages its send buffer in its own region, and the
+// last to arrive computes the result into every rank's receive region (Execute, the same order
+// rules); each rank then copies its own out. Both names are unlinked once every rank has joined.
+constexpr int kMaxSharedRanks = 64;
+
+struct SharedHeader {
+  pthread_mutex_t mutex;
+  pthread_cond_t changed;  // CLOCK_MONOTONIC
+  std::atomic<uint32_t> ready;
+  int nranks;
+  int joined;
+  bool ring;
+  pid_t pids[kMaxSharedRanks];
+  uint64_t data_bytes;  // size of the data object
+  // The collective in progress, guarded by `mutex`:
+  uint64_t current;  // its index
+  int arrived;       // ranks that staged their send buffers
+  int collected;     // ranks that copied their results out
+  bool done;
+  bool params_set;
+  ncclResult_t result;
+  Kind kind;
+  size_t count;
+  ncclDataType_t type;
+  ncclRedOp_t op;
+  int root;
+};
+
+std::string SharedName(const std::string& id, const char* suffix) {
+  std::string name = "/" + id + suffix;
+  for (size_t i = 1; i < name.size(); ++i) {
+    if (name[i] == ':') name[i] = '-';
+  }
+  return name;
+}
+
+// This process's view of a communicator's shared memory.
+class SharedClique {
+ public:
+  ~SharedClique() {
+    if (data_ != nullptr) munmap(data_, mapped_);
+    if (header_ != nullptr) munmap(header_, sizeof(SharedHeader));
+    if (data_fd_ >= 0) close(data_fd_);
+  }
+
+  // Opens (or creates) the shared memory of `id` and waits for the other ranks to join.
+  static ncclResult_t Join(const std::string& id, int nranks, int rank,
+                           std::unique_ptr<SharedClique>* out) {
+    if (nranks > kMaxSharedRanks) {
+      std::fprintf(stderr, "NCCL stand-in: at most %d ranks between processes\n", kMaxSharedRanks);
+      return ncclInvalidUsage;
+    }
+    auto clique = std::make_unique<SharedClique>();
+    const std::string header_name = SharedName(id, "");
+    const std::string data_name = SharedName(id, ".data");
+    const auto deadline = std::chrono::steady_clock::now() + Timeout();
+    int fd = shm_open(header_name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    const bool creator = fd >= 0;
+    if (creator) {
+      clique->data_fd_ = shm_open(data_name.c_str(), O_RDWR | O_CREAT, 0600);
+      if (clique->data_fd_ < 0 || ftruncate(fd, sizeof(SharedHeader)) != 0) {
+        if (fd >= 0) close(fd);
+        return ncclSystemError;
+      }
+    } else {
+      // Another rank creates it: wait until it is whole.
+      while ((fd = shm_open(header_name.c_str(), O_RDWR, 0600)) < 0 || !HasHeaderSize(fd)) {
+        if (fd >= 0) close(fd);
+        if (std::chrono::steady_clock::now() > deadline) return JoinTimedOut(rank, 0, nranks);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    void* mapped = mmap(nullptr, sizeof(SharedHeader), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (mapped == MAP_FAILED) return ncclSystemError;
+    clique->header_ = static_cast<SharedHeader*>(mapped);
+    SharedHeader& h = *clique->header_;
+    if (creator) {
+      pthread_mutexattr_t mutex_attr;
+      pthread_mutexattr_init(&mutex_attr);
+      pthread_mutexattr_setpshared(&mutex_attr, PTHREAD_PROCESS_SHARED);
+      pthread_mutexattr_setrobust(&mutex_attr, PTHREAD_MUTEX_ROBUST);
+      pthread_mutex_init(&h.mutex, &mutex_attr);
+      pthread_condattr_t cond_attr;
+      pthread_condattr_init(&cond_attr);
+      pthread_condattr_setpshared(&cond_attr, PTHREAD_PROCESS_SHARED);
+      pthread_condattr_setclock(&cond_attr, CLOCK_MONOTONIC);
+      pthread_cond_init(&h.changed, &cond_attr);
+      h.nranks = nranks;
+      h.ring = RingRequested();
+      h.result = ncclSuccess;
+      h.ready.store(1, std::memory_order_release);
+    } else {
+      while (h.ready.load(std::memory_order_acquire) == 0) {
+        if (std::chrono::steady_clock::now() > deadline) return JoinTimedOut(rank, 0, nranks);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      clique->data_fd_ = shm_open(data_name.c_str(), O_RDWR, 0600);
+      if (clique->data_fd_ < 0) return ncclSystemError;
+    }
+    clique->nranks_ = nranks;
+    clique->rank_ = rank;
+    Locked lock(h);
+    if (h.nranks != nranks) return ncclInvalidUsage;
+    h.pids[rank] = getpid();
+    if (++h.joined == nranks) {
+      shm_unlink(header_name.c_str());
+      shm_unlink(data_name.c_str());
+    }
+    pthread_cond_broadcast(&h.changed);
+    if (!lock.WaitUntil([&] { return h.joined >= nranks; }, deadline)) {
+      --h.joined;
+      shm_unlink(header_name.c_str());  // no rank joins later: leave nothing behind
+      shm_unlink(data_name.c_str());
+      return JoinTimedOut(rank, h.joined, nranks);
+    }
+    *out = std::move(clique);
+    return ncclSuccess;
+  }
+
+  // True when every rank is in this process.
+  bool AllHere() const {
+    for (int r = 0; r < nranks_; ++r) {
+      if (header_->pids[r] != getpid()) return false;
+    }
+    return true;
+  }
+
+  int nranks() const { return nranks_; }
+
+  // This rank's part of collective `index`.
+  ncclResult_t Collect(uint64_t index, Kind kind, const char* what, const void* send, void* recv,
+                       size_t count, ncclDataType_t type, ncclRedOp_t op, int root) {
+    SharedHeader& h = *header_;
+    const auto deadline = std::chrono::steady_clock::now() + Timeout();
+    const size_t element = TypeSize(type);
+    const Shape shape = ShapeOf(kind);
+    // Every rank's region holds the largest buffer any rank sends or receives in this call.
+    size_t stride = 0;
+    for (int r = 0; r < nranks_; ++r) {
+      size_t send_bytes = 0, recv_bytes = 0;
+      SpanBytes(shape.send, count, element, r, root, nranks_, &send_bytes);
+      SpanBytes(shape.recv, count, element, r, root, nranks_, &recv_bytes);
+      stride = std::max({stride, send_bytes, recv_bytes});
+    }
+    stride = (stride + 63) / 64 * 64;
+    size_t send_bytes = 0, recv_bytes = 0;
+    SpanBytes(shape.send, count, element, rank_, root, nranks_, &send_bytes);
+    SpanBytes(shape.recv, count, element, rank_, root, nranks_, &recv_bytes);
+    const size_t needed = 2 * static_cast<size_t>(nranks_) * stride;
+    {
+      Locked lock(h);
+      if (!lock.WaitUntil([&] { return h.current == index; }, deadline)) {
+        return TimedOut(what);
+      }
+      if (!h.params_set) {
+        h.params_set = true;
+        h.kind = kind;
+        h.count = count;
+        h.type = type;
+        h.op = op;
+        h.root = root;
+      } else if (h.kind != kind || h.count != count || h.type != type || h.op != op ||
+                 h.root != root) {
+        h.result = ncclInvalidUsage;  // the ranks disagree on the collective
+      }
+      if (h.data_bytes < needed) {
+        if (ftruncate(data_fd_, static_cast<off_t>(needed)) != 0)
+          h.result = ncclSystemError;
+        else
+          h.data_bytes = needed;
+      }
+    }
+    if (!Map(needed)) return ncclSystemError;
+    if (send_bytes > 0) std::memcpy(data_ + rank_ * stride, send, send_bytes);
+    ncclResult_t result;
+    {
+      Locked lock(h);
+      if (++h.arrived == nranks_) {
+        if (h.result == ncclSuccess && count > 0) {
+          Collective c;
+          c.kind = kind;
+          c.count = count;
+          c.type = type;
+          c.op = op;
+          c.root = root;
+          for (int r = 0; r < nranks_; ++r) {
+            c.send.push_back(data_ + r * stride);
+            c.recv.push_back(data_ + (nranks_ + r) * stride);
+          }
+          h.result = Execute(c, h.ring);
+        }
+        h.done = true;
+        pthread_cond_broadcast(&h.changed);
+      }
+      if (!lock.WaitUntil([&] { return h.done; }, deadline)) return TimedOut(what);
+      result = h.result;
+    }
+    if (result == ncclSuccess && recv_bytes > 0) {
+      std::memcpy(recv, data_ + (nranks_ + rank_) * stride, recv_bytes);
+    }
+    Locked lock(h);
+    if (++h.collected == nranks_) {
+      ++h.current;
+      h.arrived = h.collected = 0;
+      h.done = h.params_set = false;
+      h.result = ncclSuccess;
+      pthread_cond_broadcast(&h.changed);
+    }
+    return result;
+  }
+
+ private:
+  // The header's mutex, held; a holder that died leaves it consistent again.
+  class Locked {
+   public:
+    explicit Locked(SharedHeader& h) : h_(h) {
+      if (pthread_mutex_lock(&h_.mutex) == EOWNERDEAD) pthread_mutex_consistent(&h_.mutex);
+    }
+    ~Locked() { pthread_mutex_unlock(&h_.mutex); }
+    Locked(const Locked&) = delete;
+    Locked& operator=(const Locked&) = delete;
+    template <typename Predicate>
+    bool WaitUntil(Predicate done, std::chrono::steady_clock::time_point deadline) {
+      while (!done()) {
+        const auto left = deadline - std::chrono::steady_clock::now();
+        if (left <= std::chrono::steady_clock::duration::zero()) return false;
+        timespec until{};
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+        until.tv_sec += static_cast<time_t>(ns / 1000000000);
+        until.tv_nsec += static_cast<long>(ns % 1000000000);
+        if (until.tv_nsec >= 1000000000) {
+          ++until.tv_sec;
+          until.tv_nsec -= 1000000000;
+        }
+        if (pthread_cond_timedwait(&h_.changed, &h_.mutex, &until) == EOWNERDEAD) {
+          pthread_mutex_consistent(&h_.mutex);
+        }
+      }
+      return true;
+    }
+
+   private:
+    SharedHeader& h_;
+  };
+
+  static bool HasHeaderSize(int fd) {
+    struct stat st {};
+    return fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) >= sizeof(SharedHeader);
+  }
+
+  static ncclResult_t JoinTimedOut(int rank, int joined, int nranks) {
+    std::fprintf(stderr, "NCCL stand-in: rank %d: ncclCommInitRank: %d of %d ranks joined\n", rank,
+                 joined, nranks);
+    return ncclInvalidUsage;
+  }
+
+  ncclResult_t TimedOut(const char* what) const {
+    std::fprintf(stderr,
+                 "NCCL stand-in: rank %d: %s: no matching call from the other ranks "
+                 "within %lld ms\n",
+                 rank_, what, static_cast<long long>(Timeout().count()));
+    return ncclInvalidUsage;
+  }
+
+  // Maps at least `bytes` of the data object.
+  bool Map(size_t bytes) {
+    if (mapped_ >= bytes) return true;
+    if (data_ != nullptr) munmap(data_, mapped_);
+    void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, data_fd_, 0);
+    if (mapped == MAP_FAILED) {
+      data_ = nullptr;
+      mapped_ = 0;
+      return false;
+    }
+    data_ = static_cast<unsigned char*>(mapped);
+    mapped_ = bytes;
+    return true;
+  }
+
+  SharedHeader* header_ = nullptr;
+  int data_fd_ = -1;
+  unsigned char* data_ = nullptr;
+  size_t mapped_ = 0;
+  int nranks_ = 0;
+  int rank_ = 0;
+};
+
 }  // namespace
 
 struct ncclComm {
-  std::shared_ptr<Clique> clique;
+  std::shared_ptr<Clique> clique;        // ranks in this process
+  std::unique_ptr<SharedClique> shared;  // or not: through shared memory
   int rank = 0;
   int device = 0;
   // Guarded by clique->mutex:
@@ -412,14 +714,14 @@ ncclResult_t Post(ncclComm* comm, Kind kind, const char* what, const void* send,
   if (comm == nullptr) return ncclInvalidArgument;
   const size_t element = TypeSize(type);
   if (element == 0) return ncclInvalidArgument;
-  Clique& clique = *comm->clique;
-  if (root < 0 || root >= clique.nranks) return ncclInvalidArgument;
+  const int nranks = comm->shared ? comm->shared->nranks() : comm->clique->nranks;
+  if (root < 0 || root >= nranks) return ncclInvalidArgument;
   const Shape shape = ShapeOf(kind);
   if (shape.reduces && (op < ncclSum || op > ncclMin)) return ncclInvalidArgument;
   size_t send_bytes = 0;
   size_t recv_bytes = 0;
-  if (!SpanBytes(shape.send, count, element, comm->rank, root, clique.nranks, &send_bytes) ||
-      !SpanBytes(shape.recv, count, element, comm->rank, root, clique.nranks, &recv_bytes)) {
+  if (!SpanBytes(shape.send, count, element, comm->rank, root, nranks, &send_bytes) ||
+      !SpanBytes(shape.recv, count, element, comm->rank, root, nranks, &recv_bytes)) {
     return ncclInvalidArgument;
   }
   if ((send_bytes > 0 && !IsDeviceRange(send, send_bytes)) ||
@@ -427,6 +729,11 @@ ncclResult_t Post(ncclComm* comm, Kind kind, const char* what, const void* send,
     return ncclInvalidArgument;
   }
   if (!Synchronize(stream)) return ncclUnhandledCudaError;
+  if (comm->shared) {  // completed at once, inside a group too (the ranks post in one order)
+    return comm->shared->Collect(comm->next_collective++, kind, what, send, recv, count, type, op,
+                                 root);
+  }
+  Clique& clique = *comm->clique;
   Posted posted{comm->clique, nullptr, comm->rank, what};
   {
     std::lock_guard lock(clique.mutex);
@@ -464,6 +771,10 @@ ncclResult_t Post(ncclComm* comm, Kind kind, const char* what, const void* send,
 ncclResult_t PostMessage(ncclComm* comm, bool sending, const void* buffer, size_t count,
                          ncclDataType_t type, int peer, cudaStream_t stream) {
   if (comm == nullptr) return ncclInvalidArgument;
+  if (comm->shared) {
+    std::fprintf(stderr, "NCCL stand-in: ncclSend/ncclRecv between processes are not supported\n");
+    return ncclInvalidUsage;
+  }
   const size_t element = TypeSize(type);
   if (element == 0) return ncclInvalidArgument;
   Clique& clique = *comm->clique;
@@ -556,8 +867,22 @@ ncclResult_t pncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId comm_i
   const std::string id(comm_id.internal, strnlen(comm_id.internal, sizeof(comm_id.internal)));
   int pid = 0;
   if (std::sscanf(id.c_str(), "ndt-nccl:%d:", &pid) != 1) return ncclInvalidArgument;
-  if (pid != static_cast<int>(getpid())) {
-    std::fprintf(stderr, "NCCL stand-in: ranks in other processes are not supported\n");
+  if (t_group_depth == 0) {  // the ranks may be in other processes: meet them
+    std::unique_ptr<SharedClique> shared;
+    const ncclResult_t joined = SharedClique::Join(id, nranks, rank, &shared);
+    if (joined != ncclSuccess) return joined;
+    if (!shared->AllHere()) {
+      auto* created = new (std::nothrow) ncclComm();
+      if (created == nullptr) return ncclSystemError;
+      created->shared = std::move(shared);
+      created->rank = rank;
+      *comm = created;
+      return ncclSuccess;
+    }
+  } else if (pid != static_cast<int>(getpid())) {
+    std::fprintf(stderr,
+                 "NCCL stand-in: ranks in other processes inside ncclGroupStart/End are not "
+                 "supported\n");
     return ncclInvalidUsage;
   }
   std::shared_ptr<Clique> clique;
@@ -618,7 +943,7 @@ ncclResult_t pncclCommDestroy(ncclComm_t comm) {
 
 ncclResult_t pncclCommCount(const ncclComm_t comm, int* count) {
   if (comm == nullptr || count == nullptr) return ncclInvalidArgument;
-  *count = comm->clique->nranks;
+  *count = comm->shared ? comm->shared->nranks() : comm->clique->nranks;
   return ncclSuccess;
 }
 

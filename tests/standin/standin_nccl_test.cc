@@ -1,4 +1,5 @@
-// Tests of the stand-in libnccl.so.2 on its own: point-to-point pairing and bounded waits. It is
+// Tests of the stand-in libnccl.so.2 on its own: point-to-point pairing, bounded waits, and ranks
+// in other processes (collectives through shared memory). It is
 // dlopen()ed by path and finds the stand-in libcuda.so.1 through LD_LIBRARY_PATH (set by CTest),
 // as this test does for its device memory. The collectives are checked by
 // tests/programs/allreduce (every call, exact data movement checked on the host) under
@@ -6,6 +7,8 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <nccl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -180,6 +183,120 @@ TEST_CASE("an unmatched send or a disagreeing pair fails with ncclInvalidUsage, 
     CHECK(NDT_NCCL(ncclSend)(buffer, 2, ncclFloat, 2, comms[0], nullptr) == ncclInvalidArgument);
   }
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(35));
+}
+
+// One rank of a communicator whose ranks are processes: what a forked child runs, without Catch
+// (a failure is its exit status and a line on stderr). `collectives`: false joins and leaves.
+int ProcessRank(int rank, int nranks, ncclUniqueId id, bool collectives) {
+  const auto fail = [rank](int code, const char* what) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, what);
+    return code;
+  };
+  CUdevice device = 0;
+  CUcontext context = nullptr;
+  if (NDT_DRIVER(cuInit)(0) != CUDA_SUCCESS ||
+      NDT_DRIVER(cuDeviceGet)(&device, 0) != CUDA_SUCCESS ||
+      NDT_DRIVER(cuDevicePrimaryCtxRetain)(&context, device) != CUDA_SUCCESS ||
+      NDT_DRIVER(cuCtxSetCurrent)(context) != CUDA_SUCCESS) {
+    return fail(10, "no device");
+  }
+  ncclComm_t comm = nullptr;
+  const ncclResult_t joined = NDT_NCCL(ncclCommInitRank)(&comm, nranks, id, rank);
+  if (joined == ncclInvalidUsage) return 20;  // the other ranks never came
+  if (joined != ncclSuccess) return fail(11, "ncclCommInitRank failed");
+  int count = 0;
+  if (NDT_NCCL(ncclCommCount)(comm, &count) != ncclSuccess || count != nranks) {
+    return fail(12, "ncclCommCount");
+  }
+  if (!collectives) return 0;
+  const size_t n = static_cast<size_t>(nranks);
+  std::vector<float> values(2 * n);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(rank + 1) + i;
+  CUdeviceptr send = 0, recv = 0;
+  if (NDT_DRIVER(cuMemAlloc_v2)(&send, 2 * n * 4) != CUDA_SUCCESS ||
+      NDT_DRIVER(cuMemAlloc_v2)(&recv, 2 * n * 4) != CUDA_SUCCESS ||
+      NDT_DRIVER(cuMemcpyHtoD_v2)(send, values.data(), 2 * n * 4) != CUDA_SUCCESS) {
+    return fail(13, "device memory");
+  }
+  auto* s = reinterpret_cast<void*>(send);
+  auto* r = reinterpret_cast<void*>(recv);
+  std::vector<float> got(2 * n);
+  const auto read = [&] {
+    return NDT_DRIVER(cuMemcpyDtoH_v2)(got.data(), recv, 2 * n * 4) == CUDA_SUCCESS;
+  };
+  // Small integers: exact in any order of addition.
+  if (NDT_NCCL(ncclAllReduce)(s, r, 2, ncclFloat, ncclSum, comm, nullptr) != ncclSuccess) {
+    return 30;  // a rank that left: the others give up
+  }
+  if (!read()) return fail(14, "read back");
+  for (size_t i = 0; i < 2; ++i) {
+    if (got[i] != static_cast<float>(n * (n + 1) / 2 + n * i)) return fail(15, "ncclAllReduce");
+  }
+  if (NDT_NCCL(ncclBroadcast)(s, r, 2, ncclFloat, nranks - 1, comm, nullptr) != ncclSuccess ||
+      !read() || got[0] != static_cast<float>(nranks) || got[1] != static_cast<float>(nranks + 1)) {
+    return fail(16, "ncclBroadcast from the last rank");
+  }
+  if (NDT_NCCL(ncclAllGather)(s, r, 2, ncclFloat, comm, nullptr) != ncclSuccess || !read()) {
+    return fail(17, "ncclAllGather");
+  }
+  for (size_t j = 0; j < n; ++j) {
+    for (size_t i = 0; i < 2; ++i) {
+      if (got[2 * j + i] != static_cast<float>(j + 1 + i)) return fail(18, "ncclAllGather data");
+    }
+  }
+  if (NDT_NCCL(ncclReduceScatter)(s, r, 2, ncclFloat, ncclSum, comm, nullptr) != ncclSuccess ||
+      !read()) {
+    return fail(19, "ncclReduceScatter");
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    const size_t k = 2 * static_cast<size_t>(rank) + i;
+    if (got[i] != static_cast<float>(n * (n + 1) / 2 + n * k))
+      return fail(21, "ncclReduceScatter data");
+  }
+  if (NDT_NCCL(ncclSend)(s, 1, ncclFloat, (rank + 1) % nranks, comm, nullptr) != ncclInvalidUsage) {
+    return fail(22, "ncclSend between processes should be refused");
+  }
+  return NDT_NCCL(ncclCommDestroy)(comm) == ncclSuccess ? 0 : fail(23, "ncclCommDestroy");
+}
+
+// Forks `started` processes as ranks 0.. of a communicator of `nranks` (the last `idle` of them
+// join and leave without a collective); returns their exit statuses.
+std::vector<int> RunProcessRanks(int nranks, int started, int idle) {
+  Driver();  // loaded before fork, initialised in each child
+  ncclUniqueId id;
+  REQUIRE(NDT_NCCL(ncclGetUniqueId)(&id) == ncclSuccess);
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < started; ++rank) {
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) _exit(ProcessRank(rank, nranks, id, rank < started - idle));
+    children.push_back(pid);
+  }
+  std::vector<int> statuses;
+  for (pid_t pid : children) {
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    statuses.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+  return statuses;
+}
+
+TEST_CASE("ranks in other processes meet in shared memory for every collective",
+          "[standin][nccl]") {
+  CHECK(RunProcessRanks(3, 3, 0) == std::vector<int>{0, 0, 0});
+}
+
+TEST_CASE("ranks in other processes give up on a rank that never comes or leaves",
+          "[standin][nccl]") {
+  setenv("NDT_STANDIN_NCCL_TIMEOUT_MS", "300", 1);  // read by each child
+  const auto start = std::chrono::steady_clock::now();
+  SECTION("a rank never joins") {
+    CHECK(RunProcessRanks(2, 1, 0) == std::vector<int>{20});
+  }
+  SECTION("a rank leaves before the first collective") {
+    CHECK(RunProcessRanks(3, 3, 1) == std::vector<int>{30, 30, 0});
+  }
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
 }
 
 }  // namespace
