@@ -229,7 +229,10 @@ T Identity(ncclRedOp_t op) {
   }
 }
 
-constexpr unsigned kMaxRun = 1024;  // elements between yields in the racing order: 1 to this
+// Elements between yields in the racing order: 1 to this, and to an eighth of the buffer, so
+// that a small buffer is interleaved too (on a loaded machine, threads that never yield run
+// one after another in the order they started, every time).
+constexpr unsigned kMaxRun = 1024;
 
 // Reduces every rank's send buffer (count elements; count x nranks for ReduceScatter) and
 // writes the result where the kind says: every rank (AllReduce), the root (Reduce), rank r's
@@ -252,12 +255,13 @@ void Reduce(Collective& c, bool ring) {
     const auto add = [&](int r) {
       const T* values = static_cast<const T*>(c.send[static_cast<size_t>(r)]);
       std::minstd_rand random(std::random_device{}());
-      unsigned until_yield = random() % kMaxRun + 1;
+      const auto max_run = static_cast<unsigned>(std::clamp<size_t>(elements / 8, 1, kMaxRun));
+      unsigned until_yield = random() % max_run + 1;
       for (size_t i = 0; i < elements; ++i) {
         AtomicCombine(&result[i], values[i], [&](T a, T b) { return Combine(c.op, a, b); });
         if (--until_yield == 0) {
           std::this_thread::yield();
-          until_yield = random() % kMaxRun + 1;
+          until_yield = random() % max_run + 1;
         }
       }
     };
