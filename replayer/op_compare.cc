@@ -180,10 +180,11 @@ std::optional<ArgumentMismatch> FirstDifferentArgument(const format::OpRecord& a
                                                        const format::OpRecord& b) {
   size_t i = 0;
   size_t j = 0;
-  // "insideOp" names the call an op was made from inside by its sequence, which threads shift.
+  // "insideOp" names the call an op was made from inside by its sequence, which threads shift;
+  // "clique" (ncclCommInitRank) hashes a unique id that is random in every run.
   const auto skipped = [](const format::OpRecord& op, size_t k) {
     return IsBlobArgument(op.args[k].name) || Measured(op, op.args[k].name) ||
-           op.args[k].name == "insideOp";
+           op.args[k].name == "insideOp" || op.args[k].name == "clique";
   };
   for (;;) {
     while (i < a.args.size() && skipped(a, i)) ++i;

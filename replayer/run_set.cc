@@ -191,6 +191,7 @@ Signature SignatureOf(const std::string& path) {
     if (op == nullptr || format::IsLifecycleOp(*op)) continue;
     size_t shape = std::hash<std::string>{}(op->name) ^ static_cast<size_t>(op->kind);
     for (const format::Argument& argument : op->args) {
+      if (argument.name == "clique") continue;  // a hash of a random NCCL unique id
       if (const auto* u = std::get_if<uint64_t>(&argument.value)) mix(&shape, *u);
       if (const auto* i = std::get_if<int64_t>(&argument.value))
         mix(&shape, static_cast<size_t>(*i));
@@ -275,64 +276,75 @@ const ProcessTrace* FindLikeProcess(const std::vector<ProcessTrace>& run, const 
 
 namespace {
 
-// The collectives of a trace (NCCL calls other than point-to-point), in issue order: (op
-// sequence, communicator).
-std::vector<std::pair<uint64_t, uint64_t>> Collectives(const std::string& path) {
-  std::vector<std::pair<uint64_t, uint64_t>> collectives;
+// A collective of a trace (an NCCL call other than point-to-point): its op, and its place, the
+// same in every rank's trace: its communicator's clique (the hash of its unique id that
+// ncclCommInitRank records; else, in older traces, the communicator's id) and how many
+// collectives that communicator made before.
+struct Collective {
+  uint64_t sequence = 0;
+  std::pair<uint64_t, uint64_t> place;
+};
+
+// The collectives of the trace at `path`, in issue order.
+std::vector<Collective> Collectives(const std::string& path) {
+  std::vector<std::pair<uint64_t, uint64_t>> calls;  // (sequence, communicator)
+  std::map<uint64_t, uint64_t> clique_of;
   StatusOr<std::unique_ptr<format::TraceReader>> reader = format::TraceReader::Open(path);
-  if (!reader.ok()) return collectives;
+  if (!reader.ok()) return {};
   (*reader)->PassOver(~format::RecordTypeBit<format::OpRecord>());
   format::Record record;
   while ((*reader)->Next(&record)) {
     const auto* op = std::get_if<format::OpRecord>(&record);
-    if (op == nullptr || op->kind != format::OpKind::kNcclCollective || op->name == "ncclSend" ||
-        op->name == "ncclRecv") {
-      continue;
+    if (op == nullptr) continue;
+    const auto unsigned_argument = [&](std::string_view name) -> const uint64_t* {
+      const format::Argument* argument = FindArgument(*op, name);
+      return argument ? std::get_if<uint64_t>(&argument->value) : nullptr;
+    };
+    const uint64_t* comm = unsigned_argument("comm");
+    if (comm == nullptr) continue;
+    if (op->name == "ncclCommInitRank") {
+      if (const uint64_t* clique = unsigned_argument("clique")) clique_of[*comm] = *clique;
+    } else if (op->kind == format::OpKind::kNcclCollective && op->name != "ncclSend" &&
+               op->name != "ncclRecv") {
+      calls.emplace_back(op->sequence, *comm);
     }
-    const format::Argument* comm = FindArgument(*op, "comm");
-    const auto* id = comm ? std::get_if<uint64_t>(&comm->value) : nullptr;
-    if (id != nullptr) collectives.emplace_back(op->sequence, *id);
   }
-  std::sort(collectives.begin(), collectives.end());
+  std::sort(calls.begin(), calls.end());
+  std::map<uint64_t, uint64_t> made;  // collectives so far, by communicator
+  std::vector<Collective> collectives;
+  for (const auto& [sequence, comm] : calls) {
+    const auto clique = clique_of.find(comm);
+    collectives.push_back(
+        {sequence, {clique != clique_of.end() ? clique->second : comm, made[comm]++}});
+  }
   return collectives;
 }
 
 // Run A's traces, read once each for ExplainCollectives.
 class CollectiveIndex {
  public:
-  // Op `sequence`'s communicator and how many collectives on it came before; nullopt when it is
-  // not a collective of the trace.
+  // Op `sequence`'s place; nullopt when it is no collective of the trace at `path`.
   std::optional<std::pair<uint64_t, uint64_t>> Place(const std::string& path, uint64_t sequence) {
-    uint64_t comm = 0;
-    bool found = false;
-    for (const auto& [s, c] : Of(path)) {
-      if (s == sequence) {
-        comm = c;
-        found = true;
-      }
+    for (const Collective& c : Of(path)) {
+      if (c.sequence == sequence) return c.place;
     }
-    if (!found) return std::nullopt;
-    uint64_t before = 0;
-    for (const auto& [s, c] : Of(path)) before += s < sequence && c == comm ? 1 : 0;
-    return std::make_pair(comm, before);
+    return std::nullopt;
   }
-  // The sequence of the collective at `place` in the trace at `path`; nullopt when it has none.
+  // The first collective at `place` in the trace at `path`; nullopt when it has none.
   std::optional<uint64_t> At(const std::string& path, std::pair<uint64_t, uint64_t> place) {
-    uint64_t seen = 0;
-    for (const auto& [s, c] : Of(path)) {
-      if (c != place.first) continue;
-      if (seen++ == place.second) return s;
+    for (const Collective& c : Of(path)) {
+      if (c.place == place) return c.sequence;
     }
     return std::nullopt;
   }
 
  private:
-  const std::vector<std::pair<uint64_t, uint64_t>>& Of(const std::string& path) {
+  const std::vector<Collective>& Of(const std::string& path) {
     auto it = read_.find(path);
     if (it == read_.end()) it = read_.emplace(path, Collectives(path)).first;
     return it->second;
   }
-  std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> read_;
+  std::map<std::string, std::vector<Collective>> read_;
 };
 
 // DiffRuns' second step: collectives whose results differ because another process's data did.

@@ -15,6 +15,8 @@
 // divergence inside the window, which explains it, wins.
 #include "replayer/trace_diff.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -299,6 +301,7 @@ class Differ {
     CompareStateDigests();
     ResolveDeferred();
     DecideUncovered();
+    ExplainCollective();
     ApplyRootQuery();
     AddExactDifference();
     AttachPythonStacks();
@@ -338,6 +341,7 @@ class Differ {
       max_sequence = std::max(max_sequence, op->sequence);
       (run_a ? starts_a_ : starts_b_).Observe(*op);
       threads_.insert(op->thread_id);
+      if (run_a) NoteCollective(*op);
       Lane& lane = lanes_[(run_a ? lane_keys_a_ : lane_keys_b_).Key(*op)];
       // The next record is decoded into the strings and vectors of one already compared.
       (run_a ? lane.a : lane.b).SwapIn(*op);
@@ -452,6 +456,7 @@ class Differ {
     OpQueue& ops = run_a ? lane.a : lane.b;
     if (run_a) {
       NoteWrites(ops.front(), lane.next_index_a);
+      places_.erase(ops.front().sequence);
       ++lane.next_index_a;
     } else {
       ++lane.next_index_b;
@@ -1046,6 +1051,9 @@ class Differ {
     for (Deferred& deferred : deferred_) {
       if (deferred.query) Refine(writer, written, &*deferred.query);
     }
+    for (auto& [place, tainted] : tainted_) {
+      if (tainted.query) Refine(writer, written, &*tainted.query);
+    }
   }
 
   static void Refine(const LastWriter& writer, const format::DevicePointer& written,
@@ -1131,7 +1139,14 @@ class Differ {
     pending_placement_.clear();
     std::vector<CaptureCheck> checks = std::move(pending_checks_);
     pending_checks_.clear();
+    const auto place = places_.find(a.sequence);
+    if (place != places_.end() && d.klass == DivergenceClass::kPropagated &&
+        tainted_.size() < kMaxTainted && !tainted_.count(place->second)) {
+      tainted_.emplace(place->second, Tainted{d, query, a, b});
+    }
     if (report_.first_divergence && a.sequence >= divergence_key_) return;
+    first_place_.reset();
+    if (place != places_.end()) first_place_ = place->second;
     root_query_ = std::move(query);
     first_placement_ = std::move(placement);
     first_checks_ = std::move(checks);
@@ -1142,6 +1157,68 @@ class Differ {
       d.ranges = std::move(ranges);
     }
     report_.first_divergence = std::move(d);
+  }
+
+  // Collectives of several ranks in one process (ranks as threads, or one thread driving every
+  // rank in a group): run A's communicators by clique (ncclCommInitRank's `clique`, the hash of
+  // its unique id; ncclCommInitAll's comms together), and each collective's place: its
+  // communicator and how many collectives that made before (every rank issues them in one
+  // order). Cliques are resolved at the end: a communicator's creation, made on one thread, may
+  // come later in the file than the collectives another thread issued on it.
+  void NoteCollective(const OpRecord& op) {
+    if (op.name == "ncclCommInitRank") {
+      const uint64_t* comm = UnsignedArgument(op, "comm");
+      const uint64_t* clique = UnsignedArgument(op, "clique");
+      if (comm != nullptr && clique != nullptr) clique_of_[*comm] = *clique;
+      return;
+    }
+    if (op.name == "ncclCommInitAll") {
+      const uint64_t* first = UnsignedArgument(op, "firstComm");
+      const format::Argument* ndev = FindArgument(op, "ndev");
+      const auto* count = ndev ? std::get_if<int64_t>(&ndev->value) : nullptr;
+      if (first == nullptr || count == nullptr || *count < 1 || *count > 4096) return;
+      for (int64_t r = 0; r < *count; ++r) clique_of_[*first + r] = *first | (uint64_t{1} << 63);
+      return;
+    }
+    if (op.kind != format::OpKind::kNcclCollective || op.name == "ncclSend" ||
+        op.name == "ncclRecv") {
+      return;
+    }
+    const uint64_t* comm = UnsignedArgument(op, "comm");
+    if (comm != nullptr) places_[op.sequence] = {*comm, collectives_on_[*comm]++};
+  }
+
+  // A first divergence that is a collective giving different results from identical inputs,
+  // when another rank's part of the same collective (a communicator of the same clique, the
+  // same place on it) received inputs that already differed, is that rank's: the report
+  // becomes that rank's (propagated, with its suspect and window), and says what became of the
+  // collective. (An older trace has no cliques: nothing is explained.)
+  void ExplainCollective() {
+    if (!report_.first_divergence || !first_place_ || !first_op_) return;
+    Divergence& d = *report_.first_divergence;
+    if (d.klass != DivergenceClass::kNondeterministicOp) return;
+    const auto clique = clique_of_.find(first_place_->first);
+    if (clique == clique_of_.end()) return;
+    const auto other = std::find_if(tainted_.begin(), tainted_.end(), [&](const auto& entry) {
+      const auto& [place, tainted] = entry;
+      const auto its = clique_of_.find(place.first);
+      return place.first != first_place_->first && place.second == first_place_->second &&
+             its != clique_of_.end() && its->second == clique->second;
+    });
+    if (other == tainted_.end()) return;
+    Tainted& t = other->second;
+    Divergence explained = t.d;
+    explained.evidence.push_back(fmt::format(
+        "op {} ({}, thread {}) gave different results from identical inputs only through this "
+        "op's data: the collective combines every rank's data",
+        d.op.sequence, d.op.name, format::ThreadLabel(d.op.thread_id)));
+    report_.first_divergence = std::move(explained);
+    root_query_ = std::move(t.query);
+    divergence_key_ = t.a.sequence;
+    first_op_ = std::make_unique<OpRecord>(std::move(t.a));
+    first_op_b_ = std::make_unique<OpRecord>(std::move(t.b));
+    first_placement_.clear();
+    first_checks_.clear();
   }
 
   // The exact size of the first divergence, when both runs captured the op's outputs: the
@@ -1471,6 +1548,22 @@ class Differ {
   uint64_t structural_key_ = 0;
   format::NvtxPaths ranges_a_;  // each run's NVTX ranges, to name the divergent op's
   format::NvtxPaths ranges_b_;
+  // Collectives (NoteCollective, ExplainCollective): run A's communicators' cliques, each
+  // communicator's collectives so far, the place (communicator, index) of each collective of
+  // run A not yet compared, that of the first divergence, and the first pair at a place whose
+  // inputs differed (at most kMaxTainted places).
+  struct Tainted {
+    Divergence d;
+    std::optional<RootQuery> query;
+    OpRecord a;
+    OpRecord b;
+  };
+  static constexpr size_t kMaxTainted = 64;
+  std::unordered_map<uint64_t, uint64_t> clique_of_;
+  std::unordered_map<uint64_t, uint64_t> collectives_on_;
+  std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> places_;
+  std::optional<std::pair<uint64_t, uint64_t>> first_place_;
+  std::map<std::pair<uint64_t, uint64_t>, Tainted> tainted_;
   std::unique_ptr<OpRecord> first_op_;    // the first divergent op of run A, for its hint
   std::unique_ptr<OpRecord> first_op_b_;  // and of run B
   uint64_t dropped_a_ = 0;

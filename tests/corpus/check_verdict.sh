@@ -10,7 +10,18 @@
 #   bisected NAME PROGRAM ARGS...   `bisect` exits 1 and its closing line names op NAME
 #   bisected_in KEY NAME PROGRAM ARGS...
 #                                   the same, bisect following process KEY (`--process`)
+#
+# NDT_VERDICT_REPEAT=N (default 1): the whole check N times, each of which must pass (for a
+# verdict that a regression would get wrong in only some checks).
 set -u
+if [ "${NDT_VERDICT_REPEAT:-1}" -gt 1 ]; then
+  repeat=$NDT_VERDICT_REPEAT
+  export NDT_VERDICT_REPEAT=1
+  for i in $(seq 1 "$repeat"); do
+    "$0" "$@" || { echo "FAIL: check $i of $repeat" >&2; exit 1; }
+  done
+  exit 0
+fi
 ndtrace=$1
 mode=$2
 shift 2

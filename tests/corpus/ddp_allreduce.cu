@@ -8,7 +8,9 @@
 // (CorpusAxpby). Deterministic: NCCL_ALGO=Ring is set before the communicators exist (the
 // stand-in's ring adds ranks in order). --plant: NCCL_ALGO is left unset, so the stand-in's
 // reduction adds the ranks' contributions in racing order (four ranks: with two, a + b = b + a
-// and the race would not show). The ranks' weights are checked equal.
+// and the race would not show). --plant-backward: rank 1's backward of layer 1 accumulates with
+// float atomicAdd (CorpusColumnDotAtomic), so every rank's all-reduce result differs, though only
+// rank 1's inputs do. The ranks' weights are checked equal.
 #include <nccl.h>
 
 #include <condition_variable>
@@ -21,6 +23,8 @@
 #include "corpus_kernels.cuh"
 
 namespace {
+
+bool g_plant_backward = false;  // --plant-backward
 
 constexpr int kRanks = 4, kLayers = 2, kRows = 64, kCols = 128, kSteps = 3;
 
@@ -109,8 +113,14 @@ void Rank(int rank, ncclUniqueId id, std::vector<float>* weights_out) {
     CorpusMatVec<<<corpus::Blocks(kRows), corpus::kThreads, 0, compute>>>(x[0], w[0], v, kRows,
                                                                            kCols);
     for (int l = kLayers - 1; l >= 0; --l) {  // backward: last layer's gradient first
-      CorpusColumnDot<<<corpus::Blocks(kCols), corpus::kThreads, 0, compute>>>(x[l], v, grad[l],
-                                                                               kRows, kCols);
+      if (g_plant_backward && rank == 1 && l == 1) {
+        CORPUS_CHECK(cudaMemsetAsync(grad[l], 0, kCols * 4, compute));
+        CorpusColumnDotAtomic<<<corpus::Blocks(kRows * kCols), corpus::kThreads, 0, compute>>>(
+            x[l], v, grad[l], kRows, kCols);
+      } else {
+        CorpusColumnDot<<<corpus::Blocks(kCols), corpus::kThreads, 0, compute>>>(x[l], v, grad[l],
+                                                                                 kRows, kCols);
+      }
       CORPUS_CHECK(cudaGetLastError());
       CORPUS_CHECK(cudaEventRecord(bucket_ready[l], compute));
       queue.Push(l);
@@ -139,6 +149,7 @@ void Rank(int rank, ncclUniqueId id, std::vector<float>* weights_out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  g_plant_backward = corpus::HasFlag(argc, argv, "--plant-backward");
   if (corpus::HasFlag(argc, argv, "--plant")) {
     unsetenv("NCCL_ALGO");
   } else {

@@ -384,6 +384,13 @@ extern "C" ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqu
             session.BeginOp(ndt::format::OpKind::kOther, "ncclCommInitRank", 0);
         op.args.push_back(ndt::tracer::SignedArgument("nranks", nranks));
         op.args.push_back(ndt::tracer::SignedArgument("rank", rank));
+        // The ranks that share the unique id, in this process or others: the id's FNV-1a hash
+        // (random in every run, so never compared; replayer/op_compare.h).
+        uint64_t clique = 0xcbf29ce484222325ull;
+        for (char c : comm_id.internal) {
+          clique = (clique ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+        }
+        op.args.push_back(ndt::tracer::UnsignedArgument("clique", clique));
         const ncclResult_t result = call.Run(init);
         if (result == ncclSuccess) {
           op.args.push_back(ndt::tracer::UnsignedArgument(
