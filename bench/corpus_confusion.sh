@@ -54,7 +54,8 @@ lt_matmul:cublasLtMatmul dropout_rng:curandGenerateUniform racy_histogram:Corpus
 shuffled_loader:cuMemcpyHtoDAsync_v2 async_pool:CorpusColumnDotAtomic
 data_parallel:CorpusColumnDotAtomic model_parallel:CorpusColumnDotAtomic
 unified_memory:CorpusColumnDotAtomic
-ddp_allreduce:ncclAllReduce ddp_processes:CorpusColumnDotAtomic always_fails:-
+ddp_allreduce:ncclAllReduce ddp_processes:CorpusColumnDotAtomic
+pipeline_p2p:CorpusColumnDotAtomic always_fails:-
 shuffled_loader,--fail:-"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/ndt-confusion.XXXXXX")

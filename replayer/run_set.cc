@@ -353,8 +353,10 @@ void ExplainCollectives(RunDiff* diff) {
   for (auto& [key, report] : diff->processes) {
     if (!report.first_divergence) continue;
     Divergence& d = *report.first_divergence;
+    // Different results from identical inputs, or a call that only moves data whose sender the
+    // process's own diff could not find ("another rank").
     if (d.op.kind != format::OpKind::kNcclCollective ||
-        d.klass != DivergenceClass::kNondeterministicOp) {
+        (d.klass != DivergenceClass::kNondeterministicOp && d.from_process != "another rank")) {
       continue;
     }
     const auto place = index.Place(report.path_a, d.op.sequence);

@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 
@@ -203,6 +204,16 @@ struct PlaceHash {
   size_t operator()(const std::pair<uint64_t, uint64_t>& place) const {
     return std::hash<uint64_t>{}(place.first * 0x9E3779B97F4A7C15ull ^ place.second);
   }
+};
+
+// Where an NCCL call of run A stands among its communicator's calls (Differ::NoteCollective):
+// the `index`-th collective (peer -1), or the `index`-th message sent to or received from `peer`.
+struct NcclPlace {
+  uint64_t comm = 0;
+  int64_t peer = -1;
+  bool send = false;
+  uint64_t index = 0;
+  auto operator<=>(const NcclPlace&) const = default;
 };
 
 struct RootQuery {
@@ -1159,17 +1170,22 @@ class Differ {
     report_.first_divergence = std::move(d);
   }
 
-  // Collectives of several ranks in one process (ranks as threads, or one thread driving every
+  // NCCL calls of several ranks in one process (ranks as threads, or one thread driving every
   // rank in a group): run A's communicators by clique (ncclCommInitRank's `clique`, the hash of
-  // its unique id; ncclCommInitAll's comms together), and each collective's place: its
-  // communicator and how many collectives that made before (every rank issues them in one
-  // order). Cliques are resolved at the end: a communicator's creation, made on one thread, may
-  // come later in the file than the collectives another thread issued on it.
+  // its unique id; ncclCommInitAll's comms together) and rank, and each call's place: its
+  // communicator and how many calls like it that made before (a collective: collectives on it,
+  // in the one order every rank issues them; a send or receive: messages to or from that peer).
+  // Cliques and ranks are resolved at the end: a communicator's creation, made on one thread,
+  // may come later in the file than the calls another thread made on it.
   void NoteCollective(const OpRecord& op) {
+    const uint64_t* comm = UnsignedArgument(op, "comm");
     if (op.name == "ncclCommInitRank") {
-      const uint64_t* comm = UnsignedArgument(op, "comm");
       const uint64_t* clique = UnsignedArgument(op, "clique");
-      if (comm != nullptr && clique != nullptr) clique_of_[*comm] = *clique;
+      const format::Argument* rank = FindArgument(op, "rank");
+      const auto* r = rank ? std::get_if<int64_t>(&rank->value) : nullptr;
+      if (comm != nullptr && clique != nullptr && r != nullptr) {
+        comms_[*comm] = {*clique, *r};
+      }
       return;
     }
     if (op.name == "ncclCommInitAll") {
@@ -1177,41 +1193,84 @@ class Differ {
       const format::Argument* ndev = FindArgument(op, "ndev");
       const auto* count = ndev ? std::get_if<int64_t>(&ndev->value) : nullptr;
       if (first == nullptr || count == nullptr || *count < 1 || *count > 4096) return;
-      for (int64_t r = 0; r < *count; ++r) clique_of_[*first + r] = *first | (uint64_t{1} << 63);
+      for (int64_t r = 0; r < *count; ++r) comms_[*first + r] = {*first | (uint64_t{1} << 63), r};
       return;
     }
-    if (op.kind != format::OpKind::kNcclCollective || op.name == "ncclSend" ||
-        op.name == "ncclRecv") {
-      return;
+    if (op.kind != format::OpKind::kNcclCollective || comm == nullptr) return;
+    NcclPlace place{*comm, -1, false, 0};
+    if (op.name == "ncclSend" || op.name == "ncclRecv") {
+      const format::Argument* peer = FindArgument(op, "peer");
+      const auto* p = peer ? std::get_if<int64_t>(&peer->value) : nullptr;
+      if (p == nullptr) return;
+      place.peer = *p;
+      place.send = op.name == "ncclSend";
     }
-    const uint64_t* comm = UnsignedArgument(op, "comm");
-    if (comm != nullptr) places_[op.sequence] = {*comm, collectives_on_[*comm]++};
+    place.index = calls_on_[{place.comm, place.peer, place.send}]++;
+    places_[op.sequence] = place;
   }
 
-  // A first divergence that is a collective giving different results from identical inputs,
-  // when another rank's part of the same collective (a communicator of the same clique, the
-  // same place on it) received inputs that already differed, is that rank's: the report
-  // becomes that rank's (propagated, with its suspect and window), and says what became of the
-  // collective. (An older trace has no cliques: nothing is explained.)
+  // Whether `other` is another rank's part of the call at `place`: the other side of a message,
+  // or the same collective on a communicator of the same clique.
+  bool PartOfSameCall(const NcclPlace& place, const NcclPlace& other) const {
+    const auto mine = comms_.find(place.comm);
+    const auto its = comms_.find(other.comm);
+    if (mine == comms_.end() || its == comms_.end() || other.comm == place.comm ||
+        its->second.clique != mine->second.clique || other.index != place.index) {
+      return false;
+    }
+    if (place.peer < 0) return other.peer < 0;
+    return other.send != place.send && other.peer == mine->second.rank &&
+           its->second.rank == place.peer;
+  }
+
+  // An NCCL call that only moves data between ranks, exactly: a receive, a gather, a scatter, an
+  // all-to-all, a broadcast where this rank is not the root. Its outputs can differ with its own
+  // inputs identical only because another rank's data did.
+  static bool OnlyMovesData(const OpRecord& op) {
+    if (op.kind != format::OpKind::kNcclCollective) return false;
+    const std::string_view name = op.name;
+    if (name == "ncclBroadcast" || name == "ncclBcast") {
+      const format::Argument* rank = FindArgument(op, "rank");
+      const format::Argument* root = FindArgument(op, "root");
+      return rank != nullptr && root != nullptr && !(rank->value == root->value);
+    }
+    return name == "ncclRecv" || name == "ncclAllGather" || name == "ncclGather" ||
+           name == "ncclScatter" || name == "ncclAlltoAll";
+  }
+
+  // A first divergence that is an NCCL call giving different results from identical inputs,
+  // when another rank's part of the same call (PartOfSameCall) received inputs that already
+  // differed, is that rank's: the report becomes that rank's (propagated, with its suspect and
+  // window), and says what became of the call. Without such a part (in another process, or an
+  // older trace without cliques), a call that only moves data (OnlyMovesData) is still no
+  // nondeterministic op: it is called propagated, from another rank.
   void ExplainCollective() {
-    if (!report_.first_divergence || !first_place_ || !first_op_) return;
+    if (!report_.first_divergence || !first_op_) return;
     Divergence& d = *report_.first_divergence;
     if (d.klass != DivergenceClass::kNondeterministicOp) return;
-    const auto clique = clique_of_.find(first_place_->first);
-    if (clique == clique_of_.end()) return;
-    const auto other = std::find_if(tainted_.begin(), tainted_.end(), [&](const auto& entry) {
-      const auto& [place, tainted] = entry;
-      const auto its = clique_of_.find(place.first);
-      return place.first != first_place_->first && place.second == first_place_->second &&
-             its != clique_of_.end() && its->second == clique->second;
-    });
-    if (other == tainted_.end()) return;
+    const auto other = !first_place_
+                           ? tainted_.end()
+                           : std::find_if(tainted_.begin(), tainted_.end(), [&](const auto& entry) {
+                               return PartOfSameCall(*first_place_, entry.first);
+                             });
+    if (other == tainted_.end()) {
+      if (!OnlyMovesData(*first_op_)) return;
+      d.klass = DivergenceClass::kPropagated;
+      d.what =
+          "the op only moves other ranks' data, exactly, and that data already differed: "
+          "the divergence is in the rank that sent it";
+      d.from_process = "another rank";
+      d.hint.reset();
+      return;
+    }
     Tainted& t = other->second;
     Divergence explained = t.d;
     explained.evidence.push_back(fmt::format(
         "op {} ({}, thread {}) gave different results from identical inputs only through this "
-        "op's data: the collective combines every rank's data",
-        d.op.sequence, d.op.name, format::ThreadLabel(d.op.thread_id)));
+        "op's data: {}",
+        d.op.sequence, d.op.name, format::ThreadLabel(d.op.thread_id),
+        first_place_->peer < 0 ? "the collective combines every rank's data"
+                               : "it received what this op sent"));
     report_.first_divergence = std::move(explained);
     root_query_ = std::move(t.query);
     divergence_key_ = t.a.sequence;
@@ -1548,10 +1607,10 @@ class Differ {
   uint64_t structural_key_ = 0;
   format::NvtxPaths ranges_a_;  // each run's NVTX ranges, to name the divergent op's
   format::NvtxPaths ranges_b_;
-  // Collectives (NoteCollective, ExplainCollective): run A's communicators' cliques, each
-  // communicator's collectives so far, the place (communicator, index) of each collective of
-  // run A not yet compared, that of the first divergence, and the first pair at a place whose
-  // inputs differed (at most kMaxTainted places).
+  // NCCL calls (NoteCollective, ExplainCollective): run A's communicators' cliques and ranks,
+  // each communicator's calls so far, the place of each call of run A not yet compared, that of
+  // the first divergence, and the first pair at a place whose inputs differed (at most
+  // kMaxTainted places).
   struct Tainted {
     Divergence d;
     std::optional<RootQuery> query;
@@ -1559,11 +1618,15 @@ class Differ {
     OpRecord b;
   };
   static constexpr size_t kMaxTainted = 64;
-  std::unordered_map<uint64_t, uint64_t> clique_of_;
-  std::unordered_map<uint64_t, uint64_t> collectives_on_;
-  std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> places_;
-  std::optional<std::pair<uint64_t, uint64_t>> first_place_;
-  std::map<std::pair<uint64_t, uint64_t>, Tainted> tainted_;
+  struct Communicator {
+    uint64_t clique = 0;
+    int64_t rank = 0;
+  };
+  std::unordered_map<uint64_t, Communicator> comms_;
+  std::map<std::tuple<uint64_t, int64_t, bool>, uint64_t> calls_on_;  // (comm, peer, send)
+  std::unordered_map<uint64_t, NcclPlace> places_;
+  std::optional<NcclPlace> first_place_;
+  std::map<NcclPlace, Tainted> tainted_;
   std::unique_ptr<OpRecord> first_op_;    // the first divergent op of run A, for its hint
   std::unique_ptr<OpRecord> first_op_b_;  // and of run B
   uint64_t dropped_a_ = 0;

@@ -80,9 +80,10 @@ struct Divergence {
   // kPropagated: the input is host data a copy brought to the GPU (no op wrote its source):
   // the runs diverged on the CPU, and the copy is the op to name.
   bool from_host = false;
-  // kPropagated, across processes (replayer/run_set.h): the op is a collective whose result
-  // combines every rank's data, and this process's contribution did not differ but that of the
-  // process keyed so ("rank 1") did: the divergence is that process's.
+  // kPropagated: the op is an NCCL call whose result holds other ranks' data, its own inputs
+  // did not differ but another rank's did: "another rank" when the diff of one trace cannot
+  // tell which (a call that only moves data, such as ncclRecv, whose sender is elsewhere); the
+  // key of that process ("rank 1") when the runs' other processes tell (replayer/run_set.h).
   std::string from_process;
   std::optional<uint64_t> window_begin;      // kUncovered / kPropagated: ops to bisect
   std::optional<uint64_t> window_end;
