@@ -1179,7 +1179,7 @@ class Differ {
   // may come later in the file than the calls another thread made on it.
   void NoteCollective(const OpRecord& op) {
     const uint64_t* comm = UnsignedArgument(op, "comm");
-    if (op.name == "ncclCommInitRank") {
+    if (op.name == "ncclCommInitRank" || op.name == "ncclCommInitRankConfig") {
       const uint64_t* clique = UnsignedArgument(op, "clique");
       const format::Argument* rank = FindArgument(op, "rank");
       const auto* r = rank ? std::get_if<int64_t>(&rank->value) : nullptr;

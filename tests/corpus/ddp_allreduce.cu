@@ -71,8 +71,11 @@ class BucketQueue {
 
 void Rank(int rank, ncclUniqueId id, std::vector<float>* weights_out) {
   CORPUS_CHECK(cudaSetDevice(0));
+  // As ProcessGroupNCCL makes it: with a config (blocking, the default).
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 1;
   ncclComm_t comm;
-  NCCL_CHECK(ncclCommInitRank(&comm, kRanks, id, rank));
+  NCCL_CHECK(ncclCommInitRankConfig(&comm, kRanks, id, rank, &config));
   cudaStream_t compute, comm_stream;
   CORPUS_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
   CORPUS_CHECK(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking));

@@ -5,6 +5,7 @@
 // worker and fails when one failed. A worker:
 //  - selects its GPU (cudaSetDevice(LOCAL_RANK)) and meets the others through the store: rank 0
 //    writes the NCCL unique id to a file there (init_method="file://..."), the others wait for it;
+//    the communicator is made with ncclCommInitRankConfig, as ProcessGroupNCCL makes it;
 //  - builds its model with its own random initialisation, then DDP's constructor broadcasts rank
 //    0's parameters (ncclBroadcast on NCCL's stream, ordered after the compute stream by events);
 //  - reads its shard of the data as DistributedSampler gives it (indices shuffled by seed +
@@ -171,8 +172,11 @@ int Worker(bool plant) {
   corpus::RequireDevices(world, "ddp_processes");
   CORPUS_CHECK(cudaSetDevice(local_rank));
   const ncclUniqueId id = Rendezvous(rank);
+  // ProcessGroupNCCL creates its communicator with a config (blocking, the default).
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 1;
   ncclComm_t comm;
-  NCCL_CHECK(ncclCommInitRank(&comm, world, id, rank));
+  NCCL_CHECK(ncclCommInitRankConfig(&comm, world, id, rank, &config));
 
   cudaStream_t compute, nccl_stream;
   CORPUS_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));

@@ -922,6 +922,13 @@ ncclResult_t pncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId comm_i
   return ncclSuccess;
 }
 
+// The config changes nothing here: the stand-in's communicators are always ready when this
+// returns (a non-blocking one never reports ncclInProgress).
+ncclResult_t pncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId comm_id, int rank,
+                                     ncclConfig_t*) {
+  return pncclCommInitRank(comm, nranks, comm_id, rank);
+}
+
 ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   if (comms == nullptr || ndev < 1) return ncclInvalidArgument;
   auto clique = std::make_shared<Clique>();
@@ -1057,6 +1064,7 @@ NDT_NCCL_ALIAS(ncclGetErrorString)
 NDT_NCCL_ALIAS(ncclGetLastError)
 NDT_NCCL_ALIAS(ncclGetUniqueId)
 NDT_NCCL_ALIAS(ncclCommInitRank)
+NDT_NCCL_ALIAS(ncclCommInitRankConfig)
 NDT_NCCL_ALIAS(ncclCommInitAll)
 NDT_NCCL_ALIAS(ncclCommDestroy)
 NDT_NCCL_ALIAS(ncclCommCount)

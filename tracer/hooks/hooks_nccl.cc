@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cctype>
+#include <cstddef>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
@@ -367,21 +368,19 @@ extern "C" ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* 
       });
 }
 
-extern "C" ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId comm_id,
-                                         int rank) {
-  const auto real =
-      NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclCommInitRank, "pncclCommInitRank");
-  const auto init = [&]() {
-    const ncclResult_t result = real(comm, nranks, comm_id, rank);
-    if (result == ncclSuccess) ndt::tracer::Communicators::Get().Id(*comm);
-    return result;
-  };
+namespace {
+
+// ncclCommInitRank and ncclCommInitRankConfig: an `other` op named `api` with the communicator's
+// size, rank, clique and id, and the config's determinism-relevant fields where the caller's
+// (versioned, `size`-long) struct has them.
+template <typename Init>
+ncclResult_t RecordCommInit(const char* api, bool found, int nranks, const ncclUniqueId& comm_id,
+                            int rank, const ncclConfig_t* config, ncclComm_t* comm,
+                            const Init& init) {
   return RunLibraryHook<ncclResult_t>(
-      "ncclCommInitRank", real != nullptr, ncclSystemError, init,
-      [&](Session& session, RealCall<ncclResult_t>& call) {
+      api, found, ncclSystemError, init, [&](Session& session, RealCall<ncclResult_t>& call) {
         ndt::tracer::ReportPinProblems(session);
-        ndt::format::OpRecord op =
-            session.BeginOp(ndt::format::OpKind::kOther, "ncclCommInitRank", 0);
+        ndt::format::OpRecord op = session.BeginOp(ndt::format::OpKind::kOther, api, 0);
         op.args.push_back(ndt::tracer::SignedArgument("nranks", nranks));
         op.args.push_back(ndt::tracer::SignedArgument("rank", rank));
         // The ranks that share the unique id, in this process or others: the id's FNV-1a hash
@@ -391,14 +390,59 @@ extern "C" ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqu
           clique = (clique ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
         }
         op.args.push_back(ndt::tracer::UnsignedArgument("clique", clique));
+        if (config != nullptr) {
+          const auto has = [&](size_t offset, size_t bytes) {
+            return offset + bytes <= config->size;
+          };
+          if (has(offsetof(ncclConfig_t, blocking), sizeof(int))) {
+            op.args.push_back(ndt::tracer::SignedArgument("blocking", config->blocking));
+          }
+          if (has(offsetof(ncclConfig_t, maxCTAs), sizeof(int))) {
+            op.args.push_back(ndt::tracer::SignedArgument("minCTAs", config->minCTAs));
+            op.args.push_back(ndt::tracer::SignedArgument("maxCTAs", config->maxCTAs));
+          }
+          if (has(offsetof(ncclConfig_t, collnetEnable), sizeof(int))) {
+            op.args.push_back(ndt::tracer::SignedArgument("collnetEnable", config->collnetEnable));
+          }
+        }
         const ncclResult_t result = call.Run(init);
-        if (result == ncclSuccess) {
+        if (result == ncclSuccess || result == ncclInProgress) {
           op.args.push_back(ndt::tracer::UnsignedArgument(
               "comm", ndt::tracer::Communicators::Get().Id(*comm)));
         }
         session.EndOp(op, static_cast<int32_t>(result));
         return result;
       });
+}
+
+}  // namespace
+
+extern "C" ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId comm_id,
+                                         int rank) {
+  const auto real =
+      NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclCommInitRank, "pncclCommInitRank");
+  return RecordCommInit("ncclCommInitRank", real != nullptr, nranks, comm_id, rank, nullptr, comm,
+                        [&]() {
+                          const ncclResult_t result = real(comm, nranks, comm_id, rank);
+                          if (result == ncclSuccess) ndt::tracer::Communicators::Get().Id(*comm);
+                          return result;
+                        });
+}
+
+// What PyTorch's ProcessGroupNCCL calls (with NCCL >= 2.14): ncclCommInitRank with a config. A
+// non-blocking communicator (config->blocking = 0) may return ncclInProgress: it has its handle.
+extern "C" ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId comm_id,
+                                               int rank, ncclConfig_t* config) {
+  const auto real =
+      NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclCommInitRankConfig, "pncclCommInitRankConfig");
+  return RecordCommInit("ncclCommInitRankConfig", real != nullptr, nranks, comm_id, rank, config,
+                        comm, [&]() {
+                          const ncclResult_t result = real(comm, nranks, comm_id, rank, config);
+                          if (result == ncclSuccess || result == ncclInProgress) {
+                            ndt::tracer::Communicators::Get().Id(*comm);
+                          }
+                          return result;
+                        });
 }
 
 extern "C" ncclResult_t ncclGroupStart() {
