@@ -234,7 +234,8 @@ T Identity(ncclRedOp_t op) {
 // one after another in the order they started, every time).
 constexpr unsigned kMaxRun = 1024;
 
-// Reduces every rank's send buffer (count elements; count x nranks for ReduceScatter) and
+// Reduces every rank's send buffer (count elements; count x nranks for ReduceScatter; ncclAvg
+// adds, then divides) and
 // writes the result where the kind says: every rank (AllReduce), the root (Reduce), rank r's
 // block r (ReduceScatter).
 template <typename T>
@@ -282,6 +283,9 @@ void Reduce(Collective& c, bool ring) {
       }
     }
     for (int r : not_started) add(r);
+  }
+  if (c.op == ncclAvg) {  // the sum, divided by the number of ranks (integers truncated)
+    for (T& value : result) value = static_cast<T>(value / static_cast<T>(nranks));
   }
   switch (c.kind) {
     case Kind::kReduce:
@@ -721,7 +725,7 @@ ncclResult_t Post(ncclComm* comm, Kind kind, const char* what, const void* send,
   const int nranks = comm->shared ? comm->shared->nranks() : comm->clique->nranks;
   if (root < 0 || root >= nranks) return ncclInvalidArgument;
   const Shape shape = ShapeOf(kind);
-  if (shape.reduces && (op < ncclSum || op > ncclMin)) return ncclInvalidArgument;
+  if (shape.reduces && (op < ncclSum || op > ncclAvg)) return ncclInvalidArgument;
   size_t send_bytes = 0;
   size_t recv_bytes = 0;
   if (!SpanBytes(shape.send, count, element, comm->rank, root, nranks, &send_bytes) ||

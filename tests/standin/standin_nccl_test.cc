@@ -232,6 +232,11 @@ int ProcessRank(int rank, int nranks, ncclUniqueId id, bool collectives) {
   for (size_t i = 0; i < 2; ++i) {
     if (got[i] != static_cast<float>(n * (n + 1) / 2 + n * i)) return fail(15, "ncclAllReduce");
   }
+  if (NDT_NCCL(ncclAllReduce)(s, r, 2, ncclFloat, ncclAvg, comm, nullptr) != ncclSuccess ||
+      !read() || got[0] != static_cast<float>(n + 1) / 2 ||
+      got[1] != static_cast<float>(n + 1) / 2 + 1) {
+    return fail(24, "ncclAllReduce with ncclAvg");
+  }
   if (NDT_NCCL(ncclBroadcast)(s, r, 2, ncclFloat, nranks - 1, comm, nullptr) != ncclSuccess ||
       !read() || got[0] != static_cast<float>(nranks) || got[1] != static_cast<float>(nranks + 1)) {
     return fail(16, "ncclBroadcast from the last rank");
@@ -281,7 +286,7 @@ std::vector<int> RunProcessRanks(int nranks, int started, int idle) {
   return statuses;
 }
 
-TEST_CASE("ranks in other processes meet in shared memory for every collective",
+TEST_CASE("ranks in other processes meet in shared memory for every collective, ncclAvg too",
           "[standin][nccl]") {
   CHECK(RunProcessRanks(3, 3, 0) == std::vector<int>{0, 0, 0});
 }
