@@ -1171,15 +1171,17 @@ class Differ {
   }
 
   // NCCL calls of several ranks in one process (ranks as threads, or one thread driving every
-  // rank in a group): run A's communicators by clique (ncclCommInitRank's `clique`, the hash of
-  // its unique id; ncclCommInitAll's comms together) and rank, and each call's place: its
+  // rank in a group): run A's communicators by clique (the `clique` of ncclCommInitRank(Config),
+  // ncclCommSplit and ncclCommInitAll, which the tracer makes the same for every rank of one
+  // communicator) and rank, and each call's place: its
   // communicator and how many calls like it that made before (a collective: collectives on it,
   // in the one order every rank issues them; a send or receive: messages to or from that peer).
   // Cliques and ranks are resolved at the end: a communicator's creation, made on one thread,
   // may come later in the file than the calls another thread made on it.
   void NoteCollective(const OpRecord& op) {
     const uint64_t* comm = UnsignedArgument(op, "comm");
-    if (op.name == "ncclCommInitRank" || op.name == "ncclCommInitRankConfig") {
+    if (op.name == "ncclCommInitRank" || op.name == "ncclCommInitRankConfig" ||
+        op.name == "ncclCommSplit") {
       const uint64_t* clique = UnsignedArgument(op, "clique");
       const format::Argument* rank = FindArgument(op, "rank");
       const auto* r = rank ? std::get_if<int64_t>(&rank->value) : nullptr;
@@ -1193,7 +1195,9 @@ class Differ {
       const format::Argument* ndev = FindArgument(op, "ndev");
       const auto* count = ndev ? std::get_if<int64_t>(&ndev->value) : nullptr;
       if (first == nullptr || count == nullptr || *count < 1 || *count > 4096) return;
-      for (int64_t r = 0; r < *count; ++r) comms_[*first + r] = {*first | (uint64_t{1} << 63), r};
+      const uint64_t* recorded = UnsignedArgument(op, "clique");  // older traces: none
+      const uint64_t clique = recorded ? *recorded : *first | (uint64_t{1} << 63);
+      for (int64_t r = 0; r < *count; ++r) comms_[*first + r] = {clique, r};
       return;
     }
     if (op.kind != format::OpKind::kNcclCollective || comm == nullptr) return;

@@ -4,7 +4,8 @@
 // (CorpusColumnDot per layer, last layer first) on its compute stream and records an event when
 // a layer's gradient bucket is ready; a long-lived comm thread (the reducer's) takes the bucket
 // from a queue, makes its own comm stream wait for the event and all-reduces the bucket with
-// ncclAllReduce; the compute stream waits for the comm stream's "done" event before the SGD step
+// ncclAllReduce on the data-parallel group (a split of the world communicator, as new_group makes
+// it); the compute stream waits for the comm stream's "done" event before the SGD step
 // (CorpusAxpby). Deterministic: NCCL_ALGO=Ring is set before the communicators exist (the
 // stand-in's ring adds ranks in order). --plant: NCCL_ALGO is left unset, so the stand-in's
 // reduction adds the ranks' contributions in racing order (four ranks: with two, a + b = b + a
@@ -74,8 +75,12 @@ void Rank(int rank, ncclUniqueId id, std::vector<float>* weights_out) {
   // As ProcessGroupNCCL makes it: with a config (blocking, the default).
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 1;
+  ncclComm_t world;
+  NCCL_CHECK(ncclCommInitRankConfig(&world, kRanks, id, rank, &config));
+  // The data-parallel group, as new_group (or a DeviceMesh dimension) makes it from the world
+  // once the default group exists: a split of it (here with every rank, ranked as before).
   ncclComm_t comm;
-  NCCL_CHECK(ncclCommInitRankConfig(&comm, kRanks, id, rank, &config));
+  NCCL_CHECK(ncclCommSplit(world, 0, rank, &comm, &config));
   cudaStream_t compute, comm_stream;
   CORPUS_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
   CORPUS_CHECK(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking));
@@ -147,6 +152,7 @@ void Rank(int rank, ncclUniqueId id, std::vector<float>* weights_out) {
   CORPUS_CHECK(cudaStreamSynchronize(compute));
   *weights_out = weights;
   NCCL_CHECK(ncclCommDestroy(comm));
+  NCCL_CHECK(ncclCommDestroy(world));
 }
 
 }  // namespace

@@ -669,6 +669,8 @@ class SharedClique {
 struct ncclComm {
   std::shared_ptr<Clique> clique;        // ranks in this process
   std::unique_ptr<SharedClique> shared;  // or not: through shared memory
+  std::string id;                        // the unique id's text (ncclCommSplit derives one)
+  uint64_t splits = 0;                   // ncclCommSplit calls so far
   int rank = 0;
   int device = 0;
   // Guarded by clique->mutex:
@@ -716,6 +718,9 @@ ncclResult_t Complete(Posted posted) {
 }
 
 // Posts this rank's part of its next collective.
+ncclResult_t PostChecked(ncclComm* comm, Kind kind, const char* what, const void* send, void* recv,
+                         size_t count, ncclDataType_t type, ncclRedOp_t op, int root);
+
 ncclResult_t Post(ncclComm* comm, Kind kind, const char* what, const void* send, void* recv,
                   size_t count, ncclDataType_t type, ncclRedOp_t op, int root,
                   cudaStream_t stream) {
@@ -737,6 +742,13 @@ ncclResult_t Post(ncclComm* comm, Kind kind, const char* what, const void* send,
     return ncclInvalidArgument;
   }
   if (!Synchronize(stream)) return ncclUnhandledCudaError;
+  return PostChecked(comm, kind, what, send, recv, count, type, op, root);
+}
+
+// Post's collective once its arguments are checked (buffers anywhere in this process: the
+// stand-in's own exchanges use host memory).
+ncclResult_t PostChecked(ncclComm* comm, Kind kind, const char* what, const void* send, void* recv,
+                         size_t count, ncclDataType_t type, ncclRedOp_t op, int root) {
   if (comm->shared) {  // completed at once, inside a group too (the ranks post in one order)
     return comm->shared->Collect(comm->next_collective++, kind, what, send, recv, count, type, op,
                                  root);
@@ -884,6 +896,7 @@ ncclResult_t pncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId comm_i
       if (created == nullptr) return ncclSystemError;
       created->shared = std::move(shared);
       created->rank = rank;
+      created->id = id;
       *comm = created;
       return ncclSuccess;
     }
@@ -910,6 +923,7 @@ ncclResult_t pncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId comm_i
   if (created == nullptr) return ncclSystemError;
   created->clique = clique;
   created->rank = rank;
+  created->id = id;
   std::unique_lock lock(clique->mutex);
   ++clique->joined;
   clique->changed.notify_all();
@@ -939,15 +953,58 @@ ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   clique->nranks = ndev;
   clique->ring = RingRequested();
   clique->joined = ndev;
+  ncclUniqueId id;  // named as one made by ncclGetUniqueId, for the ids ncclCommSplit derives
+  pncclGetUniqueId(&id);
   for (int r = 0; r < ndev; ++r) {
     auto* created = new (std::nothrow) ncclComm();
     if (created == nullptr) return ncclSystemError;
     created->clique = clique;
     created->rank = r;
+    created->id = id.internal;
     created->device = devlist != nullptr ? devlist[r] : r;
     comms[r] = created;
   }
   return ncclSuccess;
+}
+
+// Every rank of `comm` calls it (outside a group) with its color and key: the ranks of one color
+// form a new communicator, ranked by key (then by rank in `comm`); NCCL_SPLIT_NOCOLOR gets none.
+// The colors and keys are exchanged by an all-gather on `comm` in host memory; the new
+// communicator's unique id is derived from `comm`'s, the count of its splits and the color.
+ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                            ncclConfig_t*) {
+  if (comm == nullptr || newcomm == nullptr || (color < 0 && color != NCCL_SPLIT_NOCOLOR)) {
+    return ncclInvalidArgument;
+  }
+  if (t_group_depth > 0) {
+    std::fprintf(stderr,
+                 "NCCL stand-in: ncclCommSplit inside ncclGroupStart/End is not supported\n");
+    return ncclInvalidUsage;
+  }
+  const int nranks = comm->shared ? comm->shared->nranks() : comm->clique->nranks;
+  const int32_t mine[2] = {color, key};
+  std::vector<int32_t> all(2 * static_cast<size_t>(nranks));
+  const ncclResult_t exchanged = PostChecked(comm, Kind::kAllGather, "ncclCommSplit", mine,
+                                             all.data(), 2, ncclInt32, ncclSum, 0);
+  if (exchanged != ncclSuccess) return exchanged;
+  const uint64_t split = comm->splits++;
+  *newcomm = nullptr;
+  if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
+  std::vector<std::pair<int32_t, int>> members;  // (key, rank in comm) of this color
+  for (size_t r = 0; r < static_cast<size_t>(nranks); ++r) {
+    if (all[2 * r] == color) members.emplace_back(all[2 * r + 1], static_cast<int>(r));
+  }
+  std::sort(members.begin(), members.end());
+  const auto me = std::find(members.begin(), members.end(), std::make_pair(key, comm->rank));
+  const std::string id = comm->id + "|s" + std::to_string(split) + "c" + std::to_string(color);
+  ncclUniqueId derived;
+  if (me == members.end() || id.size() >= sizeof(derived.internal)) return ncclInternalError;
+  std::memset(derived.internal, 0, sizeof(derived.internal));
+  std::memcpy(derived.internal, id.data(), id.size());
+  const ncclResult_t result = pncclCommInitRank(newcomm, static_cast<int>(members.size()), derived,
+                                                static_cast<int>(me - members.begin()));
+  if (result == ncclSuccess) (*newcomm)->device = comm->device;
+  return result;
 }
 
 ncclResult_t pncclCommDestroy(ncclComm_t comm) {
@@ -1070,6 +1127,7 @@ NDT_NCCL_ALIAS(ncclGetUniqueId)
 NDT_NCCL_ALIAS(ncclCommInitRank)
 NDT_NCCL_ALIAS(ncclCommInitRankConfig)
 NDT_NCCL_ALIAS(ncclCommInitAll)
+NDT_NCCL_ALIAS(ncclCommSplit)
 NDT_NCCL_ALIAS(ncclCommDestroy)
 NDT_NCCL_ALIAS(ncclCommCount)
 NDT_NCCL_ALIAS(ncclCommUserRank)

@@ -258,6 +258,22 @@ int ProcessRank(int rank, int nranks, ncclUniqueId id, bool collectives) {
     if (got[i] != static_cast<float>(n * (n + 1) / 2 + n * k))
       return fail(21, "ncclReduceScatter data");
   }
+  // The even and the odd ranks, each a communicator of its own (ncclCommSplit), ranked by rank.
+  ncclComm_t half = nullptr;
+  if (NDT_NCCL(ncclCommSplit)(comm, rank % 2, rank, &half, nullptr) != ncclSuccess ||
+      half == nullptr) {
+    return fail(25, "ncclCommSplit");
+  }
+  int half_rank = -1;
+  if (NDT_NCCL(ncclCommUserRank)(half, &half_rank) != ncclSuccess || half_rank != rank / 2) {
+    return fail(26, "ncclCommSplit's ranks");
+  }
+  float expected = 0;
+  for (int peer = rank % 2; peer < nranks; peer += 2) expected += static_cast<float>(peer + 1);
+  if (NDT_NCCL(ncclAllReduce)(s, r, 1, ncclFloat, ncclSum, half, nullptr) != ncclSuccess ||
+      !read() || got[0] != expected) {
+    return fail(27, "ncclAllReduce on a split communicator");
+  }
   if (NDT_NCCL(ncclSend)(s, 1, ncclFloat, (rank + 1) % nranks, comm, nullptr) != ncclInvalidUsage) {
     return fail(22, "ncclSend between processes should be refused");
   }
@@ -284,6 +300,44 @@ std::vector<int> RunProcessRanks(int nranks, int started, int idle) {
     statuses.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
   }
   return statuses;
+}
+
+TEST_CASE("ncclCommSplit makes a communicator of each color, ranked by key", "[standin][nccl]") {
+  UseDevice();
+  const Communicators comms(4);
+  std::vector<ncclResult_t> results(4, ncclInternalError);
+  std::vector<int> ranks(4, -2), counts(4, -2);
+  std::vector<float> sums(4, -1.0f);
+  std::vector<std::unique_ptr<DeviceFloats>> values;
+  for (int r = 0; r < 4; ++r) {
+    values.push_back(std::make_unique<DeviceFloats>(std::vector<float>{static_cast<float>(r)}));
+  }
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      UseDevice();
+      // Rank 3 takes no part; ranks 0 and 2 are one color, ranked by key: rank 2 first.
+      const int color = r == 3 ? NCCL_SPLIT_NOCOLOR : r % 2;
+      ncclComm_t split = reinterpret_cast<ncclComm_t>(1);
+      results[r] = NDT_NCCL(ncclCommSplit)(comms[r], color, -r, &split, nullptr);
+      if (results[r] != ncclSuccess || split == nullptr) {
+        ranks[r] = split == nullptr ? -1 : -3;
+        return;
+      }
+      NDT_NCCL(ncclCommUserRank)(split, &ranks[r]);
+      NDT_NCCL(ncclCommCount)(split, &counts[r]);
+      if (NDT_NCCL(ncclAllReduce)(values[r]->get(), values[r]->get(), 1, ncclFloat, ncclSum, split,
+                                  nullptr) == ncclSuccess) {
+        NDT_DRIVER(cuMemcpyDtoH_v2)(&sums[r], reinterpret_cast<CUdeviceptr>(values[r]->get()), 4);
+      }
+      NDT_NCCL(ncclCommDestroy)(split);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  CHECK(results == std::vector<ncclResult_t>(4, ncclSuccess));
+  CHECK(ranks == std::vector<int>{1, 0, 0, -1});
+  CHECK(counts == std::vector<int>{2, 1, 2, -2});
+  CHECK(sums == std::vector<float>{2.0f, 1.0f, 2.0f, -1.0f});
 }
 
 TEST_CASE("ranks in other processes meet in shared memory for every collective, ncclAvg too",

@@ -18,6 +18,7 @@
 // per call.
 #pragma GCC visibility push(default)
 #include <nccl.h>
+#include <unistd.h>
 #pragma GCC visibility pop
 
 #include <atomic>
@@ -55,10 +56,27 @@ class Communicators {
     if (added) entry->second = NewObjectId(ObjectKind::kNcclComm);
     return entry->second;
   }
+  // The ranks a communicator belongs with (the `clique` argument of its creation).
+  void SetClique(ncclComm_t comm, uint64_t clique) {
+    std::lock_guard lock(mutex_);
+    cliques_[comm] = clique;
+  }
+  std::optional<uint64_t> Clique(ncclComm_t comm) {
+    std::lock_guard lock(mutex_);
+    const auto it = cliques_.find(comm);
+    return it == cliques_.end() ? std::nullopt : std::optional<uint64_t>(it->second);
+  }
+  // How many times `comm` was split before (every rank splits it in one order).
+  uint64_t NextSplit(ncclComm_t comm) {
+    std::lock_guard lock(mutex_);
+    return splits_[comm]++;
+  }
 
  private:
   std::mutex mutex_;
   std::unordered_map<ncclComm_t, uint64_t> ids_;
+  std::unordered_map<ncclComm_t, uint64_t> cliques_;
+  std::unordered_map<ncclComm_t, uint64_t> splits_;
 };
 
 // A collective whose receive buffer is final only at the outermost ncclGroupEnd.
@@ -342,12 +360,86 @@ using ndt::tracer::RealCall;
 using ndt::tracer::RunLibraryHook;
 using ndt::tracer::Session;
 
+namespace {
+
+// FNV-1a over the bytes of `value`, from `hash`.
+uint64_t Mix(uint64_t hash, uint64_t value) {
+  for (int i = 0; i < 8; ++i) hash = (hash ^ ((value >> (8 * i)) & 0xff)) * 0x100000001b3ull;
+  return hash;
+}
+constexpr uint64_t kFnvBasis = 0xcbf29ce484222325ull;
+
+// The ranks that share a unique id, in this process or others: the id's FNV-1a hash (random in
+// every run, so never compared; replayer/op_compare.h).
+uint64_t CliqueOf(const ncclUniqueId& id) {
+  uint64_t clique = kFnvBasis;
+  for (char c : id.internal) clique = (clique ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  return clique;
+}
+
+// The determinism-relevant fields of a config where the caller's (versioned, `size`-long)
+// struct has them.
+void AddConfigArguments(const ncclConfig_t* config, ndt::format::OpRecord* op) {
+  if (config == nullptr) return;
+  const auto has = [&](size_t offset) { return offset + sizeof(int) <= config->size; };
+  if (has(offsetof(ncclConfig_t, blocking))) {
+    op->args.push_back(ndt::tracer::SignedArgument("blocking", config->blocking));
+  }
+  if (has(offsetof(ncclConfig_t, maxCTAs))) {
+    op->args.push_back(ndt::tracer::SignedArgument("minCTAs", config->minCTAs));
+    op->args.push_back(ndt::tracer::SignedArgument("maxCTAs", config->maxCTAs));
+  }
+  if (has(offsetof(ncclConfig_t, collnetEnable))) {
+    op->args.push_back(ndt::tracer::SignedArgument("collnetEnable", config->collnetEnable));
+  }
+}
+
+// ncclCommInitRank and ncclCommInitRankConfig: an `other` op named `api` with the communicator's
+// size, rank, clique and id, and the config's fields. `init` makes the call and registers the
+// communicator (recording or not).
+template <typename Init>
+ncclResult_t RecordCommInit(const char* api, bool found, int nranks, const ncclUniqueId& comm_id,
+                            int rank, const ncclConfig_t* config, ncclComm_t* comm,
+                            const Init& init) {
+  return RunLibraryHook<ncclResult_t>(
+      api, found, ncclSystemError, init, [&](Session& session, RealCall<ncclResult_t>& call) {
+        ndt::tracer::ReportPinProblems(session);
+        ndt::format::OpRecord op = session.BeginOp(ndt::format::OpKind::kOther, api, 0);
+        op.args.push_back(ndt::tracer::SignedArgument("nranks", nranks));
+        op.args.push_back(ndt::tracer::SignedArgument("rank", rank));
+        op.args.push_back(ndt::tracer::UnsignedArgument("clique", CliqueOf(comm_id)));
+        AddConfigArguments(config, &op);
+        const ncclResult_t result = call.Run(init);
+        if (result == ncclSuccess || result == ncclInProgress) {
+          op.args.push_back(ndt::tracer::UnsignedArgument(
+              "comm", ndt::tracer::Communicators::Get().Id(*comm)));
+        }
+        session.EndOp(op, static_cast<int32_t>(result));
+        return result;
+      });
+}
+
+// Registers a communicator made from `comm_id` (ncclInProgress: a non-blocking one, with its
+// handle already).
+void Registered(ncclResult_t result, ncclComm_t comm, const ncclUniqueId& comm_id) {
+  if (result != ncclSuccess && result != ncclInProgress) return;
+  ndt::tracer::Communicators::Get().Id(comm);
+  ndt::tracer::Communicators::Get().SetClique(comm, CliqueOf(comm_id));
+}
+
+}  // namespace
+
 extern "C" ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   const auto real = NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclCommInitAll, "pncclCommInitAll");
+  // Its communicators' clique: this process and the first one's id.
+  uint64_t clique = 0;
   const auto init = [&]() {
     const ncclResult_t result = real(comms, ndev, devlist);
-    if (result == ncclSuccess) {
-      for (int r = 0; r < ndev; ++r) ndt::tracer::Communicators::Get().Id(comms[r]);
+    if (result == ncclSuccess && ndev > 0) {
+      auto& communicators = ndt::tracer::Communicators::Get();
+      for (int r = 0; r < ndev; ++r) communicators.Id(comms[r]);
+      clique = Mix(Mix(kFnvBasis, static_cast<uint64_t>(getpid())), communicators.Id(comms[0]));
+      for (int r = 0; r < ndev; ++r) communicators.SetClique(comms[r], clique);
     }
     return result;
   };
@@ -362,60 +454,12 @@ extern "C" ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* 
         if (result == ncclSuccess && ndev > 0) {
           op.args.push_back(ndt::tracer::UnsignedArgument(
               "firstComm", ndt::tracer::Communicators::Get().Id(comms[0])));
+          op.args.push_back(ndt::tracer::UnsignedArgument("clique", clique));
         }
         session.EndOp(op, static_cast<int32_t>(result));
         return result;
       });
 }
-
-namespace {
-
-// ncclCommInitRank and ncclCommInitRankConfig: an `other` op named `api` with the communicator's
-// size, rank, clique and id, and the config's determinism-relevant fields where the caller's
-// (versioned, `size`-long) struct has them.
-template <typename Init>
-ncclResult_t RecordCommInit(const char* api, bool found, int nranks, const ncclUniqueId& comm_id,
-                            int rank, const ncclConfig_t* config, ncclComm_t* comm,
-                            const Init& init) {
-  return RunLibraryHook<ncclResult_t>(
-      api, found, ncclSystemError, init, [&](Session& session, RealCall<ncclResult_t>& call) {
-        ndt::tracer::ReportPinProblems(session);
-        ndt::format::OpRecord op = session.BeginOp(ndt::format::OpKind::kOther, api, 0);
-        op.args.push_back(ndt::tracer::SignedArgument("nranks", nranks));
-        op.args.push_back(ndt::tracer::SignedArgument("rank", rank));
-        // The ranks that share the unique id, in this process or others: the id's FNV-1a hash
-        // (random in every run, so never compared; replayer/op_compare.h).
-        uint64_t clique = 0xcbf29ce484222325ull;
-        for (char c : comm_id.internal) {
-          clique = (clique ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
-        }
-        op.args.push_back(ndt::tracer::UnsignedArgument("clique", clique));
-        if (config != nullptr) {
-          const auto has = [&](size_t offset, size_t bytes) {
-            return offset + bytes <= config->size;
-          };
-          if (has(offsetof(ncclConfig_t, blocking), sizeof(int))) {
-            op.args.push_back(ndt::tracer::SignedArgument("blocking", config->blocking));
-          }
-          if (has(offsetof(ncclConfig_t, maxCTAs), sizeof(int))) {
-            op.args.push_back(ndt::tracer::SignedArgument("minCTAs", config->minCTAs));
-            op.args.push_back(ndt::tracer::SignedArgument("maxCTAs", config->maxCTAs));
-          }
-          if (has(offsetof(ncclConfig_t, collnetEnable), sizeof(int))) {
-            op.args.push_back(ndt::tracer::SignedArgument("collnetEnable", config->collnetEnable));
-          }
-        }
-        const ncclResult_t result = call.Run(init);
-        if (result == ncclSuccess || result == ncclInProgress) {
-          op.args.push_back(ndt::tracer::UnsignedArgument(
-              "comm", ndt::tracer::Communicators::Get().Id(*comm)));
-        }
-        session.EndOp(op, static_cast<int32_t>(result));
-        return result;
-      });
-}
-
-}  // namespace
 
 extern "C" ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId comm_id,
                                          int rank) {
@@ -424,7 +468,7 @@ extern "C" ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqu
   return RecordCommInit("ncclCommInitRank", real != nullptr, nranks, comm_id, rank, nullptr, comm,
                         [&]() {
                           const ncclResult_t result = real(comm, nranks, comm_id, rank);
-                          if (result == ncclSuccess) ndt::tracer::Communicators::Get().Id(*comm);
+                          Registered(result, *comm, comm_id);
                           return result;
                         });
 }
@@ -438,11 +482,59 @@ extern "C" ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncc
   return RecordCommInit("ncclCommInitRankConfig", real != nullptr, nranks, comm_id, rank, config,
                         comm, [&]() {
                           const ncclResult_t result = real(comm, nranks, comm_id, rank, config);
-                          if (result == ncclSuccess || result == ncclInProgress) {
-                            ndt::tracer::Communicators::Get().Id(*comm);
-                          }
+                          Registered(result, *comm, comm_id);
                           return result;
                         });
+}
+
+// A sub-communicator (PyTorch's new_group / DeviceMesh split a process group with it): an `other`
+// op with the parent, color and key, the config's fields, and the new communicator's id, rank,
+// size and clique (the parent's, mixed with how many splits of the parent came before and the
+// color: the same for every rank of the new communicator, in any process).
+extern "C" ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                      ncclConfig_t* config) {
+  const auto real = NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclCommSplit, "pncclCommSplit");
+  const auto user_rank =
+      NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclCommUserRank, "pncclCommUserRank");
+  const auto count = NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclCommCount, "pncclCommCount");
+  auto& communicators = ndt::tracer::Communicators::Get();
+  const auto split = [&]() {
+    const uint64_t ordinal = comm != nullptr ? communicators.NextSplit(comm) : 0;
+    const ncclResult_t result = real(comm, color, key, newcomm, config);
+    if ((result == ncclSuccess || result == ncclInProgress) && newcomm != nullptr &&
+        *newcomm != nullptr) {
+      communicators.Id(*newcomm);
+      const uint64_t parent = communicators.Clique(comm).value_or(communicators.Id(comm));
+      communicators.SetClique(
+          *newcomm, Mix(Mix(Mix(kFnvBasis, parent), ordinal), static_cast<uint64_t>(color)));
+    }
+    return result;
+  };
+  return RunLibraryHook<ncclResult_t>(
+      "ncclCommSplit", real != nullptr, ncclSystemError, split,
+      [&](Session& session, RealCall<ncclResult_t>& call) {
+        ndt::format::OpRecord op = session.BeginOp(ndt::format::OpKind::kOther, "ncclCommSplit", 0);
+        if (comm != nullptr) {
+          op.args.push_back(ndt::tracer::UnsignedArgument("parentComm", communicators.Id(comm)));
+        }
+        op.args.push_back(ndt::tracer::SignedArgument("color", color));
+        op.args.push_back(ndt::tracer::SignedArgument("key", key));
+        AddConfigArguments(config, &op);
+        const ncclResult_t result = call.Run(split);
+        if ((result == ncclSuccess || result == ncclInProgress) && newcomm != nullptr &&
+            *newcomm != nullptr) {
+          int rank = -1, size = -1;
+          if (user_rank != nullptr) user_rank(*newcomm, &rank);
+          if (count != nullptr) count(*newcomm, &size);
+          op.args.push_back(ndt::tracer::SignedArgument("nranks", size));
+          op.args.push_back(ndt::tracer::SignedArgument("rank", rank));
+          op.args.push_back(
+              ndt::tracer::UnsignedArgument("clique", communicators.Clique(*newcomm).value_or(0)));
+          op.args.push_back(ndt::tracer::UnsignedArgument("comm", communicators.Id(*newcomm)));
+        }
+        session.EndOp(op, static_cast<int32_t>(result));
+        return result;
+      });
 }
 
 extern "C" ncclResult_t ncclGroupStart() {
