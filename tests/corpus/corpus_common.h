@@ -228,6 +228,14 @@ inline std::vector<float> MixedValues(size_t n, unsigned seed) {
   return v;
 }
 
+// MixedValues scaled by 2^-16 (exactly), no larger than 2 in magnitude: inputs and parameters
+// that a few steps of training keep finite.
+inline std::vector<float> SmallMixedValues(size_t n, unsigned seed) {
+  std::vector<float> v = MixedValues(n, seed);
+  for (float& value : v) value /= 65536.0f;
+  return v;
+}
+
 // The launch geometry the programs use: a few blocks of 128 threads.
 inline dim3 Blocks(int n) { return dim3(static_cast<unsigned>(n < 512 ? (n + 127) / 128 : 4)); }
 constexpr unsigned kThreads = 128;

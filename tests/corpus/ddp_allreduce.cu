@@ -12,8 +12,6 @@
 // and the race would not show). --plant-backward: rank 1's backward of layer 1 accumulates with
 // float atomicAdd (CorpusColumnDotAtomic), so every rank's all-reduce result differs, though only
 // rank 1's inputs do. The ranks' weights are checked equal.
-#include <nccl.h>
-
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -22,20 +20,13 @@
 
 #include "corpus_common.h"
 #include "corpus_kernels.cuh"
+#include "corpus_nccl.h"
 
 namespace {
 
 bool g_plant_backward = false;  // --plant-backward
 
 constexpr int kRanks = 4, kLayers = 2, kRows = 64, kCols = 128, kSteps = 3;
-
-void CheckNccl(ncclResult_t status, const char* what, int line) {
-  if (status != ncclSuccess) {
-    std::fprintf(stderr, "%s (line %d) failed: %s\n", what, line, ncclGetErrorString(status));
-    std::exit(2);
-  }
-}
-#define NCCL_CHECK(call) CheckNccl((call), #call, __LINE__)
 
 // The queue from the compute thread to the comm thread: bucket indices, -1 to stop.
 class BucketQueue {
@@ -97,8 +88,8 @@ void Rank(int rank, ncclUniqueId id, std::vector<float>* weights_out) {
     CORPUS_CHECK(cudaMalloc(&x[l], host_x.size() * 4));
     CORPUS_CHECK(cudaMalloc(&w[l], kCols * 4));
     CORPUS_CHECK(cudaMalloc(&grad[l], kCols * 4));
-    CORPUS_CHECK(cudaMemcpyAsync(x[l], host_x.data(), host_x.size() * 4, cudaMemcpyHostToDevice,
-                                 compute));
+    CORPUS_CHECK(
+        cudaMemcpyAsync(x[l], host_x.data(), host_x.size() * 4, cudaMemcpyHostToDevice, compute));
     CORPUS_CHECK(cudaMemcpyAsync(w[l], host_w.data(), kCols * 4, cudaMemcpyHostToDevice, compute));
   }
   CORPUS_CHECK(cudaMalloc(&v, kRows * 4));
@@ -108,8 +99,8 @@ void Rank(int rank, ncclUniqueId id, std::vector<float>* weights_out) {
     CORPUS_CHECK(cudaSetDevice(0));
     for (int bucket; (bucket = queue.Pop()) >= 0;) {
       CORPUS_CHECK(cudaStreamWaitEvent(comm_stream, bucket_ready[bucket], 0));
-      NCCL_CHECK(ncclAllReduce(grad[bucket], grad[bucket], kCols, ncclFloat, ncclSum, comm,
-                               comm_stream));
+      NCCL_CHECK(
+          ncclAllReduce(grad[bucket], grad[bucket], kCols, ncclFloat, ncclSum, comm, comm_stream));
       if (bucket == 0) {  // the step's last bucket
         CORPUS_CHECK(cudaEventRecord(reduced, comm_stream));
         queue.StepReduced();
@@ -119,7 +110,7 @@ void Rank(int rank, ncclUniqueId id, std::vector<float>* weights_out) {
 
   for (int step = 0; step < kSteps; ++step) {
     CorpusMatVec<<<corpus::Blocks(kRows), corpus::kThreads, 0, compute>>>(x[0], w[0], v, kRows,
-                                                                           kCols);
+                                                                          kCols);
     for (int l = kLayers - 1; l >= 0; --l) {  // backward: last layer's gradient first
       if (g_plant_backward && rank == 1 && l == 1) {
         CORPUS_CHECK(cudaMemsetAsync(grad[l], 0, kCols * 4, compute));
@@ -138,8 +129,8 @@ void Rank(int rank, ncclUniqueId id, std::vector<float>* weights_out) {
     queue.WaitReduced(step);
     CORPUS_CHECK(cudaStreamWaitEvent(compute, reduced, 0));
     for (int l = 0; l < kLayers; ++l) {
-      CorpusAxpby<<<corpus::Blocks(kCols), corpus::kThreads, 0, compute>>>(
-          -1e-4f / kRanks, grad[l], 1.0f, w[l], kCols);
+      CorpusAxpby<<<corpus::Blocks(kCols), corpus::kThreads, 0, compute>>>(-1e-4f / kRanks, grad[l],
+                                                                           1.0f, w[l], kCols);
     }
   }
   queue.Push(-1);

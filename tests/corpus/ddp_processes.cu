@@ -26,7 +26,6 @@
 // --plant-nccl: four ranks (four devices) and NCCL_ALGO left unset, so that the all-reduce
 // itself adds the ranks' gradients in racing order: the op to name is ncclAllReduce.
 #include <fcntl.h>
-#include <nccl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,6 +40,7 @@
 
 #include "corpus_common.h"
 #include "corpus_kernels.cuh"
+#include "corpus_nccl.h"
 
 namespace {
 
@@ -50,14 +50,6 @@ constexpr int kCols = 96;                // parameters per layer
 constexpr int kSamples = 4 * kRows * 3;  // 3 or 6 steps per epoch with 4 or 2 ranks
 constexpr int kEpochs = 2;
 constexpr float kLearningRate = 1e-5f;
-
-void CheckNccl(ncclResult_t status, const char* what, int line) {
-  if (status != ncclSuccess) {
-    std::fprintf(stderr, "%s (line %d) failed: %s\n", what, line, ncclGetErrorString(status));
-    std::exit(2);
-  }
-}
-#define NCCL_CHECK(call) CheckNccl((call), #call, __LINE__)
 
 int EnvInt(const char* name) {
   const char* text = std::getenv(name);
@@ -144,12 +136,6 @@ ncclUniqueId Rendezvous(int rank) {
   }
 }
 
-// Values of mixed magnitude no larger than 2, so that training stays finite.
-std::vector<float> Scaled(std::vector<float> values) {
-  for (float& value : values) value /= 65536.0f;
-  return values;
-}
-
 // DistributedSampler: the epoch's permutation of every sample, every world-th from `rank`.
 std::vector<int> Shard(int rank, int world, int epoch) {
   std::vector<int> indices(kSamples);
@@ -188,7 +174,7 @@ int Worker(bool plant) {
   // The model, initialised differently on every rank (each process seeds its own init).
   float *w[kLayers], *grad[kLayers], *x, *v, *v1;
   for (int l = 0; l < kLayers; ++l) {
-    const std::vector<float> init = Scaled(corpus::MixedValues(kCols, 90 + l + 1000 * rank));
+    const std::vector<float> init = corpus::SmallMixedValues(kCols, 90 + l + 1000 * rank);
     CORPUS_CHECK(cudaMalloc(&w[l], kCols * sizeof(float)));
     CORPUS_CHECK(cudaMalloc(&grad[l], kCols * sizeof(float)));
     CORPUS_CHECK(
@@ -206,7 +192,7 @@ int Worker(bool plant) {
   CORPUS_CHECK(cudaEventRecord(reduced[0], nccl_stream));
   CORPUS_CHECK(cudaStreamWaitEvent(compute, reduced[0], 0));
 
-  const std::vector<float> dataset = Scaled(corpus::MixedValues(size_t{kSamples} * kCols, 7));
+  const std::vector<float> dataset = corpus::SmallMixedValues(size_t{kSamples} * kCols, 7);
   float *batch_host, *loss_host;
   CORPUS_CHECK(
       cudaHostAlloc(&batch_host, size_t{kRows} * kCols * sizeof(float), cudaHostAllocDefault));

@@ -13,13 +13,13 @@
 // (CorpusColumnDotAtomic): its weights, then the activations it sends, differ from run to run;
 // stage 1 receives different data though nothing it computed differed: the op to name is stage
 // 0's kernel, not stage 1's ncclRecv.
-#include <nccl.h>
 
 #include <thread>
 #include <vector>
 
 #include "corpus_common.h"
 #include "corpus_kernels.cuh"
+#include "corpus_nccl.h"
 
 namespace {
 
@@ -27,19 +27,6 @@ constexpr int kRows = 64;  // samples per micro-batch
 constexpr int kCols = 96;  // stage 0's parameters
 constexpr int kMicroBatches = 6;
 constexpr float kLearningRate = 1e-5f;
-
-void CheckNccl(ncclResult_t status, const char* what, int line) {
-  if (status != ncclSuccess) {
-    std::fprintf(stderr, "%s (line %d) failed: %s\n", what, line, ncclGetErrorString(status));
-    std::exit(2);
-  }
-}
-#define NCCL_CHECK(call) CheckNccl((call), #call, __LINE__)
-
-std::vector<float> Scaled(std::vector<float> values) {
-  for (float& value : values) value /= 65536.0f;
-  return values;
-}
 
 struct Stage {
   ncclComm_t comm = nullptr;
@@ -77,8 +64,8 @@ void Receive(Stage& s, float* data, int count, int peer) {
 void StageZero(ncclUniqueId id, bool plant, std::vector<float>* weights_out) {
   Stage s = Open(0, id);
   const std::vector<float> data =
-      Scaled(corpus::MixedValues(size_t{kMicroBatches} * kRows * kCols, 3));
-  const std::vector<float> init = Scaled(corpus::MixedValues(kCols, 91));
+      corpus::SmallMixedValues(size_t{kMicroBatches} * kRows * kCols, 3);
+  const std::vector<float> init = corpus::SmallMixedValues(kCols, 91);
   float *x, *w, *activations, *grad_in, *grad_w;
   CORPUS_CHECK(cudaMalloc(&x, data.size() * sizeof(float)));
   CORPUS_CHECK(cudaMalloc(&w, kCols * sizeof(float)));

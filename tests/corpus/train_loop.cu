@@ -37,17 +37,10 @@ constexpr int kRows = 64, kCols = 32, kSteps = 6;
 constexpr float kRate = 1e-4f;
 constexpr size_t kBatchFloats = size_t{kRows} * kCols + kRows;  // X, then the targets
 
-// Inputs scaled by 2^-16 (exactly) so that training stays finite.
-std::vector<float> Scaled(size_t n, unsigned seed) {
-  std::vector<float> v = corpus::MixedValues(n, seed);
-  for (float& f : v) f = std::ldexp(f, -16);
-  return v;
-}
-
-// The data-loader worker: batch b is Scaled(seed 1000 + b), written whole to the pipe.
+// The data-loader worker: batch b is SmallMixedValues(seed 1000 + b), written whole to the pipe.
 void Worker(int fd) {
   for (int b = 0; b < kSteps; ++b) {
-    const std::vector<float> batch = Scaled(kBatchFloats, 1000 + b);
+    const std::vector<float> batch = corpus::SmallMixedValues(kBatchFloats, 1000 + b);
     const char* bytes = reinterpret_cast<const char*>(batch.data());
     size_t left = batch.size() * sizeof(float);
     while (left > 0) {
@@ -133,7 +126,7 @@ int main(int argc, char** argv) {
   float* v = static_cast<float*>(allocator.Allocate(kRows * 4, compute));
   float* grad = static_cast<float*>(allocator.Allocate(kCols * 4, compute));
   float* loss = static_cast<float*>(allocator.Allocate(4, compute));
-  std::vector<float> w_host = Scaled(kCols, 77);
+  std::vector<float> w_host = corpus::SmallMixedValues(kCols, 77);
   CORPUS_CHECK(cudaMemcpyAsync(w, w_host.data(), kCols * 4, cudaMemcpyHostToDevice, compute));
 
   // The pin-memory thread.
@@ -278,7 +271,7 @@ int main(int argc, char** argv) {
   CORPUS_CHECK(cudaMemcpy(w_final.data(), w, kCols * 4, cudaMemcpyDeviceToHost));
   std::vector<float> result = losses;
   for (int step = 0; step < kSteps; ++step) {
-    const float host_loss = HostStep(Scaled(kBatchFloats, 1000 + step), w_host);
+    const float host_loss = HostStep(corpus::SmallMixedValues(kBatchFloats, 1000 + step), w_host);
     if (!Close(losses[step], host_loss)) {
       std::fprintf(stderr, "step %d: loss %.9g, the host computed %.9g\n", step, losses[step],
                    host_loss);
