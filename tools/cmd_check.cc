@@ -525,7 +525,7 @@ int RunCheck(const CheckOptions& options) {
       StatusOr<replay::NarrowResult> narrowed = replay::Narrow(
           narrow, first_process->second,
           MakeRunProgram("check", options.command, directory.string(), "narrow",
-                         key == "main" ? "" : key),
+                         key == "main" ? "" : key, first_process->second.path_a),
           [](const std::string& line) { fmt::print(stderr, "ndtrace check: {}\n", line); });
       if (narrowed.ok()) {
         narrowed_report = narrowed->report;

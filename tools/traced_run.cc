@@ -342,7 +342,7 @@ namespace ndt::tools {
 replay::RunProgram MakeRunProgram(const std::string& context,
                                   const std::vector<std::string>& command,
                                   const std::string& directory, const std::string& prefix,
-                                  const std::string& process) {
+                                  const std::string& process, const std::string& like) {
   return [=](const replay::BisectRun& run) -> StatusOr<std::string> {
     for (const char* name : {"NDTRACE_DIGEST_EVERY", "NDTRACE_DIGEST_SYNC", "NDTRACE_DIGEST_WINDOW",
                              "NDTRACE_DIGEST_EXIT", "NDTRACE_CAPTURE"}) {
@@ -365,6 +365,11 @@ replay::RunProgram MakeRunProgram(const std::string& context,
     if (!process.empty()) {
       StatusOr<std::vector<replay::ProcessTrace>> traces = replay::FindProcessTraces(trace);
       if (traces.ok()) {
+        if (!like.empty()) {
+          if (const replay::ProcessTrace* found = replay::FindLikeProcess(*traces, process, like)) {
+            return found->path;
+          }
+        }
         for (const replay::ProcessTrace& one : *traces) {
           if (one.key == process) return one.path;
         }

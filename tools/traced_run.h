@@ -103,11 +103,13 @@ StatusOr<TracedRun> RunTraced(const std::string& context, const std::vector<std:
 // `directory`/`prefix`-<index>.ndt (its output in .log beside it) with the digests and capture
 // the run asks for (the policy variables already set are inherited). `context` starts messages.
 // `process`: the key of the process whose trace the search follows in a run of several
-// (replay::ProcessTrace, "rank 1"); empty: the process the command started.
+// (replay::ProcessTrace, "rank 1"); empty: the process the command started. An unranked one
+// ("process 2", numbered by start order) is found by what it did like the trace at `like`
+// (replay::FindLikeProcess), when given.
 replay::RunProgram MakeRunProgram(const std::string& context,
                                   const std::vector<std::string>& command,
                                   const std::string& directory, const std::string& prefix,
-                                  const std::string& process = "");
+                                  const std::string& process = "", const std::string& like = "");
 
 // How many ops the trace at `path` holds so far, from its chunk headers alone (cheap on a trace
 // still being written); nullopt while there is no readable trace there.
