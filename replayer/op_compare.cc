@@ -184,7 +184,8 @@ std::optional<ArgumentMismatch> FirstDifferentArgument(const format::OpRecord& a
   // "clique" (ncclCommInitRank) hashes a unique id that is random in every run.
   const auto skipped = [](const format::OpRecord& op, size_t k) {
     return IsBlobArgument(op.args[k].name) || Measured(op, op.args[k].name) ||
-           op.args[k].name == "insideOp" || op.args[k].name == "clique";
+           op.args[k].name == "insideOp" ||
+           (op.kind == format::OpKind::kOther && op.args[k].name == "clique");
   };
   for (;;) {
     while (i < a.args.size() && skipped(a, i)) ++i;

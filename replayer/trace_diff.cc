@@ -311,8 +311,8 @@ class Differ {
     }
     CompareStateDigests();
     ResolveDeferred();
-    DecideUncovered();
     ExplainCollective();
+    DecideUncovered();
     ApplyRootQuery();
     AddExactDifference();
     AttachPythonStacks();
@@ -467,7 +467,7 @@ class Differ {
     OpQueue& ops = run_a ? lane.a : lane.b;
     if (run_a) {
       NoteWrites(ops.front(), lane.next_index_a);
-      places_.erase(ops.front().sequence);
+      if (!places_.empty()) places_.erase(ops.front().sequence);
       ++lane.next_index_a;
     } else {
       ++lane.next_index_b;
@@ -1062,9 +1062,7 @@ class Differ {
     for (Deferred& deferred : deferred_) {
       if (deferred.query) Refine(writer, written, &*deferred.query);
     }
-    for (auto& [place, tainted] : tainted_) {
-      if (tainted.query) Refine(writer, written, &*tainted.query);
-    }
+    if (held_ && held_->query) Refine(writer, written, &*held_->query);
   }
 
   static void Refine(const LastWriter& writer, const format::DevicePointer& written,
@@ -1152,12 +1150,25 @@ class Differ {
     pending_checks_.clear();
     const auto place = places_.find(a.sequence);
     if (place != places_.end() && d.klass == DivergenceClass::kPropagated &&
-        tainted_.size() < kMaxTainted && !tainted_.count(place->second)) {
-      tainted_.emplace(place->second, Tainted{d, query, a, b});
+        tainted_.size() < kMaxTainted) {
+      tainted_.try_emplace(place->second, a.sequence);
+    }
+    // An NCCL call that gave different results from identical inputs is held aside: it is the
+    // first divergence only if no other rank's data explains it (ExplainCollective).
+    if (place != places_.end() && d.klass == DivergenceClass::kNondeterministicOp) {
+      if (!held_ || a.sequence < held_->a.sequence) {
+        held_ = Held{std::move(d), std::move(query), std::move(placement), std::move(checks), a, b,
+                     place->second};
+      }
+      return;
     }
     if (report_.first_divergence && a.sequence >= divergence_key_) return;
-    first_place_.reset();
-    if (place != places_.end()) first_place_ = place->second;
+    TakeFirst(std::move(d), std::move(query), std::move(placement), std::move(checks), a, b);
+  }
+
+  // Makes the pair (a, b) the first divergence.
+  void TakeFirst(Divergence&& d, std::optional<RootQuery> query, std::set<std::string> placement,
+                 std::vector<CaptureCheck> checks, const OpRecord& a, const OpRecord& b) {
     root_query_ = std::move(query);
     first_placement_ = std::move(placement);
     first_checks_ = std::move(checks);
@@ -1179,6 +1190,11 @@ class Differ {
   // end: a communicator's creation, made on one thread, may come later in the file than the
   // calls another thread made on it.
   void NoteCollective(const OpRecord& op) {
+    // Every op of run A passes here: the others leave before any argument is looked up.
+    if (op.kind != format::OpKind::kNcclCollective &&
+        (op.kind != format::OpKind::kOther || !op.name.starts_with("ncclComm"))) {
+      return;
+    }
     const uint64_t* comm = UnsignedArgument(op, "comm");
     if (op.name == "ncclCommInitRank" || op.name == "ncclCommInitRankConfig" ||
         op.name == "ncclCommSplit") {
@@ -1242,46 +1258,45 @@ class Differ {
            name == "ncclScatter" || name == "ncclAlltoAll";
   }
 
-  // A first divergence that is an NCCL call giving different results from identical inputs,
-  // when another rank's part of the same call (PartOfSameCall) received inputs that already
-  // differed, is that rank's: the report becomes that rank's (propagated, with its suspect and
-  // window), and says what became of the call. Without such a part (in another process, or an
-  // older trace without cliques), a call that only moves data (OnlyMovesData) is still no
-  // nondeterministic op: it is called propagated, from another rank.
+  // The earliest NCCL call that gave different results from identical inputs (held_), when
+  // another rank's part of the same call (PartOfSameCall) received inputs that already differed,
+  // or when it only moves data (OnlyMovesData), is no divergence of its own: the first
+  // divergence stays the earliest other one (that rank's, or one before it), with a line on what
+  // became of the call. Otherwise it is the first divergence if it came before every other. A
+  // call that only moves data when nothing else diverged (its sender in another process) is
+  // called propagated, from "another rank".
   void ExplainCollective() {
-    if (!report_.first_divergence || !first_op_) return;
-    Divergence& d = *report_.first_divergence;
-    if (d.klass != DivergenceClass::kNondeterministicOp) return;
-    const auto other = !first_place_
-                           ? tainted_.end()
-                           : std::find_if(tainted_.begin(), tainted_.end(), [&](const auto& entry) {
-                               return PartOfSameCall(*first_place_, entry.first);
-                             });
-    if (other == tainted_.end()) {
-      if (!OnlyMovesData(*first_op_)) return;
-      d.klass = DivergenceClass::kPropagated;
-      d.what =
-          "the op only moves other ranks' data, exactly, and that data already differed: "
-          "the divergence is in the rank that sent it";
-      d.from_process = "another rank";
-      d.hint.reset();
+    if (!held_) return;
+    Held& h = *held_;
+    const auto other = std::find_if(tainted_.begin(), tainted_.end(), [&](const auto& entry) {
+      return PartOfSameCall(h.place, entry.first);
+    });
+    const bool moves_data = OnlyMovesData(h.a);
+    if (other == tainted_.end() && !moves_data) {
+      if (!report_.first_divergence || h.a.sequence < divergence_key_) {
+        TakeFirst(std::move(h.d), std::move(h.query), std::move(h.placement), std::move(h.checks),
+                  h.a, h.b);
+      }
       return;
     }
-    Tainted& t = other->second;
-    Divergence explained = t.d;
-    explained.evidence.push_back(fmt::format(
-        "op {} ({}, thread {}) gave different results from identical inputs only through this "
-        "op's data: {}",
-        d.op.sequence, d.op.name, format::ThreadLabel(d.op.thread_id),
-        first_place_->peer < 0 ? "the collective combines every rank's data"
-                               : "it received what this op sent"));
-    report_.first_divergence = std::move(explained);
-    root_query_ = std::move(t.query);
-    divergence_key_ = t.a.sequence;
-    first_op_ = std::make_unique<OpRecord>(std::move(t.a));
-    first_op_b_ = std::make_unique<OpRecord>(std::move(t.b));
-    first_placement_.clear();
-    first_checks_.clear();
+    if (report_.first_divergence) {
+      report_.first_divergence->evidence.push_back(fmt::format(
+          "op {} ({}, thread {}) gave different results from identical inputs only through "
+          "other ranks' data{}",
+          h.d.op.sequence, h.d.op.name, format::ThreadLabel(h.d.op.thread_id),
+          other == tainted_.end()
+              ? std::string()
+              : fmt::format(": op {}'s part of it received differing inputs", other->second)));
+      return;
+    }
+    h.d.klass = DivergenceClass::kPropagated;
+    h.d.what =
+        "the op only moves other ranks' data, exactly, and that data already differed: "
+        "the divergence is in the rank that sent it";
+    h.d.from_process = "another rank";
+    h.d.hint.reset();
+    TakeFirst(std::move(h.d), std::move(h.query), std::move(h.placement), std::move(h.checks), h.a,
+              h.b);
   }
 
   // The exact size of the first divergence, when both runs captured the op's outputs: the
@@ -1612,14 +1627,17 @@ class Differ {
   format::NvtxPaths ranges_a_;  // each run's NVTX ranges, to name the divergent op's
   format::NvtxPaths ranges_b_;
   // NCCL calls (NoteCollective, ExplainCollective): run A's communicators' cliques and ranks,
-  // each communicator's calls so far, the place of each call of run A not yet compared, that of
-  // the first divergence, and the first pair at a place whose inputs differed (at most
-  // kMaxTainted places).
-  struct Tainted {
+  // each communicator's calls so far, the place of each call of run A not yet compared, the
+  // places where a pair's inputs differed (with that op's sequence; at most kMaxTainted), and the
+  // earliest call that gave different results from identical inputs, held aside.
+  struct Held {
     Divergence d;
     std::optional<RootQuery> query;
+    std::set<std::string> placement;
+    std::vector<CaptureCheck> checks;
     OpRecord a;
     OpRecord b;
+    NcclPlace place;
   };
   static constexpr size_t kMaxTainted = 64;
   struct Communicator {
@@ -1629,8 +1647,8 @@ class Differ {
   std::unordered_map<uint64_t, Communicator> comms_;
   std::map<std::tuple<uint64_t, int64_t, bool>, uint64_t> calls_on_;  // (comm, peer, send)
   std::unordered_map<uint64_t, NcclPlace> places_;
-  std::optional<NcclPlace> first_place_;
-  std::map<NcclPlace, Tainted> tainted_;
+  std::map<NcclPlace, uint64_t> tainted_;
+  std::optional<Held> held_;
   std::unique_ptr<OpRecord> first_op_;    // the first divergent op of run A, for its hint
   std::unique_ptr<OpRecord> first_op_b_;  // and of run B
   uint64_t dropped_a_ = 0;
