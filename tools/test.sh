@@ -4,7 +4,8 @@
 #      the traced process (clang, libFuzzer, ASan+UBSan);
 #   2. the whole suite under ASan+UBSan, and the concurrency tests of the writer, the reader's
 #      read-ahead and the tracer's record rings under TSan;
-#   3. the whole suite in the dev build (warnings are errors) — its summary closes the output.
+#   3. the whole suite in the dev build (warnings are errors) — its summary ends the output,
+#      before the total time.
 # FUZZ_SECONDS (default 20) sets the fuzzing time per target; 0 skips fuzzing.
 # SANITIZERS=0 skips step 2. The exit status is non-zero if anything failed. Each step's start
 # is said on a `test.sh:` line with the seconds since the command began (the budget: 25 min).
