@@ -302,8 +302,7 @@ std::vector<Collective> Collectives(const std::string& path) {
     };
     const uint64_t* comm = unsigned_argument("comm");
     if (comm == nullptr) continue;
-    if (op->name == "ncclCommInitRank" || op->name == "ncclCommInitRankConfig" ||
-        op->name == "ncclCommSplit") {
+    if (op->name.starts_with("ncclCommInitRank") || op->name == "ncclCommSplit") {
       if (const uint64_t* clique = unsigned_argument("clique")) clique_of[*comm] = *clique;
     } else if (op->kind == format::OpKind::kNcclCollective && op->name != "ncclSend" &&
                op->name != "ncclRecv") {

@@ -1182,9 +1182,9 @@ class Differ {
   }
 
   // NCCL calls of several ranks in one process (ranks as threads, or one thread driving every
-  // rank in a group): run A's communicators by clique (the `clique` of ncclCommInitRank(Config),
-  // ncclCommSplit and ncclCommInitAll, which the tracer makes the same for every rank of one
-  // communicator) and rank, and each call's place: its communicator and how many calls like it
+  // rank in a group): run A's communicators by clique (the `clique` of ncclCommInitRank(Config,
+  // Scalable), ncclCommSplit and ncclCommInitAll, which the tracer makes the same for every rank of
+  // one communicator) and rank, and each call's place: its communicator and how many calls like it
   // that made before (a collective: collectives on it, in the one order every rank issues them;
   // a send or receive: messages to or from that peer). Cliques and ranks are resolved at the
   // end: a communicator's creation, made on one thread, may come later in the file than the
@@ -1196,8 +1196,7 @@ class Differ {
       return;
     }
     const uint64_t* comm = UnsignedArgument(op, "comm");
-    if (op.name == "ncclCommInitRank" || op.name == "ncclCommInitRankConfig" ||
-        op.name == "ncclCommSplit") {
+    if (op.name.starts_with("ncclCommInitRank") || op.name == "ncclCommSplit") {
       const uint64_t* clique = UnsignedArgument(op, "clique");
       const format::Argument* rank = FindArgument(op, "rank");
       const auto* r = rank ? std::get_if<int64_t>(&rank->value) : nullptr;

@@ -15,8 +15,11 @@
 //    long-lived thread fed by a queue); each gradient bucket, when ready, is divided by the world
 //    size and all-reduced on NCCL's stream after an event (the reducer's comm hook); the SGD step
 //    waits for the last bucket's event; the loss is read back every step (loss.item());
+//  - meanwhile ProcessGroupNCCL's watchdog thread asks the communicator for an asynchronous
+//    error every millisecond (ncclCommGetAsyncError) until the process group is destroyed;
 //  - at the end all-gathers its parameters and checks they equal every other rank's (DDP keeps
-//    them in sync); rank 0 prints the checksum.
+//    them in sync); rank 0 prints the checksum; destroy_process_group finalizes and destroys the
+//    communicator.
 //
 // Needs a device per rank (on the stand-in: NDT_STANDIN_DEVICES) and NCCL (the stand-in's meets
 // ranks of other processes in shared memory). NCCL_ALGO=Ring is set, as for a reproducible run.
@@ -31,6 +34,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <numeric>
 #include <random>
@@ -163,6 +167,20 @@ int Worker(bool plant) {
   config.blocking = 1;
   ncclComm_t comm;
   NCCL_CHECK(ncclCommInitRankConfig(&comm, world, id, rank, &config));
+  // The watchdog: an asynchronous error would abort the communicator and the process.
+  std::atomic<bool> shutting_down{false};
+  std::thread watchdog([&] {
+    while (!shutting_down.load()) {
+      ncclResult_t async_error = ncclSuccess;
+      NCCL_CHECK(ncclCommGetAsyncError(comm, &async_error));
+      if (async_error != ncclSuccess) {
+        std::fprintf(stderr, "rank %d: watchdog: %s\n", rank, ncclGetErrorString(async_error));
+        NCCL_CHECK(ncclCommAbort(comm));
+        std::exit(1);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
 
   cudaStream_t compute, nccl_stream;
   CORPUS_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
@@ -282,16 +300,23 @@ int Worker(bool plant) {
   CORPUS_CHECK(cudaMemcpyAsync(all.data(), gathered, all.size() * sizeof(float),
                                cudaMemcpyDeviceToHost, nccl_stream));
   CORPUS_CHECK(cudaStreamSynchronize(nccl_stream));
-  for (int r = 1; r < world; ++r) {
+  int status = 0;
+  for (int r = 1; r < world && status == 0; ++r) {
     if (!std::equal(all.begin(), all.begin() + kLayers * kCols,
                     all.begin() + size_t{static_cast<size_t>(r)} * kLayers * kCols)) {
       std::fprintf(stderr, "rank %d: rank %d's parameters differ from rank 0's\n", rank, r);
-      return 1;
+      status = 1;
     }
   }
-  if (rank == 0) ndt::programs::PrintChecksum(all.data(), size_t{kLayers} * kCols * sizeof(float));
+  if (rank == 0 && status == 0) {
+    ndt::programs::PrintChecksum(all.data(), size_t{kLayers} * kCols * sizeof(float));
+  }
+  // destroy_process_group(): the watchdog stops, the communicator is finalized and destroyed.
+  shutting_down = true;
+  watchdog.join();
+  NCCL_CHECK(ncclCommFinalize(comm));
   NCCL_CHECK(ncclCommDestroy(comm));
-  return 0;
+  return status;
 }
 
 }  // namespace

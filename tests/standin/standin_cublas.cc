@@ -31,8 +31,9 @@
 #include <vector>
 
 #include "standin_activity.h"
-#include "standin_library_driver.h"
 #include "standin_atomic.h"
+#include "standin_cublas_status.h"
+#include "standin_library_driver.h"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;
@@ -299,6 +300,34 @@ cublasStatus_t cublasGetVersion_v2(cublasHandle_t handle, int* version) {
   if (version == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   *version = CUBLAS_VERSION;
   return CUBLAS_STATUS_SUCCESS;
+}
+
+const char* cublasGetStatusName(cublasStatus_t status) {
+  return ndt::standin::CublasStatusName(status);
+}
+
+const char* cublasGetStatusString(cublasStatus_t status) {
+  return ndt::standin::CublasStatusString(status);
+}
+
+size_t cublasGetCudartVersion(void) {
+  return CUDA_VERSION;
+}
+
+cublasStatus_t cublasGetProperty(libraryPropertyType type, int* value) {
+  if (value == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  switch (type) {
+    case MAJOR_VERSION:
+      *value = CUBLAS_VER_MAJOR;
+      return CUBLAS_STATUS_SUCCESS;
+    case MINOR_VERSION:
+      *value = CUBLAS_VER_MINOR;
+      return CUBLAS_STATUS_SUCCESS;
+    case PATCH_LEVEL:
+      *value = CUBLAS_VER_PATCH;
+      return CUBLAS_STATUS_SUCCESS;
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
 }
 
 cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {

@@ -35,8 +35,9 @@
 #include <thread>
 #include <vector>
 
-#include "standin_library_driver.h"
 #include "standin_atomic.h"
+#include "standin_cublas_status.h"
+#include "standin_library_driver.h"
 
 struct cublasLtContext {
   int unused = 0;
@@ -390,6 +391,34 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
 
 size_t cublasLtGetVersion(void) {
   return CUBLAS_VERSION;
+}
+
+size_t cublasLtGetCudartVersion(void) {
+  return CUDA_VERSION;
+}
+
+const char* cublasLtGetStatusName(cublasStatus_t status) {
+  return ndt::standin::CublasStatusName(status);
+}
+
+const char* cublasLtGetStatusString(cublasStatus_t status) {
+  return ndt::standin::CublasStatusString(status);
+}
+
+cublasStatus_t cublasLtGetProperty(libraryPropertyType type, int* value) {
+  if (value == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  switch (type) {
+    case MAJOR_VERSION:
+      *value = CUBLAS_VER_MAJOR;
+      return CUBLAS_STATUS_SUCCESS;
+    case MINOR_VERSION:
+      *value = CUBLAS_VER_MINOR;
+      return CUBLAS_STATUS_SUCCESS;
+    case PATCH_LEVEL:
+      *value = CUBLAS_VER_PATCH;
+      return CUBLAS_STATUS_SUCCESS;
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
 }
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc,

@@ -758,6 +758,30 @@ size_t cudnnGetVersion(void) {
   return CUDNN_VERSION;
 }
 
+size_t cudnnGetCudartVersion(void) {
+  return CUDA_VERSION;
+}
+
+size_t cudnnGetMaxDeviceVersion(void) {
+  return 900;  // the SM version as major * 100 + minor * 10: the stand-in device is a 9.0
+}
+
+cudnnStatus_t cudnnGetProperty(libraryPropertyType type, int* value) {
+  if (value == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  switch (type) {
+    case MAJOR_VERSION:
+      *value = CUDNN_MAJOR;
+      return CUDNN_STATUS_SUCCESS;
+    case MINOR_VERSION:
+      *value = CUDNN_MINOR;
+      return CUDNN_STATUS_SUCCESS;
+    case PATCH_LEVEL:
+      *value = CUDNN_PATCHLEVEL;
+      return CUDNN_STATUS_SUCCESS;
+  }
+  return CUDNN_STATUS_BAD_PARAM;
+}
+
 const char* cudnnGetErrorString(cudnnStatus_t status) {
   switch (status) {
     case CUDNN_STATUS_SUCCESS:

@@ -17,6 +17,8 @@ namespace {
 struct Driver {
   CUresult (*stream_synchronize)(CUstream) = nullptr;
   CUresult (*address_range)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
+  CUresult (*mem_alloc)(CUdeviceptr*, size_t) = nullptr;
+  CUresult (*mem_free)(CUdeviceptr) = nullptr;
   CUresult (*ctx_get_device)(CUdevice*, CUcontext) = nullptr;  // CUDA 13: cuCtxGetDevice_v2
   CUresult (*device_attribute)(int*, CUdevice_attribute, CUdevice) = nullptr;
   CUresult (*module_load_data)(CUmodule*, const void*) = nullptr;
@@ -49,6 +51,8 @@ const Driver& TheDriver() {
       lookup("cuStreamSynchronize", found.stream_synchronize);
     }
     lookup("cuMemGetAddressRange", found.address_range);
+    lookup("cuMemAlloc", found.mem_alloc);
+    lookup("cuMemFree", found.mem_free);
     lookup("cuCtxGetDevice", found.ctx_get_device);
     lookup("cuDeviceGetAttribute", found.device_attribute);
     lookup("cuModuleLoadData", found.module_load_data);

@@ -2,11 +2,11 @@
 // driving every rank through ncclGroupStart/End), every collective and point-to-point call of
 // nccl.h computed on the host (README.md, "The stand-in NCCL").
 //
-// Like the real library it exports every function twice: the strong pncclX and a weak ncclX
-// alias of it, without symbol versions. It reaches the driver only through
-// dlopen("libcuda.so.1") + cuGetProcAddress_v2, and synchronises a rank's stream when that rank
-// posts a call (stand-in streams run their work when it is enqueued, so the send buffer is final
-// then).
+// Like the real library it exports every function twice, pncclX and an ncclX alias of it, without
+// symbol versions; what it does not implement is a stub (standin_library_stubs.cc). It reaches the
+// driver only through dlopen("libcuda.so.1") + cuGetProcAddress_v2, and synchronises a rank's
+// stream when that rank posts a call (stand-in streams run their work when it is enqueued, so the
+// send buffer is final then).
 //
 // A collective completes when every rank of the communicator has posted its k-th collective;
 // the last rank to post computes it for all. A Send and a Recv pair up by (communicator, sender,
@@ -76,6 +76,69 @@ size_t TypeSize(ncclDataType_t type) {
     default: return 0;
   }
 }
+
+// ncclFloat16 and ncclBfloat16 elements: reduced by converting to float, combining and rounding
+// back to nearest even at every step, as NCCL's kernels do in their reduction trees.
+struct Half {
+  uint16_t bits;
+};
+struct BFloat16 {
+  uint16_t bits;
+};
+
+float ToFloat(Half h) {
+  const uint32_t sign = static_cast<uint32_t>(h.bits & 0x8000u) << 16;
+  uint32_t exponent = (h.bits >> 10) & 0x1fu;
+  uint32_t mantissa = h.bits & 0x3ffu;
+  if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent == 0) {
+    if (mantissa == 0) return std::bit_cast<float>(sign);
+    exponent = 1;  // subnormal: normalise
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --exponent;
+    }
+    mantissa &= 0x3ffu;
+  }
+  return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+template <typename T>
+T FromFloat(float value);
+
+template <>
+Half FromFloat<Half>(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return {static_cast<uint16_t>(sign | 0x7e00u)};   // NaN
+  if (magnitude >= 0x477ff000u) return {static_cast<uint16_t>(sign | 0x7c00u)};  // to infinity
+  if (magnitude < 0x33000001u) return {sign};                                    // rounds to zero
+  const int exponent = static_cast<int>(magnitude >> 23) - 112;
+  uint32_t mantissa = (magnitude & 0x7fffffu) | 0x800000u;
+  const int shift = exponent > 0 ? 13 : 14 - exponent;  // subnormals lose more bits
+  const uint32_t rest = mantissa & ((1u << shift) - 1);
+  const uint32_t half_way = 1u << (shift - 1);
+  mantissa >>= shift;
+  if (rest > half_way || (rest == half_way && (mantissa & 1u) != 0)) ++mantissa;
+  const uint32_t out = exponent > 0 ? ((static_cast<uint32_t>(exponent) << 10) + mantissa - 0x400u)
+                                    : mantissa;  // a carry out of the mantissa bumps the exponent
+  return {static_cast<uint16_t>(sign | out)};
+}
+
+float ToFloat(BFloat16 b) {
+  return std::bit_cast<float>(static_cast<uint32_t>(b.bits) << 16);
+}
+
+template <>
+BFloat16 FromFloat<BFloat16>(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((bits >> 16) | 0x40u)};
+  return {static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16)};
+}
+
+template <typename T>
+constexpr bool kNarrowFloat = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
 enum class Kind {
   kAllReduce,
@@ -200,7 +263,10 @@ std::map<std::string, std::weak_ptr<Clique>>& Registry() {
 // Atomically replaces *cell by combine(*cell, value) (compare-and-swap on the bits).
 template <typename T, typename Combine>
 void AtomicCombine(T* cell, T value, Combine combine) {
-  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  using Bits = std::conditional_t<
+      sizeof(T) == 1, uint8_t,
+      std::conditional_t<sizeof(T) == 2, uint16_t,
+                         std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
   std::atomic_ref<Bits> bits(*reinterpret_cast<Bits*>(cell));
   Bits expected = bits.load(std::memory_order_relaxed);
   while (!bits.compare_exchange_weak(
@@ -211,21 +277,57 @@ void AtomicCombine(T* cell, T value, Combine combine) {
 
 template <typename T>
 T Combine(ncclRedOp_t op, T a, T b) {
-  switch (op) {
-    case ncclProd: return a * b;
-    case ncclMax: return std::max(a, b);
-    case ncclMin: return std::min(a, b);
-    default: return a + b;
+  if constexpr (kNarrowFloat<T>) {
+    return FromFloat<T>(Combine(op, ToFloat(a), ToFloat(b)));
+  } else {
+    switch (op) {
+      case ncclProd:
+        return static_cast<T>(a * b);
+      case ncclMax:
+        return std::max(a, b);
+      case ncclMin:
+        return std::min(a, b);
+      default:
+        return static_cast<T>(a + b);
+    }
   }
 }
 
 template <typename T>
 T Identity(ncclRedOp_t op) {
-  switch (op) {
-    case ncclProd: return T(1);
-    case ncclMax: return std::numeric_limits<T>::lowest();
-    case ncclMin: return std::numeric_limits<T>::max();
-    default: return T(0);
+  if constexpr (kNarrowFloat<T>) {
+    constexpr float kInfinity = std::numeric_limits<float>::infinity();
+    switch (op) {
+      case ncclProd:
+        return FromFloat<T>(1.0f);
+      case ncclMax:
+        return FromFloat<T>(-kInfinity);
+      case ncclMin:
+        return FromFloat<T>(kInfinity);
+      default:
+        return FromFloat<T>(0.0f);
+    }
+  } else {
+    switch (op) {
+      case ncclProd:
+        return T(1);
+      case ncclMax:
+        return std::numeric_limits<T>::lowest();
+      case ncclMin:
+        return std::numeric_limits<T>::max();
+      default:
+        return T(0);
+    }
+  }
+}
+
+// value / n: ncclAvg's last step (integers truncate).
+template <typename T>
+T Divide(T value, int n) {
+  if constexpr (kNarrowFloat<T>) {
+    return FromFloat<T>(ToFloat(value) / static_cast<float>(n));
+  } else {
+    return static_cast<T>(value / static_cast<T>(n));
   }
 }
 
@@ -285,7 +387,7 @@ void Reduce(Collective& c, bool ring) {
     for (int r : not_started) add(r);
   }
   if (c.op == ncclAvg) {  // the sum, divided by the number of ranks (integers truncated)
-    for (T& value : result) value = static_cast<T>(value / static_cast<T>(nranks));
+    for (T& value : result) value = Divide(value, nranks);
   }
   switch (c.kind) {
     case Kind::kReduce:
@@ -347,6 +449,53 @@ void Move(Collective& c) {
   }
 }
 
+// to[i] = from[i] * scalar for n elements of `type` (a reducible type: Post checked it).
+template <typename T>
+void MultiplyAs(const void* from, void* to, size_t n, const void* scalar) {
+  T factor;
+  std::memcpy(&factor, scalar, sizeof(T));
+  const auto* in = static_cast<const T*>(from);
+  auto* out = static_cast<T*>(to);
+  for (size_t i = 0; i < n; ++i) out[i] = Combine(ncclProd, in[i], factor);
+}
+
+void Multiply(ncclDataType_t type, const void* from, void* to, size_t n, const void* scalar) {
+  switch (type) {
+    case ncclInt8:
+      MultiplyAs<int8_t>(from, to, n, scalar);
+      break;
+    case ncclUint8:
+      MultiplyAs<uint8_t>(from, to, n, scalar);
+      break;
+    case ncclFloat16:
+      MultiplyAs<Half>(from, to, n, scalar);
+      break;
+    case ncclBfloat16:
+      MultiplyAs<BFloat16>(from, to, n, scalar);
+      break;
+    case ncclInt32:
+      MultiplyAs<int32_t>(from, to, n, scalar);
+      break;
+    case ncclUint32:
+      MultiplyAs<uint32_t>(from, to, n, scalar);
+      break;
+    case ncclInt64:
+      MultiplyAs<int64_t>(from, to, n, scalar);
+      break;
+    case ncclUint64:
+      MultiplyAs<uint64_t>(from, to, n, scalar);
+      break;
+    case ncclFloat32:
+      MultiplyAs<float>(from, to, n, scalar);
+      break;
+    case ncclFloat64:
+      MultiplyAs<double>(from, to, n, scalar);
+      break;
+    default:
+      break;
+  }
+}
+
 // Computes a collective every rank has posted.
 ncclResult_t Execute(Collective& c, bool ring) {
   try {
@@ -355,6 +504,18 @@ ncclResult_t Execute(Collective& c, bool ring) {
       return ncclSuccess;
     }
     switch (c.type) {
+      case ncclInt8:
+        Reduce<int8_t>(c, ring);
+        break;
+      case ncclUint8:
+        Reduce<uint8_t>(c, ring);
+        break;
+      case ncclFloat16:
+        Reduce<Half>(c, ring);
+        break;
+      case ncclBfloat16:
+        Reduce<BFloat16>(c, ring);
+        break;
       case ncclInt32: Reduce<int32_t>(c, ring); break;
       case ncclUint32: Reduce<uint32_t>(c, ring); break;
       case ncclInt64: Reduce<int64_t>(c, ring); break;
@@ -677,6 +838,14 @@ struct ncclComm {
   uint64_t next_collective = 0;
   std::map<int, uint64_t> sent;      // messages sent to each peer so far
   std::map<int, uint64_t> received;  // messages received from each peer so far
+  // ncclRedOpCreatePreMulSum's operators, op ncclNumOps + i (type -1: destroyed).
+  struct PreMulSum {
+    int type = -1;
+    ncclScalarResidence_t residence = ncclScalarHostImmediate;
+    const void* scalar = nullptr;  // ncclScalarDevice: read when a call uses it
+    unsigned char value[8] = {};   // ncclScalarHostImmediate: read at creation
+  };
+  std::vector<PreMulSum> premul;
 };
 
 namespace {
@@ -691,6 +860,8 @@ struct Posted {
 };
 thread_local int t_group_depth = 0;
 thread_local std::vector<Posted> t_posted;
+// Send buffers multiplied by a pre-multiplied sum's scalar, kept until the calls complete.
+thread_local std::vector<std::vector<unsigned char>> t_scaled;
 
 // Waits for `posted` to complete until `deadline`; gives up with ncclInvalidUsage then.
 ncclResult_t Wait(const Posted& posted, std::chrono::steady_clock::time_point deadline) {
@@ -730,7 +901,12 @@ ncclResult_t Post(ncclComm* comm, Kind kind, const char* what, const void* send,
   const int nranks = comm->shared ? comm->shared->nranks() : comm->clique->nranks;
   if (root < 0 || root >= nranks) return ncclInvalidArgument;
   const Shape shape = ShapeOf(kind);
-  if (shape.reduces && (op < ncclSum || op > ncclAvg)) return ncclInvalidArgument;
+  const bool premul = shape.reduces && op >= ncclNumOps;
+  if (shape.reduces && !premul && (op < ncclSum || op > ncclAvg)) return ncclInvalidArgument;
+  if (premul && (static_cast<size_t>(op - ncclNumOps) >= comm->premul.size() ||
+                 comm->premul[static_cast<size_t>(op - ncclNumOps)].type != type)) {
+    return ncclInvalidArgument;
+  }
   size_t send_bytes = 0;
   size_t recv_bytes = 0;
   if (!SpanBytes(shape.send, count, element, comm->rank, root, nranks, &send_bytes) ||
@@ -742,7 +918,24 @@ ncclResult_t Post(ncclComm* comm, Kind kind, const char* what, const void* send,
     return ncclInvalidArgument;
   }
   if (!Synchronize(stream)) return ncclUnhandledCudaError;
-  return PostChecked(comm, kind, what, send, recv, count, type, op, root);
+  if (!premul) return PostChecked(comm, kind, what, send, recv, count, type, op, root);
+  // A pre-multiplied sum: this rank's elements times its scalar, then summed.
+  const ncclComm::PreMulSum& scale = comm->premul[static_cast<size_t>(op - ncclNumOps)];
+  std::vector<unsigned char> scaled;
+  try {
+    scaled.resize(send_bytes);
+    t_scaled.reserve(t_scaled.size() + 1);
+  } catch (const std::bad_alloc&) {
+    return ncclSystemError;
+  }
+  Multiply(type, send, scaled.data(), send_bytes / element,
+           scale.residence == ncclScalarDevice ? scale.scalar : scale.value);
+  const void* scaled_send = scaled.data();
+  t_scaled.push_back(std::move(scaled));
+  const ncclResult_t result =
+      PostChecked(comm, kind, what, scaled_send, recv, count, type, ncclSum, root);
+  if (t_group_depth == 0) t_scaled.clear();
+  return result;
 }
 
 // Post's collective once its arguments are checked (buffers anywhere in this process: the
@@ -843,9 +1036,9 @@ std::atomic<uint64_t> g_next_id{0};
 
 }  // namespace
 
-// ncclX: a weak alias of pncclX, as in the real library.
-#define NDT_NCCL_ALIAS(name) \
-  extern "C" __typeof__(p##name) name __attribute__((weak, alias("p" #name)));
+// ncclX: an alias of pncclX, as in the real library (whose alias is weak; this one is strong, so
+// that the weak stubs of standin_library_stubs.cc never stand in for it).
+#define NDT_NCCL_ALIAS(name) extern "C" __typeof__(p##name) name __attribute__((alias("p" #name)));
 
 extern "C" {
 
@@ -1013,6 +1206,104 @@ ncclResult_t pncclCommDestroy(ncclComm_t comm) {
   return ncclSuccess;
 }
 
+// Every call on a stand-in communicator has completed when it returns: nothing to flush.
+ncclResult_t pncclCommFinalize(ncclComm_t comm) {
+  return comm != nullptr ? ncclSuccess : ncclInvalidArgument;
+}
+
+// Peers still waiting for this rank's part of a call give up after the timeout, as they would
+// see a remote error on a GPU.
+ncclResult_t pncclCommAbort(ncclComm_t comm) {
+  delete comm;
+  return ncclSuccess;
+}
+
+// No error arrives later than its call here (PyTorch's watchdog asks every few milliseconds).
+ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
+  if (comm == nullptr || async_error == nullptr) return ncclInvalidArgument;
+  *async_error = ncclSuccess;
+  return ncclSuccess;
+}
+
+// One unique id is all the stand-in needs: the first of the `count` the ranks share.
+ncclResult_t pncclCommInitRankScalable(ncclComm_t* comm, int nranks, int rank, int count,
+                                       ncclUniqueId* ids, ncclConfig_t*) {
+  if (count < 1 || ids == nullptr) return ncclInvalidArgument;
+  return pncclCommInitRank(comm, nranks, ids[0], rank);
+}
+
+// ncclAvg's general form (FSDP's gradient pre-division): each rank's elements times its scalar,
+// then summed. The scalar is read now (ncclScalarHostImmediate) or when a call uses the operator
+// (ncclScalarDevice: device memory).
+ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t type,
+                                       ncclScalarResidence_t residence, ncclComm_t comm) {
+  const size_t element = TypeSize(type);
+  if (op == nullptr || scalar == nullptr || comm == nullptr || element == 0 ||
+      (residence != ncclScalarDevice && residence != ncclScalarHostImmediate) ||
+      (residence == ncclScalarDevice && !IsDeviceRange(scalar, element))) {
+    return ncclInvalidArgument;
+  }
+  ncclComm::PreMulSum created;
+  created.type = type;
+  created.residence = residence;
+  created.scalar = scalar;
+  if (residence == ncclScalarHostImmediate) std::memcpy(created.value, scalar, element);
+  size_t slot = 0;
+  while (slot < comm->premul.size() && comm->premul[slot].type != -1) ++slot;
+  try {
+    if (slot == comm->premul.size()) comm->premul.emplace_back();
+  } catch (const std::bad_alloc&) {
+    return ncclSystemError;
+  }
+  comm->premul[slot] = created;
+  *op = static_cast<ncclRedOp_t>(ncclNumOps + static_cast<int>(slot));
+  return ncclSuccess;
+}
+
+ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  if (comm == nullptr || op < ncclNumOps ||
+      static_cast<size_t>(op - ncclNumOps) >= comm->premul.size() ||
+      comm->premul[static_cast<size_t>(op - ncclNumOps)].type == -1) {
+    return ncclInvalidArgument;
+  }
+  comm->premul[static_cast<size_t>(op - ncclNumOps)].type = -1;
+  return ncclSuccess;
+}
+
+// Device memory for NCCL buffers (PyTorch's NCCL memory pool): plain device memory here.
+ncclResult_t pncclMemAlloc(void** pointer, size_t size) {
+  const Driver& driver = TheDriver();
+  if (pointer == nullptr) return ncclInvalidArgument;
+  if (driver.mem_alloc == nullptr) return ncclUnhandledCudaError;
+  CUdeviceptr allocated = 0;
+  if (driver.mem_alloc(&allocated, size) != CUDA_SUCCESS) return ncclUnhandledCudaError;
+  *pointer = reinterpret_cast<void*>(allocated);
+  return ncclSuccess;
+}
+
+ncclResult_t pncclMemFree(void* pointer) {
+  const Driver& driver = TheDriver();
+  if (pointer == nullptr) return ncclSuccess;
+  if (driver.mem_free == nullptr ||
+      driver.mem_free(reinterpret_cast<CUdeviceptr>(pointer)) != CUDA_SUCCESS) {
+    return ncclUnhandledCudaError;
+  }
+  return ncclSuccess;
+}
+
+// Buffer registration only makes a GPU's transfers faster: a handle that stands for the buffer.
+ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buffer, size_t size, void** handle) {
+  if (comm == nullptr || handle == nullptr || (size > 0 && !IsDeviceRange(buffer, size))) {
+    return ncclInvalidArgument;
+  }
+  *handle = buffer;
+  return ncclSuccess;
+}
+
+ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) {
+  return comm != nullptr && handle != nullptr ? ncclSuccess : ncclInvalidArgument;
+}
+
 ncclResult_t pncclCommCount(const ncclComm_t comm, int* count) {
   if (comm == nullptr || count == nullptr) return ncclInvalidArgument;
   *count = comm->shared ? comm->shared->nranks() : comm->clique->nranks;
@@ -1115,6 +1406,7 @@ ncclResult_t pncclGroupEnd() {
     const ncclResult_t waited = Wait(one, deadline);
     if (result == ncclSuccess) result = waited;
   }
+  t_scaled.clear();
   return result;
 }
 
@@ -1129,6 +1421,16 @@ NDT_NCCL_ALIAS(ncclCommInitRankConfig)
 NDT_NCCL_ALIAS(ncclCommInitAll)
 NDT_NCCL_ALIAS(ncclCommSplit)
 NDT_NCCL_ALIAS(ncclCommDestroy)
+NDT_NCCL_ALIAS(ncclCommFinalize)
+NDT_NCCL_ALIAS(ncclCommAbort)
+NDT_NCCL_ALIAS(ncclCommGetAsyncError)
+NDT_NCCL_ALIAS(ncclCommInitRankScalable)
+NDT_NCCL_ALIAS(ncclRedOpCreatePreMulSum)
+NDT_NCCL_ALIAS(ncclRedOpDestroy)
+NDT_NCCL_ALIAS(ncclMemAlloc)
+NDT_NCCL_ALIAS(ncclMemFree)
+NDT_NCCL_ALIAS(ncclCommRegister)
+NDT_NCCL_ALIAS(ncclCommDeregister)
 NDT_NCCL_ALIAS(ncclCommCount)
 NDT_NCCL_ALIAS(ncclCommUserRank)
 NDT_NCCL_ALIAS(ncclCommCuDevice)

@@ -185,6 +185,149 @@ TEST_CASE("an unmatched send or a disagreeing pair fails with ncclInvalidUsage, 
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(35));
 }
 
+// `values` (any element type) in a device allocation, and what it holds now.
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(const std::vector<T>& values) : count_(values.size()) {
+    REQUIRE(NDT_DRIVER(cuMemAlloc_v2)(&pointer_, count_ * sizeof(T)) == CUDA_SUCCESS);
+    REQUIRE(NDT_DRIVER(cuMemcpyHtoD_v2)(pointer_, values.data(), count_ * sizeof(T)) ==
+            CUDA_SUCCESS);
+  }
+  ~DeviceArray() { NDT_DRIVER(cuMemFree_v2)(pointer_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  void* get() const { return reinterpret_cast<void*>(pointer_); }
+  std::vector<T> values() const {
+    std::vector<T> values(count_);
+    REQUIRE(NDT_DRIVER(cuMemcpyDtoH_v2)(values.data(), pointer_, count_ * sizeof(T)) ==
+            CUDA_SUCCESS);
+    return values;
+  }
+
+ private:
+  CUdeviceptr pointer_ = 0;
+  size_t count_ = 0;
+};
+
+// An all-reduce of one array per rank on communicators made under NCCL_ALGO=Ring; rank 0's
+// result.
+template <typename T>
+std::vector<T> RingAllReduce(const std::vector<std::vector<T>>& inputs, ncclDataType_t type,
+                             ncclRedOp_t op) {
+  setenv("NCCL_ALGO", "Ring", 1);
+  const Communicators comms(static_cast<int>(inputs.size()));
+  unsetenv("NCCL_ALGO");
+  std::vector<std::unique_ptr<DeviceArray<T>>> buffers;
+  for (const std::vector<T>& input : inputs) {
+    buffers.push_back(std::make_unique<DeviceArray<T>>(input));
+  }
+  REQUIRE(NDT_NCCL(ncclGroupStart)() == ncclSuccess);
+  for (size_t r = 0; r < inputs.size(); ++r) {
+    CHECK(NDT_NCCL(ncclAllReduce)(buffers[r]->get(), buffers[r]->get(), inputs[r].size(), type, op,
+                                  comms[r], nullptr) == ncclSuccess);
+  }
+  REQUIRE(NDT_NCCL(ncclGroupEnd)() == ncclSuccess);
+  for (size_t r = 1; r < inputs.size(); ++r) CHECK(buffers[r]->values() == buffers[0]->values());
+  return buffers[0]->values();
+}
+
+TEST_CASE("half and bfloat16 reductions round to nearest even at every step, as NCCL's do",
+          "[standin][nccl]") {
+  UseDevice();
+  // Bits: half 1 = 0x3c00, 2 = 0x4000, 2048 = 0x6800, 2050 = 0x6801, 2^-24 = 0x0001 (the
+  // smallest subnormal), 1.6669921875 = 0x3eab (5/3 to nearest even), 65504 = 0x7bff (the
+  // largest finite), infinity = 0x7c00; bfloat16 1 = 0x3f80, 256 = 0x4380, 258 = 0x4381.
+  SECTION("half: 2048 + 1 + 1 in rank order stays 2048 (2049 is a tie, to even)") {
+    CHECK(RingAllReduce<uint16_t>(
+              {{0x6800, 0x0001, 0x7bff}, {0x3c00, 0x0001, 0x7bff}, {0x3c00, 0x0000, 0x0000}},
+              ncclFloat16, ncclSum) == std::vector<uint16_t>{0x6800, 0x0002, 0x7c00});
+  }
+  SECTION("half: the average of 1, 2 and 2 is 5/3 rounded to half") {
+    CHECK(RingAllReduce<uint16_t>({{0x3c00}, {0x4000}, {0x4000}}, ncclFloat16, ncclAvg) ==
+          std::vector<uint16_t>{0x3eab});
+  }
+  SECTION("bfloat16: 256 + 1 + 1 in rank order stays 256, and max takes the largest") {
+    CHECK(RingAllReduce<uint16_t>({{0x4380}, {0x3f80}, {0x3f80}}, ncclBfloat16, ncclSum) ==
+          std::vector<uint16_t>{0x4380});
+    CHECK(RingAllReduce<uint16_t>({{0x4380}, {0x4381}, {0x3f80}}, ncclBfloat16, ncclMax) ==
+          std::vector<uint16_t>{0x4381});
+  }
+  SECTION("int8 wraps as the element type does") {
+    CHECK(RingAllReduce<int8_t>({{100, -3}, {100, 1}}, ncclInt8, ncclSum) ==
+          std::vector<int8_t>{-56, -2});
+  }
+}
+
+TEST_CASE("a pre-multiplied sum scales each rank's elements by its own scalar, host or device",
+          "[standin][nccl]") {
+  UseDevice();
+  const Communicators comms(2);
+  const DeviceArray<float> first({1.0f, 2.0f});
+  const DeviceArray<float> second({3.0f, 4.0f});
+  const DeviceArray<float> result({0.0f, 0.0f});
+  const DeviceArray<float> other({0.0f, 0.0f});
+  float half = 0.5f;
+  const DeviceArray<float> two({2.0f});
+  ncclRedOp_t ops[2];
+  REQUIRE(NDT_NCCL(ncclRedOpCreatePreMulSum)(&ops[0], &half, ncclFloat, ncclScalarHostImmediate,
+                                             comms[0]) == ncclSuccess);
+  half = 100.0f;  // an immediate scalar was read at creation
+  REQUIRE(NDT_NCCL(ncclRedOpCreatePreMulSum)(&ops[1], two.get(), ncclFloat, ncclScalarDevice,
+                                             comms[1]) == ncclSuccess);
+  CHECK(ops[0] >= ncclNumOps);
+  REQUIRE(NDT_NCCL(ncclGroupStart)() == ncclSuccess);
+  CHECK(NDT_NCCL(ncclAllReduce)(first.get(), result.get(), 2, ncclFloat, ops[0], comms[0],
+                                nullptr) == ncclSuccess);
+  CHECK(NDT_NCCL(ncclAllReduce)(second.get(), other.get(), 2, ncclFloat, ops[1], comms[1],
+                                nullptr) == ncclSuccess);
+  REQUIRE(NDT_NCCL(ncclGroupEnd)() == ncclSuccess);
+  CHECK(result.values() == std::vector<float>{0.5f * 1 + 2.0f * 3, 0.5f * 2 + 2.0f * 4});
+  CHECK(other.values() == result.values());
+  CHECK(first.values() == std::vector<float>{1.0f, 2.0f});  // the send buffer is not scaled
+
+  CHECK(NDT_NCCL(ncclRedOpDestroy)(ops[0], comms[0]) == ncclSuccess);
+  CHECK(NDT_NCCL(ncclRedOpDestroy)(ops[0], comms[0]) == ncclInvalidArgument);
+  CHECK(NDT_NCCL(ncclAllReduce)(first.get(), result.get(), 2, ncclFloat, ops[0], comms[0],
+                                nullptr) == ncclInvalidArgument);
+  CHECK(NDT_NCCL(ncclAllReduce)(second.get(), other.get(), 2, ncclDouble, ops[1], comms[1],
+                                nullptr) == ncclInvalidArgument);  // made for floats
+  CHECK(NDT_NCCL(ncclRedOpDestroy)(ops[1], comms[1]) == ncclSuccess);
+}
+
+TEST_CASE("what PyTorch's process group calls around its collectives", "[standin][nccl]") {
+  UseDevice();
+  ncclUniqueId id;
+  REQUIRE(NDT_NCCL(ncclGetUniqueId)(&id) == ncclSuccess);
+  ncclComm_t comm = nullptr;
+  REQUIRE(NDT_NCCL(ncclCommInitRankScalable)(&comm, 1, 0, 1, &id, nullptr) == ncclSuccess);
+  ncclResult_t async_error = ncclInternalError;
+  CHECK(NDT_NCCL(ncclCommGetAsyncError)(comm, &async_error) == ncclSuccess);
+  CHECK(async_error == ncclSuccess);
+
+  void* pool = nullptr;
+  REQUIRE(NDT_NCCL(ncclMemAlloc)(&pool, 64 * sizeof(float)) == ncclSuccess);
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  CHECK(NDT_DRIVER(cuMemGetAddressRange_v2)(&base, &size, reinterpret_cast<CUdeviceptr>(pool)) ==
+        CUDA_SUCCESS);
+  CHECK(size == 64 * sizeof(float));
+  void* handle = nullptr;
+  CHECK(NDT_NCCL(ncclCommRegister)(comm, pool, 64 * sizeof(float), &handle) == ncclSuccess);
+  CHECK(handle != nullptr);
+  float host[4] = {};
+  CHECK(NDT_NCCL(ncclCommRegister)(comm, host, sizeof(host), &handle) == ncclInvalidArgument);
+  CHECK(NDT_NCCL(ncclAllReduce)(pool, pool, 64, ncclFloat, ncclSum, comm, nullptr) == ncclSuccess);
+  CHECK(NDT_NCCL(ncclCommDeregister)(comm, handle) == ncclSuccess);
+  CHECK(NDT_NCCL(ncclMemFree)(pool) == ncclSuccess);
+
+  CHECK(NDT_NCCL(ncclCommFinalize)(comm) == ncclSuccess);
+  CHECK(NDT_NCCL(ncclCommDestroy)(comm) == ncclSuccess);
+  REQUIRE(NDT_NCCL(ncclGetUniqueId)(&id) == ncclSuccess);
+  REQUIRE(NDT_NCCL(ncclCommInitRank)(&comm, 1, id, 0) == ncclSuccess);
+  CHECK(NDT_NCCL(ncclCommAbort)(comm) == ncclSuccess);
+}
+
 // One rank of a communicator whose ranks are processes: what a forked child runs, without Catch
 // (a failure is its exit status and a line on stderr). `collectives`: false joins and leaves.
 int ProcessRank(int rank, int nranks, ncclUniqueId id, bool collectives) {

@@ -71,6 +71,13 @@ class Communicators {
     std::lock_guard lock(mutex_);
     return splits_[comm]++;
   }
+  // `comm` was destroyed: a communicator made later at its address is another one.
+  void Forget(ncclComm_t comm) {
+    std::lock_guard lock(mutex_);
+    ids_.erase(comm);
+    cliques_.erase(comm);
+    splits_.erase(comm);
+  }
 
  private:
   std::mutex mutex_;
@@ -485,6 +492,41 @@ extern "C" ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncc
                           Registered(result, *comm, comm_id);
                           return result;
                         });
+}
+
+// NCCL >= 2.23's initialisation from several unique ids (every rank is given the same ones): the
+// first names the clique.
+extern "C" ncclResult_t ncclCommInitRankScalable(ncclComm_t* comm, int nranks, int rank, int count,
+                                                 ncclUniqueId* ids, ncclConfig_t* config) {
+  const auto real = NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclCommInitRankScalable,
+                                        "pncclCommInitRankScalable");
+  if (count < 1 || ids == nullptr) {  // nothing to name it by: the library answers
+    return real != nullptr ? real(comm, nranks, rank, count, ids, config) : ncclInvalidArgument;
+  }
+  return RecordCommInit("ncclCommInitRankScalable", real != nullptr, nranks, ids[0], rank, config,
+                        comm, [&]() {
+                          const ncclResult_t result = real(comm, nranks, rank, count, ids, config);
+                          Registered(result, *comm, ids[0]);
+                          return result;
+                        });
+}
+
+// Not recorded: the communicator's id and clique are dropped, so that one made later at the same
+// address gets its own.
+extern "C" ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  const auto real = NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclCommDestroy, "pncclCommDestroy");
+  if (real == nullptr) return ncclSystemError;
+  const ncclResult_t result = real(comm);
+  if (result == ncclSuccess) ndt::tracer::Communicators::Get().Forget(comm);
+  return result;
+}
+
+extern "C" ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  const auto real = NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclCommAbort, "pncclCommAbort");
+  if (real == nullptr) return ncclSystemError;
+  const ncclResult_t result = real(comm);
+  if (result == ncclSuccess) ndt::tracer::Communicators::Get().Forget(comm);
+  return result;
 }
 
 // A sub-communicator (PyTorch's new_group / DeviceMesh split a process group with it): an `other`
