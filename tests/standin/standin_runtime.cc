@@ -87,6 +87,7 @@ struct DriverApi {
   PFN_cuCtxEnablePeerAccess_v4000 cuCtxEnablePeerAccess = nullptr;
   PFN_cuCtxSynchronize_v13000 cuCtxSynchronize = nullptr;  // CUDA 13: takes the context
   PFN_cuMemAlloc_v3020 cuMemAlloc = nullptr;
+  PFN_cuMemAllocPitch_v3020 cuMemAllocPitch = nullptr;
   PFN_cuMemAllocManaged_v6000 cuMemAllocManaged = nullptr;
   PFN_cuMemGetAddressRange_v3020 cuMemGetAddressRange = nullptr;
   PFN_cuMemFree_v3020 cuMemFree = nullptr;
@@ -143,6 +144,12 @@ struct StreamApi {
   PFN_cuStreamBeginCapture_v10010 cuStreamBeginCapture = nullptr;
   PFN_cuStreamEndCapture_v10000 cuStreamEndCapture = nullptr;
   PFN_cuGraphLaunch_v10000 cuGraphLaunch = nullptr;
+  PFN_cuStreamIsCapturing_v10000 cuStreamIsCapturing = nullptr;
+  PFN_cuStreamGetFlags_v5050 cuStreamGetFlags = nullptr;
+  PFN_cuStreamGetPriority_v5050 cuStreamGetPriority = nullptr;
+  PFN_cuStreamGetId_v12000 cuStreamGetId = nullptr;
+  PFN_cuLaunchHostFunc_v10000 cuLaunchHostFunc = nullptr;
+  PFN_cuEventRecordWithFlags_v11010 cuEventRecordWithFlags = nullptr;
 };
 
 enum DefaultStream { kLegacyStream = 0, kPerThreadStream = 1 };
@@ -156,6 +163,8 @@ struct HostFunctionRecord {
   FatbinRecord* fatbin = nullptr;
   std::string device_name;
   CUkernel kernel = nullptr;
+  int max_dynamic_shared = 48 * 1024;  // cudaFuncAttributeMaxDynamicSharedMemorySize
+  int carveout = -1;                   // cudaFuncAttributePreferredSharedMemoryCarveout
 };
 
 struct CallConfiguration {
@@ -178,6 +187,11 @@ struct Runtime {
   CUcontext primaries[8] = {};  // each device's, retained once the runtime first needs it
   std::vector<std::unique_ptr<FatbinRecord>> fatbins;
   std::unordered_map<const void*, HostFunctionRecord> host_functions;
+  // What cudaDeviceSetLimit, cudaSetDeviceFlags and cudaDeviceSetCacheConfig set (the stand-in
+  // runs no device code, so they change nothing but what the getters say).
+  size_t limits[7] = {1024, 1 << 20, 8 << 20, 2, 2048, 32, 0};  // cudaLimit order
+  unsigned device_flags = 0;
+  cudaFuncCache cache_config = cudaFuncCachePreferNone;
 };
 
 Runtime& GetRuntime() {
@@ -289,7 +303,13 @@ bool ResolveStreamApi(Runtime& rt, cuuint64_t flags, StreamApi* s) {
          Resolve(rt, "cuMemAllocFromPoolAsync", flags, &s->cuMemAllocFromPoolAsync) &&
          Resolve(rt, "cuStreamBeginCapture", flags, &s->cuStreamBeginCapture) &&
          Resolve(rt, "cuStreamEndCapture", flags, &s->cuStreamEndCapture) &&
-         Resolve(rt, "cuGraphLaunch", flags, &s->cuGraphLaunch);
+         Resolve(rt, "cuGraphLaunch", flags, &s->cuGraphLaunch) &&
+         Resolve(rt, "cuStreamIsCapturing", flags, &s->cuStreamIsCapturing) &&
+         Resolve(rt, "cuStreamGetFlags", flags, &s->cuStreamGetFlags) &&
+         Resolve(rt, "cuStreamGetPriority", flags, &s->cuStreamGetPriority) &&
+         Resolve(rt, "cuStreamGetId", flags, &s->cuStreamGetId) &&
+         Resolve(rt, "cuLaunchHostFunc", flags, &s->cuLaunchHostFunc) &&
+         Resolve(rt, "cuEventRecordWithFlags", flags, &s->cuEventRecordWithFlags);
 }
 
 bool ResolveDriverApi(Runtime& rt) {
@@ -315,6 +335,7 @@ bool ResolveDriverApi(Runtime& rt) {
          Resolve(rt, "cuCtxEnablePeerAccess", kDefault, &a.cuCtxEnablePeerAccess) &&
          Resolve(rt, "cuCtxSynchronize", kDefault, &a.cuCtxSynchronize) &&
          Resolve(rt, "cuMemAlloc", kDefault, &a.cuMemAlloc) &&
+         Resolve(rt, "cuMemAllocPitch", kDefault, &a.cuMemAllocPitch) &&
          Resolve(rt, "cuMemAllocManaged", kDefault, &a.cuMemAllocManaged) &&
          Resolve(rt, "cuMemGetAddressRange", kDefault, &a.cuMemGetAddressRange) &&
          Resolve(rt, "cuMemFree", kDefault, &a.cuMemFree) &&
@@ -676,6 +697,73 @@ cudaError_t CheckDevice(int device) {
   return device >= 0 && device < count ? cudaSuccess : cudaErrorInvalidDevice;
 }
 
+// Runs `body` on the registration of `host_function` (a kernel's host stub), under the lock;
+// cudaErrorInvalidDeviceFunction when no kernel has that stub.
+template <typename Body>
+cudaError_t WithHostFunction(const void* host_function, Body body) {
+  if (const cudaError_t e = EnsureInitialized(); e != cudaSuccess) return e;
+  Runtime& rt = GetRuntime();
+  std::lock_guard lock(rt.mu);
+  const auto it = rt.host_functions.find(host_function);
+  if (it == rt.host_functions.end()) return cudaErrorInvalidDeviceFunction;
+  return body(it->second);
+}
+
+// Blocks of `block_size` threads, each with `dynamic_shared` bytes of dynamic shared memory, that
+// fit on one multiprocessor of the stand-in device (an H200's limits: 2,048 threads, 32 blocks,
+// 228 KiB of shared memory with 1 KiB reserved per block; 32 registers a thread never limit it).
+int BlocksPerMultiprocessor(int block_size, size_t dynamic_shared) {
+  constexpr int kThreads = 2048;
+  constexpr int kBlocks = 32;
+  constexpr size_t kShared = 233472;
+  constexpr size_t kReservedPerBlock = 1024;
+  const int warps = (block_size + 31) / 32;
+  int blocks = std::min(kBlocks, kThreads / (warps * 32));
+  blocks = std::min<int>(blocks, static_cast<int>(kShared / (dynamic_shared + kReservedPerBlock)));
+  return blocks;
+}
+
+// cudaStreamAddCallback's callback, run by cuLaunchHostFunc.
+struct StreamCallback {
+  cudaStreamCallback_t callback;
+  cudaStream_t stream;
+  void* user_data;
+};
+
+void RunStreamCallback(void* data) {
+  const StreamCallback* c = static_cast<StreamCallback*>(data);
+  c->callback(c->stream, cudaSuccess, c->user_data);
+  delete c;
+}
+
+cudaError_t StreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status,
+                              DefaultStream flavour) {
+  if (status == nullptr) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  CUstreamCaptureStatus driver_status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUresult r = Streams(flavour).cuStreamIsCapturing(ToDriver(stream), &driver_status);
+  if (r == CUDA_SUCCESS) *status = static_cast<cudaStreamCaptureStatus>(driver_status);
+  return ReportDriver(r);
+}
+
+template <typename Value, typename Get>
+cudaError_t StreamQueryValue(cudaStream_t stream, Value* value, Get get) {
+  if (value == nullptr) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  return ReportDriver(get(ToDriver(stream), value));
+}
+
+cudaError_t StreamAddCallback(cudaStream_t stream, cudaStreamCallback_t callback, void* user_data,
+                              unsigned flags, DefaultStream flavour) {
+  if (callback == nullptr || flags != 0) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  auto* c = new (std::nothrow) StreamCallback{callback, stream, user_data};
+  if (c == nullptr) return Report(cudaErrorMemoryAllocation);
+  const CUresult r = Streams(flavour).cuLaunchHostFunc(ToDriver(stream), RunStreamCallback, c);
+  if (r != CUDA_SUCCESS) delete c;
+  return ReportDriver(r);
+}
+
 }  // namespace
 
 int RuntimeCallNotSupported() {
@@ -691,6 +779,8 @@ using ndt::standin::kLegacyStream;
 using ndt::standin::kPerThreadStream;
 using ndt::standin::Report;
 using ndt::standin::ReportDriver;
+using ndt::standin::Streams;
+using ndt::standin::ToDriver;
 
 extern "C" {
 
@@ -852,7 +942,128 @@ cudaError_t cudaDeviceReset(void) {
   return ReportDriver(Api().cuDevicePrimaryCtxReset(device));
 }
 
+// Limits, flags and cache preferences: kept, and said back (no device code runs here).
+cudaError_t cudaDeviceGetLimit(size_t* pValue, cudaLimit limit) {
+  if (pValue == nullptr) return Report(cudaErrorInvalidValue);
+  if (static_cast<unsigned>(limit) >= 7) return Report(cudaErrorUnsupportedLimit);
+  if (const cudaError_t e = EnsureInitialized(); e != cudaSuccess) return Report(e);
+  ndt::standin::Runtime& rt = ndt::standin::GetRuntime();
+  std::lock_guard lock(rt.mu);
+  *pValue = rt.limits[limit];
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSetLimit(cudaLimit limit, size_t value) {
+  if (static_cast<unsigned>(limit) >= 7) return Report(cudaErrorUnsupportedLimit);
+  if (const cudaError_t e = EnsureInitialized(); e != cudaSuccess) return Report(e);
+  ndt::standin::Runtime& rt = ndt::standin::GetRuntime();
+  std::lock_guard lock(rt.mu);
+  rt.limits[limit] = value;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDeviceFlags(unsigned int flags) {
+  constexpr unsigned kKnown =
+      cudaDeviceScheduleMask | cudaDeviceMapHost | cudaDeviceLmemResizeToMax | cudaDeviceSyncMemops;
+  if ((flags & ~kKnown) != 0 || (flags & cudaDeviceScheduleMask) == 3) {
+    return Report(cudaErrorInvalidValue);
+  }
+  if (const cudaError_t e = EnsureInitialized(); e != cudaSuccess) return Report(e);
+  ndt::standin::Runtime& rt = ndt::standin::GetRuntime();
+  std::lock_guard lock(rt.mu);
+  rt.device_flags = flags;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceFlags(unsigned int* flags) {
+  if (flags == nullptr) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = EnsureInitialized(); e != cudaSuccess) return Report(e);
+  ndt::standin::Runtime& rt = ndt::standin::GetRuntime();
+  std::lock_guard lock(rt.mu);
+  *flags = rt.device_flags | cudaDeviceMapHost;  // mapping host memory is always on
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSetCacheConfig(cudaFuncCache cacheConfig) {
+  if (static_cast<unsigned>(cacheConfig) > cudaFuncCachePreferEqual) {
+    return Report(cudaErrorInvalidValue);
+  }
+  if (const cudaError_t e = EnsureInitialized(); e != cudaSuccess) return Report(e);
+  ndt::standin::Runtime& rt = ndt::standin::GetRuntime();
+  std::lock_guard lock(rt.mu);
+  rt.cache_config = cacheConfig;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetCacheConfig(cudaFuncCache* pCacheConfig) {
+  if (pCacheConfig == nullptr) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = EnsureInitialized(); e != cudaSuccess) return Report(e);
+  ndt::standin::Runtime& rt = ndt::standin::GetRuntime();
+  std::lock_guard lock(rt.mu);
+  *pCacheConfig = rt.cache_config;
+  return cudaSuccess;
+}
+
+// Device N is on PCI bus N + 1 ("0000:01:00.0" for device 0).
+cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device) {
+  if (pciBusId == nullptr || len <= 0) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = ndt::standin::CheckDevice(device); e != cudaSuccess) return Report(e);
+  std::snprintf(pciBusId, static_cast<size_t>(len), "0000:%02x:00.0", device + 1);
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetByPCIBusId(int* device, const char* pciBusId) {
+  if (device == nullptr || pciBusId == nullptr) return Report(cudaErrorInvalidValue);
+  unsigned domain = 0, bus = 0, slot = 0;
+  if (std::sscanf(pciBusId, "%x:%x:%x", &domain, &bus, &slot) != 3 || domain != 0 || bus == 0) {
+    return Report(cudaErrorInvalidValue);
+  }
+  if (const cudaError_t e = ndt::standin::CheckDevice(static_cast<int>(bus) - 1);
+      e != cudaSuccess) {
+    return Report(cudaErrorInvalidDevice);
+  }
+  *device = static_cast<int>(bus) - 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaChooseDevice(int* device, const cudaDeviceProp* prop) {
+  if (device == nullptr || prop == nullptr) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = ndt::standin::CheckDevice(0); e != cudaSuccess) return Report(e);
+  *device = 0;  // every stand-in device is alike
+  return cudaSuccess;
+}
+
+cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, unsigned int flags) {
+  if (flags != 0) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = ndt::standin::CheckDevice(device); e != cudaSuccess) return Report(e);
+  if (deviceFlags != 0) {
+    if (const cudaError_t e = cudaSetDeviceFlags(deviceFlags); e != cudaSuccess) return e;
+  }
+  CUcontext context = nullptr;
+  return Report(ndt::standin::PrimaryContext(device, &context));
+}
+
+// Nsight's capture range: nothing to start or stop here.
+cudaError_t cudaProfilerStart(void) {
+  return Report(ndt::standin::EnsureInitialized());
+}
+
+cudaError_t cudaProfilerStop(void) {
+  return Report(ndt::standin::EnsureInitialized());
+}
+
 // --- Memory ------------------------------------------------------------------------------------
+
+cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t width, size_t height) {
+  if (devPtr == nullptr || pitch == nullptr) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  const ndt::standin::RuntimeCall call;
+  CUdeviceptr allocated = 0;
+  // The driver's element size 16 keeps every row aligned as the runtime's rows are.
+  const CUresult r = Api().cuMemAllocPitch(&allocated, pitch, width, height, 16);
+  if (r == CUDA_SUCCESS) *devPtr = reinterpret_cast<void*>(allocated);
+  return ReportDriver(r);
+}
 
 cudaError_t cudaMalloc(void** devPtr, size_t size) {
   if (devPtr == nullptr) return Report(cudaErrorInvalidValue);
@@ -1096,6 +1307,66 @@ cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t event, uns
   return ndt::standin::StreamWaitEvent(stream, event, flags, kPerThreadStream);
 }
 
+// Stream queries and host callbacks: the driver's, on the runtime's default-stream flavour.
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* pCaptureStatus) {
+  return ndt::standin::StreamIsCapturing(stream, pCaptureStatus, kLegacyStream);
+}
+
+cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream,
+                                       cudaStreamCaptureStatus* pCaptureStatus) {
+  return ndt::standin::StreamIsCapturing(stream, pCaptureStatus, kPerThreadStream);
+}
+
+cudaError_t cudaStreamGetFlags(cudaStream_t hStream, unsigned int* flags) {
+  return ndt::standin::StreamQueryValue(hStream, flags, Streams(kLegacyStream).cuStreamGetFlags);
+}
+
+cudaError_t cudaStreamGetFlags_ptsz(cudaStream_t hStream, unsigned int* flags) {
+  return ndt::standin::StreamQueryValue(hStream, flags, Streams(kPerThreadStream).cuStreamGetFlags);
+}
+
+cudaError_t cudaStreamGetPriority(cudaStream_t hStream, int* priority) {
+  return ndt::standin::StreamQueryValue(hStream, priority,
+                                        Streams(kLegacyStream).cuStreamGetPriority);
+}
+
+cudaError_t cudaStreamGetPriority_ptsz(cudaStream_t hStream, int* priority) {
+  return ndt::standin::StreamQueryValue(hStream, priority,
+                                        Streams(kPerThreadStream).cuStreamGetPriority);
+}
+
+cudaError_t cudaStreamGetId(cudaStream_t hStream, unsigned long long* streamId) {
+  return ndt::standin::StreamQueryValue(hStream, streamId, Streams(kLegacyStream).cuStreamGetId);
+}
+
+cudaError_t cudaStreamGetId_ptsz(cudaStream_t hStream, unsigned long long* streamId) {
+  return ndt::standin::StreamQueryValue(hStream, streamId, Streams(kPerThreadStream).cuStreamGetId);
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userData) {
+  if (fn == nullptr) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  const ndt::standin::RuntimeCall call;
+  return ReportDriver(Streams(kLegacyStream).cuLaunchHostFunc(ToDriver(stream), fn, userData));
+}
+
+cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t stream, cudaHostFn_t fn, void* userData) {
+  if (fn == nullptr) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  const ndt::standin::RuntimeCall call;
+  return ReportDriver(Streams(kPerThreadStream).cuLaunchHostFunc(ToDriver(stream), fn, userData));
+}
+
+cudaError_t cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t callback,
+                                  void* userData, unsigned int flags) {
+  return ndt::standin::StreamAddCallback(stream, callback, userData, flags, kLegacyStream);
+}
+
+cudaError_t cudaStreamAddCallback_ptsz(cudaStream_t stream, cudaStreamCallback_t callback,
+                                       void* userData, unsigned int flags) {
+  return ndt::standin::StreamAddCallback(stream, callback, userData, flags, kPerThreadStream);
+}
+
 // --- Events ------------------------------------------------------------------------------------
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
@@ -1117,6 +1388,21 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 
 cudaError_t cudaEventRecord_ptsz(cudaEvent_t event, cudaStream_t stream) {
   return ndt::standin::EventRecord(event, stream, kPerThreadStream);
+}
+
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int flags) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  return ReportDriver(
+      Streams(kLegacyStream)
+          .cuEventRecordWithFlags(reinterpret_cast<CUevent>(event), ToDriver(stream), flags));
+}
+
+cudaError_t cudaEventRecordWithFlags_ptsz(cudaEvent_t event, cudaStream_t stream,
+                                          unsigned int flags) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  return ReportDriver(
+      Streams(kPerThreadStream)
+          .cuEventRecordWithFlags(reinterpret_cast<CUevent>(event), ToDriver(stream), flags));
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
@@ -1330,6 +1616,82 @@ cudaError_t cudaLaunchKernel_ptsz(const void* func, dim3 gridDim, dim3 blockDim,
                                   size_t sharedMem, cudaStream_t stream) {
   return ndt::standin::LaunchHostFunction(func, gridDim, blockDim, args, sharedMem, stream,
                                           kPerThreadStream);
+}
+
+// A kernel's attributes, and what occupancy calculators ask: the stand-in device's limits (an
+// H200's), 32 registers a thread, no static shared, constant or local memory.
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void* func) {
+  if (attr == nullptr) return Report(cudaErrorInvalidValue);
+  return Report(ndt::standin::WithHostFunction(func, [&](ndt::standin::HostFunctionRecord& f) {
+    *attr = cudaFuncAttributes{};
+    attr->maxThreadsPerBlock = 1024;
+    attr->numRegs = 32;
+    attr->ptxVersion = 90;
+    attr->binaryVersion = 90;
+    attr->maxDynamicSharedSizeBytes = f.max_dynamic_shared;
+    attr->preferredShmemCarveout = f.carveout;
+    return cudaSuccess;
+  }));
+}
+
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+  return Report(ndt::standin::WithHostFunction(func, [&](ndt::standin::HostFunctionRecord& f) {
+    switch (attr) {
+      case cudaFuncAttributeMaxDynamicSharedMemorySize:
+        if (value < 0 || value > 232448) return cudaErrorInvalidValue;  // the opt-in maximum
+        f.max_dynamic_shared = value;
+        return cudaSuccess;
+      case cudaFuncAttributePreferredSharedMemoryCarveout:
+        if (value < -1 || value > 100) return cudaErrorInvalidValue;
+        f.carveout = value;
+        return cudaSuccess;
+      default:  // cluster shapes and scheduling: accepted, nothing to change
+        return attr >= 0 && attr < cudaFuncAttributeMax ? cudaSuccess : cudaErrorInvalidValue;
+    }
+  }));
+}
+
+cudaError_t cudaFuncSetCacheConfig(const void* func, cudaFuncCache cacheConfig) {
+  if (static_cast<unsigned>(cacheConfig) > cudaFuncCachePreferEqual) {
+    return Report(cudaErrorInvalidValue);
+  }
+  return Report(ndt::standin::WithHostFunction(
+      func, [](ndt::standin::HostFunctionRecord&) { return cudaSuccess; }));
+}
+
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* numBlocks, const void* func,
+                                                                   int blockSize,
+                                                                   size_t dynamicSMemSize,
+                                                                   unsigned int flags) {
+  if (numBlocks == nullptr || blockSize <= 0 || blockSize > 1024 ||
+      (flags & ~unsigned{cudaOccupancyDisableCachingOverride}) != 0) {
+    return Report(cudaErrorInvalidValue);
+  }
+  return Report(ndt::standin::WithHostFunction(func, [&](ndt::standin::HostFunctionRecord& f) {
+    *numBlocks = dynamicSMemSize > static_cast<size_t>(f.max_dynamic_shared)
+                     ? 0
+                     : ndt::standin::BlocksPerMultiprocessor(blockSize, dynamicSMemSize);
+    return cudaSuccess;
+  }));
+}
+
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* numBlocks, const void* func,
+                                                          int blockSize, size_t dynamicSMemSize) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+      numBlocks, func, blockSize, dynamicSMemSize, cudaOccupancyDefault);
+}
+
+cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t* dynamicSmemSize, const void* func,
+                                                      int numBlocks, int blockSize) {
+  if (dynamicSmemSize == nullptr || numBlocks <= 0 || blockSize <= 0 || blockSize > 1024 ||
+      ndt::standin::BlocksPerMultiprocessor(blockSize, 0) < numBlocks) {
+    return Report(cudaErrorInvalidValue);
+  }
+  return Report(ndt::standin::WithHostFunction(func, [&](ndt::standin::HostFunctionRecord& f) {
+    const size_t per_block = 233472 / static_cast<size_t>(numBlocks) - 1024;
+    *dynamicSmemSize = std::min(per_block, static_cast<size_t>(f.max_dynamic_shared));
+    return cudaSuccess;
+  }));
 }
 
 // --- The glue nvcc-generated host code calls ---------------------------------------------------

@@ -2,6 +2,7 @@
 // stand-in libcuda.so.1 itself through LD_LIBRARY_PATH (set by CTest), as a program would.
 // What nvcc-built programs do with it is tested by tests/programs/.
 #include <cuda.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
@@ -48,9 +49,8 @@ TEST_CASE("every function of the real runtime is exported", "[standin]") {
 }
 
 TEST_CASE("unimplemented runtime functions fail with cudaErrorNotSupported", "[standin]") {
-  void* pitched = nullptr;
-  size_t pitch = 0;
-  CHECK(NDT_RUNTIME(cudaMallocPitch)(&pitched, &pitch, 64, 4) == cudaErrorNotSupported);
+  cudaPitchedPtr pitched{};
+  CHECK(NDT_RUNTIME(cudaMalloc3D)(&pitched, cudaExtent{64, 4, 2}) == cudaErrorNotSupported);
   CHECK(NDT_RUNTIME(cudaPeekAtLastError)() == cudaErrorNotSupported);
   CHECK(NDT_RUNTIME(cudaGetLastError)() == cudaErrorNotSupported);
   CHECK(NDT_RUNTIME(cudaGetLastError)() == cudaSuccess);
@@ -135,6 +135,100 @@ TEST_CASE("launching an unregistered function is an invalid device function", "[
   CHECK(NDT_RUNTIME(__cudaPopCallConfiguration)(&grid, &block, &shared, &stream) ==
         cudaErrorMissingConfiguration);
   CHECK(NDT_RUNTIME(cudaGetLastError)() == cudaErrorMissingConfiguration);
+}
+
+TEST_CASE(
+    "what samples and frameworks ask the runtime besides launching: limits, flags, "
+    "stream queries, host callbacks, kernel attributes",
+    "[standin]") {
+  size_t value = 0;
+  REQUIRE(NDT_RUNTIME(cudaDeviceGetLimit)(&value, cudaLimitStackSize) == cudaSuccess);
+  CHECK(value == 1024);
+  CHECK(NDT_RUNTIME(cudaDeviceSetLimit)(cudaLimitMallocHeapSize, size_t{64} << 20) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaDeviceGetLimit)(&value, cudaLimitMallocHeapSize) == cudaSuccess);
+  CHECK(value == size_t{64} << 20);
+  CHECK(NDT_RUNTIME(cudaDeviceGetLimit)(&value, static_cast<cudaLimit>(99)) ==
+        cudaErrorUnsupportedLimit);
+  CHECK(NDT_RUNTIME(cudaSetDeviceFlags)(cudaDeviceScheduleBlockingSync) == cudaSuccess);
+  unsigned flags = 0;
+  CHECK(NDT_RUNTIME(cudaGetDeviceFlags)(&flags) == cudaSuccess);
+  CHECK(flags == (cudaDeviceScheduleBlockingSync | cudaDeviceMapHost));
+  CHECK(NDT_RUNTIME(cudaSetDeviceFlags)(0x1000) == cudaErrorInvalidValue);
+  char bus[32] = {};
+  CHECK(NDT_RUNTIME(cudaDeviceGetPCIBusId)(bus, sizeof bus, 0) == cudaSuccess);
+  int device = -1;
+  CHECK(NDT_RUNTIME(cudaDeviceGetByPCIBusId)(&device, bus) == cudaSuccess);
+  CHECK(device == 0);
+  CHECK(NDT_RUNTIME(cudaDeviceGetByPCIBusId)(&device, "0000:63:00.0") == cudaErrorInvalidDevice);
+  CHECK(NDT_RUNTIME(cudaProfilerStart)() == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaProfilerStop)() == cudaSuccess);
+
+  int least = 0, greatest = 0;
+  REQUIRE(NDT_RUNTIME(cudaDeviceGetStreamPriorityRange)(&least, &greatest) == cudaSuccess);
+  cudaStream_t stream = nullptr;
+  REQUIRE(NDT_RUNTIME(cudaStreamCreateWithPriority)(&stream, cudaStreamNonBlocking, greatest) ==
+          cudaSuccess);
+  int priority = 0;
+  CHECK(NDT_RUNTIME(cudaStreamGetPriority)(stream, &priority) == cudaSuccess);
+  CHECK(priority == greatest);
+  CHECK(NDT_RUNTIME(cudaStreamGetFlags)(stream, &flags) == cudaSuccess);
+  CHECK(flags == cudaStreamNonBlocking);
+  unsigned long long id = 0, other_id = 0;
+  CHECK(NDT_RUNTIME(cudaStreamGetId)(stream, &id) == cudaSuccess);
+  CHECK(Get<decltype(cudaStreamGetId)>("cudaStreamGetId_ptsz")(cudaStreamPerThread, &other_id) ==
+        cudaSuccess);
+  CHECK(id != other_id);
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusActive;
+  CHECK(NDT_RUNTIME(cudaStreamIsCapturing)(stream, &capturing) == cudaSuccess);
+  CHECK(capturing == cudaStreamCaptureStatusNone);
+
+  // Host work runs in stream order, after the copy before it.
+  void* device_memory = nullptr;
+  REQUIRE(NDT_RUNTIME(cudaMalloc)(&device_memory, 64) == cudaSuccess);
+  static char seen[64];
+  char host[64];
+  std::memset(host, 5, sizeof host);
+  CHECK(NDT_RUNTIME(cudaMemcpyAsync)(device_memory, host, 64, cudaMemcpyHostToDevice, stream) ==
+        cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaMemcpyAsync)(seen, device_memory, 64, cudaMemcpyDeviceToHost, stream) ==
+        cudaSuccess);
+  int ran = 0;
+  CHECK(NDT_RUNTIME(cudaLaunchHostFunc)(
+            stream, [](void* data) { *static_cast<int*>(data) += seen[63]; }, &ran) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaStreamAddCallback)(
+            stream,
+            [](cudaStream_t, cudaError_t status, void* data) {
+              if (status == cudaSuccess) *static_cast<int*>(data) += 100;
+            },
+            &ran, 0) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaStreamAddCallback)(stream, nullptr, &ran, 0) == cudaErrorInvalidValue);
+  cudaEvent_t event = nullptr;
+  REQUIRE(NDT_RUNTIME(cudaEventCreate)(&event) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaEventRecordWithFlags)(event, stream, cudaEventRecordDefault) ==
+        cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaEventSynchronize)(event) == cudaSuccess);
+  CHECK(ran == 105);
+  CHECK(NDT_RUNTIME(cudaEventDestroy)(event) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaStreamDestroy)(stream) == cudaSuccess);
+
+  void* pitched = nullptr;
+  size_t pitch = 0;
+  CHECK(NDT_RUNTIME(cudaMallocPitch)(&pitched, &pitch, 100, 3) == cudaSuccess);
+  CHECK(pitch >= 100);
+  CHECK(pitch % 256 == 0);
+  CHECK(NDT_RUNTIME(cudaFree)(pitched) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaFree)(device_memory) == cudaSuccess);
+
+  // Kernel attributes and occupancy need a registered kernel (tests/corpus/host_callbacks.cu
+  // uses them); any other pointer is not a device function.
+  int not_a_kernel = 0;
+  cudaFuncAttributes attributes;
+  CHECK(NDT_RUNTIME(cudaFuncGetAttributes)(&attributes, &not_a_kernel) ==
+        cudaErrorInvalidDeviceFunction);
+  int blocks = 0;
+  CHECK(NDT_RUNTIME(cudaOccupancyMaxActiveBlocksPerMultiprocessor)(
+            &blocks, &not_a_kernel, 128, 0) == cudaErrorInvalidDeviceFunction);
+  CHECK(NDT_RUNTIME(cudaGetLastError)() == cudaErrorInvalidDeviceFunction);
 }
 
 TEST_CASE("runtime errors have the runtime's names and descriptions", "[standin]") {
