@@ -12,6 +12,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <thread>
@@ -19,10 +20,19 @@
 
 namespace {
 
+// Catch's assertions are not thread-safe, and the ranks' threads call what follows: a failure
+// here says what failed and aborts the test program.
+void Require(bool ok, const char* what) {
+  if (!ok) {
+    std::fprintf(stderr, "standin_nccl_test: %s failed\n", what);
+    std::abort();
+  }
+}
+
 void* Library(const char* path) {
   void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  INFO(path << ": " << dlerror());
-  REQUIRE(handle != nullptr);
+  if (handle == nullptr) std::fprintf(stderr, "%s: %s\n", path, dlerror());
+  Require(handle != nullptr, "dlopen");
   return handle;
 }
 
@@ -39,8 +49,7 @@ void* Driver() {
 template <typename Fn>
 Fn* Get(void* library, const char* name) {
   auto* fn = reinterpret_cast<Fn*>(dlsym(library, name));
-  INFO(name);
-  REQUIRE(fn != nullptr);
+  Require(fn != nullptr, name);
   return fn;
 }
 
@@ -50,14 +59,15 @@ Fn* Get(void* library, const char* name) {
 // Makes the stand-in device's primary context current on the calling thread.
 void UseDevice() {
   static CUcontext context = [] {
-    REQUIRE(NDT_DRIVER(cuInit)(0) == CUDA_SUCCESS);
+    Require(NDT_DRIVER(cuInit)(0) == CUDA_SUCCESS, "cuInit");
     CUdevice device = 0;
-    REQUIRE(NDT_DRIVER(cuDeviceGet)(&device, 0) == CUDA_SUCCESS);
+    Require(NDT_DRIVER(cuDeviceGet)(&device, 0) == CUDA_SUCCESS, "cuDeviceGet");
     CUcontext primary = nullptr;
-    REQUIRE(NDT_DRIVER(cuDevicePrimaryCtxRetain)(&primary, device) == CUDA_SUCCESS);
+    Require(NDT_DRIVER(cuDevicePrimaryCtxRetain)(&primary, device) == CUDA_SUCCESS,
+            "cuDevicePrimaryCtxRetain");
     return primary;
   }();
-  REQUIRE(NDT_DRIVER(cuCtxSetCurrent)(context) == CUDA_SUCCESS);
+  Require(NDT_DRIVER(cuCtxSetCurrent)(context) == CUDA_SUCCESS, "cuCtxSetCurrent");
 }
 
 // `values` in a device allocation, freed with this.
