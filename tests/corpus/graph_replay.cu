@@ -66,6 +66,18 @@ int main(int argc, char** argv) {
   CORPUS_CHECK(cudaStreamSynchronize(side));
   cudaGraph_t graph;
   CORPUS_CHECK(cudaStreamBeginCapture(side, cudaStreamCaptureModeGlobal));
+  // As PyTorch's caching allocator does on every allocation during a capture: the capture's id
+  // (its private pool), under a relaxed capture mode (CUDAStreamCaptureModeGuard).
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  CORPUS_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long capture_id = 0;
+  CORPUS_CHECK(cudaStreamGetCaptureInfo(side, &status, &capture_id));
+  CORPUS_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  if (status != cudaStreamCaptureStatusActive || capture_id == 0) {
+    std::fprintf(stderr, "the side stream's capture is not reported active\n");
+    return 1;
+  }
   CorpusMatVec<<<corpus::Blocks(kRows), corpus::kThreads, 0, side>>>(x, w, v, kRows, kCols);
   CorpusAxpby<<<corpus::Blocks(kRows), corpus::kThreads, 0, side>>>(-1.0f, target, 1.0f, v, kRows);
   CORPUS_CHECK(cudaMemsetAsync(grad, 0, kCols * 4, side));

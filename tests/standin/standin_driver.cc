@@ -93,6 +93,7 @@ struct CUgraphNode_st {
 struct CUgraph_st {
   std::vector<std::unique_ptr<CUgraphNode_st>> nodes;
   CUstream origin = nullptr;  // the stream whose capture made it, while capturing
+  uint64_t capture_id = 0;    // the capture sequence that made it (cuStreamGetCaptureInfo)
 };
 
 struct CUgraphExec_st {
@@ -1535,6 +1536,9 @@ const ProcRow kProcRows[] = {
                 cuStreamBeginCapture_v2_ptsz),
     NDT_PROC_PT("cuStreamEndCapture", 10000, cuStreamEndCapture, cuStreamEndCapture_ptsz),
     NDT_PROC_PT("cuStreamIsCapturing", 10000, cuStreamIsCapturing, cuStreamIsCapturing_ptsz),
+    NDT_PROC_PT("cuStreamGetCaptureInfo", 12030, cuStreamGetCaptureInfo_v3,
+                cuStreamGetCaptureInfo_v3_ptsz),
+    NDT_PROC("cuThreadExchangeStreamCaptureMode", 10010, cuThreadExchangeStreamCaptureMode),
     NDT_PROC("cuGraphGetNodes", 10000, cuGraphGetNodes),
     NDT_PROC("cuGraphNodeGetType", 10000, cuGraphNodeGetType),
     NDT_PROC("cuGraphInstantiate", 11040, cuGraphInstantiateWithFlags),
@@ -3306,8 +3310,10 @@ static CUresult BeginCapture(CUstream hStream, CUstreamCaptureMode mode) {
     const auto it = d.streams.find(hStream);
     if (it == d.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
     if (it->second->capture != nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+    static std::atomic<uint64_t> next_capture_id{0};
     auto graph = std::make_unique<CUgraph_st>();
     graph->origin = hStream;
+    graph->capture_id = ++next_capture_id;
     it->second->capture = graph.get();
     d.capturing.insert(graph.get());
     d.graphs.emplace(graph.get(), std::move(graph));
@@ -3372,6 +3378,62 @@ CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureSta
 CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
   NDT_SERVE();
   return IsCapturing(PerThread(hStream), captureStatus);
+}
+
+// The capture a stream belongs to: its status, the capture sequence's id and graph. The graph's
+// frontier is not kept: no dependencies are reported.
+static CUresult GetCaptureInfo(CUstream hStream, CUstreamCaptureStatus* status_out,
+                               cuuint64_t* id_out, CUgraph* graph_out,
+                               const CUgraphNode** dependencies_out,
+                               const CUgraphEdgeData** edge_data_out,
+                               size_t* num_dependencies_out) {
+  auto& d = GetDriver();
+  std::lock_guard lock(d.mu);
+  if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+  if (const CUresult r = ndt::standin::CheckStreamLocked(d, hStream); r != CUDA_SUCCESS) return r;
+  if (status_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUgraph_st* graph = ndt::standin::CaptureLocked(d, hStream);
+  *status_out = graph != nullptr ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  if (id_out != nullptr) *id_out = graph != nullptr ? graph->capture_id : 0;
+  if (graph_out != nullptr) *graph_out = graph;
+  if (dependencies_out != nullptr) *dependencies_out = nullptr;
+  if (edge_data_out != nullptr) *edge_data_out = nullptr;
+  if (num_dependencies_out != nullptr) *num_dependencies_out = 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                   cuuint64_t* id_out, CUgraph* graph_out,
+                                   const CUgraphNode** dependencies_out,
+                                   const CUgraphEdgeData** edgeData_out,
+                                   size_t* numDependencies_out) {
+  NDT_SERVE();
+  return GetCaptureInfo(hStream, captureStatus_out, id_out, graph_out, dependencies_out,
+                        edgeData_out, numDependencies_out);
+}
+
+CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                        cuuint64_t* id_out, CUgraph* graph_out,
+                                        const CUgraphNode** dependencies_out,
+                                        const CUgraphEdgeData** edgeData_out,
+                                        size_t* numDependencies_out) {
+  NDT_SERVE();
+  return GetCaptureInfo(PerThread(hStream), captureStatus_out, id_out, graph_out, dependencies_out,
+                        edgeData_out, numDependencies_out);
+}
+
+// The calling thread's capture interaction mode: kept and exchanged (the stand-in does not refuse
+// calls that a capture in another mode would make unsafe).
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  NDT_SERVE();
+  thread_local CUstreamCaptureMode t_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  if (mode == nullptr ||
+      (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL && *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+       *mode != CU_STREAM_CAPTURE_MODE_RELAXED)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::swap(*mode, t_mode);
+  return CUDA_SUCCESS;
 }
 
 CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode* nodes, size_t* numNodes) {

@@ -118,6 +118,7 @@ struct DriverApi {
   PFN_cuGraphInstantiateWithFlags_v11040 cuGraphInstantiateWithFlags = nullptr;
   PFN_cuGraphExecDestroy_v10000 cuGraphExecDestroy = nullptr;
   PFN_cuGraphDestroy_v10000 cuGraphDestroy = nullptr;
+  PFN_cuThreadExchangeStreamCaptureMode_v10010 cuThreadExchangeStreamCaptureMode = nullptr;
 };
 
 // The stream-ordered driver functions, in one of their two default-stream flavours (the
@@ -150,6 +151,7 @@ struct StreamApi {
   PFN_cuStreamGetId_v12000 cuStreamGetId = nullptr;
   PFN_cuLaunchHostFunc_v10000 cuLaunchHostFunc = nullptr;
   PFN_cuEventRecordWithFlags_v11010 cuEventRecordWithFlags = nullptr;
+  PFN_cuStreamGetCaptureInfo_v12030 cuStreamGetCaptureInfo = nullptr;
 };
 
 enum DefaultStream { kLegacyStream = 0, kPerThreadStream = 1 };
@@ -309,7 +311,8 @@ bool ResolveStreamApi(Runtime& rt, cuuint64_t flags, StreamApi* s) {
          Resolve(rt, "cuStreamGetPriority", flags, &s->cuStreamGetPriority) &&
          Resolve(rt, "cuStreamGetId", flags, &s->cuStreamGetId) &&
          Resolve(rt, "cuLaunchHostFunc", flags, &s->cuLaunchHostFunc) &&
-         Resolve(rt, "cuEventRecordWithFlags", flags, &s->cuEventRecordWithFlags);
+         Resolve(rt, "cuEventRecordWithFlags", flags, &s->cuEventRecordWithFlags) &&
+         Resolve(rt, "cuStreamGetCaptureInfo", flags, &s->cuStreamGetCaptureInfo);
 }
 
 bool ResolveDriverApi(Runtime& rt) {
@@ -368,7 +371,9 @@ bool ResolveDriverApi(Runtime& rt) {
          Resolve(rt, "cuGraphDestroy", kDefault, &a.cuGraphDestroy) &&
          ResolveStreamApi(rt, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &rt.stream_api[kLegacyStream]) &&
          ResolveStreamApi(rt, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
-                          &rt.stream_api[kPerThreadStream]);
+                          &rt.stream_api[kPerThreadStream]) &&
+         Resolve(rt, "cuThreadExchangeStreamCaptureMode", kDefault,
+                 &a.cuThreadExchangeStreamCaptureMode);
 }
 
 cudaError_t InitializeLocked(Runtime& rt) {
@@ -743,6 +748,26 @@ cudaError_t StreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* stat
   CUstreamCaptureStatus driver_status = CU_STREAM_CAPTURE_STATUS_NONE;
   const CUresult r = Streams(flavour).cuStreamIsCapturing(ToDriver(stream), &driver_status);
   if (r == CUDA_SUCCESS) *status = static_cast<cudaStreamCaptureStatus>(driver_status);
+  return ReportDriver(r);
+}
+
+cudaError_t StreamGetCaptureInfo(cudaStream_t stream, cudaStreamCaptureStatus* status_out,
+                                 unsigned long long* id_out, cudaGraph_t* graph_out,
+                                 const cudaGraphNode_t** dependencies_out,
+                                 const cudaGraphEdgeData** edge_data_out,
+                                 size_t* num_dependencies_out, DefaultStream flavour) {
+  if (status_out == nullptr) return Report(cudaErrorInvalidValue);
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  const CUresult r = Streams(flavour).cuStreamGetCaptureInfo(
+      ToDriver(stream), &status, &id, reinterpret_cast<CUgraph*>(graph_out),
+      reinterpret_cast<const CUgraphNode**>(dependencies_out),
+      reinterpret_cast<const CUgraphEdgeData**>(edge_data_out), num_dependencies_out);
+  if (r == CUDA_SUCCESS) {
+    *status_out = static_cast<cudaStreamCaptureStatus>(status);
+    if (id_out != nullptr) *id_out = id;
+  }
   return ReportDriver(r);
 }
 
@@ -1568,6 +1593,36 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph) {
 
 cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t* pGraph) {
   return EndCapture(stream, pGraph, kPerThreadStream);
+}
+
+// What PyTorch's caching allocator and CUDA graphs ask of a capture: its status, id and graph.
+cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream,
+                                     cudaStreamCaptureStatus* captureStatus_out,
+                                     unsigned long long* id_out, cudaGraph_t* graph_out,
+                                     const cudaGraphNode_t** dependencies_out,
+                                     const cudaGraphEdgeData** edgeData_out,
+                                     size_t* numDependencies_out) {
+  return ndt::standin::StreamGetCaptureInfo(stream, captureStatus_out, id_out, graph_out,
+                                            dependencies_out, edgeData_out, numDependencies_out,
+                                            kLegacyStream);
+}
+
+cudaError_t cudaStreamGetCaptureInfo_ptsz(cudaStream_t stream,
+                                          cudaStreamCaptureStatus* captureStatus_out,
+                                          unsigned long long* id_out, cudaGraph_t* graph_out,
+                                          const cudaGraphNode_t** dependencies_out,
+                                          const cudaGraphEdgeData** edgeData_out,
+                                          size_t* numDependencies_out) {
+  return ndt::standin::StreamGetCaptureInfo(stream, captureStatus_out, id_out, graph_out,
+                                            dependencies_out, edgeData_out, numDependencies_out,
+                                            kPerThreadStream);
+}
+
+cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
+  if (const cudaError_t e = EnsureInitialized(); e != cudaSuccess) return Report(e);
+  // cudaStreamCaptureMode* and CUstreamCaptureMode share their values.
+  return ReportDriver(
+      Api().cuThreadExchangeStreamCaptureMode(reinterpret_cast<CUstreamCaptureMode*>(mode)));
 }
 
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* pGraphExec, cudaGraph_t graph,

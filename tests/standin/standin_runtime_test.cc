@@ -231,6 +231,53 @@ TEST_CASE(
   CHECK(NDT_RUNTIME(cudaGetLastError)() == cudaErrorInvalidDeviceFunction);
 }
 
+TEST_CASE(
+    "a capture's status, id and graph, and the thread's capture mode, as torch.cuda.graph "
+    "asks for them",
+    "[standin]") {
+  cudaStream_t stream = nullptr;
+  REQUIRE(NDT_RUNTIME(cudaStreamCreateWithFlags)(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  void* buffer = nullptr;
+  REQUIRE(NDT_RUNTIME(cudaMalloc)(&buffer, 64) == cudaSuccess);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusActive;
+  unsigned long long id = 99, second_id = 0;
+  CHECK(NDT_RUNTIME(cudaStreamGetCaptureInfo)(stream, &status, &id, nullptr, nullptr, nullptr,
+                                              nullptr) == cudaSuccess);
+  CHECK(status == cudaStreamCaptureStatusNone);
+
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  CHECK(NDT_RUNTIME(cudaThreadExchangeStreamCaptureMode)(&mode) == cudaSuccess);
+  CHECK(mode == cudaStreamCaptureModeGlobal);  // the default, handed back
+  REQUIRE(NDT_RUNTIME(cudaStreamBeginCapture)(stream, cudaStreamCaptureModeThreadLocal) ==
+          cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaMemsetAsync)(buffer, 1, 64, stream) == cudaSuccess);
+  cudaGraph_t captured = nullptr;
+  size_t dependencies = 7;
+  CHECK(NDT_RUNTIME(cudaStreamGetCaptureInfo)(stream, &status, &id, &captured, nullptr, nullptr,
+                                              &dependencies) == cudaSuccess);
+  CHECK(status == cudaStreamCaptureStatusActive);
+  CHECK(id != 0);
+  CHECK(captured != nullptr);
+  CHECK(dependencies == 0);
+  cudaGraph_t graph = nullptr;
+  REQUIRE(NDT_RUNTIME(cudaStreamEndCapture)(stream, &graph) == cudaSuccess);
+  CHECK(graph == captured);
+  CHECK(NDT_RUNTIME(cudaThreadExchangeStreamCaptureMode)(&mode) == cudaSuccess);
+  CHECK(mode == cudaStreamCaptureModeRelaxed);  // what this thread set, restored below
+  CHECK(NDT_RUNTIME(cudaThreadExchangeStreamCaptureMode)(&mode) == cudaSuccess);
+
+  REQUIRE(NDT_RUNTIME(cudaStreamBeginCapture)(stream, cudaStreamCaptureModeGlobal) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaStreamGetCaptureInfo)(stream, &status, &second_id, nullptr, nullptr,
+                                              nullptr, nullptr) == cudaSuccess);
+  CHECK(second_id != id);  // each capture sequence has its own
+  cudaGraph_t second = nullptr;
+  REQUIRE(NDT_RUNTIME(cudaStreamEndCapture)(stream, &second) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaGraphDestroy)(graph) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaGraphDestroy)(second) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaFree)(buffer) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaStreamDestroy)(stream) == cudaSuccess);
+}
+
 TEST_CASE("runtime errors have the runtime's names and descriptions", "[standin]") {
   CHECK(std::string(NDT_RUNTIME(cudaGetErrorName)(cudaErrorInvalidValue)) ==
         "cudaErrorInvalidValue");
