@@ -66,7 +66,13 @@
   X(cuMemcpyPeer)                        \
   X(cuMemcpyPeer_ptds)                   \
   X(cuMemcpyPeerAsync)                   \
-  X(cuMemcpyPeerAsync_ptsz)
+  X(cuMemcpyPeerAsync_ptsz)              \
+  X(cuMemcpy2D_v2)                       \
+  X(cuMemcpy2D_v2_ptds)                  \
+  X(cuMemcpy2DUnaligned_v2)              \
+  X(cuMemcpy2DUnaligned_v2_ptds)         \
+  X(cuMemcpy2DAsync_v2)                  \
+  X(cuMemcpy2DAsync_v2_ptsz)
 
 namespace ndt::tracer {
 

@@ -3,8 +3,10 @@
 //  - the grid is sized by the occupancy calculator (cudaOccupancyMaxActiveBlocksPerMultiprocessor
 //    times the multiprocessor count), after cudaFuncGetAttributes and cudaFuncSetAttribute (a
 //    larger dynamic shared memory allowance, as kernels with big tiles ask for);
-//  - a loader thread fills two pinned staging buffers in turn; each is copied to the GPU on a
-//    high-priority copy stream (cudaDeviceGetStreamPriorityRange), and the loader learns that the
+//  - a loader thread fills two pinned staging buffers in turn, rows padded to a pitch as image
+//    and tabular pipelines lay them out; each is copied to the GPU row by row with
+//    cudaMemcpy2DAsync on a high-priority copy stream (cudaDeviceGetStreamPriorityRange), its
+//    padding left behind, and the loader learns that the
 //    copy has read it from a host function the copy stream runs (cudaLaunchHostFunc), not from a
 //    synchronisation; the compute stream waits for the copy through an event recorded with
 //    cudaEventRecordWithFlags;
@@ -21,6 +23,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -30,6 +33,7 @@
 namespace {
 
 constexpr int kRows = 96, kCols = 64, kSteps = 12, kBuffers = 2;
+constexpr int kPitch = kCols + 8;  // floats per staged row: a row and its padding
 constexpr float kLearningRate = 0.05f;
 
 // The two staging buffers' state, shared by the loader thread and the copy stream's host
@@ -110,7 +114,7 @@ int main(int argc, char** argv) {
 
   float *staging_host[kBuffers], *x[kBuffers], *w, *v, *grad, *loss_host;
   for (int b = 0; b < kBuffers; ++b) {
-    CORPUS_CHECK(cudaMallocHost(&staging_host[b], size_t{kRows} * kCols * sizeof(float)));
+    CORPUS_CHECK(cudaMallocHost(&staging_host[b], size_t{kRows} * kPitch * sizeof(float)));
     CORPUS_CHECK(cudaMalloc(&x[b], size_t{kRows} * kCols * sizeof(float)));
   }
   CORPUS_CHECK(cudaMalloc(&w, kCols * sizeof(float)));
@@ -126,6 +130,7 @@ int main(int argc, char** argv) {
   Staging staging;
   Release releases[kBuffers] = {{&staging, 0}, {&staging, 1}};
   corpus::Queue<int> loaded;
+  std::random_device stale;
   std::thread loader([&] {
     for (int step = 0; step < kSteps; ++step) {
       const int b = step % kBuffers;
@@ -136,7 +141,13 @@ int main(int argc, char** argv) {
       }
       const std::vector<float> batch =
           corpus::SmallMixedValues(size_t{kRows} * kCols, 100 + static_cast<unsigned>(step));
-      std::copy(batch.begin(), batch.end(), staging_host[b]);
+      // The padding after each row holds whatever the buffer held before (here: bytes that
+      // differ from run to run); only the rows are copied to the GPU.
+      for (int r = 0; r < kRows; ++r) {
+        float* row = staging_host[b] + static_cast<size_t>(r) * kPitch;
+        std::copy_n(batch.begin() + r * kCols, kCols, row);
+        for (int p = kCols; p < kPitch; ++p) row[p] = static_cast<float>(stale());
+      }
       loaded.Push(step);
     }
   });
@@ -147,8 +158,9 @@ int main(int argc, char** argv) {
     const int s = loaded.Pop();
     const int b = s % kBuffers;
     CORPUS_CHECK(cudaStreamWaitEvent(copy, consumed[b], 0));  // two steps ago's reads of x[b]
-    CORPUS_CHECK(cudaMemcpyAsync(x[b], staging_host[b], size_t{kRows} * kCols * sizeof(float),
-                                 cudaMemcpyHostToDevice, copy));
+    CORPUS_CHECK(cudaMemcpy2DAsync(x[b], kCols * sizeof(float), staging_host[b],
+                                   kPitch * sizeof(float), kCols * sizeof(float), kRows,
+                                   cudaMemcpyHostToDevice, copy));
     CORPUS_CHECK(cudaLaunchHostFunc(copy, ReleaseBuffer, &releases[b]));
     CORPUS_CHECK(cudaEventRecordWithFlags(copied[b], copy, cudaEventRecordDefault));
     CORPUS_CHECK(cudaStreamWaitEvent(compute, copied[b], 0));

@@ -938,6 +938,98 @@ CUresult Copy(std::uintptr_t dst, Side dst_side, std::uintptr_t src, Side src_si
   });
 }
 
+// A 2D copy (cuMemcpy2D*): `height` rows of `width` bytes, each side's rows `pitch` bytes apart,
+// in one item of the stream's work, with Copy's rules for staging and waiting. Arrays are not
+// supported.
+CUresult Copy2D(const CUDA_MEMCPY2D* copy, CUstream stream, bool host_synchronous) {
+  if (copy == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const auto side_of = [](CUmemorytype type, Side* side) {
+    switch (type) {
+      case CU_MEMORYTYPE_HOST:
+        *side = Side::kHost;
+        return true;
+      case CU_MEMORYTYPE_DEVICE:
+        *side = Side::kDevice;
+        return true;
+      case CU_MEMORYTYPE_UNIFIED:
+        *side = Side::kAny;
+        return true;
+      default:
+        return false;  // CU_MEMORYTYPE_ARRAY
+    }
+  };
+  Side src_side, dst_side;
+  if (!side_of(copy->srcMemoryType, &src_side) || !side_of(copy->dstMemoryType, &dst_side)) {
+    return copy->srcMemoryType == CU_MEMORYTYPE_ARRAY || copy->dstMemoryType == CU_MEMORYTYPE_ARRAY
+               ? CUDA_ERROR_NOT_SUPPORTED
+               : CUDA_ERROR_INVALID_VALUE;
+  }
+  const std::size_t width = copy->WidthInBytes, height = copy->Height;
+  if (width == 0 || height == 0) return CUDA_SUCCESS;
+  if (height > 1 && (copy->srcPitch < width || copy->dstPitch < width)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const auto base = [](Side side, const void* host, CUdeviceptr device) {
+    return side == Side::kHost ? reinterpret_cast<std::uintptr_t>(host)
+                               : static_cast<std::uintptr_t>(device);
+  };
+  const std::uintptr_t src = base(src_side, copy->srcHost, copy->srcDevice) + copy->srcXInBytes +
+                             copy->srcY * copy->srcPitch;
+  const std::uintptr_t dst = base(dst_side, copy->dstHost, copy->dstDevice) + copy->dstXInBytes +
+                             copy->dstY * copy->dstPitch;
+  const std::size_t src_pitch = copy->srcPitch, dst_pitch = copy->dstPitch;
+  const std::size_t src_span = (height - 1) * src_pitch + width;
+  const std::size_t dst_span = (height - 1) * dst_pitch + width;
+  const auto rows = [=](std::uintptr_t to, std::uintptr_t from, std::size_t from_pitch) {
+    for (std::size_t row = 0; row < height; ++row) {
+      std::memmove(reinterpret_cast<void*>(to + row * dst_pitch),
+                   reinterpret_cast<const void*>(from + row * from_pitch), width);
+    }
+    return CUDA_SUCCESS;
+  };
+  Driver& d = GetDriver();
+  std::shared_ptr<WorkQueue> queue;
+  Placement dst_at;
+  Placement src_at;
+  {
+    std::lock_guard lock(d.mu);
+    if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
+    if (const CUresult r = CheckStreamLocked(d, stream); r != CUDA_SUCCESS) return r;
+    if (const CUresult r = CheckSideLocked(d, dst, dst_span, dst_side); r != CUDA_SUCCESS) return r;
+    if (const CUresult r = CheckSideLocked(d, src, src_span, src_side); r != CUDA_SUCCESS) return r;
+    if (CUgraph_st* capture = CaptureLocked(d, stream)) {
+      AddNodeLocked(capture, CU_GRAPH_NODE_TYPE_MEMCPY,
+                    [=](CUstream) { return rows(dst, src, src_pitch); });
+      return CUDA_SUCCESS;
+    }
+    dst_at = PlacementLocked(d, dst);
+    src_at = PlacementLocked(d, src);
+    if (AsyncStreams()) queue = QueueForLocked(d, stream);
+  }
+  Activity activity = BeginActivity(kNdtActivityMemcpy, stream, width * height);
+  activity.copy = CopyOf(src_at, dst_at);
+  if (queue == nullptr) return Timed(activity, [&] { return rows(dst, src, src_pitch); });
+  WorkItem item;
+  if (!src_at.in_table) {  // pageable rows: staged now, back to back
+    auto staged = std::make_shared<std::vector<unsigned char>>(width * height);
+    for (std::size_t row = 0; row < height; ++row) {
+      std::memcpy(staged->data() + row * width,
+                  reinterpret_cast<const void*>(src + row * src_pitch), width);
+    }
+    item = [=] {
+      return Timed(activity, [&] {
+        return rows(dst, reinterpret_cast<std::uintptr_t>(staged->data()), width);
+      });
+    };
+  } else {
+    item = [=] { return Timed(activity, [&] { return rows(dst, src, src_pitch); }); };
+  }
+  const std::uint64_t ticket = Enqueue(queue, std::move(item));
+  const bool wait =
+      !dst_at.in_table || (host_synchronous && (dst_at.pinned_host || src_at.pinned_host));
+  return wait ? WaitForTicket(queue, ticket) : CUDA_SUCCESS;
+}
+
 // cuMemcpyPeer*: a copy between two devices' memory, each pointer memory of its context's
 // device.
 CUresult PeerCopy(CUdeviceptr dst, CUcontext dst_context, CUdeviceptr src, CUcontext src_context,
@@ -1446,6 +1538,9 @@ const ProcRow kProcRows[] = {
     NDT_PROC_PT("cuMemcpyDtoD", 3020, cuMemcpyDtoD_v2, cuMemcpyDtoD_v2_ptds),
     NDT_PROC("cuMemcpyHtoDAsync", 2000, cuMemcpyHtoDAsync),
     NDT_PROC_PT("cuMemcpyHtoDAsync", 3020, cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync_v2_ptsz),
+    NDT_PROC_PT("cuMemcpy2D", 3020, cuMemcpy2D_v2, cuMemcpy2D_v2_ptds),
+    NDT_PROC_PT("cuMemcpy2DUnaligned", 3020, cuMemcpy2DUnaligned_v2, cuMemcpy2DUnaligned_v2_ptds),
+    NDT_PROC_PT("cuMemcpy2DAsync", 3020, cuMemcpy2DAsync_v2, cuMemcpy2DAsync_v2_ptsz),
     NDT_PROC("cuMemcpyDtoHAsync", 2000, cuMemcpyDtoHAsync),
     NDT_PROC_PT("cuMemcpyDtoHAsync", 3020, cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync_v2_ptsz),
     NDT_PROC("cuMemcpyDtoDAsync", 3000, cuMemcpyDtoDAsync),
@@ -2146,6 +2241,36 @@ CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdevi
     default:
       return CUDA_ERROR_NOT_SUPPORTED;
   }
+}
+
+CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D* pCopy) {
+  NDT_SERVE();
+  return ndt::standin::Copy2D(pCopy, nullptr, true);
+}
+
+CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D* pCopy) {
+  NDT_SERVE();
+  return ndt::standin::Copy2D(pCopy, CU_STREAM_PER_THREAD, true);
+}
+
+CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D* pCopy) {
+  NDT_SERVE();
+  return ndt::standin::Copy2D(pCopy, nullptr, true);
+}
+
+CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D* pCopy) {
+  NDT_SERVE();
+  return ndt::standin::Copy2D(pCopy, CU_STREAM_PER_THREAD, true);
+}
+
+CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* pCopy, CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::Copy2D(pCopy, hStream, false);
+}
+
+CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D* pCopy, CUstream hStream) {
+  NDT_SERVE();
+  return ndt::standin::Copy2D(pCopy, PerThread(hStream), false);
 }
 
 CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {

@@ -152,6 +152,8 @@ struct StreamApi {
   PFN_cuLaunchHostFunc_v10000 cuLaunchHostFunc = nullptr;
   PFN_cuEventRecordWithFlags_v11010 cuEventRecordWithFlags = nullptr;
   PFN_cuStreamGetCaptureInfo_v12030 cuStreamGetCaptureInfo = nullptr;
+  PFN_cuMemcpy2DUnaligned_v3020 cuMemcpy2DUnaligned = nullptr;
+  PFN_cuMemcpy2DAsync_v3020 cuMemcpy2DAsync = nullptr;
 };
 
 enum DefaultStream { kLegacyStream = 0, kPerThreadStream = 1 };
@@ -312,7 +314,9 @@ bool ResolveStreamApi(Runtime& rt, cuuint64_t flags, StreamApi* s) {
          Resolve(rt, "cuStreamGetId", flags, &s->cuStreamGetId) &&
          Resolve(rt, "cuLaunchHostFunc", flags, &s->cuLaunchHostFunc) &&
          Resolve(rt, "cuEventRecordWithFlags", flags, &s->cuEventRecordWithFlags) &&
-         Resolve(rt, "cuStreamGetCaptureInfo", flags, &s->cuStreamGetCaptureInfo);
+         Resolve(rt, "cuStreamGetCaptureInfo", flags, &s->cuStreamGetCaptureInfo) &&
+         Resolve(rt, "cuMemcpy2DUnaligned", flags, &s->cuMemcpy2DUnaligned) &&
+         Resolve(rt, "cuMemcpy2DAsync", flags, &s->cuMemcpy2DAsync);
 }
 
 bool ResolveDriverApi(Runtime& rt) {
@@ -513,6 +517,49 @@ cudaError_t Memcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind
       return Report(cudaErrorInvalidMemcpyDirection);
   }
   return ReportDriver(r);
+}
+
+// cudaMemcpy2D(Async): the driver's 2D copy, each side's memory type from the kind.
+cudaError_t Memcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                     size_t height, cudaMemcpyKind kind, cudaStream_t stream, bool async,
+                     DefaultStream flavour) {
+  if (const cudaError_t e = EnsureContext(); e != cudaSuccess) return Report(e);
+  const RuntimeCall call;
+  CUmemorytype src_type, dst_type;
+  switch (kind) {
+    case cudaMemcpyHostToHost:
+      src_type = dst_type = CU_MEMORYTYPE_HOST;
+      break;
+    case cudaMemcpyHostToDevice:
+      src_type = CU_MEMORYTYPE_HOST, dst_type = CU_MEMORYTYPE_DEVICE;
+      break;
+    case cudaMemcpyDeviceToHost:
+      src_type = CU_MEMORYTYPE_DEVICE, dst_type = CU_MEMORYTYPE_HOST;
+      break;
+    case cudaMemcpyDeviceToDevice:
+      src_type = dst_type = CU_MEMORYTYPE_DEVICE;
+      break;
+    case cudaMemcpyDefault:
+      src_type = dst_type = CU_MEMORYTYPE_UNIFIED;
+      break;
+    default:
+      return Report(cudaErrorInvalidMemcpyDirection);
+  }
+  if (height > 1 && (dpitch < width || spitch < width)) return Report(cudaErrorInvalidPitchValue);
+  CUDA_MEMCPY2D copy{};
+  copy.srcMemoryType = src_type;
+  copy.srcHost = src;
+  copy.srcDevice = ToDevicePtr(src);
+  copy.srcPitch = spitch;
+  copy.dstMemoryType = dst_type;
+  copy.dstHost = dst;
+  copy.dstDevice = ToDevicePtr(dst);
+  copy.dstPitch = dpitch;
+  copy.WidthInBytes = width;
+  copy.Height = height;
+  const StreamApi& s = Streams(flavour);
+  return ReportDriver(async ? s.cuMemcpy2DAsync(&copy, ToDriver(stream))
+                            : s.cuMemcpy2DUnaligned(&copy));
 }
 
 cudaError_t CheckDevice(int device);
@@ -1078,6 +1125,32 @@ cudaError_t cudaProfilerStop(void) {
 }
 
 // --- Memory ------------------------------------------------------------------------------------
+
+cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                         size_t height, cudaMemcpyKind kind) {
+  return ndt::standin::Memcpy2D(dst, dpitch, src, spitch, width, height, kind, nullptr, false,
+                                kLegacyStream);
+}
+
+cudaError_t cudaMemcpy2D_ptds(void* dst, size_t dpitch, const void* src, size_t spitch,
+                              size_t width, size_t height, cudaMemcpyKind kind) {
+  return ndt::standin::Memcpy2D(dst, dpitch, src, spitch, width, height, kind, nullptr, false,
+                                kPerThreadStream);
+}
+
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
+                              size_t width, size_t height, cudaMemcpyKind kind,
+                              cudaStream_t stream) {
+  return ndt::standin::Memcpy2D(dst, dpitch, src, spitch, width, height, kind, stream, true,
+                                kLegacyStream);
+}
+
+cudaError_t cudaMemcpy2DAsync_ptsz(void* dst, size_t dpitch, const void* src, size_t spitch,
+                                   size_t width, size_t height, cudaMemcpyKind kind,
+                                   cudaStream_t stream) {
+  return ndt::standin::Memcpy2D(dst, dpitch, src, spitch, width, height, kind, stream, true,
+                                kPerThreadStream);
+}
 
 cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t width, size_t height) {
   if (devPtr == nullptr || pitch == nullptr) return Report(cudaErrorInvalidValue);

@@ -231,6 +231,55 @@ TEST_CASE(
   CHECK(NDT_RUNTIME(cudaGetLastError)() == cudaErrorInvalidDeviceFunction);
 }
 
+TEST_CASE("2D copies move rows between pitched buffers and leave the padding alone", "[standin]") {
+  // 3 rows of 5 bytes: the host rows 8 bytes apart, the device rows at cudaMallocPitch's pitch.
+  unsigned char host[3][8];
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 8; ++c) host[r][c] = static_cast<unsigned char>(c < 5 ? 10 * r + c : 0xee);
+  }
+  void* device = nullptr;
+  size_t pitch = 0;
+  REQUIRE(NDT_RUNTIME(cudaMallocPitch)(&device, &pitch, 5, 3) == cudaSuccess);
+  REQUIRE(NDT_RUNTIME(cudaMemset)(device, 0x77, pitch * 3) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaMemcpy2D)(device, pitch, host, 8, 5, 3, cudaMemcpyHostToDevice) ==
+        cudaSuccess);
+  std::vector<unsigned char> whole(pitch * 3);
+  REQUIRE(NDT_RUNTIME(cudaMemcpy)(whole.data(), device, whole.size(), cudaMemcpyDeviceToHost) ==
+          cudaSuccess);
+  CHECK(whole[0] == 0);
+  CHECK(whole[4] == 4);
+  CHECK(whole[5] == 0x77);  // the device row's padding
+  CHECK(whole[pitch + 2] == 12);
+  CHECK(whole[2 * pitch + 4] == 24);
+
+  // Back, rows packed 5 bytes apart, on a stream; then device to device into a second buffer.
+  cudaStream_t stream = nullptr;
+  REQUIRE(NDT_RUNTIME(cudaStreamCreate)(&stream) == cudaSuccess);
+  unsigned char packed[15] = {};
+  CHECK(NDT_RUNTIME(cudaMemcpy2DAsync)(packed, 5, device, pitch, 5, 3, cudaMemcpyDeviceToHost,
+                                       stream) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaStreamSynchronize)(stream) == cudaSuccess);
+  CHECK(packed[0] == 0);
+  CHECK(packed[7] == 12);
+  CHECK(packed[14] == 24);
+  void* other = nullptr;
+  REQUIRE(NDT_RUNTIME(cudaMalloc)(&other, 15) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaMemcpy2D)(other, 5, device, pitch, 5, 3, cudaMemcpyDefault) == cudaSuccess);
+  unsigned char again[15] = {};
+  REQUIRE(NDT_RUNTIME(cudaMemcpy)(again, other, 15, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(std::memcmp(again, packed, 15) == 0);
+
+  // A pitch narrower than a row, and a span past the allocation, are refused.
+  CHECK(NDT_RUNTIME(cudaMemcpy2D)(device, 4, host, 8, 5, 3, cudaMemcpyHostToDevice) ==
+        cudaErrorInvalidPitchValue);
+  CHECK(NDT_RUNTIME(cudaMemcpy2D)(device, pitch, host, 8, 5, 4, cudaMemcpyHostToDevice) ==
+        cudaErrorInvalidValue);
+  CHECK(NDT_RUNTIME(cudaFree)(other) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaFree)(device) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaStreamDestroy)(stream) == cudaSuccess);
+  CHECK(NDT_RUNTIME(cudaGetLastError)() == cudaErrorInvalidValue);
+}
+
 TEST_CASE(
     "a capture's status, id and graph, and the thread's capture mode, as torch.cuda.graph "
     "asks for them",

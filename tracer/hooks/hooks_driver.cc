@@ -48,6 +48,9 @@ CUresult cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, size_t bytes, CUs
 CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
 CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t bytes);
 CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
+CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D* copy);
+CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D* copy);
+CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D* copy, CUstream stream);
 CUresult cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dst_context, CUdeviceptr src,
                            CUcontext src_context, size_t bytes);
 CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dst_context, CUdeviceptr src,
@@ -274,6 +277,111 @@ CUresult RecordCopy(Session& session, RealCall& call, const char* name, Directio
       session.AddPendingDigest({stream_id, op.sequence, src_pointer, dst_host, bytes});
     } else {
       op.outputs.push_back(HostDigest("dst", src_pointer, dst_host, bytes));
+    }
+  }
+  session.EndOp(op, static_cast<int32_t>(result));
+  return result;
+}
+
+// Where a 2D copy's first row starts on one side, and whether that is device memory (an array:
+// neither, and no address).
+struct Side2D {
+  uint64_t address = 0;
+  bool device = false;
+  bool array = false;
+};
+
+Side2D SideOf(Session& session, CUmemorytype type, const void* host, CUdeviceptr device, size_t x,
+              size_t y, size_t pitch) {
+  Side2D side;
+  const uint64_t offset = uint64_t{x} + uint64_t{y} * pitch;
+  switch (type) {
+    case CU_MEMORYTYPE_HOST:
+      side.address = reinterpret_cast<uint64_t>(host) + offset;
+      break;
+    case CU_MEMORYTYPE_DEVICE:
+      side.address = device + offset, side.device = true;
+      break;
+    case CU_MEMORYTYPE_UNIFIED:
+      side.address = device + offset;
+      side.device = session.IsDevice(side.address);
+      break;
+    default:
+      side.array = true;
+      break;
+  }
+  return side;
+}
+
+// The digest of `height` rows of `width` bytes, `pitch` apart in host memory, back to back; none
+// when the rows cannot be gathered (memory).
+std::optional<BufferDigest> HostRowsDigest(const char* role, const format::DevicePointer& pointer,
+                                           uint64_t host, size_t width, size_t height,
+                                           size_t pitch) {
+  std::unique_ptr<unsigned char[]> rows(new (std::nothrow) unsigned char[width * height]);
+  if (rows == nullptr) return std::nullopt;
+  for (size_t row = 0; row < height; ++row) {
+    std::memcpy(rows.get() + row * width, reinterpret_cast<const void*>(host + row * pitch), width);
+  }
+  return HostDigest(role, pointer, rows.get(), uint64_t{width} * height);
+}
+
+// A 2D copy (cudaMemcpy2D*, the pitched copies of extensions and image pipelines): a memcpy op
+// with `bytes` (the rows' total), `width`, `height` and both pitches. The host rows entering the
+// GPU are digested back to back, as are the host rows a synchronous copy leaves; a device
+// destination in the digest window over the span from its first row's start to its last row's
+// end (the padding between rows is memory the copy does not write). An asynchronous copy to host
+// rows with padding between them is not digested (the padding is the program's memory, never
+// written by the GPU); nor are arrays; window replay does not capture 2D copies.
+template <typename Call>
+CUresult RecordCopy2D(Session& session, RealCall& call, const char* name, const CUDA_MEMCPY2D& copy,
+                      CUstream stream, bool per_thread, bool async, Call real) {
+  const uint32_t stream_id = async || per_thread ? session.StreamId(Handle(stream), per_thread)
+                                                 : session.StreamId(0, per_thread);
+  const Side2D src = SideOf(session, copy.srcMemoryType, copy.srcHost, copy.srcDevice,
+                            copy.srcXInBytes, copy.srcY, copy.srcPitch);
+  const Side2D dst = SideOf(session, copy.dstMemoryType, copy.dstHost, copy.dstDevice,
+                            copy.dstXInBytes, copy.dstY, copy.dstPitch);
+  const size_t width = copy.WidthInBytes, height = copy.Height;
+  const format::DevicePointer dst_pointer = session.Canonical(dst.address);
+  const format::DevicePointer src_pointer = session.Canonical(src.address);
+  OpRecord op = session.BeginOp(OpKind::kMemcpy, name, stream_id);
+  op.args.push_back(Endpoint("dst", dst.device, dst_pointer));
+  op.args.push_back(Endpoint("src", src.device, src_pointer));
+  op.args.push_back(Unsigned("bytes", uint64_t{width} * height));
+  op.args.push_back(Unsigned("width", width));
+  op.args.push_back(Unsigned("height", height));
+  op.args.push_back(Unsigned("dstPitch", copy.dstPitch));
+  op.args.push_back(Unsigned("srcPitch", copy.srcPitch));
+  const bool rows_valid = width > 0 && height > 0 &&
+                          (height == 1 || (copy.srcPitch >= width && copy.dstPitch >= width));
+  if (Captured(session, op) != 0 || src.array || dst.array || !rows_valid) {
+    const CUresult result = call.Set(CallAs(op, real, !dst.device));
+    session.EndOp(op, static_cast<int32_t>(result));
+    return result;
+  }
+  if (dst.device && !src.device) {
+    if (auto digest =
+            HostRowsDigest("src", dst_pointer, src.address, width, height, copy.srcPitch)) {
+      op.inputs.push_back(std::move(*digest));
+    }
+  }
+  const CUresult result = call.Set(CallAs(op, real, !dst.device));
+  if (result == CUDA_SUCCESS && src.device && dst.device &&
+      session.digests().InWindow(op.sequence)) {
+    op.outputs = WrittenDigest(session, stream, per_thread, dst.address,
+                               uint64_t{height - 1} * copy.dstPitch + width);
+  }
+  if (result == CUDA_SUCCESS && src.device && !dst.device) {
+    if (!async) {
+      if (auto digest =
+              HostRowsDigest("dst", src_pointer, dst.address, width, height, copy.dstPitch)) {
+        op.outputs.push_back(std::move(*digest));
+      }
+    } else if (height == 1 || copy.dstPitch == width) {
+      session.AddPendingDigest({stream_id, op.sequence, src_pointer,
+                                reinterpret_cast<const void*>(dst.address),
+                                uint64_t{width} * height});
     }
   }
   session.EndOp(op, static_cast<int32_t>(result));
@@ -777,6 +885,24 @@ NDT_COPY_HOOK(cuMemcpy, CUdeviceptr, CUdeviceptr, kUnified, false, false)
 NDT_COPY_HOOK(cuMemcpy_ptds, CUdeviceptr, CUdeviceptr, kUnified, true, false)
 NDT_COPY_HOOK(cuMemcpyAsync, CUdeviceptr, CUdeviceptr, kUnified, false, true, s)
 NDT_COPY_HOOK(cuMemcpyAsync_ptsz, CUdeviceptr, CUdeviceptr, kUnified, true, true, s)
+
+#define NDT_COPY_2D_HOOK(NAME, PER_THREAD, ASYNC, ...)                                        \
+  extern "C" CUresult NAME(const CUDA_MEMCPY2D* copy __VA_OPT__(, CUstream stream)) {         \
+    auto real = NDT_REAL(NAME);                                                               \
+    CUstream hstream = nullptr;                                                               \
+    __VA_OPT__(hstream = stream;)                                                             \
+    auto pass = [&] { return real(copy __VA_OPT__(, stream)); };                              \
+    if (copy == nullptr) return real != nullptr ? pass() : CUDA_ERROR_NOT_INITIALIZED;        \
+    return ndt::tracer::RunHook(#NAME, real != nullptr, pass, [&](Session& s, RealCall& c) {  \
+      return ndt::tracer::RecordCopy2D(s, c, #NAME, *copy, hstream, PER_THREAD, ASYNC, pass); \
+    });                                                                                       \
+  }
+NDT_COPY_2D_HOOK(cuMemcpy2D_v2, false, false)
+NDT_COPY_2D_HOOK(cuMemcpy2D_v2_ptds, true, false)
+NDT_COPY_2D_HOOK(cuMemcpy2DUnaligned_v2, false, false)
+NDT_COPY_2D_HOOK(cuMemcpy2DUnaligned_v2_ptds, true, false)
+NDT_COPY_2D_HOOK(cuMemcpy2DAsync_v2, false, true, s)
+NDT_COPY_2D_HOOK(cuMemcpy2DAsync_v2_ptsz, true, true, s)
 
 // Between two devices' memory (torch.nn.DataParallel's broadcast and gather, cudaMemcpyPeer*):
 // recorded as a device-to-device copy; each pointer names its allocation whatever its device.
