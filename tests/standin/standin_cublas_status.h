@@ -1,5 +1,5 @@
-// The names and descriptions of cuBLAS statuses, shared by the stand-in libcublas and
-// libcublasLt (cublasGetStatusName/String, cublasLtGetStatusName/String).
+// The names and descriptions of cuBLAS statuses and the library's version properties, shared by
+// the stand-in libcublas and libcublasLt (cublas[Lt]GetStatusName/String, cublas[Lt]GetProperty).
 #pragma once
 
 #include <cublas_api.h>
@@ -56,6 +56,23 @@ inline const char* CublasStatusString(cublasStatus_t status) {
       return "an error was detected when checking the license";
   }
   return "unknown error";
+}
+
+// cublasGetProperty / cublasLtGetProperty: the headers' version.
+inline cublasStatus_t CublasProperty(libraryPropertyType type, int* value) {
+  if (value == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  switch (type) {
+    case MAJOR_VERSION:
+      *value = CUBLAS_VER_MAJOR;
+      return CUBLAS_STATUS_SUCCESS;
+    case MINOR_VERSION:
+      *value = CUBLAS_VER_MINOR;
+      return CUBLAS_STATUS_SUCCESS;
+    case PATCH_LEVEL:
+      *value = CUBLAS_VER_PATCH;
+      return CUBLAS_STATUS_SUCCESS;
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
 }
 
 }  // namespace ndt::standin

@@ -406,19 +406,7 @@ const char* cublasLtGetStatusString(cublasStatus_t status) {
 }
 
 cublasStatus_t cublasLtGetProperty(libraryPropertyType type, int* value) {
-  if (value == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  switch (type) {
-    case MAJOR_VERSION:
-      *value = CUBLAS_VER_MAJOR;
-      return CUBLAS_STATUS_SUCCESS;
-    case MINOR_VERSION:
-      *value = CUBLAS_VER_MINOR;
-      return CUBLAS_STATUS_SUCCESS;
-    case PATCH_LEVEL:
-      *value = CUBLAS_VER_PATCH;
-      return CUBLAS_STATUS_SUCCESS;
-  }
-  return CUBLAS_STATUS_INVALID_VALUE;
+  return ndt::standin::CublasProperty(type, value);
 }
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc,

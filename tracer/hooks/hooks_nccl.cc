@@ -511,22 +511,29 @@ extern "C" ncclResult_t ncclCommInitRankScalable(ncclComm_t* comm, int nranks, i
                         });
 }
 
-// Not recorded: the communicator's id and clique are dropped, so that one made later at the same
-// address gets its own.
-extern "C" ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-  const auto real = NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclCommDestroy, "pncclCommDestroy");
+namespace ndt::tracer {
+namespace {
+
+// ncclCommDestroy and ncclCommAbort, not recorded: the communicator's id and clique are dropped,
+// so that one made later at the same address gets its own.
+ncclResult_t DestroyAndForget(ncclResult_t (*real)(ncclComm_t), ncclComm_t comm) {
   if (real == nullptr) return ncclSystemError;
   const ncclResult_t result = real(comm);
-  if (result == ncclSuccess) ndt::tracer::Communicators::Get().Forget(comm);
+  if (result == ncclSuccess) Communicators::Get().Forget(comm);
   return result;
 }
 
+}  // namespace
+}  // namespace ndt::tracer
+
+extern "C" ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  return ndt::tracer::DestroyAndForget(
+      NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclCommDestroy, "pncclCommDestroy"), comm);
+}
+
 extern "C" ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  const auto real = NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclCommAbort, "pncclCommAbort");
-  if (real == nullptr) return ncclSystemError;
-  const ncclResult_t result = real(comm);
-  if (result == ncclSuccess) ndt::tracer::Communicators::Get().Forget(comm);
-  return result;
+  return ndt::tracer::DestroyAndForget(
+      NDT_REAL_LIBRARY_AS(ndt::tracer::kSoname, ncclCommAbort, "pncclCommAbort"), comm);
 }
 
 // A sub-communicator (PyTorch's new_group / DeviceMesh split a process group with it): an `other`
