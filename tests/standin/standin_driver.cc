@@ -978,8 +978,14 @@ CUresult Copy2D(const CUDA_MEMCPY2D* copy, CUstream stream, bool host_synchronou
   const std::uintptr_t dst = base(dst_side, copy->dstHost, copy->dstDevice) + copy->dstXInBytes +
                              copy->dstY * copy->dstPitch;
   const std::size_t src_pitch = copy->srcPitch, dst_pitch = copy->dstPitch;
-  const std::size_t src_span = (height - 1) * src_pitch + width;
-  const std::size_t dst_span = (height - 1) * dst_pitch + width;
+  std::size_t src_span = 0, dst_span = 0, total = 0;
+  if (__builtin_mul_overflow(height - 1, src_pitch, &src_span) ||
+      __builtin_add_overflow(src_span, width, &src_span) ||
+      __builtin_mul_overflow(height - 1, dst_pitch, &dst_span) ||
+      __builtin_add_overflow(dst_span, width, &dst_span) ||
+      __builtin_mul_overflow(width, height, &total)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   const auto rows = [=](std::uintptr_t to, std::uintptr_t from, std::size_t from_pitch) {
     for (std::size_t row = 0; row < height; ++row) {
       std::memmove(reinterpret_cast<void*>(to + row * dst_pitch),

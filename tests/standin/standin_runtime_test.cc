@@ -274,6 +274,8 @@ TEST_CASE("2D copies move rows between pitched buffers and leave the padding alo
         cudaErrorInvalidPitchValue);
   CHECK(NDT_RUNTIME(cudaMemcpy2D)(device, pitch, host, 8, 5, 4, cudaMemcpyHostToDevice) ==
         cudaErrorInvalidValue);
+  CHECK(NDT_RUNTIME(cudaMemcpy2D)(device, pitch, host, 8, 5, SIZE_MAX / 4,
+                                  cudaMemcpyHostToDevice) == cudaErrorInvalidValue);
   CHECK(NDT_RUNTIME(cudaFree)(other) == cudaSuccess);
   CHECK(NDT_RUNTIME(cudaFree)(device) == cudaSuccess);
   CHECK(NDT_RUNTIME(cudaStreamDestroy)(stream) == cudaSuccess);

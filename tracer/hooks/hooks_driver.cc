@@ -353,7 +353,9 @@ CUresult RecordCopy2D(Session& session, RealCall& call, const char* name, const 
   op.args.push_back(Unsigned("height", height));
   op.args.push_back(Unsigned("dstPitch", copy.dstPitch));
   op.args.push_back(Unsigned("srcPitch", copy.srcPitch));
+  size_t total = 0;  // rows the driver will refuse are not read here either
   const bool rows_valid = width > 0 && height > 0 &&
+                          !__builtin_mul_overflow(width, height, &total) &&
                           (height == 1 || (copy.srcPitch >= width && copy.dstPitch >= width));
   if (Captured(session, op) != 0 || src.array || dst.array || !rows_valid) {
     const CUresult result = call.Set(CallAs(op, real, !dst.device));
