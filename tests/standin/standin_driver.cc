@@ -877,13 +877,16 @@ std::uint32_t CopyOf(const Placement& src, const Placement& dst) {
   return NdtStandinCopy(kind, memory(src), memory(dst));
 }
 
-// A copy on `stream`. `host_synchronous`: the copy comes from a synchronous API (cuMemcpy,
-// cuMemcpyHtoD_v2, ...). Under NDT_STANDIN_ASYNC the copy is queued on the stream, and the host
-// waits as CUDA's "API synchronization behavior" says: pageable source bytes are staged when
-// the call is made; a pageable destination, or pinned host memory in a synchronous copy, makes
-// the call return only once the copy has run; device-to-device copies never wait.
-CUresult Copy(std::uintptr_t dst, Side dst_side, std::uintptr_t src, Side src_side,
-              std::size_t bytes, CUstream stream, bool host_synchronous = false) {
+// `height` rows of `width` bytes on `stream`, each side's rows `pitch` bytes apart (a 1D copy is
+// one row: Copy). `host_synchronous`: the copy comes from a synchronous API (cuMemcpy,
+// cuMemcpyHtoD_v2, cuMemcpy2D_v2, ...). Under NDT_STANDIN_ASYNC the copy is one item of the
+// stream's work, and the host waits as CUDA's "API synchronization behavior" says: pageable
+// source rows are staged (back to back) when the call is made; a pageable destination, or pinned
+// host memory in a synchronous copy, makes the call return only once the copy has run;
+// device-to-device copies never wait.
+CUresult CopyRows(std::uintptr_t dst, Side dst_side, std::size_t dst_pitch, std::uintptr_t src,
+                  Side src_side, std::size_t src_pitch, std::size_t width, std::size_t height,
+                  CUstream stream, bool host_synchronous) {
   Driver& d = GetDriver();
   std::shared_ptr<WorkQueue> queue;
   Placement dst_at;
@@ -892,12 +895,21 @@ CUresult Copy(std::uintptr_t dst, Side dst_side, std::uintptr_t src, Side src_si
     std::lock_guard lock(d.mu);
     if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
     if (const CUresult r = CheckStreamLocked(d, stream); r != CUDA_SUCCESS) return r;
-    if (bytes == 0) return CUDA_SUCCESS;
-    if (const CUresult r = CheckSideLocked(d, dst, bytes, dst_side); r != CUDA_SUCCESS) return r;
-    if (const CUresult r = CheckSideLocked(d, src, bytes, src_side); r != CUDA_SUCCESS) return r;
+    if (width == 0 || height == 0) return CUDA_SUCCESS;
+    std::size_t dst_span = 0, src_span = 0, total = 0;
+    if (__builtin_mul_overflow(height - 1, dst_pitch, &dst_span) ||
+        __builtin_add_overflow(dst_span, width, &dst_span) ||
+        __builtin_mul_overflow(height - 1, src_pitch, &src_span) ||
+        __builtin_add_overflow(src_span, width, &src_span) ||
+        __builtin_mul_overflow(width, height, &total)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (const CUresult r = CheckSideLocked(d, dst, dst_span, dst_side); r != CUDA_SUCCESS) return r;
+    if (const CUresult r = CheckSideLocked(d, src, src_span, src_side); r != CUDA_SUCCESS) return r;
     if (CUgraph_st* capture = CaptureLocked(d, stream)) {
       AddNodeLocked(capture, CU_GRAPH_NODE_TYPE_MEMCPY, [=](CUstream on) {
-        return Copy(dst, dst_side, src, src_side, bytes, on);
+        return CopyRows(dst, dst_side, dst_pitch, src, src_side, src_pitch, width, height, on,
+                        false);
       });
       return CUDA_SUCCESS;
     }
@@ -905,42 +917,45 @@ CUresult Copy(std::uintptr_t dst, Side dst_side, std::uintptr_t src, Side src_si
     src_at = PlacementLocked(d, src);
     if (AsyncStreams()) queue = QueueForLocked(d, stream);
   }
-  Activity activity = BeginActivity(kNdtActivityMemcpy, stream, bytes);
-  activity.copy = CopyOf(src_at, dst_at);
-  if (queue != nullptr) {
-    WorkItem item;
-    if (!src_at.in_table) {
-      auto staged = std::make_shared<std::vector<unsigned char>>(
-          reinterpret_cast<const unsigned char*>(src),
-          reinterpret_cast<const unsigned char*>(src) + bytes);
-      item = [dst, staged, activity] {
-        return Timed(activity, [&] {
-          std::memcpy(reinterpret_cast<void*>(dst), staged->data(), staged->size());
-          return CUDA_SUCCESS;
-        });
-      };
-    } else {
-      item = [dst, src, bytes, activity] {
-        return Timed(activity, [&] {
-          std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
-          return CUDA_SUCCESS;
-        });
-      };
+  const auto move_rows = [=](std::uintptr_t from, std::size_t from_pitch) {
+    for (std::size_t row = 0; row < height; ++row) {
+      std::memmove(reinterpret_cast<void*>(dst + row * dst_pitch),
+                   reinterpret_cast<const void*>(from + row * from_pitch), width);
     }
-    const std::uint64_t ticket = Enqueue(queue, std::move(item));
-    const bool wait = !dst_at.in_table ||
-                      (host_synchronous && (dst_at.pinned_host || src_at.pinned_host));
-    return wait ? WaitForTicket(queue, ticket) : CUDA_SUCCESS;
-  }
-  return Timed(activity, [&] {
-    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
     return CUDA_SUCCESS;
-  });
+  };
+  Activity activity = BeginActivity(kNdtActivityMemcpy, stream, width * height);
+  activity.copy = CopyOf(src_at, dst_at);
+  if (queue == nullptr) return Timed(activity, [&] { return move_rows(src, src_pitch); });
+  WorkItem item;
+  if (!src_at.in_table) {
+    auto staged = std::make_shared<std::vector<unsigned char>>(width * height);
+    for (std::size_t row = 0; row < height; ++row) {
+      std::memcpy(staged->data() + row * width,
+                  reinterpret_cast<const void*>(src + row * src_pitch), width);
+    }
+    item = [=] {
+      return Timed(activity, [&] {
+        return move_rows(reinterpret_cast<std::uintptr_t>(staged->data()), width);
+      });
+    };
+  } else {
+    item = [=] { return Timed(activity, [&] { return move_rows(src, src_pitch); }); };
+  }
+  const std::uint64_t ticket = Enqueue(queue, std::move(item));
+  const bool wait =
+      !dst_at.in_table || (host_synchronous && (dst_at.pinned_host || src_at.pinned_host));
+  return wait ? WaitForTicket(queue, ticket) : CUDA_SUCCESS;
 }
 
-// A 2D copy (cuMemcpy2D*): `height` rows of `width` bytes, each side's rows `pitch` bytes apart,
-// in one item of the stream's work, with Copy's rules for staging and waiting. Arrays are not
-// supported.
+// A copy of `bytes` on `stream` (CopyRows' rules).
+CUresult Copy(std::uintptr_t dst, Side dst_side, std::uintptr_t src, Side src_side,
+              std::size_t bytes, CUstream stream, bool host_synchronous = false) {
+  return CopyRows(dst, dst_side, bytes, src, src_side, bytes, bytes, 1, stream, host_synchronous);
+}
+
+// A 2D copy (cuMemcpy2D*): the rows CopyRows moves, from host, device or unified memory on each
+// side. Arrays are not supported.
 CUresult Copy2D(const CUDA_MEMCPY2D* copy, CUstream stream, bool host_synchronous) {
   if (copy == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const auto side_of = [](CUmemorytype type, Side* side) {
@@ -965,7 +980,6 @@ CUresult Copy2D(const CUDA_MEMCPY2D* copy, CUstream stream, bool host_synchronou
                : CUDA_ERROR_INVALID_VALUE;
   }
   const std::size_t width = copy->WidthInBytes, height = copy->Height;
-  if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (height > 1 && (copy->srcPitch < width || copy->dstPitch < width)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -977,63 +991,8 @@ CUresult Copy2D(const CUDA_MEMCPY2D* copy, CUstream stream, bool host_synchronou
                              copy->srcY * copy->srcPitch;
   const std::uintptr_t dst = base(dst_side, copy->dstHost, copy->dstDevice) + copy->dstXInBytes +
                              copy->dstY * copy->dstPitch;
-  const std::size_t src_pitch = copy->srcPitch, dst_pitch = copy->dstPitch;
-  std::size_t src_span = 0, dst_span = 0, total = 0;
-  if (__builtin_mul_overflow(height - 1, src_pitch, &src_span) ||
-      __builtin_add_overflow(src_span, width, &src_span) ||
-      __builtin_mul_overflow(height - 1, dst_pitch, &dst_span) ||
-      __builtin_add_overflow(dst_span, width, &dst_span) ||
-      __builtin_mul_overflow(width, height, &total)) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  const auto rows = [=](std::uintptr_t to, std::uintptr_t from, std::size_t from_pitch) {
-    for (std::size_t row = 0; row < height; ++row) {
-      std::memmove(reinterpret_cast<void*>(to + row * dst_pitch),
-                   reinterpret_cast<const void*>(from + row * from_pitch), width);
-    }
-    return CUDA_SUCCESS;
-  };
-  Driver& d = GetDriver();
-  std::shared_ptr<WorkQueue> queue;
-  Placement dst_at;
-  Placement src_at;
-  {
-    std::lock_guard lock(d.mu);
-    if (const CUresult r = RequireContextLocked(d); r != CUDA_SUCCESS) return r;
-    if (const CUresult r = CheckStreamLocked(d, stream); r != CUDA_SUCCESS) return r;
-    if (const CUresult r = CheckSideLocked(d, dst, dst_span, dst_side); r != CUDA_SUCCESS) return r;
-    if (const CUresult r = CheckSideLocked(d, src, src_span, src_side); r != CUDA_SUCCESS) return r;
-    if (CUgraph_st* capture = CaptureLocked(d, stream)) {
-      AddNodeLocked(capture, CU_GRAPH_NODE_TYPE_MEMCPY,
-                    [=](CUstream) { return rows(dst, src, src_pitch); });
-      return CUDA_SUCCESS;
-    }
-    dst_at = PlacementLocked(d, dst);
-    src_at = PlacementLocked(d, src);
-    if (AsyncStreams()) queue = QueueForLocked(d, stream);
-  }
-  Activity activity = BeginActivity(kNdtActivityMemcpy, stream, width * height);
-  activity.copy = CopyOf(src_at, dst_at);
-  if (queue == nullptr) return Timed(activity, [&] { return rows(dst, src, src_pitch); });
-  WorkItem item;
-  if (!src_at.in_table) {  // pageable rows: staged now, back to back
-    auto staged = std::make_shared<std::vector<unsigned char>>(width * height);
-    for (std::size_t row = 0; row < height; ++row) {
-      std::memcpy(staged->data() + row * width,
-                  reinterpret_cast<const void*>(src + row * src_pitch), width);
-    }
-    item = [=] {
-      return Timed(activity, [&] {
-        return rows(dst, reinterpret_cast<std::uintptr_t>(staged->data()), width);
-      });
-    };
-  } else {
-    item = [=] { return Timed(activity, [&] { return rows(dst, src, src_pitch); }); };
-  }
-  const std::uint64_t ticket = Enqueue(queue, std::move(item));
-  const bool wait =
-      !dst_at.in_table || (host_synchronous && (dst_at.pinned_host || src_at.pinned_host));
-  return wait ? WaitForTicket(queue, ticket) : CUDA_SUCCESS;
+  return CopyRows(dst, dst_side, copy->dstPitch, src, src_side, copy->srcPitch, width, height,
+                  stream, host_synchronous);
 }
 
 // cuMemcpyPeer*: a copy between two devices' memory, each pointer memory of its context's
