@@ -159,6 +159,7 @@ struct RunFacts {
   std::string trace;
   int exit_code = 0;
   uint64_t ops = 0;
+  uint64_t lifecycle_ops = 0;     // of them, streams and events created or destroyed: not compared
   uint64_t failed_calls = 0;      // ops whose call returned an error, in every process
   std::string first_failed_call;  // "op N NAME returned S"
   uint64_t refused_launches = 0;  // of them, kernel and graph launches: no work was done
@@ -182,6 +183,7 @@ StatusOr<RunFacts> ReadRunFacts(const std::string& trace, uint64_t* processes) {
       const auto* op = std::get_if<format::OpRecord>(&record);
       if (op == nullptr) continue;
       ++facts.ops;
+      if (format::IsLifecycleOp(*op)) ++facts.lifecycle_ops;
       if (op->status == 0) continue;
       if (op->kind == format::OpKind::kKernelLaunch || op->kind == format::OpKind::kGraphLaunch) {
         ++facts.refused_launches;
@@ -193,6 +195,27 @@ StatusOr<RunFacts> ReadRunFacts(const std::string& trace, uint64_t* processes) {
     }
   }
   return facts;
+}
+
+// How many ops the agreeing runs held: "123 ops each", or, where thread timing made some runs
+// create and destroy more streams and events than others (a pool grown on demand: ops no run is
+// compared on), "119 to 123 ops a run, 91 compared in each; the others create or destroy ...".
+std::string OpCountText(const std::vector<RunFacts>& runs) {
+  const auto [fewest, most] = std::minmax_element(
+      runs.begin(), runs.end(), [](const RunFacts& x, const RunFacts& y) { return x.ops < y.ops; });
+  if (fewest->ops == most->ops) return fmt::format("{} ops each", fewest->ops);
+  const auto compared = [](const RunFacts& run) { return run.ops - run.lifecycle_ops; };
+  const auto [least_compared, most_compared] = std::minmax_element(
+      runs.begin(), runs.end(),
+      [&](const RunFacts& x, const RunFacts& y) { return compared(x) < compared(y); });
+  const std::string count =
+      compared(*least_compared) == compared(*most_compared)
+          ? fmt::format("{} compared in each", compared(*least_compared))
+          : fmt::format("{} to {} compared", compared(*least_compared), compared(*most_compared));
+  return fmt::format(
+      "{} to {} ops a run, {}; the others create or destroy streams and events, as many as "
+      "thread timing asked for, and are not compared",
+      fewest->ops, most->ops, count);
 }
 
 // "; in aten::index_add_ (module Net.embed)" when NVTX ranges named the divergent op's PyTorch
@@ -470,7 +493,7 @@ int RunCheck(const CheckOptions& options) {
     if (first.exit_code != 0 || first.refused_launches != 0) {
       const std::string alike =
           cut_off_ops == 0
-              ? fmt::format("otherwise bitwise-identical ({} ops each)", first.ops)
+              ? fmt::format("otherwise bitwise-identical ({})", OpCountText(runs))
               : fmt::format(
                     "bitwise-identical up to where each stopped ({} ops in run 1; {} op(s) at "
                     "the ends of threads' or streams' work made in one run only: cut off by "
@@ -493,10 +516,10 @@ int RunCheck(const CheckOptions& options) {
       return kExitProgramFailed;
     }
     const std::string verdict = fmt::format(
-        "ndtrace check: deterministic: {} runs gave bitwise-identical results ({} ops "
-        "each{}); a divergence showing in at least {:.0f} % of runs would have been seen "
+        "ndtrace check: deterministic: {} runs gave bitwise-identical results ({}{}); a "
+        "divergence showing in at least {:.0f} % of runs would have been seen "
         "(95 % confidence){}; traces in {}",
-        made, first.ops, failed, 100.0 * DetectableShare(made),
+        made, OpCountText(runs), failed, 100.0 * DetectableShare(made),
         output_differs.empty() ? std::string() : "; but " + output_differs + ": see the note above",
         directory.string());
     fmt::print("{}\n", verdict);
