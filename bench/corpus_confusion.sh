@@ -55,7 +55,8 @@ shuffled_loader:cuMemcpyHtoDAsync_v2 async_pool:CorpusColumnDotAtomic
 data_parallel:CorpusColumnDotAtomic model_parallel:CorpusColumnDotAtomic
 unified_memory:CorpusColumnDotAtomic
 ddp_allreduce:ncclAllReduce ddp_processes:CorpusColumnDotAtomic
-pipeline_p2p:CorpusColumnDotAtomic host_callbacks:CorpusColumnDotAtomic always_fails:-
+pipeline_p2p:CorpusColumnDotAtomic host_callbacks:CorpusColumnDotAtomic cg_solver:cublasDgemm_v2
+always_fails:-
 shuffled_loader,--fail:-"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/ndt-confusion.XXXXXX")

@@ -11,8 +11,8 @@
 //
 // Covered: cuDNN legacy convolutions (forward, backward data, backward filter) in f32, f64,
 // f16 and bf16; cuDNN backend plans (cudnnBackendExecute) of convolution graphs; cuBLAS GEMMs
-// (cublasSgemm_v2, cublasGemmEx) and cuBLASLt matmuls (cublasLtMatmul without epilogue, host
-// scalars); cuRAND generation from pseudorandom generators; raw kernel launches
+// (cublasSgemm_v2, cublasDgemm_v2, cublasGemmEx) and cuBLASLt matmuls (cublasLtMatmul without
+// epilogue, host scalars); cuRAND generation from pseudorandom generators; raw kernel launches
 // (op_replay_kernel.cc: the captured module image, argument bytes and referenced allocations,
 // re-created at their recorded device addresses). Single-threaded: one replay at a time per
 // process.

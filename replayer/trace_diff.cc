@@ -69,10 +69,11 @@ std::string ArgumentText(const format::Argument& a) {
         using T = std::decay_t<decltype(v)>;
         if constexpr (std::is_same_v<T, std::monostate>) {
           return a.name + "=?";
-        } else if constexpr (std::is_same_v<T, uint64_t> || std::is_same_v<T, int64_t>) {
-          return a.name + "=" + std::to_string(v);
-        } else if constexpr (std::is_same_v<T, double>) {
-          return a.name + "=" + std::to_string(v);
+        } else if constexpr (std::is_same_v<T, uint64_t> || std::is_same_v<T, int64_t> ||
+                             std::is_same_v<T, double>) {
+          // A double as the shortest text that reads back as it: two values that differ never
+          // print alike (a dot product's last bits).
+          return fmt::format("{}={}", a.name, v);
         } else if constexpr (std::is_same_v<T, std::string>) {
           return a.name + "=\"" + v + "\"";
         } else if constexpr (std::is_same_v<T, format::Argument::Bytes>) {

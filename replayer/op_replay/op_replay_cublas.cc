@@ -46,6 +46,7 @@ struct Cublas {
   decltype(&::cublasSetPointerMode_v2) set_pointer_mode = nullptr;
   decltype(&::cublasSetWorkspace_v2) set_workspace = nullptr;
   decltype(&::cublasSgemm_v2) sgemm = nullptr;
+  decltype(&::cublasDgemm_v2) dgemm = nullptr;
   GemmExFn gemm_ex = nullptr;
 };
 
@@ -73,6 +74,7 @@ StatusOr<const Cublas*> LoadCublas() {
     Resolve(library, "cublasSetPointerMode_v2", &c->set_pointer_mode, missing);
     Resolve(library, "cublasSetWorkspace_v2", &c->set_workspace, missing);
     Resolve(library, "cublasSgemm_v2", &c->sgemm, missing);
+    Resolve(library, "cublasDgemm_v2", &c->dgemm, missing);
     Resolve(library, "cublasGemmEx", &c->gemm_ex, missing);
   });
 }
@@ -299,7 +301,8 @@ cublasOperation_t Operation(const std::string& text) {
 
 // A recorded GEMM, rebuilt from the op's arguments.
 struct Gemm {
-  bool sgemm = false;  // cublasSgemm_v2 (else cublasGemmEx)
+  enum class Api : uint8_t { kSgemm, kDgemm, kGemmEx };
+  Api api = Api::kGemmEx;  // the function recorded
   cublasOperation_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
   int m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
   cudaDataType a_type = CUDA_R_32F, b_type = CUDA_R_32F, c_type = CUDA_R_32F;
@@ -315,7 +318,9 @@ struct Gemm {
 
 StatusOr<Gemm> DescribeGemm(const format::OpRecord& op) {
   Gemm g;
-  g.sgemm = op.name == "cublasSgemm_v2";
+  g.api = op.name == "cublasSgemm_v2"   ? Gemm::Api::kSgemm
+          : op.name == "cublasDgemm_v2" ? Gemm::Api::kDgemm
+                                        : Gemm::Api::kGemmEx;
   Arguments args(op);
   g.m = static_cast<int>(args.Dimension("m"));
   g.n = static_cast<int>(args.Dimension("n"));
@@ -335,10 +340,14 @@ StatusOr<Gemm> DescribeGemm(const format::OpRecord& op) {
       args.Missing(fmt::format("{} (type '{}' is not replayed)", type_names[i], text));
     }
   }
+  // cublasSgemm_v2 and cublasDgemm_v2 take no compute type: through cublasGemmEx (another
+  // algo) they compute in their data's precision.
   int compute = -1;
-  if (!g.sgemm) {
+  if (g.api == Gemm::Api::kGemmEx) {
     compute = static_cast<int>(args.Get<int64_t>("computeType"));
     g.compute = static_cast<cublasComputeType_t>(compute);
+  } else if (g.api == Gemm::Api::kDgemm) {
+    g.compute = CUBLAS_COMPUTE_64F;
   }
   g.atomics = args.Get<std::string>("atomics") == "allowed";
   g.math = static_cast<int>(args.Get<int64_t>("mathMode"));
@@ -393,12 +402,19 @@ class GemmHandle {
     return std::nullopt;
   }
 
-  // One GEMM on buffers A, B, C: as recorded (cublasSgemm_v2 for one) or through cublasGemmEx
-  // with `algo`.
-  std::optional<std::string> Run(const Gemm& g, bool as_sgemm, int64_t algo,
+  // One GEMM on buffers A, B, C: through the recorded function when `as_typed` and it was
+  // cublasSgemm_v2 or cublasDgemm_v2, else through cublasGemmEx with `algo`.
+  std::optional<std::string> Run(const Gemm& g, bool as_typed, int64_t algo,
                                  void* const buffers[3]) const {
     cublasStatus_t status;
-    if (as_sgemm) {
+    if (as_typed && g.api == Gemm::Api::kDgemm) {
+      status = cublas_.dgemm(
+          handle_, g.trans_a, g.trans_b, g.m, g.n, g.k, static_cast<const double*>(g.alpha->data()),
+          static_cast<const double*>(buffers[0]), g.lda, static_cast<const double*>(buffers[1]),
+          g.ldb, static_cast<const double*>(g.beta->data()), static_cast<double*>(buffers[2]),
+          g.ldc);
+      if (status != CUBLAS_STATUS_SUCCESS) return StatusText("cublasDgemm_v2", status);
+    } else if (as_typed && g.api == Gemm::Api::kSgemm) {
       status = cublas_.sgemm(
           handle_, g.trans_a, g.trans_b, g.m, g.n, g.k, static_cast<const float*>(g.alpha->data()),
           static_cast<const float*>(buffers[0]), g.lda, static_cast<const float*>(buffers[1]),
@@ -421,7 +437,7 @@ class GemmHandle {
 
 bool HandlesGemm(const format::OpRecord& op) {
   return op.kind == format::OpKind::kCublasGemm &&
-         (op.name == "cublasSgemm_v2" || op.name == "cublasGemmEx");
+         (op.name == "cublasSgemm_v2" || op.name == "cublasDgemm_v2" || op.name == "cublasGemmEx");
 }
 
 StatusOr<OpReplayReport> ReplayGemm(format::TraceReader& reader, const format::OpRecord& op,
@@ -469,12 +485,12 @@ StatusOr<OpReplayReport> ReplayGemm(format::TraceReader& reader, const format::O
   report.output_role = "C";
   report.output_bytes = g.sizes[2];
 
-  // One candidate: `algo` with or without atomics, as recorded (cublasSgemm_v2 for one) or
-  // through cublasGemmEx.
+  // One candidate: `algo` with or without atomics, as recorded (cublasSgemm_v2 or
+  // cublasDgemm_v2 for one) or through cublasGemmEx.
   const auto run_candidate = [&](AlgorithmRuns runs, bool as_recorded,
                                  bool atomics) -> StatusOr<AlgorithmRuns> {
     const int64_t algo = runs.algo;
-    const bool as_sgemm = as_recorded && g.sgemm;
+    const bool as_typed = as_recorded && g.api != Gemm::Api::kGemmEx;
     // CUBLAS_GEMM_AUTOTUNE chooses by timing once per handle: a fresh handle for every run
     // makes it choose again, as a new process would.
     const bool handle_per_run = algo == CUBLAS_GEMM_AUTOTUNE;
@@ -495,7 +511,7 @@ StatusOr<OpReplayReport> ReplayGemm(format::TraceReader& reader, const format::O
                           if (handle_per_run) {
                             if (std::optional<std::string> failure = setup()) return failure;
                           }
-                          return handle->Run(g, as_sgemm, algo, pointers);
+                          return handle->Run(g, as_typed, algo, pointers);
                         });
   };
 

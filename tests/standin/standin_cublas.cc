@@ -1,6 +1,7 @@
-// The stand-in libcublas.so.13: the handle functions and single-precision GEMM (cublasSgemm_v2,
-// cublasGemmEx with 32-bit float data) on the host, for the test programs (README.md, "The
-// stand-in cuBLAS").
+// The stand-in libcublas.so.13: the handle functions, GEMMs in single and double precision
+// (cublasSgemm_v2, cublasDgemm_v2, their batched forms, cublasGemmEx with 32-bit or 64-bit float
+// data) and a few level-1 and level-2 calls in both, on the host, for the test programs
+// (README.md, "The stand-in cuBLAS").
 //
 // Like the real library it reaches the driver only through dlopen("libcuda.so.1") and
 // cuGetProcAddress_v2, and synchronises the handle's stream before it computes: device memory
@@ -47,52 +48,56 @@ struct cublasContext {
 
 namespace {
 
-// The bytes a column-major rows x cols matrix with leading dimension ld spans.
+// The bytes a column-major rows x cols matrix of T with leading dimension ld spans.
+template <typename T>
 size_t Extent(int rows, int cols, int ld) {
   if (rows <= 0 || cols <= 0) return 0;
   return (static_cast<size_t>(cols - 1) * static_cast<size_t>(ld) + static_cast<size_t>(rows)) *
-         sizeof(float);
+         sizeof(T);
 }
 
+// One GEMM of float (S) or double (D) elements.
+template <typename T>
 struct Gemm {
   bool trans_a = false;
   bool trans_b = false;
   int m = 0, n = 0, k = 0;
-  const float* a = nullptr;
+  const T* a = nullptr;
   int lda = 0;
-  const float* b = nullptr;
+  const T* b = nullptr;
   int ldb = 0;
-  float* c = nullptr;
+  T* c = nullptr;
   int ldc = 0;
-  float alpha = 1;
-  float beta = 0;
+  T alpha = 1;
+  T beta = 0;
 
-  float A(int i, int l) const {
+  T A(int i, int l) const {
     return trans_a ? a[l + static_cast<size_t>(i) * lda] : a[i + static_cast<size_t>(l) * lda];
   }
-  float B(int l, int j) const {
+  T B(int l, int j) const {
     return trans_b ? b[j + static_cast<size_t>(l) * ldb] : b[l + static_cast<size_t>(j) * ldb];
   }
   // sum over l in [k0, k1) of op(A)(i, l) * op(B)(l, j), in order.
-  float Partial(int i, int j, int k0, int k1) const {
-    float sum = 0;
+  T Partial(int i, int j, int k0, int k1) const {
+    T sum = 0;
     for (int l = k0; l < k1; ++l) sum += A(i, l) * B(l, j);
     return sum;
   }
   int SliceBegin(int slice, int slices) const {
     return static_cast<int>(static_cast<int64_t>(k) * slice / slices);
   }
-  void Store(int i, int j, float product) const {
-    float& cell = c[i + static_cast<size_t>(j) * ldc];
+  void Store(int i, int j, T product) const {
+    T& cell = c[i + static_cast<size_t>(j) * ldc];
     cell = beta == 0 ? alpha * product : alpha * product + beta * cell;
   }
 };
 
 // Split-K with `slices` slices of k whose partial sums are added in slice order.
-void RunOrdered(const Gemm& g, int slices) {
+template <typename T>
+void RunOrdered(const Gemm<T>& g, int slices) {
   for (int j = 0; j < g.n; ++j) {
     for (int i = 0; i < g.m; ++i) {
-      float total = 0;
+      T total = 0;
       for (int s = 0; s < slices; ++s) {
         total += g.Partial(i, j, g.SliceBegin(s, slices), g.SliceBegin(s + 1, slices));
       }
@@ -101,7 +106,7 @@ void RunOrdered(const Gemm& g, int slices) {
   }
 }
 
-using ndt::standin::AtomicAddFloat;
+using ndt::standin::AtomicAdd;
 
 // Split-K over kRacingSlices threads that add their partial sums into one accumulator per
 // cell with atomic float additions, in whatever order the race gives. Each thread yields after
@@ -109,19 +114,21 @@ using ndt::standin::AtomicAddFloat;
 constexpr int kRacingSlices = 4;
 constexpr unsigned kMaxAddsBetweenYields = 16;
 
-void RunRacing(const Gemm& g) {
+template <typename T>
+void RunRacing(const Gemm<T>& g) {
   const size_t cells = static_cast<size_t>(g.m) * static_cast<size_t>(g.n);
-  std::vector<float> accumulator(cells, 0.0f);
+  std::vector<T> accumulator(cells, T{0});
   auto slice = [&g, &accumulator, cells](int s) {
-    std::vector<float> partial(cells);
+    std::vector<T> partial(cells);
     const int k0 = g.SliceBegin(s, kRacingSlices), k1 = g.SliceBegin(s + 1, kRacingSlices);
     for (int j = 0; j < g.n; ++j) {
-      for (int i = 0; i < g.m; ++i) partial[i + static_cast<size_t>(j) * g.m] = g.Partial(i, j, k0, k1);
+      for (int i = 0; i < g.m; ++i)
+        partial[i + static_cast<size_t>(j) * g.m] = g.Partial(i, j, k0, k1);
     }
     std::minstd_rand random(std::random_device{}());
     unsigned until_yield = random() % kMaxAddsBetweenYields + 1;
     for (size_t cell = 0; cell < cells; ++cell) {
-      AtomicAddFloat(&accumulator[cell], partial[cell]);
+      AtomicAdd(&accumulator[cell], partial[cell]);
       if (--until_yield == 0) {
         std::this_thread::yield();
         until_yield = random() % kMaxAddsBetweenYields + 1;
@@ -164,6 +171,7 @@ int SlicesOf(int algo) {
   return 0;
 }
 
+template <typename T>
 cublasStatus_t RunGemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
                        int m, int n, int k, const void* alpha, const void* a, int lda,
                        const void* b, int ldb, const void* beta, void* c, int ldc, int algo) {
@@ -172,7 +180,7 @@ cublasStatus_t RunGemm(cublasHandle_t handle, cublasOperation_t transa, cublasOp
       alpha == nullptr || beta == nullptr) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
-  Gemm g;
+  Gemm<T> g;
   g.trans_a = transa != CUBLAS_OP_N;
   g.trans_b = transb != CUBLAS_OP_N;
   g.m = m;
@@ -194,23 +202,23 @@ cublasStatus_t RunGemm(cublasHandle_t handle, cublasOperation_t transa, cublasOp
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
   if (!Synchronize(handle->stream)) return CUBLAS_STATUS_EXECUTION_FAILED;
   if (handle->pointer_mode == CUBLAS_POINTER_MODE_DEVICE) {
-    if (!IsDeviceRange(alpha, sizeof(float)) || !IsDeviceRange(beta, sizeof(float))) {
+    if (!IsDeviceRange(alpha, sizeof(T)) || !IsDeviceRange(beta, sizeof(T))) {
       return CUBLAS_STATUS_EXECUTION_FAILED;
     }
   }
-  std::memcpy(&g.alpha, alpha, sizeof(float));
-  std::memcpy(&g.beta, beta, sizeof(float));
-  const size_t a_bytes = Extent(a_rows, g.trans_a ? m : k, lda);
-  const size_t b_bytes = Extent(b_rows, g.trans_b ? k : n, ldb);
+  std::memcpy(&g.alpha, alpha, sizeof(T));
+  std::memcpy(&g.beta, beta, sizeof(T));
+  const size_t a_bytes = Extent<T>(a_rows, g.trans_a ? m : k, lda);
+  const size_t b_bytes = Extent<T>(b_rows, g.trans_b ? k : n, ldb);
   if ((a_bytes > 0 && !IsDeviceRange(a, a_bytes)) || (b_bytes > 0 && !IsDeviceRange(b, b_bytes)) ||
-      !IsDeviceRange(c, Extent(m, n, ldc))) {
+      !IsDeviceRange(c, Extent<T>(m, n, ldc))) {
     return CUBLAS_STATUS_EXECUTION_FAILED;
   }
-  g.a = static_cast<const float*>(a);
+  g.a = static_cast<const T*>(a);
   g.lda = lda;
-  g.b = static_cast<const float*>(b);
+  g.b = static_cast<const T*>(b);
   g.ldb = ldb;
-  g.c = static_cast<float*>(c);
+  g.c = static_cast<T*>(c);
   g.ldc = ldc;
   const LibraryParams params{
       {a, b, c}, static_cast<uint32_t>(m), static_cast<uint32_t>(n), static_cast<uint32_t>(k)};
@@ -234,21 +242,23 @@ cublasStatus_t RunGemm(cublasHandle_t handle, cublasOperation_t transa, cublasOp
 
 // A scalar argument (alpha, beta) read in the handle's pointer mode: host memory, or device
 // memory (after the stream is synchronised, so its earlier writes are there).
-bool ReadScalar(cublasHandle_t handle, const float* p, float* out) {
+template <typename T>
+bool ReadScalar(cublasHandle_t handle, const T* p, T* out) {
   if (p == nullptr) return false;
-  if (handle->pointer_mode == CUBLAS_POINTER_MODE_DEVICE && !IsDeviceRange(p, sizeof(float))) {
+  if (handle->pointer_mode == CUBLAS_POINTER_MODE_DEVICE && !IsDeviceRange(p, sizeof(T))) {
     return false;
   }
-  std::memcpy(out, p, sizeof(float));
+  std::memcpy(out, p, sizeof(T));
   return true;
 }
 
-// The bytes a BLAS vector of n elements with increment inc spans, and its element i (negative
-// increments walk backwards from the far end, as BLAS defines).
+// The bytes a BLAS vector of n elements of T with increment inc spans, and its element i
+// (negative increments walk backwards from the far end, as BLAS defines).
+template <typename T>
 size_t VectorBytes(int n, int inc) {
   if (n <= 0) return 0;
   const size_t step = static_cast<size_t>(inc < 0 ? -static_cast<int64_t>(inc) : inc);
-  return (static_cast<size_t>(n - 1) * step + 1) * sizeof(float);
+  return (static_cast<size_t>(n - 1) * step + 1) * sizeof(T);
 }
 
 size_t VectorIndex(int i, int n, int inc) {
@@ -263,16 +273,152 @@ cublasStatus_t Prepare(cublasHandle_t handle) {
   return Synchronize(handle->stream) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
+template <typename T>
 cublasStatus_t RunStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
                                  cublasOperation_t transb, int m, int n, int k, const void* alpha,
-                                 const float* a, int lda, long long stride_a, const float* b,
-                                 int ldb, long long stride_b, const void* beta, float* c, int ldc,
+                                 const T* a, int lda, long long stride_a, const T* b, int ldb,
+                                 long long stride_b, const void* beta, T* c, int ldc,
                                  long long stride_c, int batch_count, int algo) {
   if (batch_count < 0) return CUBLAS_STATUS_INVALID_VALUE;
   for (int i = 0; i < batch_count; ++i) {
     const cublasStatus_t status =
-        RunGemm(handle, transa, transb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b,
-                ldb, beta, c + i * stride_c, ldc, algo);
+        RunGemm<T>(handle, transa, transb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b,
+                   ldb, beta, c + i * stride_c, ldc, algo);
+    if (status != CUBLAS_STATUS_SUCCESS) return status;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// The element type cublasGemmEx and cublasGemmStridedBatchedEx compute in here: CUDA_R_32F
+// (f32 data, a 32-bit float compute type) or CUDA_R_64F (f64 data, CUBLAS_COMPUTE_64F[_PEDANTIC]);
+// -1 for what the stand-in does not implement.
+int ExType(cudaDataType a, cudaDataType b, cudaDataType c, cublasComputeType_t compute) {
+  if (a == CUDA_R_32F && b == CUDA_R_32F && c == CUDA_R_32F &&
+      (compute == CUBLAS_COMPUTE_32F || compute == CUBLAS_COMPUTE_32F_PEDANTIC ||
+       compute == CUBLAS_COMPUTE_32F_FAST_TF32)) {
+    return CUDA_R_32F;
+  }
+  if (a == CUDA_R_64F && b == CUDA_R_64F && c == CUDA_R_64F &&
+      (compute == CUBLAS_COMPUTE_64F || compute == CUBLAS_COMPUTE_64F_PEDANTIC)) {
+    return CUDA_R_64F;
+  }
+  return -1;
+}
+
+// y = alpha x + y, element by element.
+template <typename T>
+cublasStatus_t Axpy(cublasHandle_t handle, int n, const T* alpha, const T* x, int incx, T* y,
+                    int incy) {
+  if (const cublasStatus_t status = Prepare(handle); status != CUBLAS_STATUS_SUCCESS) {
+    return status;
+  }
+  if (incx == 0 || incy == 0) return CUBLAS_STATUS_INVALID_VALUE;
+  T a = 0;
+  if (!ReadScalar(handle, alpha, &a)) return CUBLAS_STATUS_INVALID_VALUE;
+  if (n <= 0) return CUBLAS_STATUS_SUCCESS;
+  if (!IsDeviceRange(x, VectorBytes<T>(n, incx)) || !IsDeviceRange(y, VectorBytes<T>(n, incy))) {
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
+  for (int i = 0; i < n; ++i) y[VectorIndex(i, n, incy)] += a * x[VectorIndex(i, n, incx)];
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// x = alpha x.
+template <typename T>
+cublasStatus_t Scal(cublasHandle_t handle, int n, const T* alpha, T* x, int incx) {
+  if (const cublasStatus_t status = Prepare(handle); status != CUBLAS_STATUS_SUCCESS) {
+    return status;
+  }
+  T a = 0;
+  if (!ReadScalar(handle, alpha, &a)) return CUBLAS_STATUS_INVALID_VALUE;
+  if (n <= 0 || incx <= 0) return CUBLAS_STATUS_SUCCESS;  // BLAS: nothing to do
+  if (!IsDeviceRange(x, VectorBytes<T>(n, incx))) return CUBLAS_STATUS_EXECUTION_FAILED;
+  for (int i = 0; i < n; ++i) x[static_cast<size_t>(i) * incx] *= a;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// The dot product, summed in 4 interleaved partial sums then added in order (a fixed tree, as
+// the real library's reduction is); the result goes to host or device memory by pointer mode.
+template <typename T>
+cublasStatus_t Dot(cublasHandle_t handle, int n, const T* x, int incx, const T* y, int incy,
+                   T* result) {
+  if (const cublasStatus_t status = Prepare(handle); status != CUBLAS_STATUS_SUCCESS) {
+    return status;
+  }
+  if (result == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  if (handle->pointer_mode == CUBLAS_POINTER_MODE_DEVICE && !IsDeviceRange(result, sizeof(T))) {
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
+  T partial[4] = {0, 0, 0, 0};
+  if (n > 0) {
+    if (incx == 0 || incy == 0) return CUBLAS_STATUS_INVALID_VALUE;
+    if (!IsDeviceRange(x, VectorBytes<T>(n, incx)) || !IsDeviceRange(y, VectorBytes<T>(n, incy))) {
+      return CUBLAS_STATUS_EXECUTION_FAILED;
+    }
+    for (int i = 0; i < n; ++i) {
+      partial[i % 4] += x[VectorIndex(i, n, incx)] * y[VectorIndex(i, n, incy)];
+    }
+  }
+  const T total = (partial[0] + partial[1]) + (partial[2] + partial[3]);
+  std::memcpy(result, &total, sizeof(total));
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// y = alpha op(A) x + beta y, A column-major m x n.
+template <typename T>
+cublasStatus_t Gemv(cublasHandle_t handle, cublasOperation_t trans, int m, int n, const T* alpha,
+                    const T* a, int lda, const T* x, int incx, const T* beta, T* y, int incy) {
+  if (const cublasStatus_t status = Prepare(handle); status != CUBLAS_STATUS_SUCCESS) {
+    return status;
+  }
+  if (!ValidOperation(trans) || m < 0 || n < 0 || lda < (m > 1 ? m : 1) || incx == 0 || incy == 0) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  T al = 0;
+  T be = 0;
+  if (!ReadScalar(handle, alpha, &al) || !ReadScalar(handle, beta, &be)) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  const bool t = trans != CUBLAS_OP_N;
+  const int x_len = t ? m : n, y_len = t ? n : m;
+  if (!IsDeviceRange(a, Extent<T>(m, n, lda)) || !IsDeviceRange(x, VectorBytes<T>(x_len, incx)) ||
+      !IsDeviceRange(y, VectorBytes<T>(y_len, incy))) {
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
+  for (int r = 0; r < y_len; ++r) {
+    T sum = 0;
+    for (int l = 0; l < x_len; ++l) {
+      const T element =
+          t ? a[l + static_cast<size_t>(r) * lda] : a[r + static_cast<size_t>(l) * lda];
+      sum += element * x[VectorIndex(l, x_len, incx)];
+    }
+    T& out = y[VectorIndex(r, y_len, incy)];
+    out = be == 0 ? al * sum : al * sum + be * out;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// The pointer arrays are device memory, read after the stream is synchronised.
+template <typename T>
+cublasStatus_t Batched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                       int m, int n, int k, const T* alpha, const T* const Aarray[], int lda,
+                       const T* const Barray[], int ldb, const T* beta, T* const Carray[], int ldc,
+                       int batchCount) {
+  if (const cublasStatus_t status = Prepare(handle); status != CUBLAS_STATUS_SUCCESS) {
+    return status;
+  }
+  if (batchCount < 0) return CUBLAS_STATUS_INVALID_VALUE;
+  if (batchCount == 0) return CUBLAS_STATUS_SUCCESS;
+  const size_t bytes = static_cast<size_t>(batchCount) * sizeof(void*);
+  if (!IsDeviceRange(Aarray, bytes) || !IsDeviceRange(Barray, bytes) ||
+      !IsDeviceRange(Carray, bytes)) {
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
+  for (int i = 0; i < batchCount; ++i) {
+    const cublasStatus_t status =
+        RunGemm<T>(handle, transa, transb, m, n, k, alpha, Aarray[i], lda, Barray[i], ldb, beta,
+                   Carray[i], ldc, CUBLAS_GEMM_DEFAULT);
     if (status != CUBLAS_STATUS_SUCCESS) return status;
   }
   return CUBLAS_STATUS_SUCCESS;
@@ -391,8 +537,16 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
                               cublasOperation_t transb, int m, int n, int k, const float* alpha,
                               const float* a, int lda, const float* b, int ldb, const float* beta,
                               float* c, int ldc) {
-  return RunGemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
-                 CUBLAS_GEMM_DEFAULT);
+  return RunGemm<float>(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                        CUBLAS_GEMM_DEFAULT);
+}
+
+cublasStatus_t cublasDgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
+                              cublasOperation_t transb, int m, int n, int k, const double* alpha,
+                              const double* a, int lda, const double* b, int ldb,
+                              const double* beta, double* c, int ldc) {
+  return RunGemm<double>(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                         CUBLAS_GEMM_DEFAULT);
 }
 
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
@@ -401,107 +555,58 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
                             cudaDataType b_type, int ldb, const void* beta, void* c,
                             cudaDataType c_type, int ldc, cublasComputeType_t compute_type,
                             cublasGemmAlgo_t algo) {
-  if (a_type != CUDA_R_32F || b_type != CUDA_R_32F || c_type != CUDA_R_32F) {
-    return CUBLAS_STATUS_NOT_SUPPORTED;
+  switch (ExType(a_type, b_type, c_type, compute_type)) {
+    case CUDA_R_32F:
+      return RunGemm<float>(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                            algo);
+    case CUDA_R_64F:
+      return RunGemm<double>(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                             algo);
+    default:
+      return CUBLAS_STATUS_NOT_SUPPORTED;
   }
-  if (compute_type != CUBLAS_COMPUTE_32F && compute_type != CUBLAS_COMPUTE_32F_PEDANTIC &&
-      compute_type != CUBLAS_COMPUTE_32F_FAST_TF32) {
-    return CUBLAS_STATUS_NOT_SUPPORTED;
-  }
-  return RunGemm(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, algo);
 }
 
-// y = alpha x + y, element by element.
 cublasStatus_t cublasSaxpy_v2(cublasHandle_t handle, int n, const float* alpha, const float* x,
                               int incx, float* y, int incy) {
-  if (const cublasStatus_t status = Prepare(handle); status != CUBLAS_STATUS_SUCCESS) {
-    return status;
-  }
-  if (incx == 0 || incy == 0) return CUBLAS_STATUS_INVALID_VALUE;
-  float a = 0;
-  if (!ReadScalar(handle, alpha, &a)) return CUBLAS_STATUS_INVALID_VALUE;
-  if (n <= 0) return CUBLAS_STATUS_SUCCESS;
-  if (!IsDeviceRange(x, VectorBytes(n, incx)) || !IsDeviceRange(y, VectorBytes(n, incy))) {
-    return CUBLAS_STATUS_EXECUTION_FAILED;
-  }
-  for (int i = 0; i < n; ++i) y[VectorIndex(i, n, incy)] += a * x[VectorIndex(i, n, incx)];
-  return CUBLAS_STATUS_SUCCESS;
+  return Axpy(handle, n, alpha, x, incx, y, incy);
 }
 
-// x = alpha x.
+cublasStatus_t cublasDaxpy_v2(cublasHandle_t handle, int n, const double* alpha, const double* x,
+                              int incx, double* y, int incy) {
+  return Axpy(handle, n, alpha, x, incx, y, incy);
+}
+
 cublasStatus_t cublasSscal_v2(cublasHandle_t handle, int n, const float* alpha, float* x,
                               int incx) {
-  if (const cublasStatus_t status = Prepare(handle); status != CUBLAS_STATUS_SUCCESS) {
-    return status;
-  }
-  float a = 0;
-  if (!ReadScalar(handle, alpha, &a)) return CUBLAS_STATUS_INVALID_VALUE;
-  if (n <= 0 || incx <= 0) return CUBLAS_STATUS_SUCCESS;  // BLAS: nothing to do
-  if (!IsDeviceRange(x, VectorBytes(n, incx))) return CUBLAS_STATUS_EXECUTION_FAILED;
-  for (int i = 0; i < n; ++i) x[static_cast<size_t>(i) * incx] *= a;
-  return CUBLAS_STATUS_SUCCESS;
+  return Scal(handle, n, alpha, x, incx);
 }
 
-// The dot product, summed in 4 interleaved partial sums then added in order (a fixed tree, as
-// the real library's reduction is); the result goes to host or device memory by pointer mode.
+cublasStatus_t cublasDscal_v2(cublasHandle_t handle, int n, const double* alpha, double* x,
+                              int incx) {
+  return Scal(handle, n, alpha, x, incx);
+}
+
 cublasStatus_t cublasSdot_v2(cublasHandle_t handle, int n, const float* x, int incx,
                              const float* y, int incy, float* result) {
-  if (const cublasStatus_t status = Prepare(handle); status != CUBLAS_STATUS_SUCCESS) {
-    return status;
-  }
-  if (result == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  if (handle->pointer_mode == CUBLAS_POINTER_MODE_DEVICE &&
-      !IsDeviceRange(result, sizeof(float))) {
-    return CUBLAS_STATUS_EXECUTION_FAILED;
-  }
-  float partial[4] = {0, 0, 0, 0};
-  if (n > 0) {
-    if (incx == 0 || incy == 0) return CUBLAS_STATUS_INVALID_VALUE;
-    if (!IsDeviceRange(x, VectorBytes(n, incx)) || !IsDeviceRange(y, VectorBytes(n, incy))) {
-      return CUBLAS_STATUS_EXECUTION_FAILED;
-    }
-    for (int i = 0; i < n; ++i) {
-      partial[i % 4] += x[VectorIndex(i, n, incx)] * y[VectorIndex(i, n, incy)];
-    }
-  }
-  const float total = (partial[0] + partial[1]) + (partial[2] + partial[3]);
-  std::memcpy(result, &total, sizeof(total));
-  return CUBLAS_STATUS_SUCCESS;
+  return Dot(handle, n, x, incx, y, incy, result);
 }
 
-// y = alpha op(A) x + beta y, A column-major m x n.
+cublasStatus_t cublasDdot_v2(cublasHandle_t handle, int n, const double* x, int incx,
+                             const double* y, int incy, double* result) {
+  return Dot(handle, n, x, incx, y, incy, result);
+}
+
 cublasStatus_t cublasSgemv_v2(cublasHandle_t handle, cublasOperation_t trans, int m, int n,
                               const float* alpha, const float* a, int lda, const float* x,
                               int incx, const float* beta, float* y, int incy) {
-  if (const cublasStatus_t status = Prepare(handle); status != CUBLAS_STATUS_SUCCESS) {
-    return status;
-  }
-  if (!ValidOperation(trans) || m < 0 || n < 0 || lda < (m > 1 ? m : 1) || incx == 0 ||
-      incy == 0) {
-    return CUBLAS_STATUS_INVALID_VALUE;
-  }
-  float al = 0;
-  float be = 0;
-  if (!ReadScalar(handle, alpha, &al) || !ReadScalar(handle, beta, &be)) {
-    return CUBLAS_STATUS_INVALID_VALUE;
-  }
-  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-  const bool t = trans != CUBLAS_OP_N;
-  const int x_len = t ? m : n, y_len = t ? n : m;
-  if (!IsDeviceRange(a, Extent(m, n, lda)) || !IsDeviceRange(x, VectorBytes(x_len, incx)) ||
-      !IsDeviceRange(y, VectorBytes(y_len, incy))) {
-    return CUBLAS_STATUS_EXECUTION_FAILED;
-  }
-  for (int r = 0; r < y_len; ++r) {
-    float sum = 0;
-    for (int l = 0; l < x_len; ++l) {
-      const float element = t ? a[l + static_cast<size_t>(r) * lda] : a[r + static_cast<size_t>(l) * lda];
-      sum += element * x[VectorIndex(l, x_len, incx)];
-    }
-    float& out = y[VectorIndex(r, y_len, incy)];
-    out = be == 0 ? al * sum : al * sum + be * out;
-  }
-  return CUBLAS_STATUS_SUCCESS;
+  return Gemv(handle, trans, m, n, alpha, a, lda, x, incx, beta, y, incy);
+}
+
+cublasStatus_t cublasDgemv_v2(cublasHandle_t handle, cublasOperation_t trans, int m, int n,
+                              const double* alpha, const double* a, int lda, const double* x,
+                              int incx, const double* beta, double* y, int incy) {
+  return Gemv(handle, trans, m, n, alpha, a, lda, x, incx, beta, y, incy);
 }
 
 cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
@@ -514,29 +619,32 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                            strideB, beta, c, ldc, strideC, batchCount, CUBLAS_GEMM_DEFAULT);
 }
 
-// The pointer arrays are device memory, read after the stream is synchronised.
+cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                         cublasOperation_t transb, int m, int n, int k,
+                                         const double* alpha, const double* a, int lda,
+                                         long long int strideA, const double* b, int ldb,
+                                         long long int strideB, const double* beta, double* c,
+                                         int ldc, long long int strideC, int batchCount) {
+  return RunStridedBatched(handle, transa, transb, m, n, k, alpha, a, lda, strideA, b, ldb, strideB,
+                           beta, c, ldc, strideC, batchCount, CUBLAS_GEMM_DEFAULT);
+}
+
 cublasStatus_t cublasSgemmBatched(cublasHandle_t handle, cublasOperation_t transa,
                                   cublasOperation_t transb, int m, int n, int k,
                                   const float* alpha, const float* const Aarray[], int lda,
                                   const float* const Barray[], int ldb, const float* beta,
                                   float* const Carray[], int ldc, int batchCount) {
-  if (const cublasStatus_t status = Prepare(handle); status != CUBLAS_STATUS_SUCCESS) {
-    return status;
-  }
-  if (batchCount < 0) return CUBLAS_STATUS_INVALID_VALUE;
-  if (batchCount == 0) return CUBLAS_STATUS_SUCCESS;
-  const size_t bytes = static_cast<size_t>(batchCount) * sizeof(void*);
-  if (!IsDeviceRange(Aarray, bytes) || !IsDeviceRange(Barray, bytes) ||
-      !IsDeviceRange(Carray, bytes)) {
-    return CUBLAS_STATUS_EXECUTION_FAILED;
-  }
-  for (int i = 0; i < batchCount; ++i) {
-    const cublasStatus_t status = RunGemm(handle, transa, transb, m, n, k, alpha, Aarray[i], lda,
-                                          Barray[i], ldb, beta, Carray[i], ldc,
-                                          CUBLAS_GEMM_DEFAULT);
-    if (status != CUBLAS_STATUS_SUCCESS) return status;
-  }
-  return CUBLAS_STATUS_SUCCESS;
+  return Batched(handle, transa, transb, m, n, k, alpha, Aarray, lda, Barray, ldb, beta, Carray,
+                 ldc, batchCount);
+}
+
+cublasStatus_t cublasDgemmBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                  cublasOperation_t transb, int m, int n, int k,
+                                  const double* alpha, const double* const Aarray[], int lda,
+                                  const double* const Barray[], int ldb, const double* beta,
+                                  double* const Carray[], int ldc, int batchCount) {
+  return Batched(handle, transa, transb, m, n, k, alpha, Aarray, lda, Barray, ldb, beta, Carray,
+                 ldc, batchCount);
 }
 
 cublasStatus_t cublasGemmStridedBatchedEx(
@@ -545,16 +653,19 @@ cublasStatus_t cublasGemmStridedBatchedEx(
     const void* B, cudaDataType Btype, int ldb, long long int strideB, const void* beta, void* C,
     cudaDataType Ctype, int ldc, long long int strideC, int batchCount,
     cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
-  if (Atype != CUDA_R_32F || Btype != CUDA_R_32F || Ctype != CUDA_R_32F) {
-    return CUBLAS_STATUS_NOT_SUPPORTED;
+  switch (ExType(Atype, Btype, Ctype, computeType)) {
+    case CUDA_R_32F:
+      return RunStridedBatched(handle, transa, transb, m, n, k, alpha, static_cast<const float*>(A),
+                               lda, strideA, static_cast<const float*>(B), ldb, strideB, beta,
+                               static_cast<float*>(C), ldc, strideC, batchCount, algo);
+    case CUDA_R_64F:
+      return RunStridedBatched(handle, transa, transb, m, n, k, alpha,
+                               static_cast<const double*>(A), lda, strideA,
+                               static_cast<const double*>(B), ldb, strideB, beta,
+                               static_cast<double*>(C), ldc, strideC, batchCount, algo);
+    default:
+      return CUBLAS_STATUS_NOT_SUPPORTED;
   }
-  if (computeType != CUBLAS_COMPUTE_32F && computeType != CUBLAS_COMPUTE_32F_PEDANTIC &&
-      computeType != CUBLAS_COMPUTE_32F_FAST_TF32) {
-    return CUBLAS_STATUS_NOT_SUPPORTED;
-  }
-  return RunStridedBatched(handle, transa, transb, m, n, k, alpha, static_cast<const float*>(A),
-                           lda, strideA, static_cast<const float*>(B), ldb, strideB, beta,
-                           static_cast<float*>(C), ldc, strideC, batchCount, algo);
 }
 
 }  // extern "C"

@@ -562,3 +562,58 @@ TEST_CASE("cublas: axpy, dot, gemv and strided batched GEMMs are recorded with "
   CHECK(Digest(b.outputs, "C").bytes == 4 * 256 * 4);
   std::remove(trace.c_str());
 }
+
+TEST_CASE("cublas: the double-precision calls are recorded with f64 extents and host results",
+          "[tracer][cublas]") {
+  // tests/corpus/cg_solver: A (48 x 48) formed by one cublasDgemm_v2 (transa T, beta 1), two
+  // conjugate-gradient solves of 17 iterations each (Dgemv, Ddot in host pointer mode, Daxpy,
+  // Dscal), both residuals by one cublasDgemmStridedBatched with A shared (stride 0).
+  const std::string trace = TempPath("cg_solver.ndt");
+  const RunResult traced = RecordRun(trace, CORPUS_CG_SOLVER);
+  INFO(traced.err);
+  REQUIRE(traced.status == 0);
+  const std::vector<OpRecord> ops = Ops(ReadAll(trace));
+  constexpr uint64_t kMatrix = 48 * 48 * 8, kVector = 48 * 8;
+  using ndt::format::DType;
+
+  const std::vector<OpRecord> gemm = Named(ops, "cublasDgemm_v2");
+  REQUIRE(gemm.size() == 1);
+  CHECK(gemm[0].kind == OpKind::kCublasGemm);
+  CHECK_THAT(TextArg(gemm[0], "fingerprint"),
+             Catch::StartsWith("cublasDgemm_v2 op=T,N m=48 n=48 k=48") &&
+                 Catch::Contains("A=f64 B=f64 C=f64"));
+  CHECK(std::get<double>(Arg(gemm[0], "beta")->value) == 1.0);
+  CHECK(Digest(gemm[0].inputs, "A").bytes == kMatrix);
+  CHECK(Digest(gemm[0].inputs, "A").dtype == DType::kF64);
+  CHECK(Digest(gemm[0].inputs, "C").bytes == kMatrix);  // beta = 1: C is read
+  CHECK(Digest(gemm[0].outputs, "C").bytes == kMatrix);
+
+  const std::vector<OpRecord> batched = Named(ops, "cublasDgemmStridedBatched");
+  REQUIRE(batched.size() == 1);
+  CHECK(std::get<int64_t>(Arg(batched[0], "strideA")->value) == 0);
+  CHECK(Digest(batched[0].inputs, "A").bytes == kMatrix);  // shared by both batches
+  CHECK(Digest(batched[0].inputs, "B").bytes == 2 * kVector);
+  CHECK(Digest(batched[0].outputs, "C").bytes == 2 * kVector);
+
+  const std::vector<OpRecord> gemv = Named(ops, "cublasDgemv_v2");
+  const std::vector<OpRecord> dot = Named(ops, "cublasDdot_v2");
+  const std::vector<OpRecord> axpy = Named(ops, "cublasDaxpy_v2");
+  const std::vector<OpRecord> scal = Named(ops, "cublasDscal_v2");
+  CHECK(gemv.size() == 34);
+  CHECK(dot.size() == 2 + 2 * 34);
+  CHECK(axpy.size() == 3 * 34);
+  CHECK(scal.size() == 34);
+  REQUIRE(!gemv.empty());
+  REQUIRE(!dot.empty());
+  REQUIRE(!scal.empty());
+  CHECK(Digest(gemv[0].inputs, "A").bytes == kMatrix);
+  CHECK(Digest(gemv[0].inputs, "x").dtype == DType::kF64);
+  CHECK(Digest(gemv[0].outputs, "y").bytes == kVector);
+  CHECK(gemv[0].inputs.size() == 2);  // beta = 0: y is not read
+  // Host pointer mode: the result is an argument, as precise as the double it was.
+  REQUIRE(Arg(dot[0], "result") != nullptr);
+  CHECK(std::get<double>(Arg(dot[0], "result")->value) > 0);
+  CHECK(dot[0].outputs.empty());
+  CHECK(Digest(scal[0].outputs, "x").bytes == kVector);
+  std::remove(trace.c_str());
+}

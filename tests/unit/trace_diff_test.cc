@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -154,6 +155,22 @@ TEST_CASE("a racing kernel with output digests is named with the PyTorch op it i
   CHECK_THAT(report.first_divergence->hint->framework_op, Catch::Contains("index_add_"));
   CHECK_THAT(report.first_divergence->hint->fix,
              Catch::Contains("torch.use_deterministic_algorithms(True)"));
+}
+
+TEST_CASE("host results differing in their last bit are shown apart", "[replayer]") {
+  // cublasDdot_v2 in host pointer mode: its result is an argument; two that differ by one ulp
+  // must not print alike (std::to_string's six decimals showed 76.266148 for both).
+  TempDir dir;
+  auto with_result = [](double result) {
+    return [result](std::vector<OpRecord>& ops) { ops[2].args.push_back({"result", result}); };
+  };
+  const double a = 76.26614812345678;
+  const DiffReport report =
+      Diff(dir, Program(with_result(a)), Program(with_result(std::nextafter(a, 100.0))));
+  REQUIRE(report.first_structural.has_value());
+  CHECK_THAT(
+      report.first_structural->what,
+      Catch::Contains("result=76.26614812345677 in run A, result=76.26614812345679 in run B"));
 }
 
 TEST_CASE("a different Philox offset is an RNG-state divergence", "[replayer]") {

@@ -4,14 +4,17 @@
 // Recorded (what the program called, unmodified):
 //  - cublasCreate_v2 / Destroy_v2 / SetStream_v2 / SetWorkspace_v2 / SetAtomicsMode /
 //    SetMathMode: kOther ops naming the handle by ordinal (1, 2, ... by first appearance);
-//  - cublasSgemm_v2 and cublasGemmEx: kCublasGemm ops with the problem, a "fingerprint", the
+//  - cublasSgemm_v2, cublasDgemm_v2 and cublasGemmEx: kCublasGemm ops with the problem, a
+//  "fingerprint", the
 //    algo as an AlgorithmChoice (library "cublas"), digests of A, B and C before the call and
 //    of C after it, over exactly the extents the dimensions and leading dimensions give;
-//  - cublasSgemmStridedBatched and cublasGemmStridedBatchedEx: kCublasGemm ops like the GEMMs,
-//    with batchCount and the strides, each matrix's extent covering every batch;
-//    cublasSgemmBatched: a kCublasGemm op with the digests of the three pointer arrays (the
-//    matrices they point to are not read: that would need the arrays on the host);
-//  - cublasSgemv_v2 (kCublasGemm), cublasSaxpy_v2, cublasSscal_v2, cublasSdot_v2 (kOther): the
+//  - cublasSgemmStridedBatched, cublasDgemmStridedBatched and cublasGemmStridedBatchedEx:
+//    kCublasGemm ops like the GEMMs, with batchCount and the strides, each matrix's extent
+//    covering every batch; cublasSgemmBatched and cublasDgemmBatched: a kCublasGemm op with the
+//    digests of the three pointer arrays (the matrices they point to are not read: that would need
+//    the arrays on the host);
+//  - cublas[SD]gemv_v2 (kCublasGemm), cublas[SD]axpy_v2, cublas[SD]scal_v2, cublas[SD]dot_v2
+//    (kOther; the S forms float, the D forms double): the
 //    arguments, scalars by pointer mode, digests of the vectors and matrix read before the call
 //    and of those written after it (exact BLAS extents: (n - 1) * |inc| + 1 elements); a dot
 //    product's result in host memory is recorded as the argument "result";
@@ -622,11 +625,12 @@ cublasPointerMode_t PointerMode(cublasHandle_t handle) {
   return mode;
 }
 
-// The bytes a BLAS vector of n f32 elements with increment inc spans from its pointer.
-uint64_t VectorBytes(int n, int inc) {
+// The bytes a BLAS vector of n elements of `element` bytes with increment inc spans from its
+// pointer.
+uint64_t VectorBytes(int n, int inc, uint64_t element) {
   if (n <= 0) return 0;
   const uint64_t step = static_cast<uint64_t>(inc < 0 ? -static_cast<int64_t>(inc) : inc);
-  return (static_cast<uint64_t>(n - 1) * step + 1) * sizeof(float);
+  return (static_cast<uint64_t>(n - 1) * step + 1) * element;
 }
 
 template <typename Args, typename Real, typename After>
@@ -654,6 +658,182 @@ cublasStatus_t RecordBlas(Session& session, RealCall<cublasStatus_t>& call, OpKi
   }
   session.EndOp(op, static_cast<int32_t>(status));
   return status;
+}
+
+// The S (float) and D (double) forms of a BLAS call differ only in their element type.
+template <typename T>
+struct BlasElement;
+template <>
+struct BlasElement<float> {
+  static constexpr cudaDataType kCuda = CUDA_R_32F;
+  static constexpr DType kDType = DType::kF32;
+};
+template <>
+struct BlasElement<double> {
+  static constexpr cudaDataType kCuda = CUDA_R_64F;
+  static constexpr DType kDType = DType::kF64;
+};
+
+// The hooks of the level-1 and level-2 calls and of the pointer-array batched GEMM, for either
+// element type: `api` is the exported name, `real` the real function.
+template <typename T, typename Real>
+cublasStatus_t HookGemmBatched(const char* api, Real real, cublasHandle_t handle,
+                               cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                               int k, const T* alpha, const T* const Aarray[], int lda,
+                               const T* const Barray[], int ldb, const T* beta, T* const Carray[],
+                               int ldc, int batchCount) {
+  auto call_real = [&] {
+    return real(handle, transa, transb, m, n, k, alpha, Aarray, lda, Barray, ldb, beta, Carray, ldc,
+                batchCount);
+  };
+  constexpr cudaDataType kType = BlasElement<T>::kCuda;
+  return RunLibraryHook(
+      api, real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        const bool host = PointerMode(handle) == CUBLAS_POINTER_MODE_HOST;
+        const uint64_t array_bytes = batchCount > 0 ? uint64_t(batchCount) * sizeof(void*) : 0;
+        const std::vector<Extent> arrays = {{"Aarray", Address(Aarray), array_bytes, DType::kU8},
+                                            {"Barray", Address(Barray), array_bytes, DType::kU8},
+                                            {"Carray", Address(Carray), array_bytes, DType::kU8}};
+        return RecordBlas(
+            session, call, OpKind::kCublasGemm, api, handle,
+            [&](std::vector<format::Argument>& args) {
+              args.push_back(TextArgument("transa", OperationName(transa)));
+              args.push_back(TextArgument("transb", OperationName(transb)));
+              args.push_back(SignedArgument("m", m));
+              args.push_back(SignedArgument("n", n));
+              args.push_back(SignedArgument("k", k));
+              args.push_back(ScalarArgument("alpha", alpha, kType, host));
+              args.push_back(PointerArgument(session, "Aarray", Address(Aarray)));
+              args.push_back(SignedArgument("lda", lda));
+              args.push_back(PointerArgument(session, "Barray", Address(Barray)));
+              args.push_back(SignedArgument("ldb", ldb));
+              args.push_back(ScalarArgument("beta", beta, kType, host));
+              args.push_back(PointerArgument(session, "Carray", Address(Carray)));
+              args.push_back(SignedArgument("ldc", ldc));
+              args.push_back(SignedArgument("batchCount", batchCount));
+            },
+            arrays, {}, call_real, [](std::vector<format::Argument>&) {});
+      });
+}
+
+template <typename T, typename Real>
+cublasStatus_t HookGemv(const char* api, Real real, cublasHandle_t handle, cublasOperation_t trans,
+                        int m, int n, const T* alpha, const T* a, int lda, const T* x, int incx,
+                        const T* beta, T* y, int incy) {
+  auto call_real = [&] { return real(handle, trans, m, n, alpha, a, lda, x, incx, beta, y, incy); };
+  constexpr cudaDataType kType = BlasElement<T>::kCuda;
+  constexpr DType kDType = BlasElement<T>::kDType;
+  return RunLibraryHook(
+      api, real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        const bool host = PointerMode(handle) == CUBLAS_POINTER_MODE_HOST;
+        const bool t = trans != CUBLAS_OP_N;
+        const int x_len = t ? m : n, y_len = t ? n : m;
+        const bool ok = m > 0 && n > 0;
+        const Extent y_extent{"y", Address(y), ok ? VectorBytes(y_len, incy, sizeof(T)) : 0,
+                              kDType};
+        std::vector<Extent> inputs = {
+            {"A", Address(a), ok ? MatrixBytes(m, n, lda, sizeof(T)) : 0, kDType},
+            {"x", Address(x), ok ? VectorBytes(x_len, incx, sizeof(T)) : 0, kDType}};
+        const std::optional<double> b = host ? HostScalar(beta, kType) : std::nullopt;
+        if (!b || *b != 0) inputs.push_back(y_extent);
+        return RecordBlas(
+            session, call, OpKind::kCublasGemm, api, handle,
+            [&](std::vector<format::Argument>& args) {
+              args.push_back(TextArgument("trans", OperationName(trans)));
+              args.push_back(SignedArgument("m", m));
+              args.push_back(SignedArgument("n", n));
+              args.push_back(ScalarArgument("alpha", alpha, kType, host));
+              args.push_back(PointerArgument(session, "A", Address(a)));
+              args.push_back(SignedArgument("lda", lda));
+              args.push_back(PointerArgument(session, "x", Address(x)));
+              args.push_back(SignedArgument("incx", incx));
+              args.push_back(ScalarArgument("beta", beta, kType, host));
+              args.push_back(PointerArgument(session, "y", Address(y)));
+              args.push_back(SignedArgument("incy", incy));
+            },
+            inputs, {y_extent}, call_real, [](std::vector<format::Argument>&) {});
+      });
+}
+
+template <typename T, typename Real>
+cublasStatus_t HookAxpy(const char* api, Real real, cublasHandle_t handle, int n, const T* alpha,
+                        const T* x, int incx, T* y, int incy) {
+  auto call_real = [&] { return real(handle, n, alpha, x, incx, y, incy); };
+  constexpr DType kDType = BlasElement<T>::kDType;
+  return RunLibraryHook(
+      api, real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        const bool host = PointerMode(handle) == CUBLAS_POINTER_MODE_HOST;
+        const Extent y_extent{"y", Address(y), VectorBytes(n, incy, sizeof(T)), kDType};
+        return RecordBlas(
+            session, call, OpKind::kOther, api, handle,
+            [&](std::vector<format::Argument>& args) {
+              args.push_back(SignedArgument("n", n));
+              args.push_back(ScalarArgument("alpha", alpha, BlasElement<T>::kCuda, host));
+              args.push_back(PointerArgument(session, "x", Address(x)));
+              args.push_back(SignedArgument("incx", incx));
+              args.push_back(PointerArgument(session, "y", Address(y)));
+              args.push_back(SignedArgument("incy", incy));
+            },
+            {{"x", Address(x), VectorBytes(n, incx, sizeof(T)), kDType}, y_extent}, {y_extent},
+            call_real, [](std::vector<format::Argument>&) {});
+      });
+}
+
+template <typename T, typename Real>
+cublasStatus_t HookScal(const char* api, Real real, cublasHandle_t handle, int n, const T* alpha,
+                        T* x, int incx) {
+  auto call_real = [&] { return real(handle, n, alpha, x, incx); };
+  return RunLibraryHook(
+      api, real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        const bool host = PointerMode(handle) == CUBLAS_POINTER_MODE_HOST;
+        const Extent x_extent{"x", Address(x), incx > 0 ? VectorBytes(n, incx, sizeof(T)) : 0,
+                              BlasElement<T>::kDType};
+        return RecordBlas(
+            session, call, OpKind::kOther, api, handle,
+            [&](std::vector<format::Argument>& args) {
+              args.push_back(SignedArgument("n", n));
+              args.push_back(ScalarArgument("alpha", alpha, BlasElement<T>::kCuda, host));
+              args.push_back(PointerArgument(session, "x", Address(x)));
+              args.push_back(SignedArgument("incx", incx));
+            },
+            {x_extent}, {x_extent}, call_real, [](std::vector<format::Argument>&) {});
+      });
+}
+
+template <typename T, typename Real>
+cublasStatus_t HookDot(const char* api, Real real, cublasHandle_t handle, int n, const T* x,
+                       int incx, const T* y, int incy, T* result) {
+  auto call_real = [&] { return real(handle, n, x, incx, y, incy, result); };
+  constexpr DType kDType = BlasElement<T>::kDType;
+  return RunLibraryHook(
+      api, real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        const bool host = PointerMode(handle) == CUBLAS_POINTER_MODE_HOST;
+        std::vector<Extent> outputs;
+        if (!host) outputs.push_back({"result", Address(result), sizeof(T), kDType});
+        return RecordBlas(
+            session, call, OpKind::kOther, api, handle,
+            [&](std::vector<format::Argument>& args) {
+              args.push_back(SignedArgument("n", n));
+              args.push_back(PointerArgument(session, "x", Address(x)));
+              args.push_back(SignedArgument("incx", incx));
+              args.push_back(PointerArgument(session, "y", Address(y)));
+              args.push_back(SignedArgument("incy", incy));
+              args.push_back(TextArgument("pointerMode", host ? "host" : "device"));
+            },
+            {{"x", Address(x), VectorBytes(n, incx, sizeof(T)), kDType},
+             {"y", Address(y), VectorBytes(n, incy, sizeof(T)), kDType}},
+            outputs, call_real,
+            [&](std::vector<format::Argument>& args) {
+              if (host) {
+                args.push_back(ScalarArgument("result", result, BlasElement<T>::kCuda, true));
+              }
+            });
+      });
 }
 
 // ---- cuBLASLt -----------------------------------------------------------------------------
@@ -1074,6 +1254,46 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
       });
 }
 
+cublasStatus_t cublasDgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
+                              cublasOperation_t transb, int m, int n, int k, const double* alpha,
+                              const double* a, int lda, const double* b, int ldb,
+                              const double* beta, double* c, int ldc) {
+  const auto real = NDT_REAL_LIBRARY(kCublas, cublasDgemm_v2);
+  auto call_real = [&] {
+    return real(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  };
+  return RunLibraryHook("cublasDgemm_v2", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
+                        [&](Session& session, RealCall<cublasStatus_t>& call) {
+                          const GemmCall g{"cublasDgemm_v2",
+                                           handle,
+                                           transa,
+                                           transb,
+                                           m,
+                                           n,
+                                           k,
+                                           alpha,
+                                           a,
+                                           CUDA_R_64F,
+                                           lda,
+                                           b,
+                                           CUDA_R_64F,
+                                           ldb,
+                                           beta,
+                                           c,
+                                           CUDA_R_64F,
+                                           ldc,
+                                           -1,
+                                           CUBLAS_GEMM_DEFAULT,
+                                           false,
+                                           0,
+                                           0,
+                                           0,
+                                           0};
+                          return ndt::tracer::RecordGemm(session, call, g,
+                                                         [&](int) { return call_real(); });
+                        });
+}
+
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
                             cublasOperation_t transb, int m, int n, int k, const void* alpha,
                             const void* a, cudaDataType a_type, int lda, const void* b,
@@ -1130,6 +1350,49 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
       });
 }
 
+cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                         cublasOperation_t transb, int m, int n, int k,
+                                         const double* alpha, const double* a, int lda,
+                                         long long int strideA, const double* b, int ldb,
+                                         long long int strideB, const double* beta, double* c,
+                                         int ldc, long long int strideC, int batchCount) {
+  const auto real = NDT_REAL_LIBRARY(kCublas, cublasDgemmStridedBatched);
+  auto call_real = [&] {
+    return real(handle, transa, transb, m, n, k, alpha, a, lda, strideA, b, ldb, strideB, beta, c,
+                ldc, strideC, batchCount);
+  };
+  return RunLibraryHook("cublasDgemmStridedBatched", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED,
+                        call_real, [&](Session& session, RealCall<cublasStatus_t>& call) {
+                          const GemmCall g{"cublasDgemmStridedBatched",
+                                           handle,
+                                           transa,
+                                           transb,
+                                           m,
+                                           n,
+                                           k,
+                                           alpha,
+                                           a,
+                                           CUDA_R_64F,
+                                           lda,
+                                           b,
+                                           CUDA_R_64F,
+                                           ldb,
+                                           beta,
+                                           c,
+                                           CUDA_R_64F,
+                                           ldc,
+                                           -1,
+                                           CUBLAS_GEMM_DEFAULT,
+                                           false,
+                                           batchCount,
+                                           strideA,
+                                           strideB,
+                                           strideC};
+                          return ndt::tracer::RecordGemm(session, call, g,
+                                                         [&](int) { return call_real(); });
+                        });
+}
+
 cublasStatus_t cublasGemmStridedBatchedEx(
     cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
     const void* alpha, const void* A, cudaDataType Atype, int lda, long long int strideA,
@@ -1170,157 +1433,69 @@ cublasStatus_t cublasSgemmBatched(cublasHandle_t handle, cublasOperation_t trans
                                   const float* alpha, const float* const Aarray[], int lda,
                                   const float* const Barray[], int ldb, const float* beta,
                                   float* const Carray[], int ldc, int batchCount) {
-  const auto real = NDT_REAL_LIBRARY(kCublas, cublasSgemmBatched);
-  auto call_real = [&] {
-    return real(handle, transa, transb, m, n, k, alpha, Aarray, lda, Barray, ldb, beta, Carray,
-                ldc, batchCount);
-  };
-  return RunLibraryHook(
-      "cublasSgemmBatched", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
-      [&](Session& session, RealCall<cublasStatus_t>& call) {
-        const bool host = ndt::tracer::PointerMode(handle) == CUBLAS_POINTER_MODE_HOST;
-        const uint64_t array_bytes = batchCount > 0 ? uint64_t(batchCount) * sizeof(void*) : 0;
-        const std::vector<Extent> arrays = {
-            {"Aarray", Address(Aarray), array_bytes, ndt::format::DType::kU8},
-            {"Barray", Address(Barray), array_bytes, ndt::format::DType::kU8},
-            {"Carray", Address(Carray), array_bytes, ndt::format::DType::kU8}};
-        return ndt::tracer::RecordBlas(
-            session, call, ndt::format::OpKind::kCublasGemm, "cublasSgemmBatched", handle,
-            [&](std::vector<ndt::format::Argument>& args) {
-              args.push_back(ndt::tracer::TextArgument("transa", ndt::tracer::OperationName(transa)));
-              args.push_back(ndt::tracer::TextArgument("transb", ndt::tracer::OperationName(transb)));
-              args.push_back(ndt::tracer::SignedArgument("m", m));
-              args.push_back(ndt::tracer::SignedArgument("n", n));
-              args.push_back(ndt::tracer::SignedArgument("k", k));
-              args.push_back(ndt::tracer::ScalarArgument("alpha", alpha, CUDA_R_32F, host));
-              args.push_back(ndt::tracer::PointerArgument(session, "Aarray", Address(Aarray)));
-              args.push_back(ndt::tracer::SignedArgument("lda", lda));
-              args.push_back(ndt::tracer::PointerArgument(session, "Barray", Address(Barray)));
-              args.push_back(ndt::tracer::SignedArgument("ldb", ldb));
-              args.push_back(ndt::tracer::ScalarArgument("beta", beta, CUDA_R_32F, host));
-              args.push_back(ndt::tracer::PointerArgument(session, "Carray", Address(Carray)));
-              args.push_back(ndt::tracer::SignedArgument("ldc", ldc));
-              args.push_back(ndt::tracer::SignedArgument("batchCount", batchCount));
-            },
-            arrays, {}, call_real, [](std::vector<ndt::format::Argument>&) {});
-      });
+  return ndt::tracer::HookGemmBatched(
+      "cublasSgemmBatched", NDT_REAL_LIBRARY(kCublas, cublasSgemmBatched), handle, transa, transb,
+      m, n, k, alpha, Aarray, lda, Barray, ldb, beta, Carray, ldc, batchCount);
+}
+
+cublasStatus_t cublasDgemmBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                  cublasOperation_t transb, int m, int n, int k,
+                                  const double* alpha, const double* const Aarray[], int lda,
+                                  const double* const Barray[], int ldb, const double* beta,
+                                  double* const Carray[], int ldc, int batchCount) {
+  return ndt::tracer::HookGemmBatched(
+      "cublasDgemmBatched", NDT_REAL_LIBRARY(kCublas, cublasDgemmBatched), handle, transa, transb,
+      m, n, k, alpha, Aarray, lda, Barray, ldb, beta, Carray, ldc, batchCount);
 }
 
 cublasStatus_t cublasSgemv_v2(cublasHandle_t handle, cublasOperation_t trans, int m, int n,
                               const float* alpha, const float* a, int lda, const float* x,
                               int incx, const float* beta, float* y, int incy) {
-  const auto real = NDT_REAL_LIBRARY(kCublas, cublasSgemv_v2);
-  auto call_real = [&] { return real(handle, trans, m, n, alpha, a, lda, x, incx, beta, y, incy); };
-  return RunLibraryHook(
-      "cublasSgemv_v2", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
-      [&](Session& session, RealCall<cublasStatus_t>& call) {
-        using ndt::tracer::VectorBytes;
-        const bool host = ndt::tracer::PointerMode(handle) == CUBLAS_POINTER_MODE_HOST;
-        const bool t = trans != CUBLAS_OP_N;
-        const int x_len = t ? m : n, y_len = t ? n : m;
-        const bool ok = m > 0 && n > 0;
-        const Extent y_extent{"y", Address(y), ok ? VectorBytes(y_len, incy) : 0,
-                              ndt::format::DType::kF32};
-        std::vector<Extent> inputs = {
-            {"A", Address(a), ok ? ndt::tracer::MatrixBytes(m, n, lda, 4) : 0,
-             ndt::format::DType::kF32},
-            {"x", Address(x), ok ? VectorBytes(x_len, incx) : 0, ndt::format::DType::kF32}};
-        const std::optional<double> b = host ? ndt::tracer::HostScalar(beta, CUDA_R_32F)
-                                             : std::nullopt;
-        if (!b || *b != 0) inputs.push_back(y_extent);
-        return ndt::tracer::RecordBlas(
-            session, call, ndt::format::OpKind::kCublasGemm, "cublasSgemv_v2", handle,
-            [&](std::vector<ndt::format::Argument>& args) {
-              args.push_back(ndt::tracer::TextArgument("trans", ndt::tracer::OperationName(trans)));
-              args.push_back(ndt::tracer::SignedArgument("m", m));
-              args.push_back(ndt::tracer::SignedArgument("n", n));
-              args.push_back(ndt::tracer::ScalarArgument("alpha", alpha, CUDA_R_32F, host));
-              args.push_back(ndt::tracer::PointerArgument(session, "A", Address(a)));
-              args.push_back(ndt::tracer::SignedArgument("lda", lda));
-              args.push_back(ndt::tracer::PointerArgument(session, "x", Address(x)));
-              args.push_back(ndt::tracer::SignedArgument("incx", incx));
-              args.push_back(ndt::tracer::ScalarArgument("beta", beta, CUDA_R_32F, host));
-              args.push_back(ndt::tracer::PointerArgument(session, "y", Address(y)));
-              args.push_back(ndt::tracer::SignedArgument("incy", incy));
-            },
-            inputs, {y_extent}, call_real, [](std::vector<ndt::format::Argument>&) {});
-      });
+  return ndt::tracer::HookGemv("cublasSgemv_v2", NDT_REAL_LIBRARY(kCublas, cublasSgemv_v2), handle,
+                               trans, m, n, alpha, a, lda, x, incx, beta, y, incy);
+}
+
+cublasStatus_t cublasDgemv_v2(cublasHandle_t handle, cublasOperation_t trans, int m, int n,
+                              const double* alpha, const double* a, int lda, const double* x,
+                              int incx, const double* beta, double* y, int incy) {
+  return ndt::tracer::HookGemv("cublasDgemv_v2", NDT_REAL_LIBRARY(kCublas, cublasDgemv_v2), handle,
+                               trans, m, n, alpha, a, lda, x, incx, beta, y, incy);
 }
 
 cublasStatus_t cublasSaxpy_v2(cublasHandle_t handle, int n, const float* alpha, const float* x,
                               int incx, float* y, int incy) {
-  const auto real = NDT_REAL_LIBRARY(kCublas, cublasSaxpy_v2);
-  auto call_real = [&] { return real(handle, n, alpha, x, incx, y, incy); };
-  return RunLibraryHook(
-      "cublasSaxpy_v2", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
-      [&](Session& session, RealCall<cublasStatus_t>& call) {
-        using ndt::tracer::VectorBytes;
-        const bool host = ndt::tracer::PointerMode(handle) == CUBLAS_POINTER_MODE_HOST;
-        const Extent y_extent{"y", Address(y), VectorBytes(n, incy), ndt::format::DType::kF32};
-        return ndt::tracer::RecordBlas(
-            session, call, ndt::format::OpKind::kOther, "cublasSaxpy_v2", handle,
-            [&](std::vector<ndt::format::Argument>& args) {
-              args.push_back(ndt::tracer::SignedArgument("n", n));
-              args.push_back(ndt::tracer::ScalarArgument("alpha", alpha, CUDA_R_32F, host));
-              args.push_back(ndt::tracer::PointerArgument(session, "x", Address(x)));
-              args.push_back(ndt::tracer::SignedArgument("incx", incx));
-              args.push_back(ndt::tracer::PointerArgument(session, "y", Address(y)));
-              args.push_back(ndt::tracer::SignedArgument("incy", incy));
-            },
-            {{"x", Address(x), VectorBytes(n, incx), ndt::format::DType::kF32}, y_extent},
-            {y_extent}, call_real, [](std::vector<ndt::format::Argument>&) {});
-      });
+  return ndt::tracer::HookAxpy("cublasSaxpy_v2", NDT_REAL_LIBRARY(kCublas, cublasSaxpy_v2), handle,
+                               n, alpha, x, incx, y, incy);
+}
+
+cublasStatus_t cublasDaxpy_v2(cublasHandle_t handle, int n, const double* alpha, const double* x,
+                              int incx, double* y, int incy) {
+  return ndt::tracer::HookAxpy("cublasDaxpy_v2", NDT_REAL_LIBRARY(kCublas, cublasDaxpy_v2), handle,
+                               n, alpha, x, incx, y, incy);
 }
 
 cublasStatus_t cublasSscal_v2(cublasHandle_t handle, int n, const float* alpha, float* x,
                               int incx) {
-  const auto real = NDT_REAL_LIBRARY(kCublas, cublasSscal_v2);
-  auto call_real = [&] { return real(handle, n, alpha, x, incx); };
-  return RunLibraryHook(
-      "cublasSscal_v2", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
-      [&](Session& session, RealCall<cublasStatus_t>& call) {
-        const bool host = ndt::tracer::PointerMode(handle) == CUBLAS_POINTER_MODE_HOST;
-        const Extent x_extent{"x", Address(x), incx > 0 ? ndt::tracer::VectorBytes(n, incx) : 0,
-                              ndt::format::DType::kF32};
-        return ndt::tracer::RecordBlas(
-            session, call, ndt::format::OpKind::kOther, "cublasSscal_v2", handle,
-            [&](std::vector<ndt::format::Argument>& args) {
-              args.push_back(ndt::tracer::SignedArgument("n", n));
-              args.push_back(ndt::tracer::ScalarArgument("alpha", alpha, CUDA_R_32F, host));
-              args.push_back(ndt::tracer::PointerArgument(session, "x", Address(x)));
-              args.push_back(ndt::tracer::SignedArgument("incx", incx));
-            },
-            {x_extent}, {x_extent}, call_real, [](std::vector<ndt::format::Argument>&) {});
-      });
+  return ndt::tracer::HookScal("cublasSscal_v2", NDT_REAL_LIBRARY(kCublas, cublasSscal_v2), handle,
+                               n, alpha, x, incx);
+}
+
+cublasStatus_t cublasDscal_v2(cublasHandle_t handle, int n, const double* alpha, double* x,
+                              int incx) {
+  return ndt::tracer::HookScal("cublasDscal_v2", NDT_REAL_LIBRARY(kCublas, cublasDscal_v2), handle,
+                               n, alpha, x, incx);
 }
 
 cublasStatus_t cublasSdot_v2(cublasHandle_t handle, int n, const float* x, int incx,
                              const float* y, int incy, float* result) {
-  const auto real = NDT_REAL_LIBRARY(kCublas, cublasSdot_v2);
-  auto call_real = [&] { return real(handle, n, x, incx, y, incy, result); };
-  return RunLibraryHook(
-      "cublasSdot_v2", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
-      [&](Session& session, RealCall<cublasStatus_t>& call) {
-        using ndt::tracer::VectorBytes;
-        const bool host = ndt::tracer::PointerMode(handle) == CUBLAS_POINTER_MODE_HOST;
-        std::vector<Extent> outputs;
-        if (!host) outputs.push_back({"result", Address(result), 4, ndt::format::DType::kF32});
-        return ndt::tracer::RecordBlas(
-            session, call, ndt::format::OpKind::kOther, "cublasSdot_v2", handle,
-            [&](std::vector<ndt::format::Argument>& args) {
-              args.push_back(ndt::tracer::SignedArgument("n", n));
-              args.push_back(ndt::tracer::PointerArgument(session, "x", Address(x)));
-              args.push_back(ndt::tracer::SignedArgument("incx", incx));
-              args.push_back(ndt::tracer::PointerArgument(session, "y", Address(y)));
-              args.push_back(ndt::tracer::SignedArgument("incy", incy));
-              args.push_back(ndt::tracer::TextArgument("pointerMode", host ? "host" : "device"));
-            },
-            {{"x", Address(x), VectorBytes(n, incx), ndt::format::DType::kF32},
-             {"y", Address(y), VectorBytes(n, incy), ndt::format::DType::kF32}},
-            outputs, call_real, [&](std::vector<ndt::format::Argument>& args) {
-              if (host) args.push_back(ndt::tracer::ScalarArgument("result", result, CUDA_R_32F, true));
-            });
-      });
+  return ndt::tracer::HookDot("cublasSdot_v2", NDT_REAL_LIBRARY(kCublas, cublasSdot_v2), handle, n,
+                              x, incx, y, incy, result);
+}
+
+cublasStatus_t cublasDdot_v2(cublasHandle_t handle, int n, const double* x, int incx,
+                             const double* y, int incy, double* result) {
+  return ndt::tracer::HookDot("cublasDdot_v2", NDT_REAL_LIBRARY(kCublas, cublasDdot_v2), handle, n,
+                              x, incx, y, incy, result);
 }
 
 // ---- cuBLASLt -----------------------------------------------------------------------------
