@@ -50,7 +50,8 @@ export NDT_STANDIN_ASYNC=1 NDT_STANDIN_DEVICES=2
 # program fails in every run (PROGRAM,ARG: run with ARG).
 plants="train_loop:CorpusColumnDotAtomic blas_threads:cublasSgemm_v2
 graph_replay:CorpusColumnDotAtomic cudnn_workspace:cudnnConvolutionBackwardFilter
-lt_matmul:cublasLtMatmul dropout_rng:curandGenerateUniform racy_histogram:CorpusScatterAdd
+lt_matmul:cublasLtMatmul dropout_rng:curandGenerateUniform monte_carlo:curandGenerateNormalDouble
+racy_histogram:CorpusScatterAdd
 shuffled_loader:cuMemcpyHtoDAsync_v2 async_pool:CorpusColumnDotAtomic
 data_parallel:CorpusColumnDotAtomic model_parallel:CorpusColumnDotAtomic
 unified_memory:CorpusColumnDotAtomic

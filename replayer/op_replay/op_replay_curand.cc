@@ -1,10 +1,11 @@
 // Standalone replay of cuRAND host-API generation (curandGenerate, curandGenerateUniform,
-// curandGenerateNormal): a generator of the recorded type is created through the real
-// libcurand.so.10 and, before every run, set to the state the op recorded (its RngState: seed,
-// offset, ordering), so each run draws the same n numbers the op drew; the output is compared
-// with the captured one. With --try-deterministic, a generator whose ordering was
-// CURAND_ORDERING_PSEUDO_DYNAMIC ("adjusted to the device": another GPU draws another order,
-// which the tracer's deterministic policy replaces) is also run with each fixed ordering.
+// curandGenerateNormal, curandGenerateLogNormal and the three in double precision): a generator of
+// the recorded type is created through the real libcurand.so.10 and, before every run, set to the
+// state the op recorded (its RngState: seed, offset, ordering), so each run draws the same n
+// numbers the op drew; the output is compared with the captured one. With --try-deterministic, a
+// generator whose ordering was CURAND_ORDERING_PSEUDO_DYNAMIC ("adjusted to the device": another
+// GPU draws another order, which the tracer's deterministic policy replaces) is also run with each
+// fixed ordering.
 #include <curand.h>
 #include <dlfcn.h>
 #include <fmt/format.h>
@@ -25,7 +26,9 @@ namespace {
 #define NDT_CURAND_FUNCTIONS(X)                                                            \
   X(curandCreateGenerator) X(curandDestroyGenerator) X(curandSetPseudoRandomGeneratorSeed) \
   X(curandSetGeneratorOffset) X(curandSetGeneratorOrdering) X(curandGenerate)              \
-  X(curandGenerateUniform) X(curandGenerateNormal)
+  X(curandGenerateUniform) X(curandGenerateNormal) X(curandGenerateLogNormal)              \
+  X(curandGenerateUniformDouble) X(curandGenerateNormalDouble)                             \
+  X(curandGenerateLogNormalDouble)
 // clang-format on
 
 struct Curand {
@@ -75,8 +78,31 @@ std::optional<curandOrdering_t> Ordering(const std::string& name) {
   return std::nullopt;
 }
 
-// What a generate call draws.
-enum class Distribution { kBits, kUniform, kNormal };
+// What a generate call draws, by its name.
+enum class Distribution { kBits, kUniform, kNormal, kLogNormal };
+
+struct GenerateApi {
+  const char* name;
+  Distribution distribution;
+  bool f64;  // doubles (else 32-bit values)
+};
+
+constexpr GenerateApi kGenerateApis[] = {
+    {"curandGenerate", Distribution::kBits, false},
+    {"curandGenerateUniform", Distribution::kUniform, false},
+    {"curandGenerateNormal", Distribution::kNormal, false},
+    {"curandGenerateLogNormal", Distribution::kLogNormal, false},
+    {"curandGenerateUniformDouble", Distribution::kUniform, true},
+    {"curandGenerateNormalDouble", Distribution::kNormal, true},
+    {"curandGenerateLogNormalDouble", Distribution::kLogNormal, true},
+};
+
+const GenerateApi* FindGenerateApi(const std::string& name) {
+  for (const GenerateApi& api : kGenerateApis) {
+    if (name == api.name) return &api;
+  }
+  return nullptr;
+}
 
 // A generator created for one candidate ordering, destroyed with it.
 class Generator {
@@ -97,7 +123,7 @@ class Generator {
 
   // Sets the recorded state (with `ordering`) and draws `n` numbers into `output`.
   std::optional<std::string> Draw(const format::RngState& state, curandOrdering_t ordering,
-                                  Distribution distribution, size_t n, double mean, double stddev,
+                                  const GenerateApi& api, size_t n, double mean, double stddev,
                                   void* output) const {
     curandStatus_t status = curand_.curandSetGeneratorOrdering(generator_, ordering);
     if (status != CURAND_STATUS_SUCCESS) return StatusText("curandSetGeneratorOrdering", status);
@@ -107,21 +133,27 @@ class Generator {
     }
     status = curand_.curandSetGeneratorOffset(generator_, state.offset);
     if (status != CURAND_STATUS_SUCCESS) return StatusText("curandSetGeneratorOffset", status);
-    switch (distribution) {
+    const auto f = static_cast<float*>(output);
+    const auto d = static_cast<double*>(output);
+    const auto fm = static_cast<float>(mean), fs = static_cast<float>(stddev);
+    switch (api.distribution) {
       case Distribution::kBits:
         status = curand_.curandGenerate(generator_, static_cast<unsigned*>(output), n);
-        if (status != CURAND_STATUS_SUCCESS) return StatusText("curandGenerate", status);
         break;
       case Distribution::kUniform:
-        status = curand_.curandGenerateUniform(generator_, static_cast<float*>(output), n);
-        if (status != CURAND_STATUS_SUCCESS) return StatusText("curandGenerateUniform", status);
+        status = api.f64 ? curand_.curandGenerateUniformDouble(generator_, d, n)
+                         : curand_.curandGenerateUniform(generator_, f, n);
         break;
       case Distribution::kNormal:
-        status = curand_.curandGenerateNormal(generator_, static_cast<float*>(output), n,
-                                              static_cast<float>(mean), static_cast<float>(stddev));
-        if (status != CURAND_STATUS_SUCCESS) return StatusText("curandGenerateNormal", status);
+        status = api.f64 ? curand_.curandGenerateNormalDouble(generator_, d, n, mean, stddev)
+                         : curand_.curandGenerateNormal(generator_, f, n, fm, fs);
+        break;
+      case Distribution::kLogNormal:
+        status = api.f64 ? curand_.curandGenerateLogNormalDouble(generator_, d, n, mean, stddev)
+                         : curand_.curandGenerateLogNormal(generator_, f, n, fm, fs);
         break;
     }
+    if (status != CURAND_STATUS_SUCCESS) return StatusText(api.name, status);
     return std::nullopt;
   }
 
@@ -131,16 +163,12 @@ class Generator {
 };
 
 bool HandlesGenerate(const format::OpRecord& op) {
-  return op.kind == format::OpKind::kCurandGenerate &&
-         (op.name == "curandGenerate" || op.name == "curandGenerateUniform" ||
-          op.name == "curandGenerateNormal");
+  return op.kind == format::OpKind::kCurandGenerate && FindGenerateApi(op.name) != nullptr;
 }
 
 StatusOr<OpReplayReport> ReplayGenerate(format::TraceReader& reader, const format::OpRecord& op,
                                         const OpReplayOptions& options) {
-  const Distribution distribution = op.name == "curandGenerate"          ? Distribution::kBits
-                                    : op.name == "curandGenerateUniform" ? Distribution::kUniform
-                                                                         : Distribution::kNormal;
+  const GenerateApi& api = *FindGenerateApi(op.name);  // HandlesGenerate said it is one
   std::string missing;
   const auto number = [&](const char* name, auto fallback) {
     const format::Argument* argument = FindArgument(op, name);
@@ -152,7 +180,7 @@ StatusOr<OpReplayReport> ReplayGenerate(format::TraceReader& reader, const forma
   };
   const uint64_t n = number("n", uint64_t{0});
   double mean = 0, stddev = 1;
-  if (distribution == Distribution::kNormal) {
+  if (api.distribution == Distribution::kNormal || api.distribution == Distribution::kLogNormal) {
     mean = number("mean", 0.0);
     stddev = number("stddev", 1.0);
   }
@@ -173,18 +201,19 @@ StatusOr<OpReplayReport> ReplayGenerate(format::TraceReader& reader, const forma
     return Status::Error(
         fmt::format("op {}: unknown recorded ordering {}", op.sequence, op.rng->ordering));
   }
-  // Every distribution recorded here draws 32-bit values; a capture holds at most 2^32 bytes.
-  if (n == 0 || n > (uint64_t{1} << 30)) {
+  // A capture holds at most 2^32 bytes.
+  const uint64_t element = api.f64 ? 8 : 4;
+  if (n == 0 || n > (uint64_t{1} << 32) / element) {
     return Status::Error(fmt::format(
         "op {} draws {} numbers: nothing to replay, or more than a capture holds", op.sequence, n));
   }
-  const uint64_t bytes = n * 4;
+  const uint64_t bytes = n * element;
 
   ReplayBuffers buffers;
   buffers.buffers.resize(1);  // the output; nothing is uploaded before a run
   buffers.output = 0;
   buffers.output_bytes = bytes;
-  buffers.output_dtype = distribution == Distribution::kBits ? "" : "f32";
+  buffers.output_dtype = api.distribution == Distribution::kBits ? "" : api.f64 ? "f64" : "f32";
   StatusOr<std::optional<std::string>> output = ReadCaptured(reader, op, "out", "output", bytes);
   if (!output.ok()) return output.status();
   buffers.recorded_output = std::move(*output);
@@ -225,11 +254,10 @@ StatusOr<OpReplayReport> ReplayGenerate(format::TraceReader& reader, const forma
       runs.skipped = *failure;
       return runs;
     }
-    return RunCandidate(driver, buffers, std::move(runs), options.repeat,
-                        [&]() -> std::optional<std::string> {
-                          return generator.Draw(*op.rng, ordering, distribution, n, mean, stddev,
-                                                memory->pointer());
-                        });
+    return RunCandidate(
+        driver, buffers, std::move(runs), options.repeat, [&]() -> std::optional<std::string> {
+          return generator.Draw(*op.rng, ordering, api, n, mean, stddev, memory->pointer());
+        });
   };
 
   StatusOr<AlgorithmRuns> recorded = run_ordering(*recorded_ordering, true);

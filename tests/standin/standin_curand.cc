@@ -7,8 +7,10 @@
 // before it on the stream has finished.
 //
 // The sequence: value k (k = 0, 1, ...) of a generator is word k % 4 of Philox4x32-10 applied to
-// the 128-bit counter k / 4 with the 64-bit key `seed`. A generate call of n values writes
-// values offset .. offset + n - 1 and advances the offset by n, so the results depend only on
+// the 128-bit counter k / 4 with the 64-bit key `seed`. A generate call of n 32-bit results
+// (raw bits, floats) writes values offset .. offset + n - 1 and advances the offset by n; one of n
+// doubles takes two values per double (2n), as cuRAND's XORWOW and Philox doubles are made of
+// two 32-bit draws (curand_uniform.h's _curand_uniform_double_hq). The results depend only on
 // (seed, offset, ordering, n), never on the call history. Orderings:
 //  - PSEUDO_DEFAULT, PSEUDO_BEST, PSEUDO_LEGACY: output i is value offset + i;
 //  - PSEUDO_SEEDED: the same, with the key scrambled (another sequence for the same seed);
@@ -105,6 +107,30 @@ float Uniform(uint32_t x) {
   return static_cast<float>(x) * kInv + kInv / 2.0f;
 }
 
+// cuRAND's double from two 32-bit draws (_curand_uniform_double_hq): 53 bits, in (0, 1).
+double UniformDouble(uint32_t x, uint32_t y) {
+  constexpr double kInv53 = 1.0 / 9007199254740992.0;  // 2^-53
+  const uint64_t z = static_cast<uint64_t>(x) ^ (static_cast<uint64_t>(y) << (53 - 32));
+  return static_cast<double>(z) * kInv53 + kInv53 / 2.0;
+}
+
+// Box-Muller on consecutive pairs of uniforms in place, as cuRAND does for pseudorandom
+// generators; `log_normal`: exp of each normal value.
+template <typename T>
+void BoxMuller(T* values, size_t n, T mean, T stddev, bool log_normal) {
+  constexpr T kTwoPi = static_cast<T>(6.28318530717958647692);
+  for (size_t i = 0; i < n; i += 2) {
+    const T radius = std::sqrt(T(-2) * std::log(values[i]));
+    const T angle = kTwoPi * values[i + 1];
+    values[i] = radius * std::sin(angle) * stddev + mean;
+    values[i + 1] = radius * std::cos(angle) * stddev + mean;
+    if (log_normal) {
+      values[i] = std::exp(values[i]);
+      values[i + 1] = std::exp(values[i + 1]);
+    }
+  }
+}
+
 std::mutex& GeneratorMutex() {
   static auto* mutex = new std::mutex();  // generators may be used during exit
   return *mutex;
@@ -115,13 +141,42 @@ bool IsSupportedPseudo(curandRngType_t type) {
          type == CURAND_RNG_PSEUDO_PHILOX4_32_10;
 }
 
-// Checks a generate call's arguments, synchronises its stream and launches the library's kernel.
-curandStatus_t Prepare(curandGenerator_t generator, const void* out, size_t n) {
+// Checks a generate call's arguments (n values of `element` bytes), synchronises its stream and
+// launches the library's kernel.
+curandStatus_t Prepare(curandGenerator_t generator, const void* out, size_t n, size_t element = 4) {
   if (generator == nullptr) return CURAND_STATUS_NOT_INITIALIZED;
   if (n == 0) return CURAND_STATUS_SUCCESS;
-  if (!IsDeviceRange(out, n * 4)) return CURAND_STATUS_LAUNCH_FAILURE;
+  if (!IsDeviceRange(out, n * element)) return CURAND_STATUS_LAUNCH_FAILURE;
   if (!Synchronize(generator->stream)) return CURAND_STATUS_PREEXISTING_FAILURE;
   LaunchLibraryKernel(generator->stream, {{out, nullptr, nullptr}, static_cast<uint32_t>(n)});
+  return CURAND_STATUS_SUCCESS;
+}
+
+// n uniform floats, or doubles from pairs of draws, into device memory; then, for the normal and
+// log-normal distributions (n even), Box-Muller. The exported generates share these rather than
+// calling each other: an exported call made from inside the library would reach a tracer's hook.
+template <typename T>
+curandStatus_t Generate(curandGenerator_t generator, T* out, size_t n, bool normal, T mean,
+                        T stddev, bool log_normal) {
+  if (normal && n % 2 != 0) return CURAND_STATUS_LENGTH_NOT_MULTIPLE;
+  if (curandStatus_t status = Prepare(generator, out, n, sizeof(T));
+      status != CURAND_STATUS_SUCCESS || n == 0) {
+    return status;
+  }
+  std::lock_guard lock(GeneratorMutex());
+  if constexpr (sizeof(T) == sizeof(double)) {
+    uint32_t first = 0;
+    Draw(*generator, 2 * n, [&](size_t i, uint32_t x) {
+      if (i % 2 == 0) {
+        first = x;
+      } else {
+        out[i / 2] = UniformDouble(first, x);
+      }
+    });
+  } else {
+    Draw(*generator, n, [out](size_t i, uint32_t x) { out[i] = Uniform(x); });
+  }
+  if (normal) BoxMuller(out, n, mean, stddev, log_normal);
   return CURAND_STATUS_SUCCESS;
 }
 
@@ -202,31 +257,32 @@ curandStatus_t curandGenerate(curandGenerator_t generator, unsigned int* output_
 }
 
 curandStatus_t curandGenerateUniform(curandGenerator_t generator, float* output_ptr, size_t num) {
-  if (curandStatus_t status = Prepare(generator, output_ptr, num); status != CURAND_STATUS_SUCCESS) {
-    return status;
-  }
-  std::lock_guard lock(GeneratorMutex());
-  Draw(*generator, num, [output_ptr](size_t i, uint32_t x) { output_ptr[i] = Uniform(x); });
-  return CURAND_STATUS_SUCCESS;
+  return Generate(generator, output_ptr, num, false, 0.0f, 0.0f, false);
 }
 
-// Box-Muller on consecutive pairs of uniforms, as cuRAND does for pseudorandom generators.
+curandStatus_t curandGenerateUniformDouble(curandGenerator_t generator, double* output_ptr,
+                                           size_t num) {
+  return Generate(generator, output_ptr, num, false, 0.0, 0.0, false);
+}
+
 curandStatus_t curandGenerateNormal(curandGenerator_t generator, float* output_ptr, size_t n,
                                     float mean, float stddev) {
-  if (n % 2 != 0) return CURAND_STATUS_LENGTH_NOT_MULTIPLE;
-  if (curandStatus_t status = Prepare(generator, output_ptr, n); status != CURAND_STATUS_SUCCESS) {
-    return status;
-  }
-  std::lock_guard lock(GeneratorMutex());
-  Draw(*generator, n, [output_ptr](size_t i, uint32_t x) { output_ptr[i] = Uniform(x); });
-  constexpr float kTwoPi = 6.2831853071795864f;
-  for (size_t i = 0; i < n; i += 2) {
-    const float radius = std::sqrt(-2.0f * std::log(output_ptr[i]));
-    const float angle = kTwoPi * output_ptr[i + 1];
-    output_ptr[i] = radius * std::sin(angle) * stddev + mean;
-    output_ptr[i + 1] = radius * std::cos(angle) * stddev + mean;
-  }
-  return CURAND_STATUS_SUCCESS;
+  return Generate(generator, output_ptr, n, true, mean, stddev, false);
+}
+
+curandStatus_t curandGenerateLogNormal(curandGenerator_t generator, float* output_ptr, size_t n,
+                                       float mean, float stddev) {
+  return Generate(generator, output_ptr, n, true, mean, stddev, true);
+}
+
+curandStatus_t curandGenerateNormalDouble(curandGenerator_t generator, double* output_ptr, size_t n,
+                                          double mean, double stddev) {
+  return Generate(generator, output_ptr, n, true, mean, stddev, false);
+}
+
+curandStatus_t curandGenerateLogNormalDouble(curandGenerator_t generator, double* output_ptr,
+                                             size_t n, double mean, double stddev) {
+  return Generate(generator, output_ptr, n, true, mean, stddev, true);
 }
 
 }  // extern "C"

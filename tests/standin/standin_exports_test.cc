@@ -109,7 +109,7 @@ TEST_CASE("the stand-in cuRAND, cuDNN and CUPTI export every function of the rea
 #include "standin_cupti_entry_points.inc"
                },
                150);
-  CHECK(NDT_GET(curand, curandGenerateUniformDouble)(nullptr, nullptr, 0) ==
+  CHECK(NDT_GET(curand, curandGenerateLongLong)(nullptr, nullptr, 0) ==
         CURAND_STATUS_ARCH_MISMATCH);
   CHECK(NDT_GET(cudnn, cudnnCTCLoss)(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
                                      nullptr, nullptr, CUDNN_CTC_LOSS_ALGO_DETERMINISTIC, nullptr,

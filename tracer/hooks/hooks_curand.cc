@@ -11,8 +11,11 @@
 // A generate NDTRACE_CAPTURE selects (capture.h) also stores its output as a blob: standalone
 // replay draws again from the recorded state and compares.
 //
-// The offset advances by n per generate call of n 32-bit results (uniform, normal and raw
-// floats/uint32), the position cuRAND's absolute offset (curandSetGeneratorOffset) counts in.
+// The offset advances by n per generate call of n 32-bit results (uniform, normal, log-normal and
+// raw floats/uint32), the position cuRAND's absolute offset (curandSetGeneratorOffset) counts
+// in; by 2n for n doubles of an XORWOW or Philox generator, each made of two 32-bit draws
+// (curand_uniform.h), by n for MRG32k3a's and MTGP32's. (Checked against the stand-in, which
+// follows the same rule; not yet against the real library on a GPU.)
 //
 // Policy:
 //  - enforce: CURAND_ORDERING_PSEUDO_DYNAMIC ("adjusted to the device") is replaced by
@@ -263,10 +266,23 @@ void PinState(Session& session, uint64_t sequence, curandGenerator_t generator,
 
 // What a generate call draws.
 struct Draw {
-  const char* distribution;  // "uniform", "normal", "bits"
-  format::DType dtype;
-  double mean = 0;    // "normal"
-  double stddev = 0;  // "normal"
+  const char* distribution;  // "uniform", "normal", "log_normal", "bits"
+  format::DType dtype;       // kF32 or kF64 (kUnknown: raw 32-bit bits)
+  double mean = 0;           // "normal", "log_normal"
+  double stddev = 0;         // "normal", "log_normal"
+
+  bool HasParameters() const {
+    return std::strcmp(distribution, "uniform") != 0 && std::strcmp(distribution, "bits") != 0;
+  }
+  uint64_t ElementBytes() const { return dtype == format::DType::kF64 ? 8 : 4; }
+  // The generator's 32-bit draws one value takes, by which its offset advances: a double of
+  // XORWOW or Philox is made of two (curand_uniform.h's _curand_uniform_double_hq), one of
+  // MRG32k3a or MTGP32 of one.
+  uint64_t WordsPerValue(curandRngType_t type) const {
+    const bool two = type == CURAND_RNG_PSEUDO_DEFAULT || type == CURAND_RNG_PSEUDO_XORWOW ||
+                     type == CURAND_RNG_PSEUDO_PHILOX4_32_10;
+    return dtype == format::DType::kF64 && two ? 2 : 1;
+  }
 };
 
 std::string Number(double value) {
@@ -277,21 +293,26 @@ std::string Number(double value) {
 
 // What names a draw's parameters after its size: " mean=0 stddev=1", or nothing.
 std::string DrawParameters(const Draw& draw) {
-  if (std::strcmp(draw.distribution, "normal") != 0) return "";
+  if (!draw.HasParameters()) return "";
   return " mean=" + Number(draw.mean) + " stddev=" + Number(draw.stddev);
+}
+
+// "philox uniform n=4", "philox normal f64 n=4 mean=0 stddev=1": what a call draws.
+std::string DrawText(const ShadowGenerator& shadow, const Draw& draw, size_t n) {
+  return ShortTypeName(shadow.type) + " " + draw.distribution +
+         (draw.dtype == format::DType::kF64 ? " f64" : "") + " n=" + std::to_string(n) +
+         DrawParameters(draw);
 }
 
 // "curand generator 1 philox uniform n=4": a generate call without its index.
 std::string DrawDescription(const ShadowGenerator& shadow, const Draw& draw, size_t n) {
-  return "curand generator " + std::to_string(shadow.id) + " " + ShortTypeName(shadow.type) + " " +
-         draw.distribution + " n=" + std::to_string(n) + DrawParameters(draw);
+  return "curand generator " + std::to_string(shadow.id) + " " + DrawText(shadow, draw, n);
 }
 
 // "curand generator 1 generate 0: philox uniform n=4": the key a pinned draw's state is found by.
 std::string DrawFingerprint(const ShadowGenerator& shadow, const Draw& draw, size_t n) {
   return "curand generator " + std::to_string(shadow.id) + " generate " +
-         std::to_string(shadow.generates) + ": " + ShortTypeName(shadow.type) + " " +
-         draw.distribution + " n=" + std::to_string(n) + DrawParameters(draw);
+         std::to_string(shadow.generates) + ": " + DrawText(shadow, draw, n);
 }
 
 // A generate call's record besides its header, as a plain struct (the way of GemmFacts in
@@ -308,7 +329,7 @@ struct GenerateFacts {
 void AddGenerateArguments(const GenerateFacts& f, format::OpRecord& op) {
   op.args.push_back(UnsignedArgument("generator", f.known ? f.shadow.id : 0));
   op.args.push_back(UnsignedArgument("n", f.n));
-  if (std::strcmp(f.draw.distribution, "normal") == 0) {
+  if (f.draw.HasParameters()) {
     op.args.push_back(RealArgument("mean", f.draw.mean));
     op.args.push_back(RealArgument("stddev", f.draw.stddev));
   }
@@ -354,7 +375,7 @@ curandStatus_t RecordGenerate(Session& session, RealCall<curandStatus_t>& call, 
   const curandStatus_t result = call.Run(real);
   if (shadow) {
     Generators::Get().Update(generator, [&](ShadowGenerator& g) {
-      if (result == CURAND_STATUS_SUCCESS) g.offset += n;
+      if (result == CURAND_STATUS_SUCCESS) g.offset += n * draw.WordsPerValue(g.type);
       ++g.generates;
     });
   }
@@ -363,7 +384,7 @@ curandStatus_t RecordGenerate(Session& session, RealCall<curandStatus_t>& call, 
     return result;
   }
   if (result == CURAND_STATUS_SUCCESS && n > 0) {
-    const std::vector<Extent> outputs = {{"output", address, n * 4, draw.dtype}};
+    const std::vector<Extent> outputs = {{"output", address, n * draw.ElementBytes(), draw.dtype}};
     op.outputs = DigestExtents(session, stream, outputs);
     // Standalone replay draws again from the state in op.rng; the numbers drawn are what its
     // runs are compared with.
@@ -560,5 +581,59 @@ extern "C" curandStatus_t curandGenerateNormal(curandGenerator_t generator, floa
         return ndt::tracer::RecordGenerate(
             session, call, "curandGenerateNormal", generator, output_ptr, n,
             {"normal", ndt::format::DType::kF32, mean, stddev}, draw);
+      });
+}
+
+extern "C" curandStatus_t curandGenerateUniformDouble(curandGenerator_t generator,
+                                                      double* output_ptr, size_t num) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandGenerateUniformDouble);
+  const auto draw = [&]() { return real(generator, output_ptr, num); };
+  return RunLibraryHook<curandStatus_t>(
+      "curandGenerateUniformDouble", real != nullptr, ndt::tracer::kUnavailable, draw,
+      [&](Session& session, RealCall<curandStatus_t>& call) {
+        return ndt::tracer::RecordGenerate(session, call, "curandGenerateUniformDouble", generator,
+                                           output_ptr, num, {"uniform", ndt::format::DType::kF64},
+                                           draw);
+      });
+}
+
+extern "C" curandStatus_t curandGenerateLogNormal(curandGenerator_t generator, float* output_ptr,
+                                                  size_t n, float mean, float stddev) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandGenerateLogNormal);
+  const auto draw = [&]() { return real(generator, output_ptr, n, mean, stddev); };
+  return RunLibraryHook<curandStatus_t>(
+      "curandGenerateLogNormal", real != nullptr, ndt::tracer::kUnavailable, draw,
+      [&](Session& session, RealCall<curandStatus_t>& call) {
+        return ndt::tracer::RecordGenerate(
+            session, call, "curandGenerateLogNormal", generator, output_ptr, n,
+            {"log_normal", ndt::format::DType::kF32, mean, stddev}, draw);
+      });
+}
+
+extern "C" curandStatus_t curandGenerateNormalDouble(curandGenerator_t generator,
+                                                     double* output_ptr, size_t n, double mean,
+                                                     double stddev) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandGenerateNormalDouble);
+  const auto draw = [&]() { return real(generator, output_ptr, n, mean, stddev); };
+  return RunLibraryHook<curandStatus_t>(
+      "curandGenerateNormalDouble", real != nullptr, ndt::tracer::kUnavailable, draw,
+      [&](Session& session, RealCall<curandStatus_t>& call) {
+        return ndt::tracer::RecordGenerate(
+            session, call, "curandGenerateNormalDouble", generator, output_ptr, n,
+            {"normal", ndt::format::DType::kF64, mean, stddev}, draw);
+      });
+}
+
+extern "C" curandStatus_t curandGenerateLogNormalDouble(curandGenerator_t generator,
+                                                        double* output_ptr, size_t n, double mean,
+                                                        double stddev) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandGenerateLogNormalDouble);
+  const auto draw = [&]() { return real(generator, output_ptr, n, mean, stddev); };
+  return RunLibraryHook<curandStatus_t>(
+      "curandGenerateLogNormalDouble", real != nullptr, ndt::tracer::kUnavailable, draw,
+      [&](Session& session, RealCall<curandStatus_t>& call) {
+        return ndt::tracer::RecordGenerate(
+            session, call, "curandGenerateLogNormalDouble", generator, output_ptr, n,
+            {"log_normal", ndt::format::DType::kF64, mean, stddev}, draw);
       });
 }
