@@ -12,7 +12,7 @@
 # Layout (also written to OUT_DIR/BUNDLE.md):
 #   bin/       ndtrace, libndtrace.so (ndtrace preloads the one beside itself)
 #   programs/  tests/programs' binaries, vector_add_static (static cudart), gpu_probe and
-#              tests/corpus/window_train
+#              tests/corpus/window_train, cg_solver, monte_carlo
 #   checks/    digest_kernel_check (GPU digests against the CPU reference)
 #   bench/     bench_hooks, bench_library_hooks, bench_digest, bench_digest_gpu, ...
 #   pytorch/   tests/gpu/pytorch/*.py
@@ -81,12 +81,16 @@ if [ -f "$build/tests/programs/libcupti_module.so" ]; then
 else
   missing+=("programs/libcupti_module.so")
 fi
-# tests/corpus/window_train: the window replay step of gpu_suite.sh.
-if [ -x "$build/tests/corpus/window_train" ]; then
-  copy_stripped "$build/tests/corpus/window_train" "$out/programs"
-else
-  missing+=("programs/window_train")
-fi
+# Corpus programs that launch no kernel of their own (library calls only), so that they run on a
+# GPU as they are: window_train for the window replay step of gpu_suite.sh, cg_solver (cuBLAS in
+# double precision) and monte_carlo (cuRAND doubles) for its samples and op replay steps.
+for name in window_train cg_solver monte_carlo; do
+  if [ -x "$build/tests/corpus/$name" ]; then
+    copy_stripped "$build/tests/corpus/$name" "$out/programs"
+  else
+    missing+=("programs/$name")
+  fi
+done
 if [ -x "$build/tests/digest_kernel_check" ]; then
   copy_stripped "$build/tests/digest_kernel_check" "$out/checks"
 else

@@ -249,6 +249,10 @@ samples=(
   "streams_graphs"
   "thread_streams"
   "thread_streams --plant"
+  "cg_solver"
+  "cg_solver --plant"
+  "monte_carlo"
+  "monte_carlo --plant"
 )
 # The checksums tests/programs/CMakeLists.txt expects everywhere (exact arithmetic).
 declare -A expected_checksum=([vector_add]=664dc617a67a437d [vector_add_static]=664dc617a67a437d
@@ -443,6 +447,26 @@ if wants replay; then
   else
     say ""
     say "no captured cudnnConvolutionBackwardFilter op found: replay not run"
+  fi
+
+  say ""
+  say "monte_carlo recorded with its double-precision uniform draws captured, then the last one"
+  say "re-run alone 5 times from its recorded state (seed, offset): matching the captured numbers"
+  say "(5/5) shows the tracer advances a Philox generator's offset as the real cuRAND does (2"
+  say "draws per double)."
+  trace=$work/monte_carlo_capture.ndt
+  run 120 'ndtrace:|error' "$ndtrace" record --capture curandGenerateUniformDouble \
+    -o "$trace" -- "$programs/monte_carlo"
+  op=
+  if [ "$status" -eq 0 ]; then
+    op=$("$ndtrace" show "$trace" 2>/dev/null |
+      awk '$2 == "op" && $7 == "curandGenerateUniformDouble" { op = $3 } END { print op }')
+  fi
+  if [ -n "$op" ]; then
+    run 120 tail:12 "$ndtrace" replay "$trace" --op "$op" --repeat 5
+  else
+    say ""
+    say "no captured curandGenerateUniformDouble op found: replay not run"
   fi
 fi
 
