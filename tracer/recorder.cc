@@ -69,16 +69,42 @@ std::string Demangle(const char* mangled) {
 
 // The digest v1 of host memory the program may have unmapped since it handed it to us: read
 // through process_vm_readv, which fails (EFAULT) instead of faulting. nullopt if unreadable.
-std::optional<kernels::Digest128> DigestHostSafely(const void* host, uint64_t bytes) {
+// `rows` rows of `width` bytes, `pitch` apart (a 2D copy's host side), are digested back to
+// back, as if contiguous: the padding between them is none of the copy's.
+std::optional<kernels::Digest128> DigestHostSafely(const void* host, uint64_t width,
+                                                   uint64_t rows = 1, uint64_t pitch = 0) {
   constexpr uint64_t kPiece = 1 << 20;  // a multiple of the 16-byte digest block
+  constexpr size_t kMaxSpans = 1024;    // IOV_MAX
+  const uint64_t bytes = width * rows;  // the caller checked it does not overflow
+  const auto* base = static_cast<const unsigned char*>(host);
   std::vector<unsigned char> buffer(std::min(bytes, kPiece));
+  std::vector<iovec> spans;
   kernels::DigestV1Accumulator sum;
+  uint64_t row = 0, in_row = 0;  // where the next byte to read is
   for (uint64_t done = 0; done < bytes;) {
     const uint64_t piece = std::min(kPiece, bytes - done);
-    iovec local{buffer.data(), piece};
-    iovec remote{const_cast<unsigned char*>(static_cast<const unsigned char*>(host) + done), piece};
-    if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(piece)) {
-      return std::nullopt;
+    spans.clear();
+    for (uint64_t filled = 0; filled < piece;) {
+      const uint64_t take = std::min(width - in_row, piece - filled);
+      spans.push_back({const_cast<unsigned char*>(base + row * pitch + in_row), take});
+      filled += take;
+      in_row += take;
+      if (in_row == width) {
+        ++row;
+        in_row = 0;
+      }
+    }
+    unsigned char* into = buffer.data();
+    for (size_t first = 0; first < spans.size(); first += kMaxSpans) {
+      const size_t count = std::min(kMaxSpans, spans.size() - first);
+      uint64_t wanted = 0;
+      for (size_t i = first; i < first + count; ++i) wanted += spans[i].iov_len;
+      iovec local{into, wanted};
+      if (process_vm_readv(getpid(), &local, 1, &spans[first], count, 0) !=
+          static_cast<ssize_t>(wanted)) {
+        return std::nullopt;
+      }
+      into += wanted;
     }
     sum = kernels::DigestV1Add(sum, kernels::DigestV1Partial(buffer.data(), piece, done / 16));
     done += piece;
@@ -1392,7 +1418,10 @@ std::vector<format::BufferDigest> Session::TakePendingDigests(std::optional<uint
                   std::to_string(pending.op_sequence);
     digest.pointer = pending.source;
     digest.bytes = pending.bytes;
-    std::optional<kernels::Digest128> value = DigestHostSafely(pending.host, pending.bytes);
+    std::optional<kernels::Digest128> value =
+        pending.pitch == 0 ? DigestHostSafely(pending.host, pending.bytes)
+                           : DigestHostSafely(pending.host, pending.width,
+                                              pending.bytes / pending.width, pending.pitch);
     if (!value) continue;  // the program released the buffer before synchronising
     digest.digest = ToFormat(*value);
     digests.push_back(std::move(digest));

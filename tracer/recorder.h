@@ -99,6 +99,10 @@ struct PendingDigest {
   const void* host = nullptr;
   uint64_t bytes = 0;
   bool managed = false;
+  // Not 0: `bytes` are rows of `width` bytes, `pitch` apart from `host` (a 2D copy's padded host
+  // rows), digested back to back.
+  uint64_t width = 0;
+  uint64_t pitch = 0;
 };
 
 // How the digests of an op's memory reach the work its stream has enqueued so far: `launch`, the

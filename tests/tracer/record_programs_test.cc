@@ -680,3 +680,48 @@ TEST_CASE("check keeps each run's output in its log and the traces whole", "[tra
   CHECK((*reader)->complete());
   CHECK((*reader)->damage().empty());
 }
+
+TEST_CASE("an asynchronous 2D copy into padded host rows is digested, rows only, at the sync",
+          "[tracer]") {
+  // tests/corpus/host_callbacks uploads each batch from padded pinned rows (the padding holds
+  // bytes that differ from run to run) and, at the end, downloads the last one back into padded
+  // rows with cudaMemcpy2DAsync, then synchronises the copy stream. The download's host rows
+  // are digested there, back to back: the same digest as the upload of those rows had.
+  const std::string trace = TempPath("host_callbacks.ndt");
+  const RunResult traced = RecordRun(trace, CORPUS_HOST_CALLBACKS);
+  INFO(traced.err);
+  REQUIRE(traced.status == 0);
+  const std::vector<OpRecord> ops = Ops(ReadAll(trace));
+  const auto unsigned_arg = [](const OpRecord& op, const std::string& name) -> uint64_t {
+    for (const Argument& argument : op.args) {
+      if (argument.name == name) return std::get<uint64_t>(argument.value);
+    }
+    FAIL("no argument " << name << " in op " << op.sequence);
+    return 0;
+  };
+  const OpRecord* upload = nullptr;
+  const OpRecord* download = nullptr;
+  for (const OpRecord& op : ops) {
+    if (op.name != "cuMemcpy2DAsync_v2") continue;
+    // The upload packs rows on the device; the download pads them on the host.
+    const bool padded = unsigned_arg(op, "dstPitch") > unsigned_arg(op, "width");
+    (padded ? download : upload) = &op;
+  }
+  REQUIRE(upload != nullptr);
+  REQUIRE(download != nullptr);
+  CHECK(unsigned_arg(*download, "height") == 96);
+  // The last upload filled the buffer the download reads (two buffers, 12 steps).
+  CHECK(PointerArg(*download, "src").allocation_id == PointerArg(*upload, "dst").allocation_id);
+  REQUIRE(upload->inputs.size() == 1);
+  const std::string role = "dst of op " + std::to_string(download->sequence);
+  const ndt::format::BufferDigest* downloaded = nullptr;
+  for (const OpRecord& op : ops) {
+    for (const auto& digest : op.outputs) {
+      if (digest.role == role) downloaded = &digest;
+    }
+  }
+  REQUIRE(downloaded != nullptr);
+  CHECK(downloaded->bytes == 96 * 64 * 4);
+  CHECK(downloaded->digest == upload->inputs[0].digest);
+  std::remove(trace.c_str());
+}

@@ -331,8 +331,9 @@ std::optional<BufferDigest> HostRowsDigest(const char* role, const format::Devic
 // GPU are digested back to back, as are the host rows a synchronous copy leaves; a device
 // destination in the digest window over the span from its first row's start to its last row's
 // end (the padding between rows is memory the copy does not write). An asynchronous copy to host
-// rows with padding between them is not digested (the padding is the program's memory, never
-// written by the GPU); nor are arrays; window replay does not capture 2D copies.
+// rows is digested when its stream is next synchronised, as a 1D one is: its rows back to back,
+// never the padding (the program's memory, never written by the GPU). Arrays are not digested;
+// window replay does not capture 2D copies.
 template <typename Call>
 CUresult RecordCopy2D(Session& session, RealCall& call, const char* name, const CUDA_MEMCPY2D& copy,
                       CUstream stream, bool per_thread, bool async, Call real) {
@@ -380,10 +381,11 @@ CUresult RecordCopy2D(Session& session, RealCall& call, const char* name, const 
               HostRowsDigest("dst", src_pointer, dst.address, width, height, copy.dstPitch)) {
         op.outputs.push_back(std::move(*digest));
       }
-    } else if (height == 1 || copy.dstPitch == width) {
-      session.AddPendingDigest({stream_id, op.sequence, src_pointer,
-                                reinterpret_cast<const void*>(dst.address),
-                                uint64_t{width} * height});
+    } else {
+      const bool rows = height > 1 && copy.dstPitch != width;
+      session.AddPendingDigest(
+          {stream_id, op.sequence, src_pointer, reinterpret_cast<const void*>(dst.address),
+           uint64_t{width} * height, false, rows ? width : 0, rows ? copy.dstPitch : 0});
     }
   }
   session.EndOp(op, static_cast<int32_t>(result));
