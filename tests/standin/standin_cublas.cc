@@ -29,11 +29,13 @@
 #include <random>
 #include <system_error>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "standin_activity.h"
 #include "standin_atomic.h"
 #include "standin_cublas_status.h"
+#include "standin_half.h"
 #include "standin_library_driver.h"
 
 struct cublasContext {
@@ -56,48 +58,79 @@ size_t Extent(int rows, int cols, int ld) {
          sizeof(T);
 }
 
-// One GEMM of float (S) or double (D) elements.
-template <typename T>
+using ndt::standin::BFloat16;
+using ndt::standin::Half;
+
+// The type a GEMM of `In` elements computes and takes alpha and beta in: float for the 16-bit
+// types (cublasGemmEx with CUBLAS_COMPUTE_32F, as PyTorch's half and bfloat16 matmuls call it).
+template <typename In>
+using ComputeOf =
+    std::conditional_t<std::is_same_v<In, Half> || std::is_same_v<In, BFloat16>, float, In>;
+
+template <typename C, typename S>
+C Widen(S x) {
+  if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) {
+    return ndt::standin::ToFloat(x);
+  } else {
+    return x;
+  }
+}
+
+template <typename S, typename C>
+S Narrow(C x) {
+  if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) {
+    return ndt::standin::FromFloat<S>(x);
+  } else {
+    return x;
+  }
+}
+
+// One GEMM: A and B of `In` elements (float: S, double: D, Half or BFloat16: cublasGemmEx's 16F
+// and 16BF), C of `Out` elements, computed in C = ComputeOf<In> and rounded to `Out` once.
+template <typename In, typename Out = In>
 struct Gemm {
+  using C = ComputeOf<In>;
   bool trans_a = false;
   bool trans_b = false;
   int m = 0, n = 0, k = 0;
-  const T* a = nullptr;
+  const In* a = nullptr;
   int lda = 0;
-  const T* b = nullptr;
+  const In* b = nullptr;
   int ldb = 0;
-  T* c = nullptr;
+  Out* c = nullptr;
   int ldc = 0;
-  T alpha = 1;
-  T beta = 0;
+  C alpha = 1;
+  C beta = 0;
 
-  T A(int i, int l) const {
-    return trans_a ? a[l + static_cast<size_t>(i) * lda] : a[i + static_cast<size_t>(l) * lda];
+  C A(int i, int l) const {
+    return Widen<C>(trans_a ? a[l + static_cast<size_t>(i) * lda]
+                            : a[i + static_cast<size_t>(l) * lda]);
   }
-  T B(int l, int j) const {
-    return trans_b ? b[j + static_cast<size_t>(l) * ldb] : b[l + static_cast<size_t>(j) * ldb];
+  C B(int l, int j) const {
+    return Widen<C>(trans_b ? b[j + static_cast<size_t>(l) * ldb]
+                            : b[l + static_cast<size_t>(j) * ldb]);
   }
   // sum over l in [k0, k1) of op(A)(i, l) * op(B)(l, j), in order.
-  T Partial(int i, int j, int k0, int k1) const {
-    T sum = 0;
+  C Partial(int i, int j, int k0, int k1) const {
+    C sum = 0;
     for (int l = k0; l < k1; ++l) sum += A(i, l) * B(l, j);
     return sum;
   }
   int SliceBegin(int slice, int slices) const {
     return static_cast<int>(static_cast<int64_t>(k) * slice / slices);
   }
-  void Store(int i, int j, T product) const {
-    T& cell = c[i + static_cast<size_t>(j) * ldc];
-    cell = beta == 0 ? alpha * product : alpha * product + beta * cell;
+  void Store(int i, int j, C product) const {
+    Out& cell = c[i + static_cast<size_t>(j) * ldc];
+    cell = Narrow<Out>(beta == 0 ? alpha * product : alpha * product + beta * Widen<C>(cell));
   }
 };
 
 // Split-K with `slices` slices of k whose partial sums are added in slice order.
-template <typename T>
-void RunOrdered(const Gemm<T>& g, int slices) {
+template <typename G>
+void RunOrdered(const G& g, int slices) {
   for (int j = 0; j < g.n; ++j) {
     for (int i = 0; i < g.m; ++i) {
-      T total = 0;
+      typename G::C total = 0;
       for (int s = 0; s < slices; ++s) {
         total += g.Partial(i, j, g.SliceBegin(s, slices), g.SliceBegin(s + 1, slices));
       }
@@ -114,8 +147,9 @@ using ndt::standin::AtomicAdd;
 constexpr int kRacingSlices = 4;
 constexpr unsigned kMaxAddsBetweenYields = 16;
 
-template <typename T>
-void RunRacing(const Gemm<T>& g) {
+template <typename G>
+void RunRacing(const G& g) {
+  using T = typename G::C;
   const size_t cells = static_cast<size_t>(g.m) * static_cast<size_t>(g.n);
   std::vector<T> accumulator(cells, T{0});
   auto slice = [&g, &accumulator, cells](int s) {
@@ -171,7 +205,7 @@ int SlicesOf(int algo) {
   return 0;
 }
 
-template <typename T>
+template <typename In, typename Out = In>
 cublasStatus_t RunGemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
                        int m, int n, int k, const void* alpha, const void* a, int lda,
                        const void* b, int ldb, const void* beta, void* c, int ldc, int algo) {
@@ -180,7 +214,8 @@ cublasStatus_t RunGemm(cublasHandle_t handle, cublasOperation_t transa, cublasOp
       alpha == nullptr || beta == nullptr) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
-  Gemm<T> g;
+  Gemm<In, Out> g;
+  using C = typename Gemm<In, Out>::C;
   g.trans_a = transa != CUBLAS_OP_N;
   g.trans_b = transb != CUBLAS_OP_N;
   g.m = m;
@@ -202,23 +237,23 @@ cublasStatus_t RunGemm(cublasHandle_t handle, cublasOperation_t transa, cublasOp
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
   if (!Synchronize(handle->stream)) return CUBLAS_STATUS_EXECUTION_FAILED;
   if (handle->pointer_mode == CUBLAS_POINTER_MODE_DEVICE) {
-    if (!IsDeviceRange(alpha, sizeof(T)) || !IsDeviceRange(beta, sizeof(T))) {
+    if (!IsDeviceRange(alpha, sizeof(C)) || !IsDeviceRange(beta, sizeof(C))) {
       return CUBLAS_STATUS_EXECUTION_FAILED;
     }
   }
-  std::memcpy(&g.alpha, alpha, sizeof(T));
-  std::memcpy(&g.beta, beta, sizeof(T));
-  const size_t a_bytes = Extent<T>(a_rows, g.trans_a ? m : k, lda);
-  const size_t b_bytes = Extent<T>(b_rows, g.trans_b ? k : n, ldb);
+  std::memcpy(&g.alpha, alpha, sizeof(C));
+  std::memcpy(&g.beta, beta, sizeof(C));
+  const size_t a_bytes = Extent<In>(a_rows, g.trans_a ? m : k, lda);
+  const size_t b_bytes = Extent<In>(b_rows, g.trans_b ? k : n, ldb);
   if ((a_bytes > 0 && !IsDeviceRange(a, a_bytes)) || (b_bytes > 0 && !IsDeviceRange(b, b_bytes)) ||
-      !IsDeviceRange(c, Extent<T>(m, n, ldc))) {
+      !IsDeviceRange(c, Extent<Out>(m, n, ldc))) {
     return CUBLAS_STATUS_EXECUTION_FAILED;
   }
-  g.a = static_cast<const T*>(a);
+  g.a = static_cast<const In*>(a);
   g.lda = lda;
-  g.b = static_cast<const T*>(b);
+  g.b = static_cast<const In*>(b);
   g.ldb = ldb;
-  g.c = static_cast<T*>(c);
+  g.c = static_cast<Out*>(c);
   g.ldc = ldc;
   const LibraryParams params{
       {a, b, c}, static_cast<uint32_t>(m), static_cast<uint32_t>(n), static_cast<uint32_t>(k)};
@@ -273,36 +308,51 @@ cublasStatus_t Prepare(cublasHandle_t handle) {
   return Synchronize(handle->stream) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
-template <typename T>
+template <typename In, typename Out = In>
 cublasStatus_t RunStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
                                  cublasOperation_t transb, int m, int n, int k, const void* alpha,
-                                 const T* a, int lda, long long stride_a, const T* b, int ldb,
-                                 long long stride_b, const void* beta, T* c, int ldc,
+                                 const In* a, int lda, long long stride_a, const In* b, int ldb,
+                                 long long stride_b, const void* beta, Out* c, int ldc,
                                  long long stride_c, int batch_count, int algo) {
   if (batch_count < 0) return CUBLAS_STATUS_INVALID_VALUE;
   for (int i = 0; i < batch_count; ++i) {
     const cublasStatus_t status =
-        RunGemm<T>(handle, transa, transb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b,
-                   ldb, beta, c + i * stride_c, ldc, algo);
+        RunGemm<In, Out>(handle, transa, transb, m, n, k, alpha, a + i * stride_a, lda,
+                         b + i * stride_b, ldb, beta, c + i * stride_c, ldc, algo);
     if (status != CUBLAS_STATUS_SUCCESS) return status;
   }
   return CUBLAS_STATUS_SUCCESS;
 }
 
-// The element type cublasGemmEx and cublasGemmStridedBatchedEx compute in here: CUDA_R_32F
-// (f32 data, a 32-bit float compute type) or CUDA_R_64F (f64 data, CUBLAS_COMPUTE_64F[_PEDANTIC]);
-// -1 for what the stand-in does not implement.
-int ExType(cudaDataType a, cudaDataType b, cudaDataType c, cublasComputeType_t compute) {
-  if (a == CUDA_R_32F && b == CUDA_R_32F && c == CUDA_R_32F &&
-      (compute == CUBLAS_COMPUTE_32F || compute == CUBLAS_COMPUTE_32F_PEDANTIC ||
-       compute == CUBLAS_COMPUTE_32F_FAST_TF32)) {
-    return CUDA_R_32F;
+// Calls run.template operator()<In, Out>() with the element types of A and B (`In`) and of C
+// (`Out`) for cublasGemmEx's and cublasGemmStridedBatchedEx's data types and compute type:
+// f32 with a 32-bit float compute type; f64 with CUBLAS_COMPUTE_64F[_PEDANTIC]; f16 or bf16 A
+// and B with a 32-bit float compute type and C of their type or f32 (PyTorch's half and
+// bfloat16 matmuls). CUBLAS_STATUS_NOT_SUPPORTED for the rest.
+template <typename Run>
+cublasStatus_t WithExTypes(cudaDataType a, cudaDataType b, cudaDataType c,
+                           cublasComputeType_t compute, Run run) {
+  const bool f32_compute =
+      compute == CUBLAS_COMPUTE_32F || compute == CUBLAS_COMPUTE_32F_PEDANTIC ||
+      compute == CUBLAS_COMPUTE_32F_FAST_TF32 || compute == CUBLAS_COMPUTE_32F_FAST_16F ||
+      compute == CUBLAS_COMPUTE_32F_FAST_16BF;
+  if (a != b) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (a == CUDA_R_32F && c == CUDA_R_32F && f32_compute) {
+    return run.template operator()<float, float>();
   }
-  if (a == CUDA_R_64F && b == CUDA_R_64F && c == CUDA_R_64F &&
+  if (a == CUDA_R_64F && c == CUDA_R_64F &&
       (compute == CUBLAS_COMPUTE_64F || compute == CUBLAS_COMPUTE_64F_PEDANTIC)) {
-    return CUDA_R_64F;
+    return run.template operator()<double, double>();
   }
-  return -1;
+  if (a == CUDA_R_16F && f32_compute) {
+    if (c == CUDA_R_16F) return run.template operator()<Half, Half>();
+    if (c == CUDA_R_32F) return run.template operator()<Half, float>();
+  }
+  if (a == CUDA_R_16BF && f32_compute) {
+    if (c == CUDA_R_16BF) return run.template operator()<BFloat16, BFloat16>();
+    if (c == CUDA_R_32F) return run.template operator()<BFloat16, float>();
+  }
+  return CUBLAS_STATUS_NOT_SUPPORTED;
 }
 
 // y = alpha x + y, element by element.
@@ -555,16 +605,10 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
                             cudaDataType b_type, int ldb, const void* beta, void* c,
                             cudaDataType c_type, int ldc, cublasComputeType_t compute_type,
                             cublasGemmAlgo_t algo) {
-  switch (ExType(a_type, b_type, c_type, compute_type)) {
-    case CUDA_R_32F:
-      return RunGemm<float>(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+  return WithExTypes(a_type, b_type, c_type, compute_type, [&]<typename In, typename Out>() {
+    return RunGemm<In, Out>(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
                             algo);
-    case CUDA_R_64F:
-      return RunGemm<double>(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
-                             algo);
-    default:
-      return CUBLAS_STATUS_NOT_SUPPORTED;
-  }
+  });
 }
 
 cublasStatus_t cublasSaxpy_v2(cublasHandle_t handle, int n, const float* alpha, const float* x,
@@ -653,19 +697,11 @@ cublasStatus_t cublasGemmStridedBatchedEx(
     const void* B, cudaDataType Btype, int ldb, long long int strideB, const void* beta, void* C,
     cudaDataType Ctype, int ldc, long long int strideC, int batchCount,
     cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
-  switch (ExType(Atype, Btype, Ctype, computeType)) {
-    case CUDA_R_32F:
-      return RunStridedBatched(handle, transa, transb, m, n, k, alpha, static_cast<const float*>(A),
-                               lda, strideA, static_cast<const float*>(B), ldb, strideB, beta,
-                               static_cast<float*>(C), ldc, strideC, batchCount, algo);
-    case CUDA_R_64F:
-      return RunStridedBatched(handle, transa, transb, m, n, k, alpha,
-                               static_cast<const double*>(A), lda, strideA,
-                               static_cast<const double*>(B), ldb, strideB, beta,
-                               static_cast<double*>(C), ldc, strideC, batchCount, algo);
-    default:
-      return CUBLAS_STATUS_NOT_SUPPORTED;
-  }
+  return WithExTypes(Atype, Btype, Ctype, computeType, [&]<typename In, typename Out>() {
+    return RunStridedBatched(handle, transa, transb, m, n, k, alpha, static_cast<const In*>(A), lda,
+                             strideA, static_cast<const In*>(B), ldb, strideB, beta,
+                             static_cast<Out*>(C), ldc, strideC, batchCount, algo);
+  });
 }
 
 }  // extern "C"

@@ -55,6 +55,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "standin_half.h"
 #include "standin_library_driver.h"
 
 namespace {
@@ -77,65 +78,13 @@ size_t TypeSize(ncclDataType_t type) {
   }
 }
 
-// ncclFloat16 and ncclBfloat16 elements: reduced by converting to float, combining and rounding
-// back to nearest even at every step, as NCCL's kernels do in their reduction trees.
-struct Half {
-  uint16_t bits;
-};
-struct BFloat16 {
-  uint16_t bits;
-};
-
-float ToFloat(Half h) {
-  const uint32_t sign = static_cast<uint32_t>(h.bits & 0x8000u) << 16;
-  uint32_t exponent = (h.bits >> 10) & 0x1fu;
-  uint32_t mantissa = h.bits & 0x3ffu;
-  if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
-  if (exponent == 0) {
-    if (mantissa == 0) return std::bit_cast<float>(sign);
-    exponent = 1;  // subnormal: normalise
-    while ((mantissa & 0x400u) == 0) {
-      mantissa <<= 1;
-      --exponent;
-    }
-    mantissa &= 0x3ffu;
-  }
-  return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
-}
-
-template <typename T>
-T FromFloat(float value);
-
-template <>
-Half FromFloat<Half>(float value) {
-  const uint32_t bits = std::bit_cast<uint32_t>(value);
-  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  const uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return {static_cast<uint16_t>(sign | 0x7e00u)};   // NaN
-  if (magnitude >= 0x477ff000u) return {static_cast<uint16_t>(sign | 0x7c00u)};  // to infinity
-  if (magnitude < 0x33000001u) return {sign};                                    // rounds to zero
-  const int exponent = static_cast<int>(magnitude >> 23) - 112;
-  uint32_t mantissa = (magnitude & 0x7fffffu) | 0x800000u;
-  const int shift = exponent > 0 ? 13 : 14 - exponent;  // subnormals lose more bits
-  const uint32_t rest = mantissa & ((1u << shift) - 1);
-  const uint32_t half_way = 1u << (shift - 1);
-  mantissa >>= shift;
-  if (rest > half_way || (rest == half_way && (mantissa & 1u) != 0)) ++mantissa;
-  const uint32_t out = exponent > 0 ? ((static_cast<uint32_t>(exponent) << 10) + mantissa - 0x400u)
-                                    : mantissa;  // a carry out of the mantissa bumps the exponent
-  return {static_cast<uint16_t>(sign | out)};
-}
-
-float ToFloat(BFloat16 b) {
-  return std::bit_cast<float>(static_cast<uint32_t>(b.bits) << 16);
-}
-
-template <>
-BFloat16 FromFloat<BFloat16>(float value) {
-  const uint32_t bits = std::bit_cast<uint32_t>(value);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((bits >> 16) | 0x40u)};
-  return {static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16)};
-}
+// ncclFloat16 and ncclBfloat16 elements (standin_half.h): reduced by converting to float,
+// combining and rounding back to nearest even at every step, as NCCL's kernels do in their
+// reduction trees.
+using ndt::standin::BFloat16;
+using ndt::standin::FromFloat;
+using ndt::standin::Half;
+using ndt::standin::ToFloat;
 
 template <typename T>
 constexpr bool kNarrowFloat = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
