@@ -214,5 +214,20 @@ int main(int argc, char** argv) {
   all.insert(all.end(), master_b.begin(), master_b.end());
   all.insert(all.end(), s.begin(), s.end());
   ndt::programs::PrintChecksum(all.data(), all.size() * sizeof(float));
+  for (void* device : {static_cast<void*>(x_h), static_cast<void*>(x_b), static_cast<void*>(w_h),
+                       static_cast<void*>(w_b), static_cast<void*>(y_h), static_cast<void*>(y_b),
+                       static_cast<void*>(dy_h), static_cast<void*>(dy_b),
+                       static_cast<void*>(grads), static_cast<void*>(scores)}) {
+    CORPUS_CHECK(cudaFree(device));
+  }
+  for (void* host :
+       {static_cast<void*>(x_h_host), static_cast<void*>(x_b_host), static_cast<void*>(w_h_host),
+        static_cast<void*>(w_b_host), static_cast<void*>(grads_host)}) {
+    CORPUS_CHECK(cudaFreeHost(host));
+  }
+  CORPUS_CHECK(cudaEventDestroy(uploaded));
+  BLAS_CHECK(cublasDestroy(handle));
+  CORPUS_CHECK(cudaStreamDestroy(copy));
+  CORPUS_CHECK(cudaStreamDestroy(compute));
   return 0;
 }
