@@ -674,6 +674,51 @@ struct BlasElement<double> {
   static constexpr DType kDType = DType::kF64;
 };
 
+// The GEMMs of one element type (cublasSgemm_v2 and cublasDgemm_v2, their strided batched
+// forms): `api` is the exported name, `real` the real function.
+template <typename T, typename Real>
+cublasStatus_t HookTypedGemm(const char* api, Real real, cublasHandle_t handle,
+                             cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                             int k, const T* alpha, const T* a, int lda, const T* b, int ldb,
+                             const T* beta, T* c, int ldc) {
+  auto call_real = [&] {
+    return real(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  };
+  constexpr cudaDataType kType = BlasElement<T>::kCuda;
+  return RunLibraryHook(api, real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
+                        [&](Session& session, RealCall<cublasStatus_t>& call) {
+                          const GemmCall g{api,   handle, transa, transb, m,
+                                           n,     k,      alpha,  a,      kType,
+                                           lda,   b,      kType,  ldb,    beta,
+                                           c,     kType,  ldc,    -1,     CUBLAS_GEMM_DEFAULT,
+                                           false, 0,      0,      0,      0};
+                          return RecordGemm(session, call, g, [&](int) { return call_real(); });
+                        });
+}
+
+template <typename T, typename Real>
+cublasStatus_t HookTypedGemmStridedBatched(const char* api, Real real, cublasHandle_t handle,
+                                           cublasOperation_t transa, cublasOperation_t transb,
+                                           int m, int n, int k, const T* alpha, const T* a, int lda,
+                                           long long stride_a, const T* b, int ldb,
+                                           long long stride_b, const T* beta, T* c, int ldc,
+                                           long long stride_c, int batch) {
+  auto call_real = [&] {
+    return real(handle, transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
+                ldc, stride_c, batch);
+  };
+  constexpr cudaDataType kType = BlasElement<T>::kCuda;
+  return RunLibraryHook(api, real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
+                        [&](Session& session, RealCall<cublasStatus_t>& call) {
+                          const GemmCall g{api,   handle, transa,   transb,   m,
+                                           n,     k,      alpha,    a,        kType,
+                                           lda,   b,      kType,    ldb,      beta,
+                                           c,     kType,  ldc,      -1,       CUBLAS_GEMM_DEFAULT,
+                                           false, batch,  stride_a, stride_b, stride_c};
+                          return RecordGemm(session, call, g, [&](int) { return call_real(); });
+                        });
+}
+
 // The hooks of the level-1 and level-2 calls and of the pointer-array batched GEMM, for either
 // element type: `api` is the exported name, `real` the real function.
 template <typename T, typename Real>
@@ -1242,56 +1287,18 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
                               cublasOperation_t transb, int m, int n, int k, const float* alpha,
                               const float* a, int lda, const float* b, int ldb, const float* beta,
                               float* c, int ldc) {
-  const auto real = NDT_REAL_LIBRARY(kCublas, cublasSgemm_v2);
-  auto call_real = [&] { return real(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); };
-  return RunLibraryHook(
-      "cublasSgemm_v2", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
-      [&](Session& session, RealCall<cublasStatus_t>& call) {
-        const GemmCall g{"cublasSgemm_v2", handle, transa, transb, m, n, k, alpha, a,
-                         CUDA_R_32F, lda, b, CUDA_R_32F, ldb, beta, c, CUDA_R_32F, ldc, -1,
-                         CUBLAS_GEMM_DEFAULT, false, 0, 0, 0, 0};
-        return ndt::tracer::RecordGemm(session, call, g, [&](int) { return call_real(); });
-      });
+  return ndt::tracer::HookTypedGemm("cublasSgemm_v2", NDT_REAL_LIBRARY(kCublas, cublasSgemm_v2),
+                                    handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                                    ldc);
 }
 
 cublasStatus_t cublasDgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
                               cublasOperation_t transb, int m, int n, int k, const double* alpha,
                               const double* a, int lda, const double* b, int ldb,
                               const double* beta, double* c, int ldc) {
-  const auto real = NDT_REAL_LIBRARY(kCublas, cublasDgemm_v2);
-  auto call_real = [&] {
-    return real(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  };
-  return RunLibraryHook("cublasDgemm_v2", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
-                        [&](Session& session, RealCall<cublasStatus_t>& call) {
-                          const GemmCall g{"cublasDgemm_v2",
-                                           handle,
-                                           transa,
-                                           transb,
-                                           m,
-                                           n,
-                                           k,
-                                           alpha,
-                                           a,
-                                           CUDA_R_64F,
-                                           lda,
-                                           b,
-                                           CUDA_R_64F,
-                                           ldb,
-                                           beta,
-                                           c,
-                                           CUDA_R_64F,
-                                           ldc,
-                                           -1,
-                                           CUBLAS_GEMM_DEFAULT,
-                                           false,
-                                           0,
-                                           0,
-                                           0,
-                                           0};
-                          return ndt::tracer::RecordGemm(session, call, g,
-                                                         [&](int) { return call_real(); });
-                        });
+  return ndt::tracer::HookTypedGemm("cublasDgemm_v2", NDT_REAL_LIBRARY(kCublas, cublasDgemm_v2),
+                                    handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                                    ldc);
 }
 
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
@@ -1335,19 +1342,10 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          long long int strideA, const float* b, int ldb,
                                          long long int strideB, const float* beta, float* c,
                                          int ldc, long long int strideC, int batchCount) {
-  const auto real = NDT_REAL_LIBRARY(kCublas, cublasSgemmStridedBatched);
-  auto call_real = [&] {
-    return real(handle, transa, transb, m, n, k, alpha, a, lda, strideA, b, ldb, strideB, beta, c,
-                ldc, strideC, batchCount);
-  };
-  return RunLibraryHook(
-      "cublasSgemmStridedBatched", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
-      [&](Session& session, RealCall<cublasStatus_t>& call) {
-        const GemmCall g{"cublasSgemmStridedBatched", handle, transa, transb, m, n, k, alpha, a,
-                         CUDA_R_32F, lda, b, CUDA_R_32F, ldb, beta, c, CUDA_R_32F, ldc, -1,
-                         CUBLAS_GEMM_DEFAULT, false, batchCount, strideA, strideB, strideC};
-        return ndt::tracer::RecordGemm(session, call, g, [&](int) { return call_real(); });
-      });
+  return ndt::tracer::HookTypedGemmStridedBatched(
+      "cublasSgemmStridedBatched", NDT_REAL_LIBRARY(kCublas, cublasSgemmStridedBatched), handle,
+      transa, transb, m, n, k, alpha, a, lda, strideA, b, ldb, strideB, beta, c, ldc, strideC,
+      batchCount);
 }
 
 cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
@@ -1356,41 +1354,10 @@ cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          long long int strideA, const double* b, int ldb,
                                          long long int strideB, const double* beta, double* c,
                                          int ldc, long long int strideC, int batchCount) {
-  const auto real = NDT_REAL_LIBRARY(kCublas, cublasDgemmStridedBatched);
-  auto call_real = [&] {
-    return real(handle, transa, transb, m, n, k, alpha, a, lda, strideA, b, ldb, strideB, beta, c,
-                ldc, strideC, batchCount);
-  };
-  return RunLibraryHook("cublasDgemmStridedBatched", real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED,
-                        call_real, [&](Session& session, RealCall<cublasStatus_t>& call) {
-                          const GemmCall g{"cublasDgemmStridedBatched",
-                                           handle,
-                                           transa,
-                                           transb,
-                                           m,
-                                           n,
-                                           k,
-                                           alpha,
-                                           a,
-                                           CUDA_R_64F,
-                                           lda,
-                                           b,
-                                           CUDA_R_64F,
-                                           ldb,
-                                           beta,
-                                           c,
-                                           CUDA_R_64F,
-                                           ldc,
-                                           -1,
-                                           CUBLAS_GEMM_DEFAULT,
-                                           false,
-                                           batchCount,
-                                           strideA,
-                                           strideB,
-                                           strideC};
-                          return ndt::tracer::RecordGemm(session, call, g,
-                                                         [&](int) { return call_real(); });
-                        });
+  return ndt::tracer::HookTypedGemmStridedBatched(
+      "cublasDgemmStridedBatched", NDT_REAL_LIBRARY(kCublas, cublasDgemmStridedBatched), handle,
+      transa, transb, m, n, k, alpha, a, lda, strideA, b, ldb, strideB, beta, c, ldc, strideC,
+      batchCount);
 }
 
 cublasStatus_t cublasGemmStridedBatchedEx(
