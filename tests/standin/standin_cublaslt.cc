@@ -60,6 +60,9 @@ struct DescState {
   int32_t trans_c;
   int32_t fill_mode;
   uint32_t epilogue;
+  int32_t bias_type;
+  uint64_t bias_pointer;
+  int64_t bias_stride;
 };
 static_assert(sizeof(DescState) <= sizeof(cublasLtMatmulDescOpaque_t));
 
@@ -99,6 +102,9 @@ constexpr Field kDescFields[] = {
     {CUBLASLT_MATMUL_DESC_TRANSC, offsetof(DescState, trans_c), 4},
     {CUBLASLT_MATMUL_DESC_FILL_MODE, offsetof(DescState, fill_mode), 4},
     {CUBLASLT_MATMUL_DESC_EPILOGUE, offsetof(DescState, epilogue), 4},
+    {CUBLASLT_MATMUL_DESC_BIAS_POINTER, offsetof(DescState, bias_pointer), 8},
+    {CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, offsetof(DescState, bias_stride), 8},
+    {CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, offsetof(DescState, bias_type), 4},
 };
 constexpr Field kLayoutFields[] = {
     {CUBLASLT_MATRIX_LAYOUT_TYPE, offsetof(LayoutState, type), 4},
@@ -161,6 +167,8 @@ cublasStatus_t GetField(const State* state, const Field (&fields)[N], int attrib
 struct Problem {
   bool trans_a = false;
   bool trans_b = false;
+  bool relu = false;            // CUBLASLT_EPILOGUE_RELU[_BIAS]: max(0, .) last
+  const float* bias = nullptr;  // CUBLASLT_EPILOGUE[_RELU]_BIAS: bias[i] added to row i
   uint64_t m = 0, n = 0, k = 0;
   const LayoutState* a = nullptr;
   const LayoutState* b = nullptr;
@@ -190,7 +198,12 @@ cublasStatus_t Describe(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a_desc
   const bool compute_ok = op->compute_type == CUBLAS_COMPUTE_32F ||
                           op->compute_type == CUBLAS_COMPUTE_32F_PEDANTIC ||
                           op->compute_type == CUBLAS_COMPUTE_32F_FAST_TF32;
-  if (!compute_ok || op->scale_type != CUDA_R_32F || op->epilogue != CUBLASLT_EPILOGUE_DEFAULT ||
+  // Epilogues: none, a bias vector (D's rows, f32) added to every column, ReLU, or both.
+  const bool epilogue_ok =
+      op->epilogue == CUBLASLT_EPILOGUE_DEFAULT || op->epilogue == CUBLASLT_EPILOGUE_RELU ||
+      ((op->epilogue == CUBLASLT_EPILOGUE_BIAS || op->epilogue == CUBLASLT_EPILOGUE_RELU_BIAS) &&
+       (op->bias_type == -1 || op->bias_type == CUDA_R_32F));
+  if (!compute_ok || op->scale_type != CUDA_R_32F || !epilogue_ok ||
       op->pointer_mode != CUBLASLT_POINTER_MODE_HOST || op->trans_c != CUBLAS_OP_N ||
       !SupportedLayout(p.a) || !SupportedLayout(p.b) || !SupportedLayout(p.c) ||
       !SupportedLayout(p.d)) {
@@ -198,6 +211,11 @@ cublasStatus_t Describe(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a_desc
   }
   p.trans_a = op->trans_a != CUBLAS_OP_N;
   p.trans_b = op->trans_b != CUBLAS_OP_N;
+  p.relu = (op->epilogue & CUBLASLT_EPILOGUE_RELU) != 0;
+  if ((op->epilogue & CUBLASLT_EPILOGUE_BIAS) != 0) {
+    p.bias = reinterpret_cast<const float*>(op->bias_pointer);
+    if (p.bias == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  }
   p.m = p.d->rows;
   p.n = p.d->cols;
   p.k = p.trans_a ? p.a->rows : p.a->cols;
@@ -281,7 +299,10 @@ struct Operands {
   uint64_t SliceBegin(uint64_t slice, uint64_t slices) const { return p->k * slice / slices; }
   void Store(uint64_t i, uint64_t j, float product) const {
     const float scaled = alpha * product;
-    d[i + j * p->d->ld] = beta == 0 ? scaled : scaled + beta * c[i + j * p->c->ld];
+    float value = beta == 0 ? scaled : scaled + beta * c[i + j * p->c->ld];
+    if (p->bias != nullptr) value += p->bias[i];
+    if (p->relu && !(value > 0)) value = 0;
+    d[i + j * p->d->ld] = value;
   }
 };
 
@@ -415,9 +436,18 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc,
   if (desc == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   auto* opaque = new (std::nothrow) cublasLtMatmulDescOpaque_t{};
   if (opaque == nullptr) return CUBLAS_STATUS_ALLOC_FAILED;
-  const DescState state{kDescriptorTag, compute_type, scale_type, CUBLASLT_POINTER_MODE_HOST,
-                        CUBLAS_OP_N, CUBLAS_OP_N, CUBLAS_OP_N, CUBLAS_FILL_MODE_FULL,
-                        CUBLASLT_EPILOGUE_DEFAULT};
+  const DescState state{kDescriptorTag,
+                        compute_type,
+                        scale_type,
+                        CUBLASLT_POINTER_MODE_HOST,
+                        CUBLAS_OP_N,
+                        CUBLAS_OP_N,
+                        CUBLAS_OP_N,
+                        CUBLAS_FILL_MODE_FULL,
+                        CUBLASLT_EPILOGUE_DEFAULT,
+                        -1,
+                        0,
+                        0};
   std::memcpy(opaque->data, &state, sizeof(state));
   *desc = opaque;
   return CUBLAS_STATUS_SUCCESS;
@@ -627,7 +657,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   const size_t a_bytes = ExtentBytes(p.a), b_bytes = ExtentBytes(p.b);
   if ((a_bytes > 0 && !IsDeviceRange(a, a_bytes)) || (b_bytes > 0 && !IsDeviceRange(b, b_bytes)) ||
       (o.beta != 0 && !IsDeviceRange(c, ExtentBytes(p.c))) || !IsDeviceRange(d, ExtentBytes(p.d)) ||
-      (needed > 0 && !IsDeviceRange(workspace, needed))) {
+      (needed > 0 && !IsDeviceRange(workspace, needed)) ||
+      (p.bias != nullptr && !IsDeviceRange(p.bias, p.m * sizeof(float)))) {
     return CUBLAS_STATUS_EXECUTION_FAILED;
   }
   o.a = static_cast<const float*>(a);

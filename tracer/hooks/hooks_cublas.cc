@@ -21,7 +21,8 @@
 //  - cublasLtMatmulAlgoGetHeuristic: a kOther op with every returned 64-byte algo;
 //  - cublasLtMatmul: a kCublasLtMatmul op with the descriptors' fingerprint, the 64-byte algo
 //    actually run (AlgorithmChoice library "cublasLt", opaque = the bytes, id and knobs from
-//    cublasLtMatmulAlgoConfigGetAttribute), digests of A, B, C and of D.
+//    cublasLtMatmulAlgoConfigGetAttribute), digests of A, B, C and of D, and of the epilogue's
+//    bias vector (read with a BIAS epilogue, written with a bias-gradient one).
 // A GEMM or matmul NDTRACE_CAPTURE selects (capture.h) also stores its matrices as blobs (A, B,
 // C when beta != 0, before; C or D after) with what standalone replay needs that the record
 // does not otherwise carry (pointer mode and workspace size; the matmul descriptor's attributes
@@ -890,6 +891,9 @@ struct LtDesc {
   int32_t trans_a = CUBLAS_OP_N;
   int32_t trans_b = CUBLAS_OP_N;
   uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  uint64_t bias = 0;        // CUBLASLT_MATMUL_DESC_BIAS_POINTER (a bias or its gradient)
+  int32_t bias_type = -1;   // -1: D's type
+  int64_t bias_stride = 0;  // elements between the batches' vectors
 };
 
 struct LtLayout {
@@ -918,6 +922,9 @@ LtDesc ReadDesc(cublasLtMatmulDesc_t desc) {
   ReadAttribute(get, desc, CUBLASLT_MATMUL_DESC_TRANSA, &d.trans_a);
   ReadAttribute(get, desc, CUBLASLT_MATMUL_DESC_TRANSB, &d.trans_b);
   ReadAttribute(get, desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &d.epilogue);
+  ReadAttribute(get, desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &d.bias);
+  ReadAttribute(get, desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &d.bias_type);
+  ReadAttribute(get, desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &d.bias_stride);
   return d;
 }
 
@@ -958,6 +965,29 @@ struct LtProblem {
   LtDesc desc;
   LtLayout a, b, c, d;
 };
+
+// The vector an epilogue reads (a bias added to D's rows: PyTorch's nn.Linear forward through
+// addmm) or writes (a bias gradient: CUBLASLT_EPILOGUE_BGRADA/B and D{RELU,GELU}_BGRAD), as
+// `role` "bias" with `input` saying which; none without such an epilogue or pointer.
+struct LtBias {
+  Extent extent;
+  bool input;
+};
+std::optional<LtBias> BiasOf(const LtProblem& p, uint64_t address) {
+  const uint32_t e = p.desc.epilogue;
+  const bool reads = (e & CUBLASLT_EPILOGUE_BIAS) != 0;
+  const bool writes = (e & (CUBLASLT_EPILOGUE_BGRADA | CUBLASLT_EPILOGUE_BGRADB | 16)) != 0;
+  if (address == 0 || (!reads && !writes)) return std::nullopt;
+  const int type = p.desc.bias_type != -1 ? p.desc.bias_type : static_cast<int>(p.d.type);
+  const uint64_t element = ElementBytes(type);
+  const uint64_t length = (e & CUBLASLT_EPILOGUE_BGRADB) != 0 ? p.d.cols : p.d.rows;
+  uint64_t bytes = length * element;
+  if (p.d.batch > 1 && p.desc.bias_stride > 0) {
+    bytes +=
+        static_cast<uint64_t>(p.d.batch - 1) * static_cast<uint64_t>(p.desc.bias_stride) * element;
+  }
+  return LtBias{{"bias", address, bytes, DTypeOf(type)}, reads};
+}
 
 LtProblem ReadProblem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
                       cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
@@ -1073,7 +1103,7 @@ AlgorithmChoice LtChoice(const cublasLtMatmulAlgo_t& algo, ChoiceSource source) 
 struct LtMatmulFacts {
   LtProblem problem;
   ScalarFact alpha, beta;
-  format::DevicePointer a, b, c, d, workspace;
+  format::DevicePointer a, b, c, d, workspace, bias;  // bias: when the epilogue has one
   uint64_t workspace_bytes;
   bool chosen;       // an algo runs (else the library's implicit heuristic choice)
   LtAlgoFacts algo;  // when chosen: the one that runs (the policy's, if it replaced it)
@@ -1096,6 +1126,7 @@ void AddLtMatmulArguments(const LtMatmulFacts& f, OpRecord& op) {
   AddArgument(op, "D", f.d);
   AddArgument(op, "workspace", f.workspace);
   AddArgument(op, "workspaceSizeInBytes", f.workspace_bytes);
+  if (problem.desc.bias != 0) AddArgument(op, "bias", f.bias);
   if (f.chosen) {
     op.algorithm = LtChoiceOf(f.algo, f.source);
   } else {
@@ -1646,6 +1677,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                                   session.Canonical(Address(c)),
                                   session.Canonical(Address(d)),
                                   session.Canonical(Address(workspace)),
+                                  session.Canonical(problem.desc.bias),
                                   workspace_bytes,
                                   chosen.has_value(),
                                   chosen ? ReadLtAlgo(*chosen) : LtAlgoFacts{},
@@ -1669,6 +1701,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
           inputs.push_back({"C", Address(c), LayoutBytes(problem.c),
                             DTypeOf(static_cast<int>(problem.c.type))});
         }
+        const std::optional<LtBias> bias = BiasOf(problem, problem.desc.bias);
+        if (bias && bias->input) inputs.push_back(bias->extent);
         op.inputs = DigestExtents(session, Address(stream), inputs);
         const bool capture = CaptureWanted(op);
         if (capture) {
@@ -1678,8 +1712,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         const cublasStatus_t status =
             call.Run([&] { return call_real(chosen ? &*chosen : nullptr); });
         if (status == CUBLAS_STATUS_SUCCESS) {
-          const std::vector<Extent> outputs = {{"D", Address(d), LayoutBytes(problem.d),
-                                                DTypeOf(static_cast<int>(problem.d.type))}};
+          std::vector<Extent> outputs = {
+              {"D", Address(d), LayoutBytes(problem.d), DTypeOf(static_cast<int>(problem.d.type))}};
+          if (bias && !bias->input) outputs.push_back(bias->extent);
           op.outputs = DigestExtents(session, Address(stream), outputs);
           if (capture) CaptureExtents(session, Address(stream), outputs, "out", &op);
         }
