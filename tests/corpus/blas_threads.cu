@@ -3,11 +3,15 @@
 // and a workspace per thread and stream), as data-parallel inference threads or a model split
 // over streams do. Per thread and iteration: C = A B (cublasSgemm_v2), a strided batched GEMM
 // over four 16x16 blocks, y = A x (cublasSgemv_v2), y += 0.5 x (cublasSaxpy_v2), the dot
-// product x . y (cublasSdot_v2, result on the host), and per-iteration scratch tensors that go
-// back to the allocator in whatever order the threads finish, so addresses differ run to run.
+// product x . y (cublasSdot_v2, result on the host), then, in device pointer mode as solvers keep
+// scalars on the GPU, z = (x . y) y (the dot into device memory, cublasSscal_v2 reading it
+// there), and per-iteration scratch tensors that go back to the allocator in whatever order the
+// threads finish, so addresses differ run to run.
 // --plant: cublasSetAtomicsMode(CUBLAS_ATOMICS_ALLOWED) on thread 0's handle, so its GEMMs may
-// accumulate split-K partial sums with atomics. Every product is checked against a double host
-// product within float tolerance.
+// accumulate split-K partial sums with atomics. --plant-scalar: thread 1 computes the device
+// scalar with atomicAdd in racing order (CorpusColumnDotAtomic) instead: cublasSscal_v2 then
+// reads another scale in every run, and must not be taken for the nondeterministic op. Every
+// product is checked against a double host product within float tolerance.
 #include <cublas_v2.h>
 
 #include <cmath>
@@ -15,6 +19,7 @@
 #include <vector>
 
 #include "corpus_common.h"
+#include "corpus_kernels.cuh"
 #include "corpus_libraries.h"
 
 namespace {
@@ -22,11 +27,12 @@ namespace {
 constexpr int kThreadCount = 4, kIterations = 3, kDim = 64, kBlock = 16, kBatches = 4;
 
 struct ThreadResult {
-  std::vector<float> c, batched, y;
+  std::vector<float> c, batched, y, z;
   std::vector<float> dots;
 };
 
-void Work(int t, bool plant, corpus::CachingAllocator& allocator, ThreadResult* out) {
+void Work(int t, bool plant, bool plant_scalar, corpus::CachingAllocator& allocator,
+          ThreadResult* out) {
   cudaStream_t stream;
   CORPUS_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cublasHandle_t handle;
@@ -63,12 +69,30 @@ void Work(int t, bool plant, corpus::CachingAllocator& allocator, ThreadResult* 
     BLAS_CHECK(cublasSaxpy(handle, kDim, &half, d_x, 1, d_y, 1));
     float dot = 0;
     BLAS_CHECK(cublasSdot(handle, kDim, d_x, 1, d_y, 1, &dot));
-    std::vector<float> c(matrix), batched(size_t{kBatches} * kBlock * kBlock), y(kDim);
+    // z = (x . y) y with the scale kept in device memory.
+    float* d_scale = tensor(1);
+    float* d_z = tensor(kDim);
+    CORPUS_CHECK(cudaMemcpyAsync(d_z, d_y, kDim * 4, cudaMemcpyDeviceToDevice, stream));
+    BLAS_CHECK(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_DEVICE));
+    if (plant_scalar && t == 1) {
+      CORPUS_CHECK(cudaMemsetAsync(d_scale, 0, sizeof(float), stream));
+      CorpusColumnDotAtomic<<<corpus::Blocks(kDim), corpus::kThreads, 0, stream>>>(
+          d_x, d_y, d_scale, kDim, 1);
+      CORPUS_CHECK(cudaGetLastError());
+    } else {
+      BLAS_CHECK(cublasSdot(handle, kDim, d_x, 1, d_y, 1, d_scale));
+    }
+    BLAS_CHECK(cublasSscal(handle, kDim, d_scale, d_z, 1));
+    BLAS_CHECK(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST));
+    std::vector<float> c(matrix), batched(size_t{kBatches} * kBlock * kBlock), y(kDim), z(kDim);
     CORPUS_CHECK(cudaMemcpyAsync(c.data(), d_c, matrix * 4, cudaMemcpyDeviceToHost, stream));
     CORPUS_CHECK(cudaMemcpyAsync(batched.data(), d_batched, batched.size() * 4,
                                  cudaMemcpyDeviceToHost, stream));
     CORPUS_CHECK(cudaMemcpyAsync(y.data(), d_y, kDim * 4, cudaMemcpyDeviceToHost, stream));
+    CORPUS_CHECK(cudaMemcpyAsync(z.data(), d_z, kDim * 4, cudaMemcpyDeviceToHost, stream));
     CORPUS_CHECK(cudaStreamSynchronize(stream));
+    allocator.Free(d_z);
+    allocator.Free(d_scale);
     allocator.Free(d_y);
     allocator.Free(d_batched);
     allocator.Free(d_c);
@@ -76,6 +100,7 @@ void Work(int t, bool plant, corpus::CachingAllocator& allocator, ThreadResult* 
       out->c = c;
       out->batched = batched;
       out->y = y;
+      out->z = z;
     }
     out->dots.push_back(dot);
     // The host checks: C against a double product, the dot against the host's.
@@ -96,6 +121,13 @@ void Work(int t, bool plant, corpus::CachingAllocator& allocator, ThreadResult* 
       std::fprintf(stderr, "thread %d: dot %.9g, expected %.9g\n", t, dot, exact_dot);
       std::exit(1);
     }
+    for (int i = 0; i < kDim; ++i) {
+      const double expected = exact_dot * y[i];
+      if (std::fabs(z[i] - expected) > 1e-3 * (1 + std::fabs(expected))) {
+        std::fprintf(stderr, "thread %d: z[%d] = %.9g, expected %.9g\n", t, i, z[i], expected);
+        std::exit(1);
+      }
+    }
   }
   BLAS_CHECK(cublasDestroy(handle));
   CORPUS_CHECK(cudaStreamDestroy(stream));
@@ -105,13 +137,14 @@ void Work(int t, bool plant, corpus::CachingAllocator& allocator, ThreadResult* 
 
 int main(int argc, char** argv) {
   const bool plant = corpus::HasFlag(argc, argv, "--plant");
+  const bool plant_scalar = corpus::HasFlag(argc, argv, "--plant-scalar");
   CORPUS_CHECK(cudaSetDevice(0));
   CORPUS_CHECK(cudaFree(nullptr));  // the context, before the threads (as torch.cuda.init)
   corpus::CachingAllocator allocator;
   std::vector<ThreadResult> results(kThreadCount);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreadCount; ++t) {
-    threads.emplace_back(Work, t, plant, std::ref(allocator), &results[t]);
+    threads.emplace_back(Work, t, plant, plant_scalar, std::ref(allocator), &results[t]);
   }
   for (std::thread& thread : threads) thread.join();
   std::vector<float> all;
@@ -119,6 +152,7 @@ int main(int argc, char** argv) {
     all.insert(all.end(), r.c.begin(), r.c.end());
     all.insert(all.end(), r.batched.begin(), r.batched.end());
     all.insert(all.end(), r.y.begin(), r.y.end());
+    all.insert(all.end(), r.z.begin(), r.z.end());
     all.insert(all.end(), r.dots.begin(), r.dots.end());
   }
   ndt::programs::PrintChecksum(all.data(), all.size() * sizeof(float));

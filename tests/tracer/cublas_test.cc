@@ -518,7 +518,8 @@ TEST_CASE("cublas: axpy, dot, gemv and strided batched GEMMs are recorded with "
           "exact-extent digests",
           "[tracer][cublas]") {
   // tests/corpus/blas_threads: 4 threads x 3 iterations of sgemm, strided batched sgemm (4
-  // blocks of 16x16, B transposed, lda = ldb = 64), sgemv, saxpy and sdot over 64 elements.
+  // blocks of 16x16, B transposed, lda = ldb = 64), sgemv, saxpy and sdot over 64 elements,
+  // then in device pointer mode an sdot into device memory and an sscal reading it there.
   const std::string trace = TempPath("blas_threads.ndt");
   const RunResult traced = RecordRun(trace, CORPUS_BLAS_THREADS);
   INFO(traced.err);
@@ -529,7 +530,7 @@ TEST_CASE("cublas: axpy, dot, gemv and strided batched GEMMs are recorded with "
   const std::vector<OpRecord> gemv = Named(ops, "cublasSgemv_v2");
   const std::vector<OpRecord> batched = Named(ops, "cublasSgemmStridedBatched");
   REQUIRE(axpy.size() == 12);
-  REQUIRE(dot.size() == 12);
+  REQUIRE(dot.size() == 24);
   REQUIRE(gemv.size() == 12);
   REQUIRE(batched.size() == 12);
 
@@ -545,6 +546,18 @@ TEST_CASE("cublas: axpy, dot, gemv and strided batched GEMMs are recorded with "
   CHECK(std::holds_alternative<double>(Arg(dot[0], "result")->value));
   CHECK(TextArg(dot[0], "pointerMode") == "host");
   CHECK(dot[0].outputs.empty());
+
+  // Device pointer mode: the dot's result is an output, the scale the sscal reads an input.
+  std::vector<OpRecord> device_dots;
+  for (const OpRecord& op : dot) {
+    if (TextArg(op, "pointerMode") == "device") device_dots.push_back(op);
+  }
+  REQUIRE(device_dots.size() == 12);
+  CHECK(Digest(device_dots[0].outputs, "result").bytes == 4);
+  const std::vector<OpRecord> scal = Named(ops, "cublasSscal_v2");
+  REQUIRE(scal.size() == 12);
+  CHECK(Digest(scal[0].inputs, "alpha").bytes == 4);
+  CHECK(Digest(scal[0].inputs, "x").bytes == 256);
 
   CHECK(gemv[0].kind == OpKind::kCublasGemm);
   CHECK(Digest(gemv[0].inputs, "A").bytes == 64 * 64 * 4);

@@ -478,6 +478,20 @@ void AddGemmArguments(const GemmFacts& f, OpRecord& op) {
   op.algorithm = GemmChoice(f.algo, f.atomics, f.source);
 }
 
+// The scalars a call reads from device memory (the handle's pointer mode is device, as solvers
+// use it to keep results on the GPU): digested with its inputs, so that a scalar computed
+// differently upstream is told apart from the call varying by itself. Nothing in host mode.
+void AddDeviceScalars(bool host, int type,
+                      std::initializer_list<std::pair<const char*, const void*>> scalars,
+                      std::vector<Extent>* inputs) {
+  if (host) return;
+  for (const auto& [role, address] : scalars) {
+    if (address != nullptr) {
+      inputs->push_back({role, Address(address), ElementBytes(type), DTypeOf(type)});
+    }
+  }
+}
+
 // Records a GEMM around the real call `real(algo)`. Metadata only (no digest of library ops,
 // nothing captured), the record is built off the calling thread: it takes the facts
 // (GemmFacts) and queues them as a raw op.
@@ -595,6 +609,7 @@ cublasStatus_t RecordGemm(Session& session, RealCall<cublasStatus_t>& call, Gemm
     const std::optional<double> beta =
         host_scalars ? HostScalar(g.beta, scale_type) : std::nullopt;
     if (!beta || *beta != 0) inputs.push_back(c_extent);
+    AddDeviceScalars(host_scalars, scale_type, {{"alpha", g.alpha}, {"beta", g.beta}}, &inputs);
     op.inputs = DigestExtents(session, Address(stream), inputs);
     // What standalone replay needs besides the arguments above: the handle's pointer mode and
     // workspace, and the buffers.
@@ -738,9 +753,10 @@ cublasStatus_t HookGemmBatched(const char* api, Real real, cublasHandle_t handle
       [&](Session& session, RealCall<cublasStatus_t>& call) {
         const bool host = PointerMode(handle) == CUBLAS_POINTER_MODE_HOST;
         const uint64_t array_bytes = batchCount > 0 ? uint64_t(batchCount) * sizeof(void*) : 0;
-        const std::vector<Extent> arrays = {{"Aarray", Address(Aarray), array_bytes, DType::kU8},
-                                            {"Barray", Address(Barray), array_bytes, DType::kU8},
-                                            {"Carray", Address(Carray), array_bytes, DType::kU8}};
+        std::vector<Extent> arrays = {{"Aarray", Address(Aarray), array_bytes, DType::kU8},
+                                      {"Barray", Address(Barray), array_bytes, DType::kU8},
+                                      {"Carray", Address(Carray), array_bytes, DType::kU8}};
+        AddDeviceScalars(host, kType, {{"alpha", alpha}, {"beta", beta}}, &arrays);
         return RecordBlas(
             session, call, OpKind::kCublasGemm, api, handle,
             [&](std::vector<format::Argument>& args) {
@@ -784,6 +800,7 @@ cublasStatus_t HookGemv(const char* api, Real real, cublasHandle_t handle, cubla
             {"x", Address(x), ok ? VectorBytes(x_len, incx, sizeof(T)) : 0, kDType}};
         const std::optional<double> b = host ? HostScalar(beta, kType) : std::nullopt;
         if (!b || *b != 0) inputs.push_back(y_extent);
+        AddDeviceScalars(host, kType, {{"alpha", alpha}, {"beta", beta}}, &inputs);
         return RecordBlas(
             session, call, OpKind::kCublasGemm, api, handle,
             [&](std::vector<format::Argument>& args) {
@@ -813,6 +830,9 @@ cublasStatus_t HookAxpy(const char* api, Real real, cublasHandle_t handle, int n
       [&](Session& session, RealCall<cublasStatus_t>& call) {
         const bool host = PointerMode(handle) == CUBLAS_POINTER_MODE_HOST;
         const Extent y_extent{"y", Address(y), VectorBytes(n, incy, sizeof(T)), kDType};
+        std::vector<Extent> inputs = {{"x", Address(x), VectorBytes(n, incx, sizeof(T)), kDType},
+                                      y_extent};
+        AddDeviceScalars(host, BlasElement<T>::kCuda, {{"alpha", alpha}}, &inputs);
         return RecordBlas(
             session, call, OpKind::kOther, api, handle,
             [&](std::vector<format::Argument>& args) {
@@ -823,8 +843,7 @@ cublasStatus_t HookAxpy(const char* api, Real real, cublasHandle_t handle, int n
               args.push_back(PointerArgument(session, "y", Address(y)));
               args.push_back(SignedArgument("incy", incy));
             },
-            {{"x", Address(x), VectorBytes(n, incx, sizeof(T)), kDType}, y_extent}, {y_extent},
-            call_real, [](std::vector<format::Argument>&) {});
+            inputs, {y_extent}, call_real, [](std::vector<format::Argument>&) {});
       });
 }
 
@@ -838,6 +857,8 @@ cublasStatus_t HookScal(const char* api, Real real, cublasHandle_t handle, int n
         const bool host = PointerMode(handle) == CUBLAS_POINTER_MODE_HOST;
         const Extent x_extent{"x", Address(x), incx > 0 ? VectorBytes(n, incx, sizeof(T)) : 0,
                               BlasElement<T>::kDType};
+        std::vector<Extent> inputs = {x_extent};
+        AddDeviceScalars(host, BlasElement<T>::kCuda, {{"alpha", alpha}}, &inputs);
         return RecordBlas(
             session, call, OpKind::kOther, api, handle,
             [&](std::vector<format::Argument>& args) {
@@ -846,7 +867,7 @@ cublasStatus_t HookScal(const char* api, Real real, cublasHandle_t handle, int n
               args.push_back(PointerArgument(session, "x", Address(x)));
               args.push_back(SignedArgument("incx", incx));
             },
-            {x_extent}, {x_extent}, call_real, [](std::vector<format::Argument>&) {});
+            inputs, {x_extent}, call_real, [](std::vector<format::Argument>&) {});
       });
 }
 
@@ -1703,6 +1724,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         }
         const std::optional<LtBias> bias = BiasOf(problem, problem.desc.bias);
         if (bias && bias->input) inputs.push_back(bias->extent);
+        AddDeviceScalars(problem.desc.pointer_mode != CUBLASLT_POINTER_MODE_DEVICE,
+                         problem.desc.scale, {{"alpha", alpha}, {"beta", beta}}, &inputs);
         op.inputs = DigestExtents(session, Address(stream), inputs);
         const bool capture = CaptureWanted(op);
         if (capture) {
