@@ -337,7 +337,11 @@ TEST_CASE("the deterministic policy settles each graph on one engine, so that be
     REQUIRE(result.status == 0);
     const std::vector<Record> records = ReadAll(trace);
     settled.insert(Settled(records).text);
-    CHECK(Executes(records).back().algorithm->source == ChoiceSource::kEnforced);
+    // The plan the program timed fastest runs the settled engine: set by the policy (enforced),
+    // or the first plan finalized itself, which the policy left as it was (its heuristic's) —
+    // when the benchmark's noise ranks that one fastest (a CI run, 2026-11-29, failed on it).
+    const ChoiceSource source = Executes(records).back().algorithm->source;
+    CHECK((source == ChoiceSource::kEnforced || source == ChoiceSource::kHeuristic));
     size_t kept = 0;
     for (const PolicyDecisionRecord& decision : Decisions(records)) {
       if (decision.action.rfind("kept cudnn engine", 0) != 0) continue;
