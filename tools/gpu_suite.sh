@@ -427,49 +427,44 @@ fi
 
 # --- standalone op replay --------------------------------------------------------------------
 
+# Records `$@` with every NAME op captured into TRACE, then re-runs the last one alone
+# (`replay --op N` with REPLAY_OPTIONS, within TIMEOUT seconds).
+replay_last() {
+  local name=$1 trace=$2 timeout=$3 options=$4
+  shift 4
+  run 120 'ndtrace:|error' "$ndtrace" record --capture "$name" -o "$trace" -- "$@"
+  local op=
+  if [ "$status" -eq 0 ]; then
+    # `show` lines: TIME op N tT sS KIND NAME ...
+    op=$("$ndtrace" show "$trace" 2>/dev/null |
+      awk -v name="$name" '$2 == "op" && $7 == name { op = $3 } END { print op }')
+  fi
+  say ""
+  if [ -n "$op" ]; then
+    say "the last $name is op $op"
+    # shellcheck disable=SC2086  # the options are words
+    run "$timeout" tail:30 "$ndtrace" replay "$trace" --op "$op" $options
+  else
+    say "no captured $name op found: replay not run"
+  fi
+}
+
 if wants replay; then
   say ""
   say "## Op replay"
   say ""
   say "conv_legacy recorded with its backward-filter calls captured, then the last one re-run"
   say "alone 20 times, with its deterministic alternatives (exit 0 stable, 1 varies)."
-  trace=$work/conv_capture.ndt
-  run 120 'ndtrace:|error' "$ndtrace" record --capture cudnnConvolutionBackwardFilter \
-    -o "$trace" -- "$programs/conv_legacy" 2
-  op=
-  if [ "$status" -eq 0 ]; then
-    # `show` lines: TIME op N tT sS KIND NAME ...
-    op=$("$ndtrace" show "$trace" 2>/dev/null |
-      awk '$2 == "op" && $7 == "cudnnConvolutionBackwardFilter" { op = $3 } END { print op }')
-  fi
-  if [ -n "$op" ]; then
-    say ""
-    say "the last cudnnConvolutionBackwardFilter is op $op"
-    run 180 tail:30 "$ndtrace" replay "$trace" --op "$op" --repeat 20 --try-deterministic
-  else
-    say ""
-    say "no captured cudnnConvolutionBackwardFilter op found: replay not run"
-  fi
+  replay_last cudnnConvolutionBackwardFilter "$work/conv_capture.ndt" 180 \
+    "--repeat 20 --try-deterministic" "$programs/conv_legacy" 2
 
   say ""
   say "monte_carlo recorded with its double-precision uniform draws captured, then the last one"
   say "re-run alone 5 times from its recorded state (seed, offset): matching the captured numbers"
   say "(5/5) shows the tracer advances a Philox generator's offset as the real cuRAND does (2"
   say "draws per double)."
-  trace=$work/monte_carlo_capture.ndt
-  run 120 'ndtrace:|error' "$ndtrace" record --capture curandGenerateUniformDouble \
-    -o "$trace" -- "$programs/monte_carlo"
-  op=
-  if [ "$status" -eq 0 ]; then
-    op=$("$ndtrace" show "$trace" 2>/dev/null |
-      awk '$2 == "op" && $7 == "curandGenerateUniformDouble" { op = $3 } END { print op }')
-  fi
-  if [ -n "$op" ]; then
-    run 120 tail:12 "$ndtrace" replay "$trace" --op "$op" --repeat 5
-  else
-    say ""
-    say "no captured curandGenerateUniformDouble op found: replay not run"
-  fi
+  replay_last curandGenerateUniformDouble "$work/monte_carlo_capture.ndt" 120 "--repeat 5" \
+    "$programs/monte_carlo"
 fi
 
 # --- window replay ---------------------------------------------------------------------------

@@ -394,6 +394,20 @@ curandStatus_t RecordGenerate(Session& session, RealCall<curandStatus_t>& call, 
   return result;
 }
 
+// The hook of a generate call: `real` draws `n` values into `output`; `parameters` follow `n`
+// in its signature (a normal's mean and standard deviation).
+template <typename Real, typename Out, typename... Parameters>
+curandStatus_t HookGenerate(const char* api, Real real, const Draw& draw,
+                            curandGenerator_t generator, Out* output, size_t n,
+                            Parameters... parameters) {
+  const auto call_real = [&] { return real(generator, output, n, parameters...); };
+  return RunLibraryHook<curandStatus_t>(api, real != nullptr, kUnavailable, call_real,
+                                        [&](Session& session, RealCall<curandStatus_t>& call) {
+                                          return RecordGenerate(session, call, api, generator,
+                                                                output, n, draw, call_real);
+                                        });
+}
+
 // Records a setting of `generator` as an op of its own, making the real call.
 template <typename Real>
 curandStatus_t RecordSetting(Session& session, RealCall<curandStatus_t>& call, const char* api,
@@ -412,6 +426,8 @@ curandStatus_t RecordSetting(Session& session, RealCall<curandStatus_t>& call, c
 }  // namespace
 }  // namespace ndt::tracer
 
+using ndt::format::DType;
+using ndt::format::DType;
 using ndt::tracer::Generators;
 using ndt::tracer::RealCall;
 using ndt::tracer::RunLibraryHook;
@@ -548,92 +564,54 @@ extern "C" curandStatus_t curandSetGeneratorOrdering(curandGenerator_t generator
 
 extern "C" curandStatus_t curandGenerate(curandGenerator_t generator, unsigned int* output_ptr,
                                          size_t num) {
-  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandGenerate);
-  const auto draw = [&]() { return real(generator, output_ptr, num); };
-  return RunLibraryHook<curandStatus_t>(
-      "curandGenerate", real != nullptr, ndt::tracer::kUnavailable, draw,
-      [&](Session& session, RealCall<curandStatus_t>& call) {
-        return ndt::tracer::RecordGenerate(session, call, "curandGenerate", generator, output_ptr,
-                                           num, {"bits", ndt::format::DType::kUnknown}, draw);
-      });
+  return ndt::tracer::HookGenerate("curandGenerate",
+                                   NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandGenerate),
+                                   {"bits", DType::kUnknown}, generator, output_ptr, num);
 }
 
 extern "C" curandStatus_t curandGenerateUniform(curandGenerator_t generator, float* output_ptr,
                                                 size_t num) {
-  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandGenerateUniform);
-  const auto draw = [&]() { return real(generator, output_ptr, num); };
-  return RunLibraryHook<curandStatus_t>(
-      "curandGenerateUniform", real != nullptr, ndt::tracer::kUnavailable, draw,
-      [&](Session& session, RealCall<curandStatus_t>& call) {
-        return ndt::tracer::RecordGenerate(session, call, "curandGenerateUniform", generator,
-                                           output_ptr, num, {"uniform", ndt::format::DType::kF32},
-                                           draw);
-      });
+  return ndt::tracer::HookGenerate("curandGenerateUniform",
+                                   NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandGenerateUniform),
+                                   {"uniform", DType::kF32}, generator, output_ptr, num);
 }
 
 extern "C" curandStatus_t curandGenerateNormal(curandGenerator_t generator, float* output_ptr,
                                                size_t n, float mean, float stddev) {
-  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandGenerateNormal);
-  const auto draw = [&]() { return real(generator, output_ptr, n, mean, stddev); };
-  return RunLibraryHook<curandStatus_t>(
-      "curandGenerateNormal", real != nullptr, ndt::tracer::kUnavailable, draw,
-      [&](Session& session, RealCall<curandStatus_t>& call) {
-        return ndt::tracer::RecordGenerate(
-            session, call, "curandGenerateNormal", generator, output_ptr, n,
-            {"normal", ndt::format::DType::kF32, mean, stddev}, draw);
-      });
-}
-
-extern "C" curandStatus_t curandGenerateUniformDouble(curandGenerator_t generator,
-                                                      double* output_ptr, size_t num) {
-  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandGenerateUniformDouble);
-  const auto draw = [&]() { return real(generator, output_ptr, num); };
-  return RunLibraryHook<curandStatus_t>(
-      "curandGenerateUniformDouble", real != nullptr, ndt::tracer::kUnavailable, draw,
-      [&](Session& session, RealCall<curandStatus_t>& call) {
-        return ndt::tracer::RecordGenerate(session, call, "curandGenerateUniformDouble", generator,
-                                           output_ptr, num, {"uniform", ndt::format::DType::kF64},
-                                           draw);
-      });
+  return ndt::tracer::HookGenerate(
+      "curandGenerateNormal", NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandGenerateNormal),
+      {"normal", DType::kF32, mean, stddev}, generator, output_ptr, n, mean, stddev);
 }
 
 extern "C" curandStatus_t curandGenerateLogNormal(curandGenerator_t generator, float* output_ptr,
                                                   size_t n, float mean, float stddev) {
-  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandGenerateLogNormal);
-  const auto draw = [&]() { return real(generator, output_ptr, n, mean, stddev); };
-  return RunLibraryHook<curandStatus_t>(
-      "curandGenerateLogNormal", real != nullptr, ndt::tracer::kUnavailable, draw,
-      [&](Session& session, RealCall<curandStatus_t>& call) {
-        return ndt::tracer::RecordGenerate(
-            session, call, "curandGenerateLogNormal", generator, output_ptr, n,
-            {"log_normal", ndt::format::DType::kF32, mean, stddev}, draw);
-      });
+  return ndt::tracer::HookGenerate(
+      "curandGenerateLogNormal", NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandGenerateLogNormal),
+      {"log_normal", DType::kF32, mean, stddev}, generator, output_ptr, n, mean, stddev);
+}
+
+extern "C" curandStatus_t curandGenerateUniformDouble(curandGenerator_t generator,
+                                                      double* output_ptr, size_t num) {
+  return ndt::tracer::HookGenerate(
+      "curandGenerateUniformDouble",
+      NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandGenerateUniformDouble), {"uniform", DType::kF64},
+      generator, output_ptr, num);
 }
 
 extern "C" curandStatus_t curandGenerateNormalDouble(curandGenerator_t generator,
                                                      double* output_ptr, size_t n, double mean,
                                                      double stddev) {
-  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandGenerateNormalDouble);
-  const auto draw = [&]() { return real(generator, output_ptr, n, mean, stddev); };
-  return RunLibraryHook<curandStatus_t>(
-      "curandGenerateNormalDouble", real != nullptr, ndt::tracer::kUnavailable, draw,
-      [&](Session& session, RealCall<curandStatus_t>& call) {
-        return ndt::tracer::RecordGenerate(
-            session, call, "curandGenerateNormalDouble", generator, output_ptr, n,
-            {"normal", ndt::format::DType::kF64, mean, stddev}, draw);
-      });
+  return ndt::tracer::HookGenerate(
+      "curandGenerateNormalDouble",
+      NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandGenerateNormalDouble),
+      {"normal", DType::kF64, mean, stddev}, generator, output_ptr, n, mean, stddev);
 }
 
 extern "C" curandStatus_t curandGenerateLogNormalDouble(curandGenerator_t generator,
                                                         double* output_ptr, size_t n, double mean,
                                                         double stddev) {
-  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandGenerateLogNormalDouble);
-  const auto draw = [&]() { return real(generator, output_ptr, n, mean, stddev); };
-  return RunLibraryHook<curandStatus_t>(
-      "curandGenerateLogNormalDouble", real != nullptr, ndt::tracer::kUnavailable, draw,
-      [&](Session& session, RealCall<curandStatus_t>& call) {
-        return ndt::tracer::RecordGenerate(
-            session, call, "curandGenerateLogNormalDouble", generator, output_ptr, n,
-            {"log_normal", ndt::format::DType::kF64, mean, stddev}, draw);
-      });
+  return ndt::tracer::HookGenerate(
+      "curandGenerateLogNormalDouble",
+      NDT_REAL_LIBRARY(ndt::tracer::kSoname, curandGenerateLogNormalDouble),
+      {"log_normal", DType::kF64, mean, stddev}, generator, output_ptr, n, mean, stddev);
 }
