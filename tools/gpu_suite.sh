@@ -255,6 +255,8 @@ samples=(
   "monte_carlo --plant"
   "amp_offload"
   "amp_offload --plant"
+  "pagerank"
+  "pagerank --plant"
 )
 # The checksums tests/programs/CMakeLists.txt expects everywhere (exact arithmetic).
 declare -A expected_checksum=([vector_add]=664dc617a67a437d [vector_add_static]=664dc617a67a437d

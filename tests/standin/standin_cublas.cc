@@ -1,7 +1,8 @@
 // The stand-in libcublas.so.13: the handle functions, GEMMs in single and double precision
 // (cublasSgemm_v2, cublasDgemm_v2, their batched forms, cublasGemmEx with 32-bit or 64-bit float
-// data) and a few level-1 and level-2 calls in both, on the host, for the test programs
-// (README.md, "The stand-in cuBLAS").
+// data), level-1 calls (axpy, scal, dot, nrm2, asum, amax and amin, copy, swap), gemv and geam
+// in both, and the host/device helpers (cublasSetMatrix, cublasGetVector, ...), on the host,
+// for the test programs (README.md, "The stand-in cuBLAS").
 //
 // Like the real library it reaches the driver only through dlopen("libcuda.so.1") and
 // cuGetProcAddress_v2, and synchronises the handle's stream before it computes: device memory
@@ -20,8 +21,10 @@
 #include <cuda.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <latch>
@@ -30,6 +33,7 @@
 #include <system_error>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "standin_activity.h"
@@ -474,6 +478,193 @@ cublasStatus_t Batched(cublasHandle_t handle, cublasOperation_t transa, cublasOp
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// A reduction's result (nrm2, asum, the index of amax and amin), written to host or device
+// memory by the handle's pointer mode, as the dot product's is.
+template <typename R>
+cublasStatus_t ReturnResult(cublasHandle_t handle, R* result, R value) {
+  if (result == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  if (handle->pointer_mode == CUBLAS_POINTER_MODE_DEVICE && !IsDeviceRange(result, sizeof(R))) {
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
+  std::memcpy(result, &value, sizeof(value));
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// sum over i of f(x_i), in 4 interleaved partial sums added in order (the dot product's tree).
+// BLAS: nothing is read, and the sum is 0, for n <= 0 or incx <= 0.
+template <typename T, typename F>
+cublasStatus_t SumOf(cublasHandle_t handle, int n, const T* x, int incx, F f, T* sum) {
+  if (const cublasStatus_t status = Prepare(handle); status != CUBLAS_STATUS_SUCCESS) {
+    return status;
+  }
+  T partial[4] = {0, 0, 0, 0};
+  if (n > 0 && incx > 0) {
+    if (!IsDeviceRange(x, VectorBytes<T>(n, incx))) return CUBLAS_STATUS_EXECUTION_FAILED;
+    for (int i = 0; i < n; ++i) partial[i % 4] += f(x[static_cast<size_t>(i) * incx]);
+  }
+  *sum = (partial[0] + partial[1]) + (partial[2] + partial[3]);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// The Euclidean norm (sum of squares, then the square root) and the sum of magnitudes.
+template <typename T>
+cublasStatus_t Nrm2(cublasHandle_t handle, int n, const T* x, int incx, T* result) {
+  T sum = 0;
+  const cublasStatus_t status = SumOf(
+      handle, n, x, incx, [](T v) { return v * v; }, &sum);
+  return status == CUBLAS_STATUS_SUCCESS ? ReturnResult(handle, result, std::sqrt(sum)) : status;
+}
+
+template <typename T>
+cublasStatus_t Asum(cublasHandle_t handle, int n, const T* x, int incx, T* result) {
+  T sum = 0;
+  const cublasStatus_t status = SumOf(
+      handle, n, x, incx, [](T v) { return std::abs(v); }, &sum);
+  return status == CUBLAS_STATUS_SUCCESS ? ReturnResult(handle, result, sum) : status;
+}
+
+// The 1-based index of the first element of largest (amax) or smallest (amin) magnitude; 0 for
+// n <= 0 or incx <= 0.
+template <typename T>
+cublasStatus_t Iamax(cublasHandle_t handle, int n, const T* x, int incx, int* result, bool max) {
+  if (const cublasStatus_t status = Prepare(handle); status != CUBLAS_STATUS_SUCCESS) {
+    return status;
+  }
+  int index = 0;
+  if (n > 0 && incx > 0) {
+    if (!IsDeviceRange(x, VectorBytes<T>(n, incx))) return CUBLAS_STATUS_EXECUTION_FAILED;
+    T best = std::abs(x[0]);
+    index = 1;
+    for (int i = 1; i < n; ++i) {
+      const T v = std::abs(x[static_cast<size_t>(i) * incx]);
+      if (max ? v > best : v < best) {
+        best = v;
+        index = i + 1;
+      }
+    }
+  }
+  return ReturnResult(handle, result, index);
+}
+
+// y = x (copy), or x and y exchanged (swap).
+template <typename T>
+cublasStatus_t CopyOrSwap(cublasHandle_t handle, int n, T* x, int incx, T* y, int incy, bool swap) {
+  if (const cublasStatus_t status = Prepare(handle); status != CUBLAS_STATUS_SUCCESS) {
+    return status;
+  }
+  if (n <= 0) return CUBLAS_STATUS_SUCCESS;
+  if (incx == 0 || incy == 0) return CUBLAS_STATUS_INVALID_VALUE;
+  if (!IsDeviceRange(x, VectorBytes<T>(n, incx)) || !IsDeviceRange(y, VectorBytes<T>(n, incy))) {
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
+  for (int i = 0; i < n; ++i) {
+    T& to = y[VectorIndex(i, n, incy)];
+    T& from = x[VectorIndex(i, n, incx)];
+    if (swap) {
+      std::swap(to, from);
+    } else {
+      to = from;
+    }
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// C = alpha op(A) + beta op(B), all m x n after op: out of place, or in place (C is A or B).
+// A is not read when alpha is 0, nor B when beta is 0.
+template <typename T>
+cublasStatus_t Geam(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                    int m, int n, const T* alpha, const T* a, int lda, const T* beta, const T* b,
+                    int ldb, T* c, int ldc) {
+  if (const cublasStatus_t status = Prepare(handle); status != CUBLAS_STATUS_SUCCESS) {
+    return status;
+  }
+  const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
+  const int a_rows = ta ? n : m, b_rows = tb ? n : m;
+  if (!ValidOperation(transa) || !ValidOperation(transb) || m < 0 || n < 0 ||
+      lda < std::max(1, a_rows) || ldb < std::max(1, b_rows) || ldc < std::max(1, m)) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  T al = 0, be = 0;
+  if (!ReadScalar(handle, alpha, &al) || !ReadScalar(handle, beta, &be)) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  if ((al != 0 && !IsDeviceRange(a, Extent<T>(a_rows, ta ? m : n, lda))) ||
+      (be != 0 && !IsDeviceRange(b, Extent<T>(b_rows, tb ? m : n, ldb))) ||
+      !IsDeviceRange(c, Extent<T>(m, n, ldc))) {
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
+  std::vector<T> result(static_cast<size_t>(m) * n);
+  for (int j = 0; j < n; ++j) {
+    for (int i = 0; i < m; ++i) {
+      T v = 0;
+      if (al != 0)
+        v += al * (ta ? a[j + static_cast<size_t>(i) * lda] : a[i + static_cast<size_t>(j) * lda]);
+      if (be != 0)
+        v += be * (tb ? b[j + static_cast<size_t>(i) * ldb] : b[i + static_cast<size_t>(j) * ldb]);
+      result[i + static_cast<size_t>(j) * m] = v;
+    }
+  }
+  for (int j = 0; j < n; ++j) {
+    std::memcpy(c + static_cast<size_t>(j) * ldc, result.data() + static_cast<size_t>(j) * m,
+                static_cast<size_t>(m) * sizeof(T));
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// The helpers that move matrices and vectors between host and device (cublasSetMatrix and
+// the rest): `height` rows of `width` bytes, `src_pitch` and `dst_pitch` apart, as one copy
+// through the driver (cuMemcpy2D, or cuMemcpy2DAsync on `stream`), which a tracer sees as it
+// sees cudart's. CUBLAS_STATUS_MAPPING_ERROR when the driver refuses it.
+cublasStatus_t Transfer(bool to_device, const void* src, size_t src_pitch, void* dst,
+                        size_t dst_pitch, size_t width, size_t height, const cudaStream_t* stream) {
+  if (width == 0 || height == 0) return CUBLAS_STATUS_SUCCESS;
+  const Driver& driver = TheDriver();
+  CUDA_MEMCPY2D copy{};
+  copy.srcMemoryType = to_device ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+  copy.dstMemoryType = to_device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+  if (to_device) {
+    copy.srcHost = src;
+    copy.dstDevice = reinterpret_cast<CUdeviceptr>(dst);
+  } else {
+    copy.srcDevice = reinterpret_cast<CUdeviceptr>(src);
+    copy.dstHost = dst;
+  }
+  copy.srcPitch = src_pitch;
+  copy.dstPitch = dst_pitch;
+  copy.WidthInBytes = width;
+  copy.Height = height;
+  const CUresult result =
+      stream == nullptr ? (driver.memcpy_2d ? driver.memcpy_2d(&copy) : CUDA_ERROR_NOT_SUPPORTED)
+                        : (driver.memcpy_2d_async
+                               ? driver.memcpy_2d_async(&copy, reinterpret_cast<CUstream>(*stream))
+                               : CUDA_ERROR_NOT_SUPPORTED);
+  return result == CUDA_SUCCESS ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_MAPPING_ERROR;
+}
+
+// A rows x cols matrix of elem_size-byte elements, column-major, leading dimensions lda (source)
+// and ldb (destination).
+cublasStatus_t TransferMatrix(bool to_device, int rows, int cols, int elem_size, const void* a,
+                              int lda, void* b, int ldb, const cudaStream_t* stream) {
+  if (rows < 0 || cols < 0 || elem_size <= 0 || lda <= 0 || ldb <= 0 || lda < rows || ldb < rows) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  const auto size = static_cast<size_t>(elem_size);
+  if (lda == rows && ldb == rows) {  // contiguous: one row of every column
+    return Transfer(to_device, a, 0, b, 0, size * rows * cols, 1, stream);
+  }
+  return Transfer(to_device, a, size * lda, b, size * ldb, size * rows, cols, stream);
+}
+
+// n elements of elem_size bytes, incx apart in the source and incy in the destination.
+cublasStatus_t TransferVector(bool to_device, int n, int elem_size, const void* x, int incx,
+                              void* y, int incy, const cudaStream_t* stream) {
+  if (n < 0 || elem_size <= 0 || incx <= 0 || incy <= 0) return CUBLAS_STATUS_INVALID_VALUE;
+  const auto size = static_cast<size_t>(elem_size);
+  if (incx == 1 && incy == 1) return Transfer(to_device, x, 0, y, 0, size * n, 1, stream);
+  return Transfer(to_device, x, size * incx, y, size * incy, size, n, stream);
+}
+
 }  // namespace
 
 extern "C" {
@@ -702,6 +893,121 @@ cublasStatus_t cublasGemmStridedBatchedEx(
                              strideA, static_cast<const In*>(B), ldb, strideB, beta,
                              static_cast<Out*>(C), ldc, strideC, batchCount, algo);
   });
+}
+
+// Level 1: norms, sums of magnitudes, indices of extremes, copies and swaps; geam.
+cublasStatus_t cublasSnrm2_v2(cublasHandle_t handle, int n, const float* x, int incx,
+                              float* result) {
+  return Nrm2(handle, n, x, incx, result);
+}
+
+cublasStatus_t cublasDnrm2_v2(cublasHandle_t handle, int n, const double* x, int incx,
+                              double* result) {
+  return Nrm2(handle, n, x, incx, result);
+}
+
+cublasStatus_t cublasSasum_v2(cublasHandle_t handle, int n, const float* x, int incx,
+                              float* result) {
+  return Asum(handle, n, x, incx, result);
+}
+
+cublasStatus_t cublasDasum_v2(cublasHandle_t handle, int n, const double* x, int incx,
+                              double* result) {
+  return Asum(handle, n, x, incx, result);
+}
+
+cublasStatus_t cublasIsamax_v2(cublasHandle_t handle, int n, const float* x, int incx,
+                               int* result) {
+  return Iamax(handle, n, x, incx, result, true);
+}
+
+cublasStatus_t cublasIdamax_v2(cublasHandle_t handle, int n, const double* x, int incx,
+                               int* result) {
+  return Iamax(handle, n, x, incx, result, true);
+}
+
+cublasStatus_t cublasIsamin_v2(cublasHandle_t handle, int n, const float* x, int incx,
+                               int* result) {
+  return Iamax(handle, n, x, incx, result, false);
+}
+
+cublasStatus_t cublasIdamin_v2(cublasHandle_t handle, int n, const double* x, int incx,
+                               int* result) {
+  return Iamax(handle, n, x, incx, result, false);
+}
+
+cublasStatus_t cublasScopy_v2(cublasHandle_t handle, int n, const float* x, int incx, float* y,
+                              int incy) {
+  return CopyOrSwap(handle, n, const_cast<float*>(x), incx, y, incy, false);
+}
+
+cublasStatus_t cublasDcopy_v2(cublasHandle_t handle, int n, const double* x, int incx, double* y,
+                              int incy) {
+  return CopyOrSwap(handle, n, const_cast<double*>(x), incx, y, incy, false);
+}
+
+cublasStatus_t cublasSswap_v2(cublasHandle_t handle, int n, float* x, int incx, float* y,
+                              int incy) {
+  return CopyOrSwap(handle, n, x, incx, y, incy, true);
+}
+
+cublasStatus_t cublasDswap_v2(cublasHandle_t handle, int n, double* x, int incx, double* y,
+                              int incy) {
+  return CopyOrSwap(handle, n, x, incx, y, incy, true);
+}
+
+cublasStatus_t cublasSgeam(cublasHandle_t handle, cublasOperation_t transa,
+                           cublasOperation_t transb, int m, int n, const float* alpha,
+                           const float* a, int lda, const float* beta, const float* b, int ldb,
+                           float* c, int ldc) {
+  return Geam(handle, transa, transb, m, n, alpha, a, lda, beta, b, ldb, c, ldc);
+}
+
+cublasStatus_t cublasDgeam(cublasHandle_t handle, cublasOperation_t transa,
+                           cublasOperation_t transb, int m, int n, const double* alpha,
+                           const double* a, int lda, const double* beta, const double* b, int ldb,
+                           double* c, int ldc) {
+  return Geam(handle, transa, transb, m, n, alpha, a, lda, beta, b, ldb, c, ldc);
+}
+
+// The helpers between host and device: the plain ones on the legacy default stream, as
+// synchronous copies; the Async ones on the stream given.
+cublasStatus_t cublasSetMatrix(int rows, int cols, int elemSize, const void* A, int lda, void* B,
+                               int ldb) {
+  return TransferMatrix(true, rows, cols, elemSize, A, lda, B, ldb, nullptr);
+}
+
+cublasStatus_t cublasGetMatrix(int rows, int cols, int elemSize, const void* A, int lda, void* B,
+                               int ldb) {
+  return TransferMatrix(false, rows, cols, elemSize, A, lda, B, ldb, nullptr);
+}
+
+cublasStatus_t cublasSetMatrixAsync(int rows, int cols, int elemSize, const void* A, int lda,
+                                    void* B, int ldb, cudaStream_t stream) {
+  return TransferMatrix(true, rows, cols, elemSize, A, lda, B, ldb, &stream);
+}
+
+cublasStatus_t cublasGetMatrixAsync(int rows, int cols, int elemSize, const void* A, int lda,
+                                    void* B, int ldb, cudaStream_t stream) {
+  return TransferMatrix(false, rows, cols, elemSize, A, lda, B, ldb, &stream);
+}
+
+cublasStatus_t cublasSetVector(int n, int elemSize, const void* x, int incx, void* y, int incy) {
+  return TransferVector(true, n, elemSize, x, incx, y, incy, nullptr);
+}
+
+cublasStatus_t cublasGetVector(int n, int elemSize, const void* x, int incx, void* y, int incy) {
+  return TransferVector(false, n, elemSize, x, incx, y, incy, nullptr);
+}
+
+cublasStatus_t cublasSetVectorAsync(int n, int elemSize, const void* hostPtr, int incx,
+                                    void* devicePtr, int incy, cudaStream_t stream) {
+  return TransferVector(true, n, elemSize, hostPtr, incx, devicePtr, incy, &stream);
+}
+
+cublasStatus_t cublasGetVectorAsync(int n, int elemSize, const void* devicePtr, int incx,
+                                    void* hostPtr, int incy, cudaStream_t stream) {
+  return TransferVector(false, n, elemSize, devicePtr, incx, hostPtr, incy, &stream);
 }
 
 }  // extern "C"

@@ -25,6 +25,8 @@ struct Driver {
   CUresult (*module_get_function)(CUfunction*, CUmodule, const char*) = nullptr;
   CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                             unsigned, CUstream, void**, void**) = nullptr;
+  CUresult (*memcpy_2d)(const CUDA_MEMCPY2D*) = nullptr;
+  CUresult (*memcpy_2d_async)(const CUDA_MEMCPY2D*, CUstream) = nullptr;
 };
 
 const Driver& TheDriver() {
@@ -58,6 +60,8 @@ const Driver& TheDriver() {
     lookup("cuModuleLoadData", found.module_load_data);
     lookup("cuModuleGetFunction", found.module_get_function);
     lookup("cuLaunchKernel", found.launch_kernel);
+    lookup("cuMemcpy2D", found.memcpy_2d);
+    lookup("cuMemcpy2DAsync", found.memcpy_2d_async);
     return found;
   }();
   return driver;

@@ -630,3 +630,75 @@ TEST_CASE("cublas: the double-precision calls are recorded with f64 extents and 
   CHECK(Digest(scal[0].outputs, "x").bytes == kVector);
   std::remove(trace.c_str());
 }
+
+TEST_CASE(
+    "cublas: norms, sums, extreme indices, copies, swaps and geam are recorded with their "
+    "vectors, results by pointer mode",
+    "[tracer][cublas]") {
+  // corpus/pagerank: two threads' power iterations (Sgemv, Saxpy, Sasum and Sscal, Sgeam for the
+  // change, Snrm2 of it: thread 0 in host pointer mode, thread 1 in device pointer mode, Sswap),
+  // then Scopy and Isamax of each ranking, the rankings transposed by one Sgeam (beta = 0) and
+  // read back with cublasGetMatrix; the link matrix uploaded by cublasSetMatrix.
+  const std::string trace = TempPath("pagerank.ndt");
+  const RunResult traced = RecordRun(trace, CORPUS_PAGERANK);
+  INFO(traced.err);
+  REQUIRE(traced.status == 0);
+  const std::vector<OpRecord> ops = Ops(ReadAll(trace));
+  constexpr uint64_t kVector = 64 * 4;
+  using ndt::format::DType;
+
+  const std::vector<OpRecord> nrm2 = Named(ops, "cublasSnrm2_v2");
+  const std::vector<OpRecord> asum = Named(ops, "cublasSasum_v2");
+  const std::vector<OpRecord> geam = Named(ops, "cublasSgeam");
+  const std::vector<OpRecord> swap = Named(ops, "cublasSswap_v2");
+  REQUIRE(!nrm2.empty());
+  CHECK(asum.size() == nrm2.size());
+  CHECK(swap.size() == nrm2.size());
+  CHECK(geam.size() == nrm2.size() + 1);
+  size_t host_results = 0, device_results = 0;
+  for (const OpRecord& op : nrm2) {
+    CHECK(Digest(op.inputs, "x").bytes == kVector);
+    if (TextArg(op, "pointerMode") == "host") {
+      ++host_results;
+      REQUIRE(Arg(op, "result") != nullptr);
+      CHECK(std::get<double>(Arg(op, "result")->value) > 0);
+      CHECK(op.outputs.empty());
+    } else {
+      ++device_results;
+      CHECK(Arg(op, "result") == nullptr);
+      CHECK(Digest(op.outputs, "result").bytes == 4);
+      CHECK(Digest(op.outputs, "result").dtype == DType::kF32);
+    }
+  }
+  CHECK(host_results > 0);
+  CHECK(device_results > 0);
+  CHECK(Digest(swap[0].inputs, "y").bytes == kVector);
+  CHECK(Digest(swap[0].outputs, "x").bytes == kVector);
+  CHECK(Digest(swap[0].outputs, "y").bytes == kVector);
+
+  // The change y - x reads both; the transpose's beta is 0: B is not read.
+  CHECK(geam[0].inputs.size() == 2);
+  CHECK(Digest(geam[0].inputs, "B").bytes == kVector);
+  CHECK(Digest(geam[0].outputs, "C").bytes == kVector);
+  const OpRecord& transpose = geam.back();
+  CHECK(TextArg(transpose, "transa") == "T");
+  CHECK(transpose.inputs.size() == 1);
+  CHECK(Digest(transpose.inputs, "A").bytes == 2 * kVector);
+  CHECK(Digest(transpose.outputs, "C").bytes == 2 * kVector);
+
+  const std::vector<OpRecord> copy = Named(ops, "cublasScopy_v2");
+  const std::vector<OpRecord> amax = Named(ops, "cublasIsamax_v2");
+  CHECK(copy.size() == 4);  // x = v, and the ranking into its column, per thread
+  REQUIRE(amax.size() == 2);
+  CHECK(Digest(copy[0].outputs, "y").bytes == kVector);
+  const double top = std::get<double>(Arg(amax[0], "result")->value);  // 1-based
+  CHECK(top >= 1);
+  CHECK(top <= 64);
+
+  // cublasSetMatrix into padded columns: one pitched copy of the 64 columns.
+  const std::vector<OpRecord> set_matrix = Named(ops, "cuMemcpy2D_v2");
+  REQUIRE(!set_matrix.empty());
+  CHECK(std::get<uint64_t>(Arg(set_matrix[0], "height")->value) == 64);
+  CHECK(std::get<uint64_t>(Arg(set_matrix[0], "dstPitch")->value) == 72 * 4);
+  std::remove(trace.c_str());
+}

@@ -18,6 +18,10 @@
 //    arguments, scalars by pointer mode, digests of the vectors and matrix read before the call
 //    and of those written after it (exact BLAS extents: (n - 1) * |inc| + 1 elements); a dot
 //    product's result in host memory is recorded as the argument "result";
+//  - cublas[SD]nrm2_v2, cublas[SD]asum_v2, cublasI[sd]amax_v2, cublasI[sd]amin_v2 (kOther):
+//    the vector read, the result as a dot product's; cublas[SD]copy_v2 and cublas[SD]swap_v2
+//    (kOther): the vectors read and written; cublas[SD]geam (kOther): A and B as read (not
+//    when their scalar is 0 in host memory), C written;
 //  - cublasLtMatmulAlgoGetHeuristic: a kOther op with every returned 64-byte algo;
 //  - cublasLtMatmul: a kCublasLtMatmul op with the descriptors' fingerprint, the 64-byte algo
 //    actually run (AlgorithmChoice library "cublasLt", opaque = the bytes, id and knobs from
@@ -903,6 +907,120 @@ cublasStatus_t HookDot(const char* api, Real real, cublasHandle_t handle, int n,
       });
 }
 
+// A reduction of one vector to a scalar: nrm2 and asum (R = T), the 1-based index of amax and
+// amin (R = int). The result in host memory is the argument "result"; in device memory, an
+// output digested after the call (the handle's pointer mode says which).
+template <typename T, typename R, typename Real>
+cublasStatus_t HookReduce(const char* api, Real real, cublasHandle_t handle, int n, const T* x,
+                          int incx, R* result) {
+  auto call_real = [&] { return real(handle, n, x, incx, result); };
+  constexpr bool kIndex = std::is_same_v<R, int>;
+  constexpr cudaDataType kResultType = kIndex ? CUDA_R_32I : BlasElement<T>::kCuda;
+  return RunLibraryHook(
+      api, real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        const bool host = PointerMode(handle) == CUBLAS_POINTER_MODE_HOST;
+        std::vector<Extent> outputs;
+        if (!host) outputs.push_back({"result", Address(result), sizeof(R), DTypeOf(kResultType)});
+        return RecordBlas(
+            session, call, OpKind::kOther, api, handle,
+            [&](std::vector<format::Argument>& args) {
+              args.push_back(SignedArgument("n", n));
+              args.push_back(PointerArgument(session, "x", Address(x)));
+              args.push_back(SignedArgument("incx", incx));
+              args.push_back(TextArgument("pointerMode", host ? "host" : "device"));
+            },
+            {{"x", Address(x), incx > 0 ? VectorBytes(n, incx, sizeof(T)) : 0,
+              BlasElement<T>::kDType}},
+            outputs, call_real,
+            [&](std::vector<format::Argument>& args) {
+              if (host) args.push_back(ScalarArgument("result", result, kResultType, true));
+            });
+      });
+}
+
+// y = x (copy), or x and y exchanged (swap: both read and both written).
+template <typename T, typename Real>
+cublasStatus_t HookCopy(const char* api, Real real, cublasHandle_t handle, int n, T* x, int incx,
+                        T* y, int incy, bool swap) {
+  auto call_real = [&] { return real(handle, n, x, incx, y, incy); };
+  constexpr DType kDType = BlasElement<T>::kDType;
+  return RunLibraryHook(
+      api, real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        const Extent x_extent{"x", Address(x), VectorBytes(n, incx, sizeof(T)), kDType};
+        const Extent y_extent{"y", Address(y), VectorBytes(n, incy, sizeof(T)), kDType};
+        std::vector<Extent> inputs = {x_extent};
+        std::vector<Extent> outputs = {y_extent};
+        if (swap) {
+          inputs.push_back(y_extent);
+          outputs.push_back(x_extent);
+        }
+        return RecordBlas(
+            session, call, OpKind::kOther, api, handle,
+            [&](std::vector<format::Argument>& args) {
+              args.push_back(SignedArgument("n", n));
+              args.push_back(PointerArgument(session, "x", Address(x)));
+              args.push_back(SignedArgument("incx", incx));
+              args.push_back(PointerArgument(session, "y", Address(y)));
+              args.push_back(SignedArgument("incy", incy));
+            },
+            inputs, outputs, call_real, [](std::vector<format::Argument>&) {});
+      });
+}
+
+// C = alpha op(A) + beta op(B) (the transpose and matrix-addition extension): A is read unless
+// alpha is 0 in host memory, B unless beta is.
+template <typename T, typename Real>
+cublasStatus_t HookGeam(const char* api, Real real, cublasHandle_t handle, cublasOperation_t transa,
+                        cublasOperation_t transb, int m, int n, const T* alpha, const T* a, int lda,
+                        const T* beta, const T* b, int ldb, T* c, int ldc) {
+  auto call_real = [&] {
+    return real(handle, transa, transb, m, n, alpha, a, lda, beta, b, ldb, c, ldc);
+  };
+  constexpr cudaDataType kType = BlasElement<T>::kCuda;
+  constexpr DType kDType = BlasElement<T>::kDType;
+  return RunLibraryHook(
+      api, real != nullptr, CUBLAS_STATUS_NOT_INITIALIZED, call_real,
+      [&](Session& session, RealCall<cublasStatus_t>& call) {
+        const bool host = PointerMode(handle) == CUBLAS_POINTER_MODE_HOST;
+        const bool ok = m > 0 && n > 0;
+        const auto read = [&](const T* scalar) {
+          const std::optional<double> value = host ? HostScalar(scalar, kType) : std::nullopt;
+          return ok && (!value || *value != 0);
+        };
+        const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
+        std::vector<Extent> inputs;
+        if (read(alpha)) {
+          inputs.push_back(
+              {"A", Address(a), MatrixBytes(ta ? n : m, ta ? m : n, lda, sizeof(T)), kDType});
+        }
+        if (read(beta)) {
+          inputs.push_back(
+              {"B", Address(b), MatrixBytes(tb ? n : m, tb ? m : n, ldb, sizeof(T)), kDType});
+        }
+        AddDeviceScalars(host, kType, {{"alpha", alpha}, {"beta", beta}}, &inputs);
+        return RecordBlas(
+            session, call, OpKind::kOther, api, handle,
+            [&](std::vector<format::Argument>& args) {
+              args.push_back(TextArgument("transa", OperationName(transa)));
+              args.push_back(TextArgument("transb", OperationName(transb)));
+              args.push_back(SignedArgument("m", m));
+              args.push_back(SignedArgument("n", n));
+              args.push_back(ScalarArgument("alpha", alpha, kType, host));
+              args.push_back(PointerArgument(session, "A", Address(a)));
+              args.push_back(SignedArgument("lda", lda));
+              args.push_back(ScalarArgument("beta", beta, kType, host));
+              args.push_back(PointerArgument(session, "B", Address(b)));
+              args.push_back(SignedArgument("ldb", ldb));
+              args.push_back(PointerArgument(session, "C", Address(c)));
+              args.push_back(SignedArgument("ldc", ldc));
+            },
+            inputs, {{"C", Address(c), ok ? MatrixBytes(m, n, ldc, sizeof(T)) : 0, kDType}},
+            call_real, [](std::vector<format::Argument>&) {});
+      });
+}
+
 // ---- cuBLASLt -----------------------------------------------------------------------------
 
 struct LtDesc {
@@ -1515,6 +1633,62 @@ cublasStatus_t cublasDdot_v2(cublasHandle_t handle, int n, const double* x, int 
                              const double* y, int incy, double* result) {
   return ndt::tracer::HookDot("cublasDdot_v2", NDT_REAL_LIBRARY(kCublas, cublasDdot_v2), handle, n,
                               x, incx, y, incy, result);
+}
+
+// Level 1 reductions, copies and swaps, and geam.
+#define NDT_REDUCE_HOOK(name, T, R)                                                            \
+  cublasStatus_t name(cublasHandle_t handle, int n, const T* x, int incx, R* result) {         \
+    return ndt::tracer::HookReduce(#name, NDT_REAL_LIBRARY(kCublas, name), handle, n, x, incx, \
+                                   result);                                                    \
+  }
+NDT_REDUCE_HOOK(cublasSnrm2_v2, float, float)
+NDT_REDUCE_HOOK(cublasDnrm2_v2, double, double)
+NDT_REDUCE_HOOK(cublasSasum_v2, float, float)
+NDT_REDUCE_HOOK(cublasDasum_v2, double, double)
+NDT_REDUCE_HOOK(cublasIsamax_v2, float, int)
+NDT_REDUCE_HOOK(cublasIdamax_v2, double, int)
+NDT_REDUCE_HOOK(cublasIsamin_v2, float, int)
+NDT_REDUCE_HOOK(cublasIdamin_v2, double, int)
+#undef NDT_REDUCE_HOOK
+
+cublasStatus_t cublasScopy_v2(cublasHandle_t handle, int n, const float* x, int incx, float* y,
+                              int incy) {
+  return ndt::tracer::HookCopy("cublasScopy_v2", NDT_REAL_LIBRARY(kCublas, cublasScopy_v2), handle,
+                               n, const_cast<float*>(x), incx, y, incy, false);
+}
+
+cublasStatus_t cublasDcopy_v2(cublasHandle_t handle, int n, const double* x, int incx, double* y,
+                              int incy) {
+  return ndt::tracer::HookCopy("cublasDcopy_v2", NDT_REAL_LIBRARY(kCublas, cublasDcopy_v2), handle,
+                               n, const_cast<double*>(x), incx, y, incy, false);
+}
+
+cublasStatus_t cublasSswap_v2(cublasHandle_t handle, int n, float* x, int incx, float* y,
+                              int incy) {
+  return ndt::tracer::HookCopy("cublasSswap_v2", NDT_REAL_LIBRARY(kCublas, cublasSswap_v2), handle,
+                               n, x, incx, y, incy, true);
+}
+
+cublasStatus_t cublasDswap_v2(cublasHandle_t handle, int n, double* x, int incx, double* y,
+                              int incy) {
+  return ndt::tracer::HookCopy("cublasDswap_v2", NDT_REAL_LIBRARY(kCublas, cublasDswap_v2), handle,
+                               n, x, incx, y, incy, true);
+}
+
+cublasStatus_t cublasSgeam(cublasHandle_t handle, cublasOperation_t transa,
+                           cublasOperation_t transb, int m, int n, const float* alpha,
+                           const float* a, int lda, const float* beta, const float* b, int ldb,
+                           float* c, int ldc) {
+  return ndt::tracer::HookGeam("cublasSgeam", NDT_REAL_LIBRARY(kCublas, cublasSgeam), handle,
+                               transa, transb, m, n, alpha, a, lda, beta, b, ldb, c, ldc);
+}
+
+cublasStatus_t cublasDgeam(cublasHandle_t handle, cublasOperation_t transa,
+                           cublasOperation_t transb, int m, int n, const double* alpha,
+                           const double* a, int lda, const double* beta, const double* b, int ldb,
+                           double* c, int ldc) {
+  return ndt::tracer::HookGeam("cublasDgeam", NDT_REAL_LIBRARY(kCublas, cublasDgeam), handle,
+                               transa, transb, m, n, alpha, a, lda, beta, b, ldb, c, ldc);
 }
 
 // ---- cuBLASLt -----------------------------------------------------------------------------
