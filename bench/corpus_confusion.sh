@@ -57,7 +57,7 @@ data_parallel:CorpusColumnDotAtomic model_parallel:CorpusColumnDotAtomic
 unified_memory:CorpusColumnDotAtomic
 ddp_allreduce:ncclAllReduce ddp_processes:CorpusColumnDotAtomic
 pipeline_p2p:CorpusColumnDotAtomic host_callbacks:CorpusColumnDotAtomic cg_solver:cublasDgemm_v2
-amp_offload:cublasGemmEx pagerank:cuMemcpy2DAsync_v2
+amp_offload:cublasGemmEx pagerank:cuMemcpy2DAsync_v2 cudnn_cnn:cudnnPoolingBackward
 always_fails:-
 shuffled_loader,--fail:-"
 

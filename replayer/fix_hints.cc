@@ -625,6 +625,20 @@ std::optional<FixHint> LibraryHint(const format::OpRecord& op, DivergenceClass k
     case OpKind::kMemcpy:
       if (klass == DivergenceClass::kPropagated) return HostDataHint(false);
       return std::nullopt;
+    case OpKind::kOther:
+      if (op.name == "cudnnPoolingBackward" && klass == DivergenceClass::kNondeterministicOp) {
+        return Hint(
+            "max pooling backward through cuDNN (cudnnPoolingBackward: C++ code on "
+            "cuDNN's legacy API, Caffe, TensorFlow; PyTorch's MaxPool*d use their own "
+            "kernels)",
+            "with CUDNN_POOLING_MAX each window's gradient is added at its maximum "
+            "with atomics; where windows overlap (stride smaller than the window) the "
+            "additions race, and cuDNN documents the routine as not reproducible",
+            "CUDNN_POOLING_MAX_DETERMINISTIC in cudnnSetPooling2dDescriptor (the same "
+            "forward result; TF_CUDNN_DETERMINISTIC=1 in TensorFlow); ndtrace run "
+            "--deterministic runs the backward call with it");
+      }
+      return std::nullopt;
     default:
       return std::nullopt;
   }

@@ -257,6 +257,8 @@ samples=(
   "amp_offload --plant"
   "pagerank"
   "pagerank --plant"
+  "cudnn_cnn"
+  "cudnn_cnn --plant"
 )
 # The checksums tests/programs/CMakeLists.txt expects everywhere (exact arithmetic).
 declare -A expected_checksum=([vector_add]=664dc617a67a437d [vector_add_static]=664dc617a67a437d

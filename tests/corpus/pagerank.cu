@@ -128,6 +128,10 @@ int main(int argc, char** argv) {
   float* d_h;
   CORPUS_CHECK(cudaMalloc(&d_h, static_cast<size_t>(kLd) * kPages * sizeof(float)));
   BLAS_CHECK(cublasSetMatrix(kPages, kPages, sizeof(float), h.data(), kPages, d_h, kLd));
+  // A synchronous copy from pageable memory returns once the rows are staged, not once they are
+  // on the device (CUDA's "API synchronization behavior"), and the workers' streams do not wait
+  // for the legacy stream: without this, a worker may read H half-written.
+  CORPUS_CHECK(cudaDeviceSynchronize());
 
   // Ranking 0 restarts at the first eight pages; ranking 1 at sixteen pages of its own choice.
   std::vector<std::vector<float>> teleports(kRankings, std::vector<float>(kPages, 0.0f));
@@ -161,8 +165,8 @@ int main(int argc, char** argv) {
   BLAS_CHECK(cublasSgeam(handle, CUBLAS_OP_T, CUBLAS_OP_T, kRankings, kPages, &one, d_rankings,
                          kPages, &zero, d_rankings, kPages, d_rows, kRankings));
   std::vector<float> rows(static_cast<size_t>(kPages) * kRankings);
-  BLAS_CHECK(cublasGetMatrix(kRankings, kPages, sizeof(float), d_rows, kRankings, rows.data(),
-                             kRankings));
+  BLAS_CHECK(
+      cublasGetMatrix(kRankings, kPages, sizeof(float), d_rows, kRankings, rows.data(), kRankings));
 
   for (int w = 0; w < kRankings; ++w) {
     const std::vector<double> expected = HostRank(h, teleports[w]);
@@ -174,9 +178,10 @@ int main(int argc, char** argv) {
       if (rank > rows[w + static_cast<size_t>(top) * kRankings]) top = i;
     }
     if (worst > 1e-4 || rankings[w].top != top + 1) {
-      std::fprintf(stderr, "ranking %d: off by %.3g from the host's after %d iterations; top page "
-                   "%d on the device, %d on the host\n", w, worst, rankings[w].iterations,
-                   rankings[w].top, top + 1);
+      std::fprintf(stderr,
+                   "ranking %d: off by %.3g from the host's after %d iterations; top page "
+                   "%d on the device, %d on the host\n",
+                   w, worst, rankings[w].iterations, rankings[w].top, top + 1);
       return 1;
     }
     std::printf("ranking %d: %d iterations, top page %d\n", w, rankings[w].iterations,

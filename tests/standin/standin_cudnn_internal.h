@@ -1,5 +1,6 @@
-// What the two halves of the stand-in libcudnn.so.9 share: standin_cudnn.cc (handles, the
-// legacy convolution API) and standin_cudnn_backend.cc (the backend API).
+// What the parts of the stand-in libcudnn.so.9 share: standin_cudnn.cc (handles, the legacy
+// convolution API), standin_cudnn_ops.cc (activation, pooling, softmax, cudnnAddTensor),
+// standin_cudnn_rnn.cc (the RNN API) and standin_cudnn_backend.cc (the backend API).
 //
 // The stand-in reaches the driver only as the real cuDNN does: dlopen("libcuda.so.1"),
 // dlsym("cuGetProcAddress_v2"), then cuGetProcAddress_v2(<base name>, ..., 13000, ...) per

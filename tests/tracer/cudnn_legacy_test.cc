@@ -505,3 +505,83 @@ TEST_CASE("ndtrace check names cuDNN's nondeterministic algorithm and benchmark 
   INFO(deterministic.out << deterministic.err);
   CHECK(deterministic.status == 0);
 }
+
+TEST_CASE(
+    "cuDNN's tensor operations are recorded with exact tensors, and --deterministic makes "
+    "max pooling backward deterministic",
+    "[tracer][cudnn]") {
+  // corpus/cudnn_cnn: conv, bias (cudnnAddTensor), ReLU, 3x3 max pooling with stride 1, a
+  // cuBLAS layer, softmax; their backward passes; --plant pools with CUDNN_POOLING_MAX.
+  ndt::testing::TempDir dir;
+  const auto record = [&](const std::string& name, const std::string& options,
+                          const std::string& args) {
+    const std::string trace = (dir / name).string();
+    const RunResult run = Run(kNdtrace + " record " + options + " -o '" + trace + "' -- '" +
+                              CORPUS_CUDNN_CNN "' " + args);
+    INFO(run.err);
+    REQUIRE(run.status == 0);
+    return ReadAll(trace);
+  };
+  constexpr uint64_t kMap = 8 * 4 * 12 * 12 * 4;  // N x K x H x W floats: conv, ReLU, pooled
+  const std::vector<OpRecord> ops = Ops(record("plain.ndt", "", ""));
+  const OpRecord* bias = Named(ops, "cudnnAddTensor");
+  REQUIRE(bias != nullptr);
+  REQUIRE(Digest(bias->inputs, "A") != nullptr);
+  CHECK(Digest(bias->inputs, "A")->bytes == 16);
+  REQUIRE(Digest(bias->inputs, "C") != nullptr);  // beta = 1: C is read too
+  CHECK(Digest(bias->outputs, "C")->bytes == kMap);
+  const OpRecord* relu = Named(ops, "cudnnActivationForward");
+  REQUIRE(relu != nullptr);
+  CHECK(Text(*relu, "mode") == "CUDNN_ACTIVATION_RELU");
+  CHECK(relu->inputs.size() == 1);  // beta = 0: y is not read
+  CHECK(Digest(relu->outputs, "y")->bytes == kMap);
+  const OpRecord* pool = Named(ops, "cudnnPoolingForward");
+  REQUIRE(pool != nullptr);
+  CHECK(Text(*pool, "mode") == "CUDNN_POOLING_MAX_DETERMINISTIC");
+  CHECK_FALSE(pool->algorithm);
+  const OpRecord* softmax = Named(ops, "cudnnSoftmaxForward");
+  REQUIRE(softmax != nullptr);
+  CHECK(Text(*softmax, "algo") == "CUDNN_SOFTMAX_ACCURATE");
+  CHECK(Digest(softmax->outputs, "y")->bytes == 8 * 10 * 4);
+  const OpRecord* back = Named(ops, "cudnnPoolingBackward");
+  REQUIRE(back != nullptr);
+  for (const char* role : {"y", "dy", "x"}) {
+    INFO(role);
+    REQUIRE(Digest(back->inputs, role) != nullptr);
+    CHECK(Digest(back->inputs, role)->bytes == kMap);
+  }
+  CHECK(Digest(back->outputs, "dx")->bytes == kMap);
+  REQUIRE(back->algorithm);
+  CHECK(back->algorithm->name == "CUDNN_POOLING_MAX_DETERMINISTIC");
+  CHECK(back->algorithm->determinism == Determinism::kDeterministic);
+  REQUIRE(Named(ops, "cudnnActivationBackward") != nullptr);
+  REQUIRE(Named(ops, "cudnnConvolutionBackwardFilter") != nullptr);
+
+  // --plant under --deterministic: every backward call runs the deterministic mode, two runs
+  // give the same gradients, and the trace says what was replaced.
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> gradients;
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<Record> records =
+        record("det" + std::to_string(i) + ".ndt", "--deterministic", "--plant");
+    gradients.emplace_back();
+    for (const OpRecord& op : Ops(records)) {
+      if (op.name != "cudnnPoolingBackward") continue;
+      REQUIRE(op.algorithm);
+      CHECK(op.algorithm->name == "CUDNN_POOLING_MAX_DETERMINISTIC");
+      CHECK(op.algorithm->source == ChoiceSource::kEnforced);
+      CHECK(Text(op, "mode") == "CUDNN_POOLING_MAX");  // what the program asked for
+      gradients.back().emplace_back(Digest(op.outputs, "dx")->digest.lo,
+                                    Digest(op.outputs, "dx")->digest.hi);
+    }
+    const std::vector<PolicyDecisionRecord> decisions = Decisions(records);
+    CHECK(decisions.size() == gradients.back().size());
+    for (const PolicyDecisionRecord& decision : decisions) {
+      CHECK(decision.applied);
+      CHECK(decision.action ==
+            "replaced pooling mode CUDNN_POOLING_MAX (nondeterministic) by "
+            "CUDNN_POOLING_MAX_DETERMINISTIC in cudnnPoolingBackward");
+    }
+  }
+  CHECK(gradients[0].size() == 4);  // one backward call per step
+  CHECK(gradients[0] == gradients[1]);
+}

@@ -509,6 +509,22 @@ TEST_CASE("cuDNN hints: deterministic algorithms for a result, no benchmarking f
   CHECK_THAT(engine->mechanism, Catch::Contains("CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC"));
 }
 
+TEST_CASE("cuDNN's max pooling backward: the deterministic pooling mode, for a result only",
+          "[hints]") {
+  OpRecord op;
+  op.kind = OpKind::kOther;
+  op.name = "cudnnPoolingBackward";
+  const auto hint = FindFixHint(op, DivergenceClass::kNondeterministicOp);
+  REQUIRE(hint.has_value());
+  CHECK_THAT(hint->mechanism, Catch::Contains("CUDNN_POOLING_MAX") && Catch::Contains("atomics"));
+  CHECK_THAT(hint->fix, Catch::Contains("CUDNN_POOLING_MAX_DETERMINISTIC") &&
+                            Catch::Contains("--deterministic"));
+  // It only read data that already differed: nothing to fix in the call.
+  CHECK_FALSE(FindFixHint(op, DivergenceClass::kPropagated).has_value());
+  op.name = "cudnnPoolingForward";
+  CHECK_FALSE(FindFixHint(op, DivergenceClass::kNondeterministicOp).has_value());
+}
+
 TEST_CASE("the cuRAND hint names the host API, not PyTorch's random ops", "[hints]") {
   OpRecord op;
   op.kind = OpKind::kCurandGenerate;

@@ -1,0 +1,548 @@
+// The stand-in cuDNN's tensor operations besides convolutions (cuDNN 9's cudnn_ops sublibrary:
+// what a CNN written on the legacy API calls around its convolutions): activation, pooling and
+// softmax, forward and backward, and cudnnAddTensor, on 4-d float tensors of any strides,
+// computed on the host after the handle's stream is synchronised (standin_cudnn_internal.h).
+// Every routine is deterministic except cudnnPoolingBackward with CUDNN_POOLING_MAX, which the
+// cuDNN documentation lists as not reproducible: each window's gradient is added at its
+// maximum's position with atomic additions from racing threads, so where windows overlap
+// (stride < window) the sums' order, and their last bits, vary from run to run;
+// CUDNN_POOLING_MAX_DETERMINISTIC adds them in a fixed order.
+#include <cudnn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <initializer_list>
+#include <limits>
+#include <new>
+#include <utility>
+#include <vector>
+
+#include "standin_atomic.h"
+#include "standin_cudnn_internal.h"
+
+struct cudnnActivationStruct {
+  cudnnActivationMode_t mode = CUDNN_ACTIVATION_RELU;
+  cudnnNanPropagation_t nan = CUDNN_NOT_PROPAGATE_NAN;
+  double coef = 0;
+};
+
+struct cudnnPoolingStruct {
+  cudnnPoolingMode_t mode = CUDNN_POOLING_MAX;
+  cudnnNanPropagation_t nan = CUDNN_NOT_PROPAGATE_NAN;
+  int window[2] = {1, 1};
+  int pad[2] = {0, 0};
+  int stride[2] = {1, 1};
+};
+
+namespace {
+
+using ndt::standin::AtomicAddFloat;
+using ndt::standin::RunRacing;
+using ndt::standin::SynchronizeHandle;
+
+constexpr int kRacingThreads = 4;
+
+// A set 4-d float tensor, read through its strides.
+struct View {
+  int n = 0, c = 0, h = 0, w = 0;
+  int stride[4] = {0, 0, 0, 0};
+  size_t Index(int in, int ic, int ih, int iw) const {
+    return static_cast<size_t>(in) * stride[0] + static_cast<size_t>(ic) * stride[1] +
+           static_cast<size_t>(ih) * stride[2] + static_cast<size_t>(iw) * stride[3];
+  }
+  int64_t Count() const { return int64_t{n} * c * h * w; }
+  bool SameShape(const View& o) const { return n == o.n && c == o.c && h == o.h && w == o.w; }
+};
+
+bool ViewOf(cudnnTensorDescriptor_t desc, View* view) {
+  if (desc == nullptr || !desc->set || desc->nb_dims != 4 || desc->dtype != CUDNN_DATA_FLOAT) {
+    return false;
+  }
+  view->n = desc->dims[0];
+  view->c = desc->dims[1];
+  view->h = desc->dims[2];
+  view->w = desc->dims[3];
+  std::copy(desc->strides, desc->strides + 4, view->stride);
+  return true;
+}
+
+float Scale(const void* value) {
+  float scale = 0;
+  if (value != nullptr) std::memcpy(&scale, value, sizeof scale);
+  return scale;
+}
+
+// out = alpha * value + beta * out (out not read when beta is 0).
+void Blend(float alpha, float beta, float value, float* out) {
+  *out = beta == 0 ? alpha * value : alpha * value + beta * *out;
+}
+
+// Visits every element of `v` as (flat dense index, n, c, h, w).
+template <typename F>
+void ForEach(const View& v, F f) {
+  int64_t dense = 0;
+  for (int in = 0; in < v.n; ++in)
+    for (int ic = 0; ic < v.c; ++ic)
+      for (int ih = 0; ih < v.h; ++ih)
+        for (int iw = 0; iw < v.w; ++iw) f(dense++, in, ic, ih, iw);
+}
+
+// The handle synchronised, and views of tensors that must all be set 4-d float tensors.
+cudnnStatus_t Prepare(cudnnHandle_t handle,
+                      std::initializer_list<std::pair<cudnnTensorDescriptor_t, View*>> tensors) {
+  if (handle == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  for (const auto& [desc, view] : tensors) {
+    if (desc == nullptr || !desc->set) return CUDNN_STATUS_BAD_PARAM;
+    if (!ViewOf(desc, view)) return CUDNN_STATUS_NOT_SUPPORTED;
+  }
+  return SynchronizeHandle(handle);
+}
+
+float Activate(const cudnnActivationStruct& a, float x) {
+  switch (a.mode) {
+    case CUDNN_ACTIVATION_SIGMOID:
+      return 1.0f / (1.0f + std::exp(-x));
+    case CUDNN_ACTIVATION_RELU:
+      return x > 0 ? x : 0.0f;
+    case CUDNN_ACTIVATION_TANH:
+      return std::tanh(x);
+    case CUDNN_ACTIVATION_CLIPPED_RELU:
+      return std::min(std::max(x, 0.0f), static_cast<float>(a.coef));
+    case CUDNN_ACTIVATION_ELU:
+      return x > 0 ? x : static_cast<float>(a.coef) * (std::exp(x) - 1.0f);
+    default:  // CUDNN_ACTIVATION_IDENTITY
+      return x;
+  }
+}
+
+// d activation / dx at x, given y = Activate(x).
+float Slope(const cudnnActivationStruct& a, float x, float y) {
+  switch (a.mode) {
+    case CUDNN_ACTIVATION_SIGMOID:
+      return y * (1.0f - y);
+    case CUDNN_ACTIVATION_RELU:
+      return x > 0 ? 1.0f : 0.0f;
+    case CUDNN_ACTIVATION_TANH:
+      return 1.0f - y * y;
+    case CUDNN_ACTIVATION_CLIPPED_RELU:
+      return x > 0 && x < static_cast<float>(a.coef) ? 1.0f : 0.0f;
+    case CUDNN_ACTIVATION_ELU:
+      return x > 0 ? 1.0f : y + static_cast<float>(a.coef);
+    default:
+      return 1.0f;
+  }
+}
+
+bool KnownActivation(cudnnActivationMode_t mode) {
+  return mode == CUDNN_ACTIVATION_SIGMOID || mode == CUDNN_ACTIVATION_RELU ||
+         mode == CUDNN_ACTIVATION_TANH || mode == CUDNN_ACTIVATION_CLIPPED_RELU ||
+         mode == CUDNN_ACTIVATION_ELU || mode == CUDNN_ACTIVATION_IDENTITY;
+}
+
+int PooledSize(int in, int window, int pad, int stride) {
+  return 1 + (in + 2 * pad - window) / stride;
+}
+
+bool IsMax(cudnnPoolingMode_t mode) {
+  return mode == CUDNN_POOLING_MAX || mode == CUDNN_POOLING_MAX_DETERMINISTIC;
+}
+
+// The input rows and columns of output (oh, ow)'s window, clipped to the tensor; `count` the
+// divisor of an average (the whole window with padding included, else the clipped part).
+struct Window {
+  int h0, h1, w0, w1, count;
+};
+
+Window WindowOf(const cudnnPoolingStruct& p, const View& x, int oh, int ow) {
+  const int top = oh * p.stride[0] - p.pad[0], left = ow * p.stride[1] - p.pad[1];
+  Window win{std::max(top, 0), std::min(top + p.window[0], x.h), std::max(left, 0),
+             std::min(left + p.window[1], x.w), 0};
+  win.count = p.mode == CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+                  ? p.window[0] * p.window[1]
+                  : std::max((win.h1 - win.h0) * (win.w1 - win.w0), 1);
+  return win;
+}
+
+// The first position of the window's largest x (the one the forward pass took).
+std::pair<int, int> ArgMax(const View& xv, const float* x, int in, int ic, const Window& win) {
+  float best = -std::numeric_limits<float>::infinity();
+  std::pair<int, int> at{win.h0, win.w0};
+  for (int ih = win.h0; ih < win.h1; ++ih)
+    for (int iw = win.w0; iw < win.w1; ++iw) {
+      const float v = x[xv.Index(in, ic, ih, iw)];
+      if (v > best) {
+        best = v;
+        at = {ih, iw};
+      }
+    }
+  return at;
+}
+
+// Softmax over the channels of each (n, h, w) (CUDNN_SOFTMAX_MODE_CHANNEL) or over all of each
+// n's c, h, w (INSTANCE): `group` is called with the indices of each group's elements.
+template <typename F>
+void ForEachGroup(cudnnSoftmaxMode_t mode, const View& v, F group) {
+  std::vector<size_t> members;
+  if (mode == CUDNN_SOFTMAX_MODE_INSTANCE) {
+    for (int in = 0; in < v.n; ++in) {
+      members.clear();
+      for (int ic = 0; ic < v.c; ++ic)
+        for (int ih = 0; ih < v.h; ++ih)
+          for (int iw = 0; iw < v.w; ++iw) members.push_back(v.Index(in, ic, ih, iw));
+      group(members);
+    }
+    return;
+  }
+  for (int in = 0; in < v.n; ++in)
+    for (int ih = 0; ih < v.h; ++ih)
+      for (int iw = 0; iw < v.w; ++iw) {
+        members.clear();
+        for (int ic = 0; ic < v.c; ++ic) members.push_back(v.Index(in, ic, ih, iw));
+        group(members);
+      }
+}
+
+}  // namespace
+
+extern "C" {
+
+cudnnStatus_t cudnnCreateActivationDescriptor(cudnnActivationDescriptor_t* desc) {
+  if (desc == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  *desc = new (std::nothrow) cudnnActivationStruct();
+  return *desc == nullptr ? CUDNN_STATUS_ALLOC_FAILED : CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetActivationDescriptor(cudnnActivationDescriptor_t desc,
+                                           cudnnActivationMode_t mode, cudnnNanPropagation_t nan,
+                                           double coef) {
+  if (desc == nullptr || !KnownActivation(mode)) return CUDNN_STATUS_BAD_PARAM;
+  *desc = cudnnActivationStruct{mode, nan, coef};
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetActivationDescriptor(const cudnnActivationDescriptor_t desc,
+                                           cudnnActivationMode_t* mode, cudnnNanPropagation_t* nan,
+                                           double* coef) {
+  if (desc == nullptr || mode == nullptr || nan == nullptr || coef == nullptr) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  *mode = desc->mode;
+  *nan = desc->nan;
+  *coef = desc->coef;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnDestroyActivationDescriptor(cudnnActivationDescriptor_t desc) {
+  delete desc;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnCreatePoolingDescriptor(cudnnPoolingDescriptor_t* desc) {
+  if (desc == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  *desc = new (std::nothrow) cudnnPoolingStruct();
+  return *desc == nullptr ? CUDNN_STATUS_ALLOC_FAILED : CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetPooling2dDescriptor(cudnnPoolingDescriptor_t desc, cudnnPoolingMode_t mode,
+                                          cudnnNanPropagation_t nan, int window_h, int window_w,
+                                          int pad_h, int pad_w, int stride_h, int stride_w) {
+  if (desc == nullptr || mode < CUDNN_POOLING_MAX || mode > CUDNN_POOLING_MAX_DETERMINISTIC ||
+      window_h <= 0 || window_w <= 0 || pad_h < 0 || pad_w < 0 || stride_h <= 0 || stride_w <= 0) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  *desc = cudnnPoolingStruct{mode, nan, {window_h, window_w}, {pad_h, pad_w}, {stride_h, stride_w}};
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetPooling2dDescriptor(const cudnnPoolingDescriptor_t desc,
+                                          cudnnPoolingMode_t* mode, cudnnNanPropagation_t* nan,
+                                          int* window_h, int* window_w, int* pad_h, int* pad_w,
+                                          int* stride_h, int* stride_w) {
+  if (desc == nullptr || mode == nullptr || nan == nullptr || window_h == nullptr ||
+      window_w == nullptr || pad_h == nullptr || pad_w == nullptr || stride_h == nullptr ||
+      stride_w == nullptr) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  *mode = desc->mode;
+  *nan = desc->nan;
+  *window_h = desc->window[0];
+  *window_w = desc->window[1];
+  *pad_h = desc->pad[0];
+  *pad_w = desc->pad[1];
+  *stride_h = desc->stride[0];
+  *stride_w = desc->stride[1];
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetPooling2dForwardOutputDim(const cudnnPoolingDescriptor_t desc,
+                                                const cudnnTensorDescriptor_t input, int* n, int* c,
+                                                int* h, int* w) {
+  View x;
+  if (desc == nullptr || n == nullptr || c == nullptr || h == nullptr || w == nullptr ||
+      input == nullptr || !input->set || input->nb_dims != 4) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  x.h = input->dims[2];
+  x.w = input->dims[3];
+  if (x.h + 2 * desc->pad[0] < desc->window[0] || x.w + 2 * desc->pad[1] < desc->window[1]) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  *n = input->dims[0];
+  *c = input->dims[1];
+  *h = PooledSize(x.h, desc->window[0], desc->pad[0], desc->stride[0]);
+  *w = PooledSize(x.w, desc->window[1], desc->pad[1], desc->stride[1]);
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnDestroyPoolingDescriptor(cudnnPoolingDescriptor_t desc) {
+  delete desc;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// y = alpha f(x) + beta y.
+cudnnStatus_t cudnnActivationForward(cudnnHandle_t handle, cudnnActivationDescriptor_t desc,
+                                     const void* alpha, const cudnnTensorDescriptor_t x_desc,
+                                     const void* x, const void* beta,
+                                     const cudnnTensorDescriptor_t y_desc, void* y) {
+  View xv, yv;
+  if (desc == nullptr || x == nullptr || y == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  if (const cudnnStatus_t s = Prepare(handle, {{x_desc, &xv}, {y_desc, &yv}});
+      s != CUDNN_STATUS_SUCCESS)
+    return s;
+  if (!xv.SameShape(yv)) return CUDNN_STATUS_BAD_PARAM;
+  const float a = Scale(alpha), b = Scale(beta);
+  const auto* in = static_cast<const float*>(x);
+  auto* out = static_cast<float*>(y);
+  ForEach(xv, [&](int64_t, int n, int c, int h, int w) {
+    Blend(a, b, Activate(*desc, in[xv.Index(n, c, h, w)]), &out[yv.Index(n, c, h, w)]);
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// dx = alpha f'(x) dy + beta dx.
+cudnnStatus_t cudnnActivationBackward(cudnnHandle_t handle, cudnnActivationDescriptor_t desc,
+                                      const void* alpha, const cudnnTensorDescriptor_t y_desc,
+                                      const void* y, const cudnnTensorDescriptor_t dy_desc,
+                                      const void* dy, const cudnnTensorDescriptor_t x_desc,
+                                      const void* x, const void* beta,
+                                      const cudnnTensorDescriptor_t dx_desc, void* dx) {
+  View yv, dyv, xv, dxv;
+  if (desc == nullptr || y == nullptr || dy == nullptr || x == nullptr || dx == nullptr) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  if (const cudnnStatus_t s =
+          Prepare(handle, {{y_desc, &yv}, {dy_desc, &dyv}, {x_desc, &xv}, {dx_desc, &dxv}});
+      s != CUDNN_STATUS_SUCCESS) {
+    return s;
+  }
+  if (!xv.SameShape(yv) || !xv.SameShape(dyv) || !xv.SameShape(dxv)) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  const float a = Scale(alpha), b = Scale(beta);
+  const auto *ys = static_cast<const float*>(y), *dys = static_cast<const float*>(dy),
+             *xs = static_cast<const float*>(x);
+  auto* out = static_cast<float*>(dx);
+  ForEach(xv, [&](int64_t, int n, int c, int h, int w) {
+    const float slope = Slope(*desc, xs[xv.Index(n, c, h, w)], ys[yv.Index(n, c, h, w)]);
+    Blend(a, b, slope * dys[dyv.Index(n, c, h, w)], &out[dxv.Index(n, c, h, w)]);
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// y = alpha pool(x) + beta y.
+cudnnStatus_t cudnnPoolingForward(cudnnHandle_t handle, const cudnnPoolingDescriptor_t desc,
+                                  const void* alpha, const cudnnTensorDescriptor_t x_desc,
+                                  const void* x, const void* beta,
+                                  const cudnnTensorDescriptor_t y_desc, void* y) {
+  View xv, yv;
+  if (desc == nullptr || x == nullptr || y == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  if (const cudnnStatus_t s = Prepare(handle, {{x_desc, &xv}, {y_desc, &yv}});
+      s != CUDNN_STATUS_SUCCESS)
+    return s;
+  if (yv.n != xv.n || yv.c != xv.c ||
+      yv.h != PooledSize(xv.h, desc->window[0], desc->pad[0], desc->stride[0]) ||
+      yv.w != PooledSize(xv.w, desc->window[1], desc->pad[1], desc->stride[1])) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  const float a = Scale(alpha), b = Scale(beta);
+  const auto* in = static_cast<const float*>(x);
+  auto* out = static_cast<float*>(y);
+  ForEach(yv, [&](int64_t, int n, int c, int oh, int ow) {
+    const Window win = WindowOf(*desc, xv, oh, ow);
+    float value = 0;
+    if (IsMax(desc->mode)) {
+      const auto [ih, iw] = ArgMax(xv, in, n, c, win);
+      value = in[xv.Index(n, c, ih, iw)];
+    } else {
+      for (int ih = win.h0; ih < win.h1; ++ih)
+        for (int iw = win.w0; iw < win.w1; ++iw) value += in[xv.Index(n, c, ih, iw)];
+      value /= static_cast<float>(win.count);
+    }
+    Blend(a, b, value, &out[yv.Index(n, c, oh, ow)]);
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// dx = alpha pool'(dy) + beta dx: each window's gradient to its maximum (max modes) or spread
+// over it (average modes).
+cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t handle, const cudnnPoolingDescriptor_t desc,
+                                   const void* alpha, const cudnnTensorDescriptor_t y_desc,
+                                   const void* y, const cudnnTensorDescriptor_t dy_desc,
+                                   const void* dy, const cudnnTensorDescriptor_t x_desc,
+                                   const void* x, const void* beta,
+                                   const cudnnTensorDescriptor_t dx_desc, void* dx) {
+  View yv, dyv, xv, dxv;
+  if (desc == nullptr || y == nullptr || dy == nullptr || x == nullptr || dx == nullptr) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  if (const cudnnStatus_t s =
+          Prepare(handle, {{y_desc, &yv}, {dy_desc, &dyv}, {x_desc, &xv}, {dx_desc, &dxv}});
+      s != CUDNN_STATUS_SUCCESS) {
+    return s;
+  }
+  if (!yv.SameShape(dyv) || !xv.SameShape(dxv)) return CUDNN_STATUS_BAD_PARAM;
+  const auto *xs = static_cast<const float*>(x), *dys = static_cast<const float*>(dy);
+  std::vector<float> sums;
+  try {
+    sums.assign(static_cast<size_t>(xv.Count()), 0.0f);
+  } catch (const std::bad_alloc&) {
+    return CUDNN_STATUS_ALLOC_FAILED;
+  }
+  const auto dense = [&xv](int n, int c, int h, int w) {
+    return ((static_cast<size_t>(n) * xv.c + c) * xv.h + h) * xv.w + w;
+  };
+  // One output's gradient, added with `add(cell, value)`.
+  const auto route = [&](int n, int c, int oh, int ow, const auto& add) {
+    const Window win = WindowOf(*desc, xv, oh, ow);
+    const float g = dys[dyv.Index(n, c, oh, ow)];
+    if (IsMax(desc->mode)) {
+      const auto [ih, iw] = ArgMax(xv, xs, n, c, win);
+      add(&sums[dense(n, c, ih, iw)], g);
+      return;
+    }
+    for (int ih = win.h0; ih < win.h1; ++ih)
+      for (int iw = win.w0; iw < win.w1; ++iw) {
+        add(&sums[dense(n, c, ih, iw)], g / static_cast<float>(win.count));
+      }
+  };
+  if (desc->mode == CUDNN_POOLING_MAX) {
+    const int64_t outputs = dyv.Count();
+    RunRacing(kRacingThreads, [&](int thread, int threads, const std::function<void()>& yield) {
+      // Neighbouring windows on different threads, as neighbouring GPU threads take them.
+      for (int64_t o = thread; o < outputs; o += threads) {
+        const int ow = static_cast<int>(o % dyv.w);
+        const int oh = static_cast<int>(o / dyv.w % dyv.h);
+        const int c = static_cast<int>(o / (int64_t{dyv.w} * dyv.h) % dyv.c);
+        const int n = static_cast<int>(o / (int64_t{dyv.w} * dyv.h * dyv.c));
+        route(n, c, oh, ow, [](float* cell, float v) { AtomicAddFloat(cell, v); });
+        yield();
+      }
+    });
+  } else {
+    ForEach(dyv, [&](int64_t, int n, int c, int oh, int ow) {
+      route(n, c, oh, ow, [](float* cell, float v) { *cell += v; });
+    });
+  }
+  const float a = Scale(alpha), b = Scale(beta);
+  auto* out = static_cast<float*>(dx);
+  ForEach(xv, [&](int64_t i, int n, int c, int h, int w) {
+    Blend(a, b, sums[static_cast<size_t>(i)], &out[dxv.Index(n, c, h, w)]);
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// y = alpha softmax(x) + beta y (LOG: the log of the softmax).
+cudnnStatus_t cudnnSoftmaxForward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t algo,
+                                  cudnnSoftmaxMode_t mode, const void* alpha,
+                                  const cudnnTensorDescriptor_t x_desc, const void* x,
+                                  const void* beta, const cudnnTensorDescriptor_t y_desc, void* y) {
+  View xv, yv;
+  if (x == nullptr || y == nullptr || algo > CUDNN_SOFTMAX_LOG) return CUDNN_STATUS_BAD_PARAM;
+  if (const cudnnStatus_t s = Prepare(handle, {{x_desc, &xv}, {y_desc, &yv}});
+      s != CUDNN_STATUS_SUCCESS)
+    return s;
+  if (!xv.SameShape(yv) || xv.stride[0] != yv.stride[0] || xv.stride[1] != yv.stride[1] ||
+      xv.stride[2] != yv.stride[2] || xv.stride[3] != yv.stride[3]) {
+    return CUDNN_STATUS_NOT_SUPPORTED;  // the same layout in and out, as the stand-in indexes
+  }
+  const float a = Scale(alpha), b = Scale(beta);
+  const auto* in = static_cast<const float*>(x);
+  auto* out = static_cast<float*>(y);
+  ForEachGroup(mode, xv, [&](const std::vector<size_t>& group) {
+    float top = algo == CUDNN_SOFTMAX_FAST ? 0.0f : -std::numeric_limits<float>::infinity();
+    if (algo != CUDNN_SOFTMAX_FAST) {
+      for (size_t i : group) top = std::max(top, in[i]);
+    }
+    float sum = 0;
+    for (size_t i : group) sum += std::exp(in[i] - top);
+    for (size_t i : group) {
+      const float value =
+          algo == CUDNN_SOFTMAX_LOG ? in[i] - top - std::log(sum) : std::exp(in[i] - top) / sum;
+      Blend(a, b, value, &out[i]);
+    }
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// dx = alpha softmax'(y, dy) + beta dx.
+cudnnStatus_t cudnnSoftmaxBackward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t algo,
+                                   cudnnSoftmaxMode_t mode, const void* alpha,
+                                   const cudnnTensorDescriptor_t y_desc, const void* y,
+                                   const cudnnTensorDescriptor_t dy_desc, const void* dy,
+                                   const void* beta, const cudnnTensorDescriptor_t dx_desc,
+                                   void* dx) {
+  View yv, dyv, dxv;
+  if (y == nullptr || dy == nullptr || dx == nullptr || algo > CUDNN_SOFTMAX_LOG) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  if (const cudnnStatus_t s = Prepare(handle, {{y_desc, &yv}, {dy_desc, &dyv}, {dx_desc, &dxv}});
+      s != CUDNN_STATUS_SUCCESS) {
+    return s;
+  }
+  for (const View* v : {&dyv, &dxv}) {
+    if (!yv.SameShape(*v) || !std::equal(yv.stride, yv.stride + 4, v->stride)) {
+      return CUDNN_STATUS_NOT_SUPPORTED;
+    }
+  }
+  const float a = Scale(alpha), b = Scale(beta);
+  const auto *ys = static_cast<const float*>(y), *dys = static_cast<const float*>(dy);
+  auto* out = static_cast<float*>(dx);
+  ForEachGroup(mode, yv, [&](const std::vector<size_t>& group) {
+    float sum = 0;
+    for (size_t i : group) sum += algo == CUDNN_SOFTMAX_LOG ? dys[i] : dys[i] * ys[i];
+    for (size_t i : group) {
+      const float value =
+          algo == CUDNN_SOFTMAX_LOG ? dys[i] - std::exp(ys[i]) * sum : ys[i] * (dys[i] - sum);
+      Blend(a, b, value, &out[i]);
+    }
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// C = alpha A + beta C, A broadcast along its dimensions of size 1 (a bias per channel).
+cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void* alpha,
+                             const cudnnTensorDescriptor_t a_desc, const void* a, const void* beta,
+                             const cudnnTensorDescriptor_t c_desc, void* c) {
+  View av, cv;
+  if (a == nullptr || c == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  if (const cudnnStatus_t s = Prepare(handle, {{a_desc, &av}, {c_desc, &cv}});
+      s != CUDNN_STATUS_SUCCESS)
+    return s;
+  const int a_dims[4] = {av.n, av.c, av.h, av.w}, c_dims[4] = {cv.n, cv.c, cv.h, cv.w};
+  for (int d = 0; d < 4; ++d) {
+    if (a_dims[d] != 1 && a_dims[d] != c_dims[d]) return CUDNN_STATUS_BAD_PARAM;
+  }
+  const float al = Scale(alpha), be = Scale(beta);
+  const auto* as = static_cast<const float*>(a);
+  auto* cs = static_cast<float*>(c);
+  ForEach(cv, [&](int64_t, int n, int ch, int h, int w) {
+    const float value =
+        as[av.Index(av.n == 1 ? 0 : n, av.c == 1 ? 0 : ch, av.h == 1 ? 0 : h, av.w == 1 ? 0 : w)];
+    Blend(al, be, value, &cs[cv.Index(n, ch, h, w)]);
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+
+}  // extern "C"

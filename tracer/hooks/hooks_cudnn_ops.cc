@@ -1,0 +1,445 @@
+// The cuDNN hooks of the tensor operations around convolutions (cuDNN 9's cudnn_ops: what a CNN
+// written on the legacy API calls): cudnnActivationForward/Backward, cudnnPoolingForward/Backward,
+// cudnnSoftmaxForward/Backward and cudnnAddTensor become `other` ops named by the function, with
+// their mode, window and scaling factors as arguments and digests of exactly the tensors they
+// read (before the call; the output too when beta is not 0) and write (after it). Tensor
+// descriptors are read back through the real cudnnGetTensor4dDescriptor.
+//
+// cudnnPoolingBackward also carries the pooling mode as its algorithm: the cuDNN documentation
+// ("Reproducibility") lists it with CUDNN_POOLING_MAX among the routines that use atomics and do
+// not reproduce across runs (the gradients of overlapping windows meet at one input);
+// CUDNN_POOLING_MAX_DETERMINISTIC is its deterministic form. Policy enforce runs the backward
+// call with a pooling descriptor of ndtrace's own that differs from the program's in that mode
+// only (a PolicyDecisionRecord; the forward pass picks the same maxima in both modes).
+#pragma GCC visibility push(default)
+#include <cudnn.h>
+#pragma GCC visibility pop
+
+#include <array>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "formats/records.h"
+#include "tracer/cudnn_types.h"
+#include "tracer/library_support.h"
+#include "tracer/policy.h"
+#include "tracer/recorder.h"
+
+namespace ndt::tracer {
+namespace {
+
+constexpr const char* kCudnn = kCudnnSoname;
+
+// A 4-d tensor descriptor as the real library reports it.
+struct Tensor {
+  cudnnDataType_t dtype = CUDNN_DATA_FLOAT;
+  std::array<int, 4> dims{};
+  std::array<int, 4> strides{};
+};
+
+std::optional<Tensor> TensorOf(cudnnTensorDescriptor_t desc) {
+  if (desc == nullptr) return std::nullopt;
+  const auto get = NDT_REAL_LIBRARY(kCudnn, cudnnGetTensor4dDescriptor);
+  Tensor t;
+  if (get == nullptr ||
+      get(desc, &t.dtype, &t.dims[0], &t.dims[1], &t.dims[2], &t.dims[3], &t.strides[0],
+          &t.strides[1], &t.strides[2], &t.strides[3]) != CUDNN_STATUS_SUCCESS) {
+    return std::nullopt;
+  }
+  return t;
+}
+
+uint64_t Address(const void* pointer) {
+  return reinterpret_cast<uint64_t>(pointer);
+}
+
+// The bytes from a tensor's first element to its last, by its strides; 0 when unknown.
+uint64_t TensorBytes(const Tensor& t) {
+  uint64_t last = 0;
+  for (int i = 0; i < 4; ++i) {
+    if (t.dims[i] <= 0 || t.strides[i] < 0) return 0;
+    last += static_cast<uint64_t>(t.dims[i] - 1) * static_cast<uint64_t>(t.strides[i]);
+  }
+  return (last + 1) * format::DTypeBytes(CudnnDType(t.dtype));
+}
+
+// A tensor argument of a call: its descriptor and data, in the role the call gives it.
+struct Operand {
+  const char* role;
+  cudnnTensorDescriptor_t desc;
+  const void* data;
+};
+
+Extent ExtentOf(const Operand& o) {
+  const std::optional<Tensor> t = TensorOf(o.desc);
+  return Extent{o.role, Address(o.data), t ? TensorBytes(*t) : 0,
+                t ? CudnnDType(t->dtype) : format::DType::kUnknown};
+}
+
+// A host scaling factor: double for double tensors, float otherwise (cuDNN's rule).
+double Scale(const void* value, const Operand& output) {
+  if (value == nullptr) return 0;
+  const std::optional<Tensor> t = TensorOf(output.desc);
+  if (t && t->dtype == CUDNN_DATA_DOUBLE) {
+    double scale;
+    std::memcpy(&scale, value, sizeof scale);
+    return scale;
+  }
+  float scale;
+  std::memcpy(&scale, value, sizeof scale);
+  return scale;
+}
+
+uint64_t HandleStream(cudnnHandle_t handle) {
+  cudaStream_t stream = nullptr;
+  const auto get = NDT_REAL_LIBRARY(kCudnn, cudnnGetStream);
+  if (get == nullptr || get(handle, &stream) != CUDNN_STATUS_SUCCESS) return 0;
+  return Address(stream);
+}
+
+// One call: `reads` digested before it (with `output` too when beta is not 0), `output` after
+// it; `args` adds the call's own arguments after the tensors' dims; `real()` runs it.
+template <typename Args, typename Real>
+cudnnStatus_t RecordTensorOp(Session& session, RealCall<cudnnStatus_t>& call, const char* name,
+                             cudnnHandle_t handle, const void* alpha, const void* beta,
+                             const std::vector<Operand>& reads, const Operand& output, Args args,
+                             Real real) {
+  const uint64_t stream = HandleStream(handle);
+  format::OpRecord op =
+      session.BeginOp(format::OpKind::kOther, name, session.StreamId(stream, false));
+  std::vector<Extent> inputs;
+  for (const Operand& o : reads) {
+    op.args.push_back(PointerArgument(session, o.role, Address(o.data)));
+    inputs.push_back(ExtentOf(o));
+  }
+  op.args.push_back(PointerArgument(session, output.role, Address(output.data)));
+  if (const std::optional<Tensor> t = TensorOf(output.desc)) {
+    op.args.push_back(DimsArgument(std::string(output.role) + "_dims",
+                                   std::vector<int64_t>(t->dims.begin(), t->dims.end())));
+    op.args.push_back(TextArgument("dtype", CudnnDTypeText(t->dtype)));
+  }
+  const double beta_value = Scale(beta, output);
+  op.args.push_back(DoubleArgument("alpha", Scale(alpha, output)));
+  op.args.push_back(DoubleArgument("beta", beta_value));
+  args(op);
+  const Extent written = ExtentOf(output);
+  if (beta_value != 0) inputs.push_back(written);
+  std::erase_if(inputs, [](const Extent& e) { return e.bytes == 0; });
+  op.inputs = DigestExtents(session, stream, inputs);
+  const cudnnStatus_t status = call.Run(real);
+  if (status == CUDNN_STATUS_SUCCESS && written.bytes > 0) {
+    op.outputs = DigestExtents(session, stream, {written});
+  }
+  session.EndOp(op, static_cast<int32_t>(status));
+  return status;
+}
+
+// ---- pooling -------------------------------------------------------------------------------
+
+struct Pooling {
+  cudnnPoolingMode_t mode = CUDNN_POOLING_MAX;
+  cudnnNanPropagation_t nan = CUDNN_NOT_PROPAGATE_NAN;
+  std::array<int, 2> window{}, pad{}, stride{};
+};
+
+std::optional<Pooling> PoolingOf(cudnnPoolingDescriptor_t desc) {
+  const auto get = NDT_REAL_LIBRARY(kCudnn, cudnnGetPooling2dDescriptor);
+  Pooling p;
+  if (desc == nullptr || get == nullptr ||
+      get(desc, &p.mode, &p.nan, &p.window[0], &p.window[1], &p.pad[0], &p.pad[1], &p.stride[0],
+          &p.stride[1]) != CUDNN_STATUS_SUCCESS) {
+    return std::nullopt;
+  }
+  return p;
+}
+
+const char* PoolingModeName(cudnnPoolingMode_t mode) {
+  switch (mode) {
+    case CUDNN_POOLING_MAX:
+      return "CUDNN_POOLING_MAX";
+    case CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING:
+      return "CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING";
+    case CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING:
+      return "CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING";
+    case CUDNN_POOLING_MAX_DETERMINISTIC:
+      return "CUDNN_POOLING_MAX_DETERMINISTIC";
+  }
+  return "CUDNN_POOLING_UNKNOWN";
+}
+
+void AddPoolingArguments(const std::optional<Pooling>& p, format::OpRecord& op) {
+  if (!p) {
+    op.args.push_back(TextArgument("mode", "unknown (not a 2-d pooling descriptor)"));
+    return;
+  }
+  op.args.push_back(TextArgument("mode", PoolingModeName(p->mode)));
+  op.args.push_back(DimsArgument("window", {p->window[0], p->window[1]}));
+  op.args.push_back(DimsArgument("pad", {p->pad[0], p->pad[1]}));
+  op.args.push_back(DimsArgument("stride", {p->stride[0], p->stride[1]}));
+}
+
+format::AlgorithmChoice PoolingChoice(cudnnPoolingMode_t mode, format::ChoiceSource source) {
+  format::AlgorithmChoice choice;
+  choice.library = "cudnn";
+  choice.id = static_cast<int64_t>(mode);
+  choice.name = PoolingModeName(mode);
+  choice.determinism = mode == CUDNN_POOLING_MAX ? format::Determinism::kNondeterministic
+                                                 : format::Determinism::kDeterministic;
+  choice.source = source;
+  return choice;
+}
+
+// A pooling descriptor of ndtrace's own, destroyed with it.
+class OwnPooling {
+ public:
+  OwnPooling() = default;
+  OwnPooling(const OwnPooling&) = delete;
+  OwnPooling& operator=(const OwnPooling&) = delete;
+  ~OwnPooling() {
+    if (desc_ == nullptr) return;
+    if (const auto destroy = NDT_REAL_LIBRARY(kCudnn, cudnnDestroyPoolingDescriptor)) {
+      destroy(desc_);
+    }
+  }
+  // `p` with `mode`; false when the library refuses.
+  bool Make(const Pooling& p, cudnnPoolingMode_t mode) {
+    const auto create = NDT_REAL_LIBRARY(kCudnn, cudnnCreatePoolingDescriptor);
+    const auto set = NDT_REAL_LIBRARY(kCudnn, cudnnSetPooling2dDescriptor);
+    if (create == nullptr || set == nullptr || create(&desc_) != CUDNN_STATUS_SUCCESS) {
+      desc_ = nullptr;
+      return false;
+    }
+    return set(desc_, mode, p.nan, p.window[0], p.window[1], p.pad[0], p.pad[1], p.stride[0],
+               p.stride[1]) == CUDNN_STATUS_SUCCESS;
+  }
+  cudnnPoolingDescriptor_t get() const { return desc_; }
+
+ private:
+  cudnnPoolingDescriptor_t desc_ = nullptr;
+};
+
+// The descriptor cudnnPoolingBackward runs with: the program's, or under policy enforce one of
+// ndtrace's own with CUDNN_POOLING_MAX_DETERMINISTIC in place of CUDNN_POOLING_MAX.
+cudnnPoolingDescriptor_t BackwardPooling(Session& session, format::OpRecord& op,
+                                         cudnnPoolingDescriptor_t desc,
+                                         const std::optional<Pooling>& p, OwnPooling& own) {
+  if (!p) return desc;
+  op.algorithm = PoolingChoice(p->mode, format::ChoiceSource::kRequested);
+  if (session.policy().mode != PolicyMode::kEnforce || p->mode != CUDNN_POOLING_MAX) return desc;
+  format::PolicyDecisionRecord decision;
+  decision.op_sequence = op.sequence;
+  decision.library = "cudnn";
+  decision.from_choice = op.algorithm;
+  decision.to_choice =
+      PoolingChoice(CUDNN_POOLING_MAX_DETERMINISTIC, format::ChoiceSource::kEnforced);
+  if (!own.Make(*p, CUDNN_POOLING_MAX_DETERMINISTIC)) {
+    decision.action =
+        "cannot replace pooling mode CUDNN_POOLING_MAX (nondeterministic) in "
+        "cudnnPoolingBackward: the library refused a CUDNN_POOLING_MAX_DETERMINISTIC descriptor";
+    decision.applied = false;
+    session.Decide(decision);
+    return desc;
+  }
+  decision.action =
+      "replaced pooling mode CUDNN_POOLING_MAX (nondeterministic) by "
+      "CUDNN_POOLING_MAX_DETERMINISTIC in cudnnPoolingBackward";
+  session.Decide(decision);
+  op.algorithm = decision.to_choice;
+  return own.get();
+}
+
+// ---- activation and softmax ------------------------------------------------------------------
+
+const char* ActivationModeName(cudnnActivationMode_t mode) {
+  switch (mode) {
+    case CUDNN_ACTIVATION_SIGMOID:
+      return "CUDNN_ACTIVATION_SIGMOID";
+    case CUDNN_ACTIVATION_RELU:
+      return "CUDNN_ACTIVATION_RELU";
+    case CUDNN_ACTIVATION_TANH:
+      return "CUDNN_ACTIVATION_TANH";
+    case CUDNN_ACTIVATION_CLIPPED_RELU:
+      return "CUDNN_ACTIVATION_CLIPPED_RELU";
+    case CUDNN_ACTIVATION_ELU:
+      return "CUDNN_ACTIVATION_ELU";
+    case CUDNN_ACTIVATION_IDENTITY:
+      return "CUDNN_ACTIVATION_IDENTITY";
+    case CUDNN_ACTIVATION_SWISH:
+      return "CUDNN_ACTIVATION_SWISH";
+  }
+  return "CUDNN_ACTIVATION_UNKNOWN";
+}
+
+void AddActivationArguments(cudnnActivationDescriptor_t desc, format::OpRecord& op) {
+  const auto get = NDT_REAL_LIBRARY(kCudnn, cudnnGetActivationDescriptor);
+  cudnnActivationMode_t mode;
+  cudnnNanPropagation_t nan;
+  double coef = 0;
+  if (desc == nullptr || get == nullptr || get(desc, &mode, &nan, &coef) != CUDNN_STATUS_SUCCESS) {
+    op.args.push_back(TextArgument("mode", "unknown"));
+    return;
+  }
+  op.args.push_back(TextArgument("mode", ActivationModeName(mode)));
+  op.args.push_back(DoubleArgument("coef", coef));
+}
+
+void AddSoftmaxArguments(cudnnSoftmaxAlgorithm_t algo, cudnnSoftmaxMode_t mode,
+                         format::OpRecord& op) {
+  static constexpr const char* kAlgos[] = {"CUDNN_SOFTMAX_FAST", "CUDNN_SOFTMAX_ACCURATE",
+                                           "CUDNN_SOFTMAX_LOG"};
+  const auto a = static_cast<unsigned>(algo);
+  op.args.push_back(
+      TextArgument("algo", a < std::size(kAlgos) ? kAlgos[a] : "CUDNN_SOFTMAX_UNKNOWN"));
+  op.args.push_back(TextArgument("mode", mode == CUDNN_SOFTMAX_MODE_INSTANCE
+                                             ? "CUDNN_SOFTMAX_MODE_INSTANCE"
+                                             : "CUDNN_SOFTMAX_MODE_CHANNEL"));
+}
+
+}  // namespace
+}  // namespace ndt::tracer
+
+using ndt::tracer::Operand;
+using ndt::tracer::RealCall;
+using ndt::tracer::RunLibraryHook;
+using ndt::tracer::Session;
+
+extern "C" {
+
+cudnnStatus_t cudnnActivationForward(cudnnHandle_t handle, cudnnActivationDescriptor_t desc,
+                                     const void* alpha, const cudnnTensorDescriptor_t x_desc,
+                                     const void* x, const void* beta,
+                                     const cudnnTensorDescriptor_t y_desc, void* y) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kCudnn, cudnnActivationForward);
+  const auto run = [&] { return real(handle, desc, alpha, x_desc, x, beta, y_desc, y); };
+  return RunLibraryHook<cudnnStatus_t>(
+      "cudnnActivationForward", real != nullptr, CUDNN_STATUS_NOT_INITIALIZED, run,
+      [&](Session& session, RealCall<cudnnStatus_t>& call) {
+        return ndt::tracer::RecordTensorOp(
+            session, call, "cudnnActivationForward", handle, alpha, beta, {{"x", x_desc, x}},
+            {"y", y_desc, y},
+            [&](ndt::format::OpRecord& op) { ndt::tracer::AddActivationArguments(desc, op); }, run);
+      });
+}
+
+cudnnStatus_t cudnnActivationBackward(cudnnHandle_t handle, cudnnActivationDescriptor_t desc,
+                                      const void* alpha, const cudnnTensorDescriptor_t y_desc,
+                                      const void* y, const cudnnTensorDescriptor_t dy_desc,
+                                      const void* dy, const cudnnTensorDescriptor_t x_desc,
+                                      const void* x, const void* beta,
+                                      const cudnnTensorDescriptor_t dx_desc, void* dx) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kCudnn, cudnnActivationBackward);
+  const auto run = [&] {
+    return real(handle, desc, alpha, y_desc, y, dy_desc, dy, x_desc, x, beta, dx_desc, dx);
+  };
+  return RunLibraryHook<cudnnStatus_t>(
+      "cudnnActivationBackward", real != nullptr, CUDNN_STATUS_NOT_INITIALIZED, run,
+      [&](Session& session, RealCall<cudnnStatus_t>& call) {
+        return ndt::tracer::RecordTensorOp(
+            session, call, "cudnnActivationBackward", handle, alpha, beta,
+            {{"y", y_desc, y}, {"dy", dy_desc, dy}, {"x", x_desc, x}}, {"dx", dx_desc, dx},
+            [&](ndt::format::OpRecord& op) { ndt::tracer::AddActivationArguments(desc, op); }, run);
+      });
+}
+
+cudnnStatus_t cudnnPoolingForward(cudnnHandle_t handle, const cudnnPoolingDescriptor_t desc,
+                                  const void* alpha, const cudnnTensorDescriptor_t x_desc,
+                                  const void* x, const void* beta,
+                                  const cudnnTensorDescriptor_t y_desc, void* y) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kCudnn, cudnnPoolingForward);
+  const auto run = [&] { return real(handle, desc, alpha, x_desc, x, beta, y_desc, y); };
+  return RunLibraryHook<cudnnStatus_t>(
+      "cudnnPoolingForward", real != nullptr, CUDNN_STATUS_NOT_INITIALIZED, run,
+      [&](Session& session, RealCall<cudnnStatus_t>& call) {
+        return ndt::tracer::RecordTensorOp(
+            session, call, "cudnnPoolingForward", handle, alpha, beta, {{"x", x_desc, x}},
+            {"y", y_desc, y},
+            [&](ndt::format::OpRecord& op) {
+              ndt::tracer::AddPoolingArguments(ndt::tracer::PoolingOf(desc), op);
+            },
+            run);
+      });
+}
+
+cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t handle, const cudnnPoolingDescriptor_t desc,
+                                   const void* alpha, const cudnnTensorDescriptor_t y_desc,
+                                   const void* y, const cudnnTensorDescriptor_t dy_desc,
+                                   const void* dy, const cudnnTensorDescriptor_t x_desc,
+                                   const void* x, const void* beta,
+                                   const cudnnTensorDescriptor_t dx_desc, void* dx) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kCudnn, cudnnPoolingBackward);
+  const auto run = [&](cudnnPoolingDescriptor_t pooling) {
+    return real(handle, pooling, alpha, y_desc, y, dy_desc, dy, x_desc, x, beta, dx_desc, dx);
+  };
+  return RunLibraryHook<cudnnStatus_t>(
+      "cudnnPoolingBackward", real != nullptr, CUDNN_STATUS_NOT_INITIALIZED,
+      [&] { return run(desc); },
+      [&](Session& session, RealCall<cudnnStatus_t>& call) {
+        const std::optional<ndt::tracer::Pooling> pooling = ndt::tracer::PoolingOf(desc);
+        ndt::tracer::OwnPooling own;
+        cudnnPoolingDescriptor_t used = desc;
+        return ndt::tracer::RecordTensorOp(
+            session, call, "cudnnPoolingBackward", handle, alpha, beta,
+            {{"y", y_desc, y}, {"dy", dy_desc, dy}, {"x", x_desc, x}}, {"dx", dx_desc, dx},
+            [&](ndt::format::OpRecord& op) {
+              ndt::tracer::AddPoolingArguments(pooling, op);
+              used = ndt::tracer::BackwardPooling(session, op, desc, pooling, own);
+            },
+            [&] { return run(used); });
+      });
+}
+
+cudnnStatus_t cudnnSoftmaxForward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t algo,
+                                  cudnnSoftmaxMode_t mode, const void* alpha,
+                                  const cudnnTensorDescriptor_t x_desc, const void* x,
+                                  const void* beta, const cudnnTensorDescriptor_t y_desc, void* y) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kCudnn, cudnnSoftmaxForward);
+  const auto run = [&] { return real(handle, algo, mode, alpha, x_desc, x, beta, y_desc, y); };
+  return RunLibraryHook<cudnnStatus_t>(
+      "cudnnSoftmaxForward", real != nullptr, CUDNN_STATUS_NOT_INITIALIZED, run,
+      [&](Session& session, RealCall<cudnnStatus_t>& call) {
+        return ndt::tracer::RecordTensorOp(
+            session, call, "cudnnSoftmaxForward", handle, alpha, beta, {{"x", x_desc, x}},
+            {"y", y_desc, y},
+            [&](ndt::format::OpRecord& op) { ndt::tracer::AddSoftmaxArguments(algo, mode, op); },
+            run);
+      });
+}
+
+cudnnStatus_t cudnnSoftmaxBackward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t algo,
+                                   cudnnSoftmaxMode_t mode, const void* alpha,
+                                   const cudnnTensorDescriptor_t y_desc, const void* y,
+                                   const cudnnTensorDescriptor_t dy_desc, const void* dy,
+                                   const void* beta, const cudnnTensorDescriptor_t dx_desc,
+                                   void* dx) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kCudnn, cudnnSoftmaxBackward);
+  const auto run = [&] {
+    return real(handle, algo, mode, alpha, y_desc, y, dy_desc, dy, beta, dx_desc, dx);
+  };
+  return RunLibraryHook<cudnnStatus_t>(
+      "cudnnSoftmaxBackward", real != nullptr, CUDNN_STATUS_NOT_INITIALIZED, run,
+      [&](Session& session, RealCall<cudnnStatus_t>& call) {
+        return ndt::tracer::RecordTensorOp(
+            session, call, "cudnnSoftmaxBackward", handle, alpha, beta,
+            {{"y", y_desc, y}, {"dy", dy_desc, dy}}, {"dx", dx_desc, dx},
+            [&](ndt::format::OpRecord& op) { ndt::tracer::AddSoftmaxArguments(algo, mode, op); },
+            run);
+      });
+}
+
+cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void* alpha,
+                             const cudnnTensorDescriptor_t a_desc, const void* a, const void* beta,
+                             const cudnnTensorDescriptor_t c_desc, void* c) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kCudnn, cudnnAddTensor);
+  const auto run = [&] { return real(handle, alpha, a_desc, a, beta, c_desc, c); };
+  return RunLibraryHook<cudnnStatus_t>(
+      "cudnnAddTensor", real != nullptr, CUDNN_STATUS_NOT_INITIALIZED, run,
+      [&](Session& session, RealCall<cudnnStatus_t>& call) {
+        return ndt::tracer::RecordTensorOp(
+            session, call, "cudnnAddTensor", handle, alpha, beta, {{"A", a_desc, a}},
+            {"C", c_desc, c}, [](ndt::format::OpRecord&) {}, run);
+      });
+}
+
+}  // extern "C"
