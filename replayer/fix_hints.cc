@@ -28,14 +28,14 @@
 // instead, so the fix is what PyTorch offers (another formulation, the CPU) or says nothing.
 #include "replayer/fix_hints.h"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <string_view>
 #include <vector>
 
-#include "replayer/op_compare.h"
-
 #include "replayer/fix_hints_cudnn_rnn.h"
+#include "replayer/op_compare.h"
 
 namespace ndt::replay {
 namespace {
@@ -661,6 +661,52 @@ FixHint HostDataHint(bool managed) {
               "PYTHONHASHSEED");
 }
 
+FixHint PythonDataHint() {
+  return Hint(
+      "a tensor made from Python data (torch.tensor / torch.from_numpy of Python or NumPy "
+      "values, a file read, a DataLoader worker's batch)",
+      "its bytes differ before any recorded PyTorch op wrote them: the runs diverged in "
+      "Python (an unseeded random or numpy.random, set or dict order of strings, a "
+      "directory listing, a worker's timing)",
+      "seed Python's and NumPy's generators too (random.seed, numpy.random.seed), give "
+      "DataLoader a generator and a worker_init_fn that seeds them per worker, set "
+      "PYTHONHASHSEED=0 for set and dict order of strings, sort file lists");
+}
+
+bool IsRandomAtenOp(std::string_view name) {
+  static constexpr std::string_view kRandom[] = {
+      "aten::rand",
+      "aten::rand_like",
+      "aten::randn",
+      "aten::randn_like",
+      "aten::randint",
+      "aten::randint_like",
+      "aten::randperm",
+      "aten::bernoulli",
+      "aten::bernoulli_",
+      "aten::normal",
+      "aten::normal_",
+      "aten::uniform_",
+      "aten::random_",
+      "aten::exponential_",
+      "aten::geometric_",
+      "aten::log_normal_",
+      "aten::cauchy_",
+      "aten::multinomial",
+      "aten::native_dropout",
+      "aten::dropout",
+      "aten::feature_dropout",
+      "aten::alpha_dropout",
+      "aten::poisson",
+      "aten::binomial",
+      "aten::rrelu_with_noise",
+      "aten::_standard_gamma",
+      "aten::_sample_dirichlet",
+      "aten::_fused_dropout",
+  };
+  return std::find(std::begin(kRandom), std::end(kRandom), name) != std::end(kRandom);
+}
+
 const char* DivergenceClassName(DivergenceClass c) {
   switch (c) {
     case DivergenceClass::kNondeterministicOp: return "nondeterministic_op";
@@ -775,6 +821,22 @@ std::optional<FixHint> FindFixHint(const format::OpRecord& op, DivergenceClass k
         "replay takes the generator's current seed and offset, not those of the "
         "capture) and keep the random ops and replays before this one identical "
         "across runs");
+  }
+  if (klass == DivergenceClass::kRngState && op.kind == format::OpKind::kFrameworkOp) {
+    const bool shuffle = op.name == "aten::randperm";
+    return Hint(
+        shuffle ? "torch.randperm (a DataLoader's shuffle draws its order with it)"
+                : "a PyTorch random op (torch.rand*, dropout, nn.init, torch.multinomial, ...)",
+        "it drew different numbers from identical inputs: the generator it draws from "
+        "(PyTorch's default CPU generator, a CUDA generator, or one the program made) "
+        "started from a different seed or position",
+        std::string(shuffle ? "DataLoader(..., generator=torch.Generator().manual_seed(SEED)), "
+                              "or "
+                            : "") +
+            "torch.manual_seed(SEED) before the first random op (it seeds the CPU and "
+            "every CUDA generator), a torch.Generator the program made (a DataLoader's "
+            "generator=) seeded with manual_seed(SEED), not seed(), and the same random "
+            "ops before this one in every run");
   }
   if (klass == DivergenceClass::kRngState && op.kind != format::OpKind::kCurandGenerate) {
     return Hint("a random op (dropout, torch.rand*, ...)",

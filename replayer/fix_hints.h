@@ -44,6 +44,15 @@ std::optional<FixHint> FindFixHint(const format::OpRecord& op, DivergenceClass k
 // (`managed`) written by the host into managed memory (cudaMallocManaged) a kernel then read.
 FixHint HostDataHint(bool managed);
 
+// The hint for a PyTorch op's host tensor that differed before any recorded op wrote it: data
+// the program made in Python (torch.tensor of Python or NumPy values, a file, a DataLoader
+// worker) that already differed.
+FixHint PythonDataHint();
+
+// Whether the aten op ("aten::randperm") draws random numbers: identical inputs and different
+// outputs then mean its generator's state differed (rng_state), not that it is nondeterministic.
+bool IsRandomAtenOp(std::string_view name);
+
 // The hint for a PyTorch op by its aten name ("aten::scatter_add_"), or nullopt when the op
 // is not one torch.use_deterministic_algorithms lists.
 std::optional<FixHint> FindFrameworkOpHint(std::string_view framework_op);

@@ -201,7 +201,9 @@ Signature SignatureOf(const std::string& path) {
     }
     mix(&signature.structure, shape);
     mix(&signature.data, shape);
-    if (op->kind != format::OpKind::kMemcpy) continue;
+    // The data a process was given: its copies, and the tensors its PyTorch ops read and made
+    // (a DataLoader worker's samples, which the shim sees on the CPU).
+    if (op->kind != format::OpKind::kMemcpy && op->kind != format::OpKind::kFrameworkOp) continue;
     for (const auto* buffers : {&op->inputs, &op->outputs}) {
       for (const format::BufferDigest& buffer : *buffers) {
         mix(&signature.data, buffer.digest.lo);
@@ -214,8 +216,8 @@ Signature SignatureOf(const std::string& path) {
 
 // Processes with neither a rank nor the main trace are keyed by start order ("process N"), and
 // the processes a program starts together reach the GPU in varying order: run B's are given
-// the keys of run A's that did the same (the same ops, and copies of the same data), then the
-// same ops, before start order pairs the rest.
+// the keys of run A's that did the same (the same ops, and copies of the same data or PyTorch
+// ops on the same tensors), then the same ops, before start order pairs the rest.
 void PairUnranked(const std::vector<ProcessTrace>& a, std::vector<ProcessTrace>* b) {
   std::vector<const ProcessTrace*> in_a;
   std::vector<ProcessTrace*> in_b;

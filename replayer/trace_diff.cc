@@ -45,7 +45,7 @@ constexpr uint64_t kMaxExactCompareBytes = uint64_t{256} << 20;
 std::string Hex(const format::Digest& d) { return kernels::ToHex({d.lo, d.hi}); }
 
 std::string PointerText(const format::DevicePointer& p) {
-  if (p.allocation_id == 0) return "(unknown allocation)";
+  if (p.allocation_id == 0) return "not in a device allocation";
   return "a" + std::to_string(p.allocation_id) + "+" + std::to_string(p.offset);
 }
 
@@ -686,6 +686,14 @@ class Differ {
             "runs diverged on the CPU";
         d.from_host = true;
         d.hint = HostDataHint(true);
+      } else if (a.kind == format::OpKind::kFrameworkOp && allocation == 0) {
+        // A host tensor: an earlier op that wrote it differently would have diverged first.
+        d.what =
+            "a host tensor the op read already differs, and no earlier op in the trace made it "
+            "differ: it came from Python (torch.tensor or torch.from_numpy of Python or NumPy "
+            "data, a file, a DataLoader worker)";
+        d.from_host = true;
+        d.hint = PythonDataHint();
       } else {
         PointBack(a.inputs[i].pointer, EffectiveSequence(a), &d);
       }
@@ -800,6 +808,25 @@ class Differ {
               what + "; its source was last written by op ");
         break;
       }
+      return Found(std::move(d), a, b);
+    }
+    // A PyTorch random op with identical inputs: its generator's state differed.
+    if (a.kind == format::OpKind::kFrameworkOp && IsRandomAtenOp(a.name) &&
+        AddOutputEvidence(a, b, &d, &placement)) {
+      d.klass = DivergenceClass::kRngState;
+      d.what = "the random op drew different numbers: its generator's state differed";
+      return Found(std::move(d), a, b);
+    }
+    // A PyTorch op without tensor inputs (a factory of Python values) computes from what the
+    // shim does not record: those values differed.
+    if (a.kind == format::OpKind::kFrameworkOp && a.inputs.empty() && b.inputs.empty() &&
+        AddOutputEvidence(a, b, &d, &placement)) {
+      d.klass = DivergenceClass::kPropagated;
+      d.what =
+          "the op read no tensor, and its outputs differ: the Python values it was given "
+          "(sizes, fill values, data) already differed";
+      d.from_host = true;
+      d.hint = PythonDataHint();
       return Found(std::move(d), a, b);
     }
     d.klass = DivergenceClass::kNondeterministicOp;

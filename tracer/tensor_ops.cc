@@ -4,7 +4,7 @@
 // A raw kernel's outputs are known to the tracer only as whole allocations, and a caching
 // allocator keeps many tensors in one allocation (a segment): a digest of the segment takes in
 // neighbouring tensors that another stream, thread or the next batch wrote. The shim knows each
-// aten op's tensors, so it tells the tracer their storage extents:
+// aten op's tensors, so it tells the tracer their extents (first to last element):
 //   ndtrace_tensor_op_begin  as the op starts: its input tensors, digested in stream order;
 //   ndtrace_tensor_op_end    as it returns: its name and output tensors (the same call
 //                            digests them) — one OpKind::kFrameworkOp record with both.
@@ -13,10 +13,11 @@
 //
 // A tensor in a device allocation the tracer knows is digested as a library op's extent is
 // (DigestExtents: on the GPU in stream order, or by a copy). A tensor the shim says lives in
-// host memory (a CPU tensor passed to a GPU op, e.g. a scalar) is digested on the host, so that
-// the op's inputs are complete. Any other tensor (a device address the tracer does not know) is
-// left out, and the record says so (`tensorsLeftOut`). An op none of whose tensors is in device
-// memory is a CPU op: nothing is recorded. Begin/end pairs nest per thread.
+// host memory is digested on the host: a CPU tensor passed to a GPU op (a scalar), and every
+// tensor of a CPU op, which is recorded as well (on stream 0's lane of its thread), so that a
+// program whose PyTorch work runs on the CPU (no GPU, a CPU-only build, its data pipeline) is
+// compared op by op too. Any other tensor (a device address the tracer does not know) is left
+// out, and the record says so (`tensorsLeftOut`). Begin/end pairs nest per thread.
 //
 // These are no CUDA calls: they never fail the program (a failure is said once and recording
 // stops, as in a hook) and return 0, or -1 when nothing was recorded for the call.
@@ -42,11 +43,9 @@ struct Tensor {
   bool host;      // the shim says it is host memory
 };
 
-// Tensors sorted by where they live, then digested.
+// An op's tensors on one side (inputs or outputs), digested.
 struct Digested {
   std::vector<format::BufferDigest> digests;
-  std::vector<Tensor> host_undigested;  // host tensors of an op not yet known to touch the device
-  bool any_device = false;
   uint64_t left_out = 0;
 };
 
@@ -75,11 +74,8 @@ format::BufferDigest HostDigest(const Tensor& tensor) {
   return digest;
 }
 
-// Digests the device tensors of `tensors` in the order of `stream`, and the host ones too when
-// `host_now` or a device tensor is among them; otherwise the host ones wait in host_undigested
-// (a CPU op costs no digest; an op that only writes the device digests them at its end).
-Digested DigestTensors(Session& session, uint64_t stream, const std::vector<Tensor>& tensors,
-                       bool host_now) {
+// Digests the host tensors of `tensors` now and the device ones in the order of `stream`.
+Digested DigestTensors(Session& session, uint64_t stream, const std::vector<Tensor>& tensors) {
   Digested result;
   std::vector<Extent> device;
   for (const Tensor& tensor : tensors) {
@@ -88,18 +84,12 @@ Digested DigestTensors(Session& session, uint64_t stream, const std::vector<Tens
     if (allocation && tensor.bytes <= allocation->bytes - (tensor.address - allocation->base)) {
       device.push_back({tensor.role, tensor.address, tensor.bytes, DTypeOf(tensor.dtype)});
     } else if (tensor.host) {
-      result.host_undigested.push_back(tensor);
+      result.digests.push_back(HostDigest(tensor));
     } else {
       ++result.left_out;
     }
   }
-  result.any_device = !device.empty();
-  if (result.any_device || host_now) {
-    for (const Tensor& tensor : result.host_undigested)
-      result.digests.push_back(HostDigest(tensor));
-    result.host_undigested.clear();
-  }
-  if (result.any_device) {
+  if (!device.empty()) {
     std::vector<format::BufferDigest> digests = DigestExtents(session, stream, device);
     result.left_out += device.size() - digests.size();
     for (format::BufferDigest& digest : digests) result.digests.push_back(std::move(digest));
@@ -109,7 +99,7 @@ Digested DigestTensors(Session& session, uint64_t stream, const std::vector<Tens
 
 // The tensors as the shim packs them: `count` roles, NUL-separated, in the `roles_bytes` bytes
 // at `roles`; `count` triples of little-endian 64-bit words at `packed` (any alignment): the
-// storage's address, its size in bytes, and dtype | host << 16 (dtype: a format::DType code;
+// tensor's address, its extent in bytes, and dtype | host << 16 (dtype: a format::DType code;
 // host: 1 when the tensor is host memory). A role missing from `roles` is empty.
 std::vector<Tensor> TensorsOf(int count, const char* roles, size_t roles_bytes,
                               const void* packed) {
@@ -151,8 +141,7 @@ extern "C" __attribute__((visibility("default"))) int ndtrace_tensor_op_begin(
     HookScope scope;
     if (scope.session() == nullptr) return -1;
     t_pending.back() =
-        DigestTensors(*scope.session(), stream, TensorsOf(count, roles, roles_bytes, packed),
-                      /*host_now=*/false);
+        DigestTensors(*scope.session(), stream, TensorsOf(count, roles, roles_bytes, packed));
     return 0;
   } catch (...) {
     ReportHookFailure("ndtrace_tensor_op_begin");
@@ -161,8 +150,8 @@ extern "C" __attribute__((visibility("default"))) int ndtrace_tensor_op_begin(
 }
 
 // As the framework op `name` returns: its output tensors, as for ndtrace_tensor_op_begin.
-// Records the op (inputs from the matching begin) when any of its tensors is device memory.
-// A null `name` ends the innermost begun op without a record (the op raised).
+// Records the op (inputs from the matching begin). A null `name` ends the innermost begun op
+// without a record (the op raised).
 extern "C" __attribute__((visibility("default"))) int ndtrace_tensor_op_end(
     const char* name, uint64_t stream, int count, const char* roles, size_t roles_bytes,
     const void* packed) {
@@ -174,13 +163,8 @@ extern "C" __attribute__((visibility("default"))) int ndtrace_tensor_op_end(
     HookScope scope;
     Session* session = scope.session();
     if (session == nullptr) return -1;
-    Digested outputs = DigestTensors(*session, stream, TensorsOf(count, roles, roles_bytes, packed),
-                                     /*host_now=*/inputs.any_device);
-    if (!inputs.any_device && !outputs.any_device) return -1;
-    // Host inputs of an op that only writes the device (a copy to it): unchanged by the op.
-    for (const Tensor& tensor : inputs.host_undigested) {
-      inputs.digests.push_back(HostDigest(tensor));
-    }
+    Digested outputs =
+        DigestTensors(*session, stream, TensorsOf(count, roles, roles_bytes, packed));
     ndt::format::OpRecord op =
         session->BeginOp(ndt::format::OpKind::kFrameworkOp, name, session->StreamId(stream, false));
     op.inputs = std::move(inputs.digests);

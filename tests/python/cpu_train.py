@@ -1,7 +1,9 @@
 # A small training script as a user writes one, run on a PyTorch without a GPU: a DataLoader
 # with two worker processes shuffling a seeded dataset, a two-layer model, SGD with momentum,
 # the loss printed every epoch. --unseeded: the DataLoader's generator is not seeded, so the
-# batches come in another order in every run (and the losses differ).
+# batches come in another order in every run (and the losses differ). --python-noise: the
+# targets of each batch are jittered by Python's own random module, which nothing seeds.
+import random
 import sys
 
 import torch
@@ -24,6 +26,8 @@ for epoch in range(2):
     total = 0.0
     for x, y in loader:
         optimizer.zero_grad()
+        if "--python-noise" in sys.argv:
+            y = y + random.gauss(0.0, 1e-3)
         loss = nn.functional.mse_loss(model(x), y)
         loss.backward()
         optimizer.step()

@@ -108,20 +108,28 @@ with tempfile.TemporaryDirectory() as directory:
               "threads ending at shutdown: run %d exits 0 (%d: %s)"
               % (attempt, run.returncode, run.stderr[-300:]))
 
-    # 7. A training script on this CPU-only PyTorch makes no GPU call: check gives no verdict
-    # (it used to call it deterministic, "0 ops each"), and says when the printed losses differ.
+    # 7. A training script on this CPU-only PyTorch: its PyTorch ops run on the CPU and are
+    # compared one by one (it used to get no verdict, and before that "deterministic, 0 ops
+    # each"). Seeded, with a shuffling two-worker DataLoader: deterministic. --unseeded (the
+    # DataLoader's generator from seed()): the op that draws the loader's base seed, with its
+    # line and the generator in the fix. --python-noise (targets jittered by Python's unseeded
+    # random): the op that reads the jitter, with Python's seeds in the fix.
     train = os.path.join(HERE, "cpu_train.py")
-    for args, differs in (((), False), (("--unseeded",), True)):
-        run = subprocess.run([NDTRACE, "check", "-n", "2", "-o",
-                              os.path.join(directory, "cpu%d" % differs), "--", PYTHON, train,
-                              *args], capture_output=True, text=True)
+    for args, status, verdict, fix in (
+            ((), 0, "deterministic: 6 runs gave bitwise-identical results", None),
+            (("--unseeded",), 1, "(rng_state; aten::random_; in aten::random_ at cpu_train.py:",
+             "seeded with manual_seed(SEED), not seed()"),
+            (("--python-noise",), 1, "(propagated; aten::add; in aten::add at cpu_train.py:",
+             "seed Python's and NumPy's generators too")):
         name = "check of cpu_train.py %s" % " ".join(args)
-        check(run.returncode == 2, "%s exits 2 (%d: %s)" % (name, run.returncode, run.stderr[-500:]))
-        check("error: check: no verdict: no run made a GPU call ndtrace records" in run.stderr,
-              "%s gives no verdict" % name)
-        check("deterministic" not in run.stdout, "%s says nothing of determinism" % name)
-        check(("note: the program's output differed between run 1 and run 2" in run.stdout and
-               "  run 1: epoch 0 loss " in run.stdout) == differs,
-              "%s notes differing losses: %s" % (name, differs))
+        run = subprocess.run([NDTRACE, "check", "-o", os.path.join(directory, "cpu" + "".join(args)),
+                              "--", PYTHON, train, *args], capture_output=True, text=True)
+        check(run.returncode == status,
+              "%s exits %d (%d: %s)" % (name, status, run.returncode, run.stderr[-500:]))
+        lines = [line for line in run.stdout.splitlines() if line.startswith("ndtrace check: ")]
+        last = lines[-1] if lines else ""
+        check(verdict in last, "%s: %r in its verdict: %s" % (name, verdict, last))
+        check(fix is None or ("help: " in run.stdout and fix in run.stdout),
+              "%s: %r in the fix: %s" % (name, fix, run.stdout[-800:]))
 
 finish()

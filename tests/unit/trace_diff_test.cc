@@ -173,6 +173,63 @@ TEST_CASE("host results differing in their last bit are shown apart", "[replayer
       Catch::Contains("result=76.26614812345677 in run A, result=76.26614812345679 in run B"));
 }
 
+// A training step of PyTorch ops on the CPU, as the Python shim records them: a random
+// init, a matmul reading a host tensor, a factory of Python values. `seed`, `batch` and `fill`
+// set what each of them saw.
+std::vector<Record> CpuProgram(uint64_t seed, uint64_t batch, uint64_t fill) {
+  const auto host = [](const char* role, uint64_t address, uint64_t digest) {
+    BufferDigest b = Buffer(role, 0, digest);
+    b.pointer = {0, address, address};
+    return b;
+  };
+  std::vector<OpRecord> ops(3);
+  ops[0].name = "aten::uniform_";
+  ops[0].outputs = {host("self", 0x1000, seed)};
+  ops[1].name = "aten::mm";
+  ops[1].inputs = {host("self", 0x2000, batch), host("mat2", 0x1000, seed)};
+  ops[1].outputs = {host("out", 0x3000, batch * 31 + seed)};
+  ops[2].name = "aten::full";
+  ops[2].outputs = {host("out", 0x4000, fill)};
+  std::vector<Record> records;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ops[i].kind = OpKind::kFrameworkOp;
+    ops[i].sequence = i;
+    records.push_back(ops[i]);
+  }
+  return records;
+}
+
+TEST_CASE(
+    "PyTorch ops on the CPU: a random op is an RNG-state divergence, data from Python is "
+    "propagated from the host",
+    "[replayer]") {
+  TempDir dir;
+  // An unseeded init: the random op drew other numbers from identical (no) inputs.
+  DiffReport report = Diff(dir, CpuProgram(1, 5, 9), CpuProgram(2, 5, 9));
+  REQUIRE(report.first_divergence.has_value());
+  CHECK(report.first_divergence->klass == DivergenceClass::kRngState);
+  CHECK(report.first_divergence->op.sequence == 0);
+  REQUIRE(report.first_divergence->hint.has_value());
+  CHECK_THAT(report.first_divergence->hint->fix,
+             Catch::Contains("torch.manual_seed") && Catch::Contains("manual_seed(SEED)"));
+  // A batch made from Python data that differs: the first op to read it, from the host.
+  report = Diff(dir, CpuProgram(1, 5, 9), CpuProgram(1, 6, 9));
+  REQUIRE(report.first_divergence.has_value());
+  CHECK(report.first_divergence->klass == DivergenceClass::kPropagated);
+  CHECK(report.first_divergence->op.sequence == 1);
+  CHECK(report.first_divergence->from_host);
+  CHECK_THAT(report.first_divergence->what, Catch::Contains("it came from Python"));
+  REQUIRE(report.first_divergence->hint.has_value());
+  CHECK_THAT(report.first_divergence->hint->fix, Catch::Contains("random.seed"));
+  CHECK_THAT(RenderDiffText(report), Catch::Contains("(not in a device allocation, 4096 B"));
+  // A factory given other Python values: propagated too, not a nondeterministic op.
+  report = Diff(dir, CpuProgram(1, 5, 9), CpuProgram(1, 5, 10));
+  REQUIRE(report.first_divergence.has_value());
+  CHECK(report.first_divergence->klass == DivergenceClass::kPropagated);
+  CHECK(report.first_divergence->op.sequence == 2);
+  CHECK(report.first_divergence->from_host);
+}
+
 TEST_CASE("a different Philox offset is an RNG-state divergence", "[replayer]") {
   TempDir dir;
   const DiffReport report =

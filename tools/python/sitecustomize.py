@@ -19,7 +19,7 @@
 #   3. wherever the dispatch mode runs (CPU-only builds), and on CUDA builds with
 #      NDTRACE_TENSOR_DIGESTS=1 (what --tensor-digests sets; there the dispatch mode then names
 #      the ops instead of emit_nvtx), the dispatch mode also tells the tracer each aten op's
-#      tensors (ndtrace_tensor_op_begin/end: their storage extents, inputs as the op starts,
+#      tensors (ndtrace_tensor_op_begin/end: their extents in memory, inputs as the op starts,
 #      outputs as it returns), and the tracer records the op with digests of exactly those
 #      bytes (tracer/tensor_ops.cc). NDTRACE_TENSOR_DIGESTS=0 turns that off.
 # Any failure of the shim is said once on stderr (unless NDTRACE_QUIET=1) and the program goes on
@@ -510,12 +510,13 @@ class _NdtraceModeEmission(object):
 
 
 class _NdtraceTensorOps(object):
-    """Passes an aten op's tensors (storage extents) to ndtrace_tensor_op_begin/end."""
+    """Passes an aten op's tensors (their extents in memory) to ndtrace_tensor_op_begin/end."""
 
     def __init__(self, torch, library, ctypes):
         import struct
 
         self.Tensor = torch.Tensor
+        self.ctypes = ctypes
         self.current_stream = lambda device: torch.cuda.current_stream(device).cuda_stream
         self.pack = struct.pack
         self.begin_fn = library.ndtrace_tensor_op_begin
@@ -534,33 +535,70 @@ class _NdtraceTensorOps(object):
                 self.dtypes[dtype] = code
         self.names = {}  # op overload -> (argument names, return names)
 
+    # In-place ops that overwrite all of `self` without reading it (random fills, fills, copies
+    # into it): its bytes before are no input of theirs (often memory just handed out, and so
+    # whatever was there).
+    OVERWRITE_SELF = frozenset((
+        "aten::bernoulli_", "aten::uniform_", "aten::normal_", "aten::random_",
+        "aten::exponential_", "aten::geometric_", "aten::log_normal_", "aten::cauchy_",
+        "aten::fill_", "aten::zero_", "aten::copy_",
+    ))
+
     def _names(self, func):
+        """(argument names, return names, the arguments written and not read) of an op."""
         names = self.names.get(func)
         if names is None:
             schema = getattr(func, "_schema", None)
-            names = (([argument.name for argument in schema.arguments],
-                      [result.name for result in schema.returns]) if schema is not None
-                     else ([], []))
+            if schema is None:
+                names = ([], [], frozenset())
+            else:
+                unread = set()
+                for argument in schema.arguments:
+                    alias = getattr(argument, "alias_info", None)
+                    # out= tensors: written by the op, their bytes before are not its input.
+                    if alias is not None and alias.is_write and argument.kwarg_only:
+                        unread.add(argument.name)
+                if schema.name in self.OVERWRITE_SELF and getattr(
+                        schema.arguments[0].alias_info, "is_write", False):
+                    unread.add(schema.arguments[0].name)
+                names = ([argument.name for argument in schema.arguments],
+                         [result.name for result in schema.returns], frozenset(unread))
             self.names[func] = names
         return names
 
-    def _call(self, function, prefix, named):
+    def _call(self, function, prefix, named, scalars=False):
         Tensor = self.Tensor
         roles, words = [], []
         stream = 0
+        held = []  # the scalars' bytes, alive until the tracer has digested them
         for role, value in named:
             if isinstance(value, Tensor):
                 items = ((role, value),)
             elif isinstance(value, (list, tuple)):
                 items = [("%s.%d" % (role, i), item) for i, item in enumerate(value)
                          if isinstance(item, Tensor)]
+            elif scalars and isinstance(value, (float, int)):
+                # A Python number the op was given (`x + jitter`): an input of 8 host bytes, so
+                # that a value that differs between runs shows as data from Python.
+                is_float = isinstance(value, float)
+                data = self.ctypes.create_string_buffer(
+                    self.pack("<d" if is_float else "<q", value if is_float else int(value)), 8)
+                held.append(data)
+                roles.append(role.encode("utf-8", "replace"))
+                words.extend((self.ctypes.addressof(data), 8, (1 if is_float else 7) | 1 << 16))
+                continue
             else:
                 continue
             for role, tensor in items:
                 try:
-                    storage = (tensor.untyped_storage() if hasattr(tensor, "untyped_storage")
-                               else tensor.storage())
-                    address, size = storage.data_ptr(), storage.nbytes()
+                    # The bytes from the tensor's first element to its last: not its whole
+                    # storage, whose other bytes may be another tensor's or never written (a
+                    # scalar result in a block cut from a larger one).
+                    address, count = tensor.data_ptr(), tensor.numel()
+                    if count and not tensor.is_contiguous():
+                        count = 1 + sum((n - 1) * s for n, s in zip(tensor.shape,
+                                                                  tensor.stride()) if n)
+                    size = count * tensor.element_size()
                 except Exception:  # sparse, meta or otherwise storage-less tensors
                     continue
                 if not address or not size:
@@ -579,17 +617,33 @@ class _NdtraceTensorOps(object):
     # tracer's begun ops stay paired with their ends whatever happens here.
     def begin(self, func, args, kwargs):
         try:
-            names = self._names(func)[0]
+            names, _, unread = self._names(func)
             named = [(names[i] if i < len(names) else "arg%d" % i, value)
                      for i, value in enumerate(args)]
             named.extend(kwargs.items())
-            self._call(self.begin_fn, (), named)
+            if unread:
+                named = [(role, value) for role, value in named if role not in unread]
+            self._call(self.begin_fn, (), named, scalars=True)
         except Exception:
             self.begin_fn(0, 0, None, 0, None)
+
+    # Ops that compute nothing from the program's data, whose records are dropped: memory
+    # handed out uninitialised (its bytes are whatever was there before; the op that then
+    # writes it is recorded with what it wrote), the profiler's handles (addresses), and tensors
+    # wrapped around storage made elsewhere (set_, lift_fresh: a DataLoader's main process
+    # unpickles each worker's batch as it arrives, in whatever order the workers finish; the ops
+    # that then read the batch do so in the program's order).
+    UNCOMPUTED = frozenset((
+        "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::empty_permuted",
+        "aten::new_empty", "aten::new_empty_strided", "aten::resize_", "aten::resize_as_",
+        "aten::set_", "aten::lift_fresh",
+    ))
 
     def end(self, name, func, result):
         try:
             if name is None:  # the op raised: the begun op is dropped
+                raise LookupError
+            if name in self.UNCOMPUTED or name.startswith("profiler::"):
                 raise LookupError
             returns = self._names(func)[1]
             results = (result if isinstance(result, (list, tuple)) and len(returns) > 1
