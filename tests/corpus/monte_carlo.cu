@@ -7,7 +7,8 @@
 // by a dot product with a vector of ones (cublasDdot_v2, result on the host). The main thread
 // combines the threads' sums and checks each mean against its expectation.
 // --plant: thread 1 seeds its generator from std::random_device, as a program that forgot a
-// fixed seed for one of its workers: its draws differ from run to run.
+// fixed seed for one of its workers: its draws differ from run to run. --mrg: MRG32k3a
+// generators (codes that want its statistical quality), which make a double of one draw.
 #include <cublas_v2.h>
 #include <curand.h>
 
@@ -40,11 +41,12 @@ struct Sums {
   double normal = 0, price = 0, uniform = 0;
 };
 
-void Worker(int t, bool plant, Sums* out) {
+void Worker(int t, bool plant, bool mrg, Sums* out) {
   cudaStream_t stream;
   CORPUS_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   curandGenerator_t generator;
-  RAND_CHECK(curandCreateGenerator(&generator, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+  RAND_CHECK(curandCreateGenerator(
+      &generator, mrg ? CURAND_RNG_PSEUDO_MRG32K3A : CURAND_RNG_PSEUDO_PHILOX4_32_10));
   RAND_CHECK(curandSetStream(generator, stream));
   const unsigned long long seed = plant && t == 1 ? std::random_device{}() : kSeed;
   RAND_CHECK(curandSetPseudoRandomGeneratorSeed(generator, seed));
@@ -85,10 +87,11 @@ void Worker(int t, bool plant, Sums* out) {
 
 int main(int argc, char** argv) {
   const bool plant = corpus::HasFlag(argc, argv, "--plant");
+  const bool mrg = corpus::HasFlag(argc, argv, "--mrg");
   CORPUS_CHECK(cudaSetDevice(0));
   std::vector<Sums> sums(kThreads);
   std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) threads.emplace_back(Worker, t, plant, &sums[t]);
+  for (int t = 0; t < kThreads; ++t) threads.emplace_back(Worker, t, plant, mrg, &sums[t]);
   for (std::thread& thread : threads) thread.join();
 
   Sums total;

@@ -7,11 +7,12 @@
 // before it on the stream has finished.
 //
 // The sequence: value k (k = 0, 1, ...) of a generator is word k % 4 of Philox4x32-10 applied to
-// the 128-bit counter k / 4 with the 64-bit key `seed`. A generate call of n 32-bit results
-// (raw bits, floats) writes values offset .. offset + n - 1 and advances the offset by n; one of n
-// doubles takes two values per double (2n), as cuRAND's XORWOW and Philox doubles are made of
-// two 32-bit draws (curand_uniform.h's _curand_uniform_double_hq). The results depend only on
-// (seed, offset, ordering, n), never on the call history. Orderings:
+// the 128-bit counter k / 4 with the 64-bit key `seed`, whatever pseudorandom type it was created
+// as (XORWOW, Philox, MRG32k3a, MTGP32, MT19937). A generate call of n 32-bit results (raw bits,
+// floats) writes values offset .. offset + n - 1 and advances the offset by n; one of n doubles
+// takes two values per double (2n) for XORWOW and Philox, as cuRAND's doubles of those are made
+// of two 32-bit draws (curand_uniform.h's _curand_uniform_double_hq), one (n) for the others. The
+// results depend only on (seed, offset, ordering, n), never on the call history. Orderings:
 //  - PSEUDO_DEFAULT, PSEUDO_BEST, PSEUDO_LEGACY: output i is value offset + i;
 //  - PSEUDO_SEEDED: the same, with the key scrambled (another sequence for the same seed);
 //  - PSEUDO_DYNAMIC: "adjusted to the device": the n values are dealt to the device's SM count
@@ -138,7 +139,13 @@ std::mutex& GeneratorMutex() {
 
 bool IsSupportedPseudo(curandRngType_t type) {
   return type == CURAND_RNG_PSEUDO_DEFAULT || type == CURAND_RNG_PSEUDO_XORWOW ||
-         type == CURAND_RNG_PSEUDO_PHILOX4_32_10;
+         type == CURAND_RNG_PSEUDO_PHILOX4_32_10 || type == CURAND_RNG_PSEUDO_MRG32K3A ||
+         type == CURAND_RNG_PSEUDO_MTGP32 || type == CURAND_RNG_PSEUDO_MT19937;
+}
+
+// XORWOW and Philox make a double of two 32-bit draws; the others of one.
+bool TwoDrawsPerDouble(curandRngType_t type) {
+  return type == CURAND_RNG_PSEUDO_XORWOW || type == CURAND_RNG_PSEUDO_PHILOX4_32_10;
 }
 
 // Checks a generate call's arguments (n values of `element` bytes), synchronises its stream and
@@ -165,14 +172,18 @@ curandStatus_t Generate(curandGenerator_t generator, T* out, size_t n, bool norm
   }
   std::lock_guard lock(GeneratorMutex());
   if constexpr (sizeof(T) == sizeof(double)) {
-    uint32_t first = 0;
-    Draw(*generator, 2 * n, [&](size_t i, uint32_t x) {
-      if (i % 2 == 0) {
-        first = x;
-      } else {
-        out[i / 2] = UniformDouble(first, x);
-      }
-    });
+    if (TwoDrawsPerDouble(generator->type)) {
+      uint32_t first = 0;
+      Draw(*generator, 2 * n, [&](size_t i, uint32_t x) {
+        if (i % 2 == 0) {
+          first = x;
+        } else {
+          out[i / 2] = UniformDouble(first, x);
+        }
+      });
+    } else {
+      Draw(*generator, n, [out](size_t i, uint32_t x) { out[i] = UniformDouble(x, x); });
+    }
   } else {
     Draw(*generator, n, [out](size_t i, uint32_t x) { out[i] = Uniform(x); });
   }

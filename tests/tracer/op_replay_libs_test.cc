@@ -196,26 +196,30 @@ TEST_CASE("replay --op of a captured cuRAND generate draws the recorded numbers 
 TEST_CASE("replay --op of a captured double-precision cuRAND generate draws it again",
           "[tracer][op_replay]") {
   // tests/corpus/monte_carlo: per thread 4 batches of normal, log-normal and uniform doubles
-  // from a Philox generator skipped ahead. Each double takes two 32-bit draws: a later call's
-  // recorded offset is right only if the tracer advanced it so, and replaying from it then
-  // draws the captured numbers.
+  // from a Philox generator skipped ahead (--mrg: MRG32k3a). Each Philox double takes two 32-bit
+  // draws, an MRG32k3a double one: a later call's recorded offset is right only if the tracer
+  // advanced it so, and replaying from it then draws the captured numbers.
   ndt::testing::TempDir dir;
-  const std::string trace = (dir / "monte_carlo.ndt").string();
-  const RunResult recorded = RecordProgram(trace, "curand_generate", CORPUS_MONTE_CARLO);
-  INFO(recorded.err);
-  REQUIRE(recorded.status == 0);
-  for (const char* name : {"curandGenerateNormalDouble", "curandGenerateLogNormalDouble",
-                           "curandGenerateUniformDouble"}) {
-    const std::vector<OpRecord> ops = Named(trace, name);
-    REQUIRE(ops.size() == 8);
-    const OpRecord& later = ops.back();
-    REQUIRE(later.rng.has_value());
-    CHECK(later.rng->offset % (2 * 8192) == 0);
-    const RunResult replayed = Replay(trace, later.sequence, "--repeat 3");
-    INFO(name << "\n" << replayed.out << replayed.err);
-    CHECK(replayed.status == 0);
-    CHECK(Contains(replayed.out, "is stable: 3 runs of CURAND_ORDERING_PSEUDO_DEFAULT"));
-    CHECK(Contains(replayed.out, " 3/3 "));
+  for (const bool mrg : {false, true}) {
+    const std::string trace = (dir / (mrg ? "mrg.ndt" : "monte_carlo.ndt")).string();
+    const RunResult recorded =
+        RecordProgram(trace, "curand_generate", CORPUS_MONTE_CARLO, mrg ? "--mrg" : "");
+    INFO(recorded.err);
+    REQUIRE(recorded.status == 0);
+    for (const char* name : {"curandGenerateNormalDouble", "curandGenerateLogNormalDouble",
+                             "curandGenerateUniformDouble"}) {
+      const std::vector<OpRecord> ops = Named(trace, name);
+      REQUIRE(ops.size() == 8);
+      const OpRecord& later = ops.back();
+      REQUIRE(later.rng.has_value());
+      CHECK(later.rng->generator == (mrg ? "curand:MRG32K3A" : "curand:PHILOX4_32_10"));
+      CHECK(later.rng->offset % ((mrg ? 1 : 2) * 8192) == 0);
+      const RunResult replayed = Replay(trace, later.sequence, "--repeat 3");
+      INFO(name << "\n" << replayed.out << replayed.err);
+      CHECK(replayed.status == 0);
+      CHECK(Contains(replayed.out, "is stable: 3 runs of CURAND_ORDERING_PSEUDO_DEFAULT"));
+      CHECK(Contains(replayed.out, " 3/3 "));
+    }
   }
 }
 
