@@ -689,9 +689,10 @@ class Differ {
       } else if (a.kind == format::OpKind::kFrameworkOp && allocation == 0) {
         // A host tensor: an earlier op that wrote it differently would have diverged first.
         d.what =
-            "a host tensor the op read already differs, and no earlier op in the trace made it "
-            "differ: it came from Python (torch.tensor or torch.from_numpy of Python or NumPy "
-            "data, a file, a DataLoader worker)";
+            "a host tensor or Python number the op read already differs, and no earlier op in "
+            "the trace made it differ: it came from Python (a number computed there, "
+            "torch.tensor or torch.from_numpy of Python or NumPy data, a file, a DataLoader "
+            "worker)";
         d.from_host = true;
         d.hint = PythonDataHint();
       } else {
