@@ -1,11 +1,13 @@
 // cudnn_cnn: a small image classifier trained on cuDNN's legacy API and cuBLAS, as C++ code
 // written after NVIDIA's cuDNN samples does it (no kernel of its own): convolution (3x3, pad 1),
-// a per-channel bias (cudnnAddTensor), ReLU (cudnnActivationForward), 3x3 max pooling with
-// stride 1 and padding 1 (the size-preserving pooling of Inception's branches and of YOLO's
-// spatial pyramid: every input is in nine windows), a fully connected layer (cublasSgemm), softmax
-// (cudnnSoftmaxForward); the loss gradient p - onehot by cublasSgeam, then cublasSgemm for the
-// layer's gradients, cudnnPoolingBackward, cudnnActivationBackward,
-// cudnnConvolutionBackwardFilter, and SGD steps by cublasSaxpy. A loader thread fills pinned
+// a per-channel bias (cudnnAddTensor), batch normalization as PyTorch's BatchNorm2d calls it
+// (cudnnBatchNormalizationForwardTrainingEx, running averages kept), ReLU
+// (cudnnActivationForward), 3x3 max pooling with stride 1 and padding 1 (the size-preserving
+// pooling of Inception's branches and of YOLO's spatial pyramid: every input is in nine windows),
+// a fully connected layer (cublasSgemm), softmax (cudnnSoftmaxForward); the loss gradient
+// p - onehot by cublasSgeam, then cublasSgemm for the layer's gradients, cudnnPoolingBackward,
+// cudnnActivationBackward, cudnnBatchNormalizationBackwardEx, cudnnConvolutionBackwardFilter,
+// and SGD steps by cublasSaxpy (the batch norm's scale and shift too). A loader thread fills pinned
 // batches and uploads them on a copy stream of its own, recording an event the training stream
 // waits for (a data loader's shape). The pooling mode is CUDNN_POOLING_MAX_DETERMINISTIC.
 // --plant: CUDNN_POOLING_MAX, which tutorials use and the cuDNN documentation lists as not
@@ -140,6 +142,7 @@ int main(int argc, char** argv) {
   CORPUS_CHECK(cudaDeviceSynchronize());
   // Activations and gradients.
   float* d_conv = DeviceFloats(kN * kK * kH * kW);
+  float* d_bn = DeviceFloats(kN * kK * kH * kW);
   float* d_relu = DeviceFloats(kN * kK * kH * kW);
   float* d_pool = DeviceFloats(kN * kFeatures);
   float* d_logits = DeviceFloats(kN * kClasses);
@@ -147,7 +150,25 @@ int main(int argc, char** argv) {
   float* d_dlogits = DeviceFloats(kN * kClasses);
   float* d_dpool = DeviceFloats(kN * kFeatures);
   float* d_drelu = DeviceFloats(kN * kK * kH * kW);
+  float* d_dbn = DeviceFloats(kN * kK * kH * kW);
   float* d_dconv = DeviceFloats(kN * kK * kH * kW);
+  // Batch norm: its parameter descriptor derived from the conv output's, gamma 1 and beta 0,
+  // running averages, the statistics saved for backward, and the parameters' gradients.
+  cudnnTensorDescriptor_t bn_desc;
+  DNN_CHECK(cudnnCreateTensorDescriptor(&bn_desc));
+  DNN_CHECK(cudnnDeriveBNTensorDescriptor(bn_desc, conv_desc, CUDNN_BATCHNORM_SPATIAL));
+  const std::vector<float> ones(kK, 1.0f), zeros(kK, 0.0f);
+  float *d_gamma = DeviceFloats(kK), *d_beta = DeviceFloats(kK), *d_running_mean = DeviceFloats(kK),
+        *d_running_var = DeviceFloats(kK), *d_save_mean = DeviceFloats(kK),
+        *d_save_inv_var = DeviceFloats(kK), *d_dgamma = DeviceFloats(kK),
+        *d_dbeta = DeviceFloats(kK);
+  for (auto [device, host] : {std::pair{d_gamma, &ones},
+                              {d_beta, &zeros},
+                              {d_running_mean, &zeros},
+                              {d_running_var, &ones}}) {
+    CORPUS_CHECK(cudaMemcpy(device, host->data(), kK * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  CORPUS_CHECK(cudaDeviceSynchronize());  // staged copies again (see the weights above)
   float* d_dw_fc = DeviceFloats(w_fc.size());
   float* d_dw_conv = DeviceFloats(w_conv.size());
 
@@ -177,7 +198,11 @@ int main(int argc, char** argv) {
                                       fwd_algo, workspace, workspace_bytes, &zero, conv_desc,
                                       d_conv));
     DNN_CHECK(cudnnAddTensor(dnn, &one, bias_desc, d_bias, &one, conv_desc, d_conv));
-    DNN_CHECK(cudnnActivationForward(dnn, relu, &one, conv_desc, d_conv, &zero, conv_desc, d_relu));
+    DNN_CHECK(cudnnBatchNormalizationForwardTrainingEx(
+        dnn, CUDNN_BATCHNORM_SPATIAL, CUDNN_BATCHNORM_OPS_BN, &one, &zero, conv_desc, d_conv,
+        nullptr, nullptr, conv_desc, d_bn, bn_desc, d_gamma, d_beta, 0.1, d_running_mean,
+        d_running_var, 1e-5, d_save_mean, d_save_inv_var, nullptr, nullptr, 0, nullptr, 0));
+    DNN_CHECK(cudnnActivationForward(dnn, relu, &one, conv_desc, d_bn, &zero, conv_desc, d_relu));
     DNN_CHECK(cudnnPoolingForward(dnn, pooling, &one, conv_desc, d_relu, &zero, pool_desc, d_pool));
     BLAS_CHECK(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, kClasses, kN, kFeatures, &one, d_w_fc,
                            kClasses, d_pool, kFeatures, &zero, d_logits, kClasses));
@@ -195,7 +220,12 @@ int main(int argc, char** argv) {
     DNN_CHECK(cudnnPoolingBackward(dnn, pooling, &one, pool_desc, d_pool, pool_desc, d_dpool,
                                    conv_desc, d_relu, &zero, conv_desc, d_drelu));
     DNN_CHECK(cudnnActivationBackward(dnn, relu, &one, conv_desc, d_relu, conv_desc, d_drelu,
-                                      conv_desc, d_conv, &zero, conv_desc, d_dconv));
+                                      conv_desc, d_bn, &zero, conv_desc, d_dbn));
+    DNN_CHECK(cudnnBatchNormalizationBackwardEx(
+        dnn, CUDNN_BATCHNORM_SPATIAL, CUDNN_BATCHNORM_OPS_BN, &one, &zero, &one, &zero, conv_desc,
+        d_conv, nullptr, nullptr, conv_desc, d_dbn, nullptr, nullptr, conv_desc, d_dconv, bn_desc,
+        d_gamma, d_beta, d_dgamma, d_dbeta, 1e-5, d_save_mean, d_save_inv_var, nullptr, nullptr, 0,
+        nullptr, 0));
     DNN_CHECK(cudnnConvolutionBackwardFilter(dnn, &one, x_desc, b.d_images, conv_desc, d_dconv,
                                              conv, filter_algo, workspace, workspace_bytes, &zero,
                                              w_desc, d_dw_conv));
@@ -204,7 +234,31 @@ int main(int argc, char** argv) {
         cublasSaxpy(blas, static_cast<int>(w_fc.size()), &minus_rate, d_dw_fc, 1, d_w_fc, 1));
     BLAS_CHECK(
         cublasSaxpy(blas, static_cast<int>(w_conv.size()), &minus_rate, d_dw_conv, 1, d_w_conv, 1));
+    BLAS_CHECK(cublasSaxpy(blas, kK, &minus_rate, d_dgamma, 1, d_gamma, 1));
+    BLAS_CHECK(cublasSaxpy(blas, kK, &minus_rate, d_dbeta, 1, d_beta, 1));
     CORPUS_CHECK(cudaStreamSynchronize(stream));
+    if (step == 0) {
+      // The first batch's normalised activations: mean 0 and variance 1 in every channel.
+      std::vector<float> normalized(kN * kK * kH * kW);
+      CORPUS_CHECK(cudaMemcpy(normalized.data(), d_bn, normalized.size() * sizeof(float),
+                              cudaMemcpyDeviceToHost));
+      for (int k = 0; k < kK; ++k) {
+        double sum = 0, squares = 0;
+        for (int sample = 0; sample < kN; ++sample) {
+          for (int i = 0; i < kH * kW; ++i) {
+            const double v = normalized[(static_cast<size_t>(sample) * kK + k) * kH * kW + i];
+            sum += v;
+            squares += v * v;
+          }
+        }
+        const double count = double{kN} * kH * kW, mean = sum / count;
+        if (std::fabs(mean) > 1e-4 || std::fabs(squares / count - mean * mean - 1) > 1e-3) {
+          std::fprintf(stderr, "cudnn_cnn: channel %d normalised to mean %g, variance %g\n", k,
+                       mean, squares / count - mean * mean);
+          return 1;
+        }
+      }
+    }
     double loss = 0;
     for (int s = 0; s < kN; ++s) {
       for (int k = 0; k < kClasses; ++k) {
@@ -234,8 +288,10 @@ int main(int argc, char** argv) {
     CORPUS_CHECK(cudaFreeHost(b.onehot));
     CORPUS_CHECK(cudaFreeHost(b.images));
   }
-  for (float* p : {d_w_conv, d_bias, d_w_fc, d_conv, d_relu, d_pool, d_logits, d_probs, d_dlogits,
-                   d_dpool, d_drelu, d_dconv, d_dw_fc, d_dw_conv}) {
+  for (float* p : {d_w_conv,       d_bias,        d_w_fc,      d_conv,         d_bn,     d_relu,
+                   d_pool,         d_logits,      d_probs,     d_dlogits,      d_dpool,  d_drelu,
+                   d_dbn,          d_dconv,       d_dw_fc,     d_dw_conv,      d_gamma,  d_beta,
+                   d_running_mean, d_running_var, d_save_mean, d_save_inv_var, d_dgamma, d_dbeta}) {
     CORPUS_CHECK(cudaFree(p));
   }
   if (workspace != nullptr) CORPUS_CHECK(cudaFree(workspace));
@@ -243,7 +299,8 @@ int main(int argc, char** argv) {
   DNN_CHECK(cudnnDestroyActivationDescriptor(relu));
   DNN_CHECK(cudnnDestroyConvolutionDescriptor(conv));
   DNN_CHECK(cudnnDestroyFilterDescriptor(w_desc));
-  for (cudnnTensorDescriptor_t d : {x_desc, conv_desc, pool_desc, logits_desc, bias_desc}) {
+  for (cudnnTensorDescriptor_t d :
+       {x_desc, conv_desc, pool_desc, logits_desc, bias_desc, bn_desc}) {
     DNN_CHECK(cudnnDestroyTensorDescriptor(d));
   }
   BLAS_CHECK(cublasDestroy(blas));

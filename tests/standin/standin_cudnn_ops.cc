@@ -1,7 +1,8 @@
 // The stand-in cuDNN's tensor operations besides convolutions (cuDNN 9's cudnn_ops sublibrary:
-// what a CNN written on the legacy API calls around its convolutions): activation, pooling and
-// softmax, forward and backward, and cudnnAddTensor, on 4-d float tensors of any strides,
-// computed on the host after the handle's stream is synchronised (standin_cudnn_internal.h).
+// what a CNN written on the legacy API calls around its convolutions): activation, pooling,
+// softmax and batch normalization, forward and backward, and cudnnAddTensor, on 4-d float
+// tensors of any strides, computed on the host after the handle's stream is synchronised
+// (standin_cudnn_internal.h).
 // Every routine is deterministic except cudnnPoolingBackward with CUDNN_POOLING_MAX, which the
 // cuDNN documentation lists as not reproducible: each window's gradient is added at its
 // maximum's position with atomic additions from racing threads, so where windows overlap
@@ -202,6 +203,186 @@ void ForEachGroup(cudnnSoftmaxMode_t mode, const View& v, F group) {
         for (int ic = 0; ic < v.c; ++ic) members.push_back(v.Index(in, ic, ih, iw));
         group(members);
       }
+}
+
+// ---- batch normalization ---------------------------------------------------------------------
+
+// The groups a batch norm normalises over: one per channel (spatial modes: over N, H, W), or one
+// per (c, h, w) activation (CUDNN_BATCHNORM_PER_ACTIVATION: over N). `Members(g)` lists the
+// elements of group g of `x` by (n, c, h, w).
+struct BnGroups {
+  bool spatial = true;
+  View x;
+  int Count() const { return spatial ? x.c : x.c * x.h * x.w; }
+  int64_t Size() const { return spatial ? int64_t{x.n} * x.h * x.w : x.n; }
+  template <typename F>
+  void Members(int g, F f) const {
+    if (spatial) {
+      for (int in = 0; in < x.n; ++in)
+        for (int ih = 0; ih < x.h; ++ih)
+          for (int iw = 0; iw < x.w; ++iw) f(in, g, ih, iw);
+      return;
+    }
+    const int ic = g / (x.h * x.w), ih = g / x.w % x.h, iw = g % x.w;
+    for (int in = 0; in < x.n; ++in) f(in, ic, ih, iw);
+  }
+};
+
+bool BnModeKnown(cudnnBatchNormMode_t mode) {
+  return mode == CUDNN_BATCHNORM_PER_ACTIVATION || mode == CUDNN_BATCHNORM_SPATIAL ||
+         mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+}
+
+// Checks a batch norm's parameter descriptor (1xCx1x1 spatial, 1xCxHxW per activation, float,
+// packed) against x.
+bool BnParamsFit(cudnnTensorDescriptor_t desc, const BnGroups& groups) {
+  View p;
+  if (!ViewOf(desc, &p)) return false;
+  return p.n == 1 && p.c == groups.x.c &&
+         (groups.spatial ? p.h == 1 && p.w == 1 : p.h == groups.x.h && p.w == groups.x.w);
+}
+
+// Per group: the mean and 1 / sqrt(variance + epsilon) of x (the biased variance, as batch norm
+// normalises with), and the unbiased variance for the running average.
+struct BnStats {
+  std::vector<float> mean, inv_std, unbiased;
+};
+
+BnStats StatsOf(const BnGroups& groups, const float* x, double epsilon) {
+  BnStats stats;
+  const int count = groups.Count();
+  const double m = static_cast<double>(groups.Size());
+  stats.mean.resize(count);
+  stats.inv_std.resize(count);
+  stats.unbiased.resize(count);
+  for (int g = 0; g < count; ++g) {
+    double sum = 0;
+    groups.Members(g, [&](int n, int c, int h, int w) { sum += x[groups.x.Index(n, c, h, w)]; });
+    const double mean = sum / m;
+    double squares = 0;
+    groups.Members(g, [&](int n, int c, int h, int w) {
+      const double d = x[groups.x.Index(n, c, h, w)] - mean;
+      squares += d * d;
+    });
+    stats.mean[g] = static_cast<float>(mean);
+    stats.inv_std[g] = static_cast<float>(1.0 / std::sqrt(squares / m + epsilon));
+    stats.unbiased[g] = static_cast<float>(m > 1 ? squares / (m - 1) : 0.0);
+  }
+  return stats;
+}
+
+// y = alpha (scale (x - mean) inv_std + bias) + beta y.
+void Normalize(const BnGroups& groups, const View& yv, float alpha, float beta, const float* x,
+               float* y, const float* scale, const float* bias, const float* mean,
+               const float* inv_std) {
+  for (int g = 0; g < groups.Count(); ++g) {
+    groups.Members(g, [&](int n, int c, int h, int w) {
+      const float value =
+          scale[g] * (x[groups.x.Index(n, c, h, w)] - mean[g]) * inv_std[g] + bias[g];
+      Blend(alpha, beta, value, &y[yv.Index(n, c, h, w)]);
+    });
+  }
+}
+
+// The training forward pass: batch statistics, running averages, saved statistics.
+cudnnStatus_t BnForwardTraining(cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alpha,
+                                const void* beta, cudnnTensorDescriptor_t x_desc, const void* x,
+                                cudnnTensorDescriptor_t y_desc, void* y,
+                                cudnnTensorDescriptor_t param_desc, const void* scale,
+                                const void* bias, double factor, void* running_mean,
+                                void* running_var, double epsilon, void* save_mean,
+                                void* save_inv_var) {
+  BnGroups groups;
+  View yv;
+  if (!BnModeKnown(mode) || x == nullptr || y == nullptr || scale == nullptr || bias == nullptr ||
+      epsilon < CUDNN_BN_MIN_EPSILON || (running_mean == nullptr) != (running_var == nullptr) ||
+      (save_mean == nullptr) != (save_inv_var == nullptr)) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  groups.spatial = mode != CUDNN_BATCHNORM_PER_ACTIVATION;
+  if (const cudnnStatus_t s = Prepare(handle, {{x_desc, &groups.x}, {y_desc, &yv}});
+      s != CUDNN_STATUS_SUCCESS) {
+    return s;
+  }
+  if (!groups.x.SameShape(yv) || !BnParamsFit(param_desc, groups)) return CUDNN_STATUS_BAD_PARAM;
+  const BnStats stats = StatsOf(groups, static_cast<const float*>(x), epsilon);
+  Normalize(groups, yv, Scale(alpha), Scale(beta), static_cast<const float*>(x),
+            static_cast<float*>(y), static_cast<const float*>(scale),
+            static_cast<const float*>(bias), stats.mean.data(), stats.inv_std.data());
+  const auto f = static_cast<float>(factor);
+  for (int g = 0; g < groups.Count(); ++g) {
+    if (running_mean != nullptr) {
+      auto* rm = static_cast<float*>(running_mean);
+      auto* rv = static_cast<float*>(running_var);
+      rm[g] = (1.0f - f) * rm[g] + f * stats.mean[g];
+      rv[g] = (1.0f - f) * rv[g] + f * stats.unbiased[g];
+    }
+    if (save_mean != nullptr) {
+      static_cast<float*>(save_mean)[g] = stats.mean[g];
+      static_cast<float*>(save_inv_var)[g] = stats.inv_std[g];
+    }
+  }
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// The backward pass: dx (blended by the data factors), dscale and dbias (by the parameter
+// factors), from the saved statistics or, without them, statistics computed again.
+cudnnStatus_t BnBackward(cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alpha_data,
+                         const void* beta_data, const void* alpha_param, const void* beta_param,
+                         cudnnTensorDescriptor_t x_desc, const void* x,
+                         cudnnTensorDescriptor_t dy_desc, const void* dy,
+                         cudnnTensorDescriptor_t dx_desc, void* dx,
+                         cudnnTensorDescriptor_t param_desc, const void* scale, void* dscale,
+                         void* dbias, double epsilon, const void* saved_mean,
+                         const void* saved_inv_var) {
+  BnGroups groups;
+  View dyv, dxv;
+  if (!BnModeKnown(mode) || x == nullptr || dy == nullptr || dx == nullptr || scale == nullptr ||
+      dscale == nullptr || dbias == nullptr || epsilon < CUDNN_BN_MIN_EPSILON ||
+      (saved_mean == nullptr) != (saved_inv_var == nullptr)) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  groups.spatial = mode != CUDNN_BATCHNORM_PER_ACTIVATION;
+  if (const cudnnStatus_t s =
+          Prepare(handle, {{x_desc, &groups.x}, {dy_desc, &dyv}, {dx_desc, &dxv}});
+      s != CUDNN_STATUS_SUCCESS) {
+    return s;
+  }
+  if (!groups.x.SameShape(dyv) || !groups.x.SameShape(dxv) || !BnParamsFit(param_desc, groups)) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  const auto* xs = static_cast<const float*>(x);
+  const auto* dys = static_cast<const float*>(dy);
+  const auto* gamma = static_cast<const float*>(scale);
+  BnStats stats;
+  if (saved_mean != nullptr) {
+    const auto* mean = static_cast<const float*>(saved_mean);
+    const auto* inv = static_cast<const float*>(saved_inv_var);
+    stats.mean.assign(mean, mean + groups.Count());
+    stats.inv_std.assign(inv, inv + groups.Count());
+  } else {
+    stats = StatsOf(groups, xs, epsilon);
+  }
+  const float ad = Scale(alpha_data), bd = Scale(beta_data), ap = Scale(alpha_param),
+              bp = Scale(beta_param);
+  const auto m = static_cast<float>(groups.Size());
+  for (int g = 0; g < groups.Count(); ++g) {
+    float sum_dy = 0, sum_dy_xhat = 0;
+    groups.Members(g, [&](int n, int c, int h, int w) {
+      const float xhat = (xs[groups.x.Index(n, c, h, w)] - stats.mean[g]) * stats.inv_std[g];
+      sum_dy += dys[dyv.Index(n, c, h, w)];
+      sum_dy_xhat += dys[dyv.Index(n, c, h, w)] * xhat;
+    });
+    groups.Members(g, [&](int n, int c, int h, int w) {
+      const float xhat = (xs[groups.x.Index(n, c, h, w)] - stats.mean[g]) * stats.inv_std[g];
+      const float value = gamma[g] * stats.inv_std[g] / m *
+                          (m * dys[dyv.Index(n, c, h, w)] - sum_dy - xhat * sum_dy_xhat);
+      Blend(ad, bd, value, &static_cast<float*>(dx)[dxv.Index(n, c, h, w)]);
+    });
+    Blend(ap, bp, sum_dy_xhat, &static_cast<float*>(dscale)[g]);
+    Blend(ap, bp, sum_dy, &static_cast<float*>(dbias)[g]);
+  }
+  return CUDNN_STATUS_SUCCESS;
 }
 
 }  // namespace
@@ -543,6 +724,134 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void* alpha,
     Blend(al, be, value, &cs[cv.Index(n, ch, h, w)]);
   });
   return CUDNN_STATUS_SUCCESS;
+}
+
+// ---- batch normalization ----
+
+cudnnStatus_t cudnnDeriveBNTensorDescriptor(cudnnTensorDescriptor_t derived,
+                                            const cudnnTensorDescriptor_t x_desc,
+                                            cudnnBatchNormMode_t mode) {
+  if (derived == nullptr || x_desc == nullptr || !x_desc->set || x_desc->nb_dims != 4 ||
+      !BnModeKnown(mode)) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  const bool spatial = mode != CUDNN_BATCHNORM_PER_ACTIVATION;
+  const int c = x_desc->dims[1], h = spatial ? 1 : x_desc->dims[2],
+            w = spatial ? 1 : x_desc->dims[3];
+  derived->dtype = x_desc->dtype == CUDNN_DATA_DOUBLE ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  const int dims[4] = {1, c, h, w}, strides[4] = {c * h * w, h * w, w, 1};
+  std::copy(dims, dims + 4, derived->dims);
+  std::copy(strides, strides + 4, derived->strides);
+  derived->nb_dims = 4;
+  derived->set = true;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnBatchNormalizationForwardTraining(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
+    const cudnnTensorDescriptor_t x_desc, const void* x, const cudnnTensorDescriptor_t y_desc,
+    void* y, const cudnnTensorDescriptor_t param_desc, const void* scale, const void* bias,
+    double factor, void* running_mean, void* running_var, double epsilon, void* save_mean,
+    void* save_inv_var) {
+  return BnForwardTraining(handle, mode, alpha, beta, x_desc, x, y_desc, y, param_desc, scale, bias,
+                           factor, running_mean, running_var, epsilon, save_mean, save_inv_var);
+}
+
+// The Ex forms (what PyTorch's cudnn_batch_norm calls) with CUDNN_BATCHNORM_OPS_BN; the fused
+// activation and addition: CUDNN_STATUS_NOT_SUPPORTED. No workspace or reserve space is needed.
+cudnnStatus_t cudnnBatchNormalizationForwardTrainingEx(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t ops, const void* alpha,
+    const void* beta, const cudnnTensorDescriptor_t x_desc, const void* x,
+    const cudnnTensorDescriptor_t, const void*, const cudnnTensorDescriptor_t y_desc, void* y,
+    const cudnnTensorDescriptor_t param_desc, const void* scale, const void* bias, double factor,
+    void* running_mean, void* running_var, double epsilon, void* save_mean, void* save_inv_var,
+    cudnnActivationDescriptor_t, void*, size_t, void*, size_t) {
+  if (ops != CUDNN_BATCHNORM_OPS_BN) return CUDNN_STATUS_NOT_SUPPORTED;
+  return BnForwardTraining(handle, mode, alpha, beta, x_desc, x, y_desc, y, param_desc, scale, bias,
+                           factor, running_mean, running_var, epsilon, save_mean, save_inv_var);
+}
+
+cudnnStatus_t cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+    cudnnHandle_t handle, cudnnBatchNormMode_t, cudnnBatchNormOps_t, const cudnnTensorDescriptor_t,
+    const cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t,
+    const cudnnActivationDescriptor_t, size_t* bytes) {
+  if (handle == nullptr || bytes == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  *bytes = 0;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+    cudnnHandle_t handle, cudnnBatchNormMode_t, cudnnBatchNormOps_t, const cudnnTensorDescriptor_t,
+    const cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t,
+    const cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t, const cudnnActivationDescriptor_t,
+    size_t* bytes) {
+  if (handle == nullptr || bytes == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  *bytes = 0;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+    cudnnHandle_t handle, cudnnBatchNormMode_t, cudnnBatchNormOps_t,
+    const cudnnActivationDescriptor_t, const cudnnTensorDescriptor_t, size_t* bytes) {
+  if (handle == nullptr || bytes == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  *bytes = 0;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// y = alpha (scale (x - mean) / sqrt(var + epsilon) + bias) + beta y, with the given estimates.
+cudnnStatus_t cudnnBatchNormalizationForwardInference(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
+    const cudnnTensorDescriptor_t x_desc, const void* x, const cudnnTensorDescriptor_t y_desc,
+    void* y, const cudnnTensorDescriptor_t param_desc, const void* scale, const void* bias,
+    const void* mean, const void* variance, double epsilon) {
+  BnGroups groups;
+  View yv;
+  if (!BnModeKnown(mode) || x == nullptr || y == nullptr || scale == nullptr || bias == nullptr ||
+      mean == nullptr || variance == nullptr || epsilon < CUDNN_BN_MIN_EPSILON) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  groups.spatial = mode != CUDNN_BATCHNORM_PER_ACTIVATION;
+  if (const cudnnStatus_t s = Prepare(handle, {{x_desc, &groups.x}, {y_desc, &yv}});
+      s != CUDNN_STATUS_SUCCESS) {
+    return s;
+  }
+  if (!groups.x.SameShape(yv) || !BnParamsFit(param_desc, groups)) return CUDNN_STATUS_BAD_PARAM;
+  std::vector<float> inv_std(groups.Count());
+  for (int g = 0; g < groups.Count(); ++g) {
+    inv_std[g] =
+        static_cast<float>(1.0 / std::sqrt(static_cast<const float*>(variance)[g] + epsilon));
+  }
+  Normalize(groups, yv, Scale(alpha), Scale(beta), static_cast<const float*>(x),
+            static_cast<float*>(y), static_cast<const float*>(scale),
+            static_cast<const float*>(bias), static_cast<const float*>(mean), inv_std.data());
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnBatchNormalizationBackward(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alpha_data, const void* beta_data,
+    const void* alpha_param, const void* beta_param, const cudnnTensorDescriptor_t x_desc,
+    const void* x, const cudnnTensorDescriptor_t dy_desc, const void* dy,
+    const cudnnTensorDescriptor_t dx_desc, void* dx, const cudnnTensorDescriptor_t param_desc,
+    const void* scale, void* dscale, void* dbias, double epsilon, const void* saved_mean,
+    const void* saved_inv_var) {
+  return BnBackward(handle, mode, alpha_data, beta_data, alpha_param, beta_param, x_desc, x,
+                    dy_desc, dy, dx_desc, dx, param_desc, scale, dscale, dbias, epsilon, saved_mean,
+                    saved_inv_var);
+}
+
+cudnnStatus_t cudnnBatchNormalizationBackwardEx(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t ops,
+    const void* alpha_data, const void* beta_data, const void* alpha_param, const void* beta_param,
+    const cudnnTensorDescriptor_t x_desc, const void* x, const cudnnTensorDescriptor_t, const void*,
+    const cudnnTensorDescriptor_t dy_desc, const void* dy, const cudnnTensorDescriptor_t, void*,
+    const cudnnTensorDescriptor_t dx_desc, void* dx, const cudnnTensorDescriptor_t param_desc,
+    const void* scale, const void*, void* dscale, void* dbias, double epsilon,
+    const void* saved_mean, const void* saved_inv_var, cudnnActivationDescriptor_t, void*, size_t,
+    void*, size_t) {
+  if (ops != CUDNN_BATCHNORM_OPS_BN) return CUDNN_STATUS_NOT_SUPPORTED;
+  return BnBackward(handle, mode, alpha_data, beta_data, alpha_param, beta_param, x_desc, x,
+                    dy_desc, dy, dx_desc, dx, param_desc, scale, dscale, dbias, epsilon, saved_mean,
+                    saved_inv_var);
 }
 
 }  // extern "C"

@@ -556,6 +556,33 @@ TEST_CASE(
   CHECK(back->algorithm->determinism == Determinism::kDeterministic);
   REQUIRE(Named(ops, "cudnnActivationBackward") != nullptr);
   REQUIRE(Named(ops, "cudnnConvolutionBackwardFilter") != nullptr);
+  // Batch norm (the Ex forms PyTorch calls): the running averages are read and written (factor
+  // 0.1 updates them in place), the statistics saved for backward only written.
+  const OpRecord* bn = Named(ops, "cudnnBatchNormalizationForwardTrainingEx");
+  REQUIRE(bn != nullptr);
+  CHECK(Text(*bn, "mode") == "CUDNN_BATCHNORM_SPATIAL");
+  for (const char* role : {"x", "bnScale", "bnBias", "runningMean", "runningVariance"}) {
+    INFO(role);
+    REQUIRE(Digest(bn->inputs, role) != nullptr);
+    CHECK(Digest(bn->inputs, role)->bytes == (role[0] == 'x' ? kMap : 16));
+  }
+  CHECK(bn->inputs.size() == 5);  // beta = 0: y is not read; the saved statistics are not
+  for (const char* role : {"y", "runningMean", "runningVariance", "saveMean", "saveInvVariance"}) {
+    INFO(role);
+    REQUIRE(Digest(bn->outputs, role) != nullptr);
+  }
+  CHECK(Digest(bn->outputs, "y")->bytes == kMap);
+  const OpRecord* bn_back = Named(ops, "cudnnBatchNormalizationBackwardEx");
+  REQUIRE(bn_back != nullptr);
+  for (const char* role : {"x", "dy", "bnScale", "savedMean", "savedInvVariance"}) {
+    INFO(role);
+    REQUIRE(Digest(bn_back->inputs, role) != nullptr);
+  }
+  for (const char* role : {"dx", "dBnScale", "dBnBias"}) {
+    INFO(role);
+    REQUIRE(Digest(bn_back->outputs, role) != nullptr);
+  }
+  CHECK(Digest(bn_back->outputs, "dBnBias")->bytes == 16);
 
   // --plant under --deterministic: every backward call runs the deterministic mode, two runs
   // give the same gradients, and the trace says what was replaced.

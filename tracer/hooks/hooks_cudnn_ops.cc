@@ -1,9 +1,11 @@
 // The cuDNN hooks of the tensor operations around convolutions (cuDNN 9's cudnn_ops: what a CNN
 // written on the legacy API calls): cudnnActivationForward/Backward, cudnnPoolingForward/Backward,
-// cudnnSoftmaxForward/Backward and cudnnAddTensor become `other` ops named by the function, with
-// their mode, window and scaling factors as arguments and digests of exactly the tensors they
-// read (before the call; the output too when beta is not 0) and write (after it). Tensor
-// descriptors are read back through the real cudnnGetTensor4dDescriptor.
+// cudnnSoftmaxForward/Backward, cudnnAddTensor and batch normalization
+// (cudnnBatchNormalizationForwardTraining[Ex], ...ForwardInference, ...Backward[Ex]: PyTorch's
+// BatchNorm*d calls the Ex forms) become `other` ops named by the function, with their mode,
+// window, epsilon and scaling factors as arguments and digests of exactly the tensors they read
+// (before the call; an output too when its beta is not 0, running averages updated in place) and
+// write (after it). Tensor descriptors are read back through the real cudnnGetTensor4dDescriptor.
 //
 // cudnnPoolingBackward also carries the pooling mode as its algorithm: the cuDNN documentation
 // ("Reproducibility") lists it with CUDNN_POOLING_MAX among the routines that use atomics and do
@@ -99,41 +101,71 @@ uint64_t HandleStream(cudnnHandle_t handle) {
   return Address(stream);
 }
 
-// One call: `reads` digested before it (with `output` too when beta is not 0), `output` after
-// it; `args` adds the call's own arguments after the tensors' dims; `real()` runs it.
+// A tensor the call writes, and whether it also reads it first (its beta is not 0, or it is a
+// running average the call updates).
+struct Written {
+  Operand operand;
+  bool read = false;
+};
+
+// One call: `reads` (and the written tensors it reads) digested before it, `writes` after it;
+// their pointers and the first written tensor's dims and dtype are arguments, then what `args`
+// adds; `real()` runs it. Operands without data (optional ones the program left null) are left
+// out.
 template <typename Args, typename Real>
-cudnnStatus_t RecordTensorOp(Session& session, RealCall<cudnnStatus_t>& call, const char* name,
-                             cudnnHandle_t handle, const void* alpha, const void* beta,
-                             const std::vector<Operand>& reads, const Operand& output, Args args,
-                             Real real) {
+cudnnStatus_t RecordCudnnOp(Session& session, RealCall<cudnnStatus_t>& call, const char* name,
+                            cudnnHandle_t handle, std::vector<Operand> reads,
+                            std::vector<Written> writes, Args args, Real real) {
+  std::erase_if(reads, [](const Operand& o) { return o.data == nullptr; });
+  std::erase_if(writes, [](const Written& w) { return w.operand.data == nullptr; });
   const uint64_t stream = HandleStream(handle);
   format::OpRecord op =
       session.BeginOp(format::OpKind::kOther, name, session.StreamId(stream, false));
-  std::vector<Extent> inputs;
+  std::vector<Extent> inputs, outputs;
   for (const Operand& o : reads) {
     op.args.push_back(PointerArgument(session, o.role, Address(o.data)));
     inputs.push_back(ExtentOf(o));
   }
-  op.args.push_back(PointerArgument(session, output.role, Address(output.data)));
-  if (const std::optional<Tensor> t = TensorOf(output.desc)) {
-    op.args.push_back(DimsArgument(std::string(output.role) + "_dims",
+  for (const Written& w : writes) {
+    op.args.push_back(PointerArgument(session, w.operand.role, Address(w.operand.data)));
+    outputs.push_back(ExtentOf(w.operand));
+    if (w.read) inputs.push_back(outputs.back());
+  }
+  if (const std::optional<Tensor> t =
+          writes.empty() ? std::nullopt : TensorOf(writes[0].operand.desc)) {
+    op.args.push_back(DimsArgument(std::string(writes[0].operand.role) + "_dims",
                                    std::vector<int64_t>(t->dims.begin(), t->dims.end())));
     op.args.push_back(TextArgument("dtype", CudnnDTypeText(t->dtype)));
   }
-  const double beta_value = Scale(beta, output);
-  op.args.push_back(DoubleArgument("alpha", Scale(alpha, output)));
-  op.args.push_back(DoubleArgument("beta", beta_value));
   args(op);
-  const Extent written = ExtentOf(output);
-  if (beta_value != 0) inputs.push_back(written);
-  std::erase_if(inputs, [](const Extent& e) { return e.bytes == 0; });
+  const auto empty = [](const Extent& e) { return e.bytes == 0; };
+  std::erase_if(inputs, empty);
+  std::erase_if(outputs, empty);
   op.inputs = DigestExtents(session, stream, inputs);
   const cudnnStatus_t status = call.Run(real);
-  if (status == CUDNN_STATUS_SUCCESS && written.bytes > 0) {
-    op.outputs = DigestExtents(session, stream, {written});
+  if (status == CUDNN_STATUS_SUCCESS && !outputs.empty()) {
+    op.outputs = DigestExtents(session, stream, outputs);
   }
   session.EndOp(op, static_cast<int32_t>(status));
   return status;
+}
+
+// A call of the form output = alpha op(reads) + beta output: alpha and beta are arguments
+// before what `args` adds, and the output is read too when beta is not 0.
+template <typename Args, typename Real>
+cudnnStatus_t RecordTensorOp(Session& session, RealCall<cudnnStatus_t>& call, const char* name,
+                             cudnnHandle_t handle, const void* alpha, const void* beta,
+                             std::vector<Operand> reads, const Operand& output, Args args,
+                             Real real) {
+  const double beta_value = Scale(beta, output);
+  return RecordCudnnOp(
+      session, call, name, handle, std::move(reads), {{output, beta_value != 0}},
+      [&](format::OpRecord& op) {
+        op.args.push_back(DoubleArgument("alpha", Scale(alpha, output)));
+        op.args.push_back(DoubleArgument("beta", beta_value));
+        args(op);
+      },
+      real);
 }
 
 // ---- pooling -------------------------------------------------------------------------------
@@ -297,6 +329,91 @@ void AddSoftmaxArguments(cudnnSoftmaxAlgorithm_t algo, cudnnSoftmaxMode_t mode,
                                              : "CUDNN_SOFTMAX_MODE_CHANNEL"));
 }
 
+// ---- batch normalization ---------------------------------------------------------------------
+
+const char* BnModeName(cudnnBatchNormMode_t mode) {
+  switch (mode) {
+    case CUDNN_BATCHNORM_PER_ACTIVATION:
+      return "CUDNN_BATCHNORM_PER_ACTIVATION";
+    case CUDNN_BATCHNORM_SPATIAL:
+      return "CUDNN_BATCHNORM_SPATIAL";
+    case CUDNN_BATCHNORM_SPATIAL_PERSISTENT:
+      return "CUDNN_BATCHNORM_SPATIAL_PERSISTENT";
+  }
+  return "CUDNN_BATCHNORM_UNKNOWN";
+}
+
+// The forward training pass (plain and Ex): x, scale and bias read; y, the running averages
+// (read too unless the factor is 1: they are updated in place) and the saved statistics written.
+template <typename Real>
+cudnnStatus_t RecordBnForwardTraining(
+    Session& session, RealCall<cudnnStatus_t>& call, const char* name, cudnnHandle_t handle,
+    cudnnBatchNormMode_t mode, std::optional<int> ops, const void* alpha, const void* beta,
+    cudnnTensorDescriptor_t x_desc, const void* x, cudnnTensorDescriptor_t y_desc, void* y,
+    cudnnTensorDescriptor_t param_desc, const void* scale, const void* bias, double factor,
+    void* running_mean, void* running_var, double epsilon, void* save_mean, void* save_inv_var,
+    Real real) {
+  const Operand output{"y", y_desc, y};
+  const double beta_value = Scale(beta, output);
+  const bool update = factor != 1.0;
+  return RecordCudnnOp(
+      session, call, name, handle,
+      {{"x", x_desc, x}, {"bnScale", param_desc, scale}, {"bnBias", param_desc, bias}},
+      {{output, beta_value != 0},
+       {{"runningMean", param_desc, running_mean}, update},
+       {{"runningVariance", param_desc, running_var}, update},
+       {{"saveMean", param_desc, save_mean}, false},
+       {{"saveInvVariance", param_desc, save_inv_var}, false}},
+      [&](format::OpRecord& op) {
+        op.args.push_back(TextArgument("mode", BnModeName(mode)));
+        if (ops) op.args.push_back(SignedArgument("bnOps", *ops));
+        op.args.push_back(DoubleArgument("alpha", Scale(alpha, output)));
+        op.args.push_back(DoubleArgument("beta", beta_value));
+        op.args.push_back(DoubleArgument("exponentialAverageFactor", factor));
+        op.args.push_back(DoubleArgument("epsilon", epsilon));
+      },
+      real);
+}
+
+// The backward pass (plain and Ex): x, dy, scale and the saved statistics read; dx and the
+// scale and bias gradients written (read first when their beta is not 0).
+template <typename Real>
+cudnnStatus_t RecordBnBackward(Session& session, RealCall<cudnnStatus_t>& call, const char* name,
+                               cudnnHandle_t handle, cudnnBatchNormMode_t mode,
+                               std::optional<int> ops, const void* alpha_data,
+                               const void* beta_data, const void* alpha_param,
+                               const void* beta_param, cudnnTensorDescriptor_t x_desc,
+                               const void* x, cudnnTensorDescriptor_t dy_desc, const void* dy,
+                               cudnnTensorDescriptor_t dx_desc, void* dx,
+                               cudnnTensorDescriptor_t param_desc, const void* scale, void* dscale,
+                               void* dbias, double epsilon, const void* saved_mean,
+                               const void* saved_inv_var, Real real) {
+  const Operand output{"dx", dx_desc, dx};
+  const Operand param_output{"dBnScale", param_desc, dscale};
+  const double beta_data_value = Scale(beta_data, output);
+  const double beta_param_value = Scale(beta_param, param_output);
+  return RecordCudnnOp(
+      session, call, name, handle,
+      {{"x", x_desc, x},
+       {"dy", dy_desc, dy},
+       {"bnScale", param_desc, scale},
+       {"savedMean", param_desc, saved_mean},
+       {"savedInvVariance", param_desc, saved_inv_var}},
+      {{output, beta_data_value != 0},
+       {param_output, beta_param_value != 0},
+       {{"dBnBias", param_desc, dbias}, beta_param_value != 0}},
+      [&](format::OpRecord& op) {
+        op.args.push_back(TextArgument("mode", BnModeName(mode)));
+        if (ops) op.args.push_back(SignedArgument("bnOps", *ops));
+        op.args.push_back(DoubleArgument("alphaDataDiff", Scale(alpha_data, output)));
+        op.args.push_back(DoubleArgument("betaDataDiff", beta_data_value));
+        op.args.push_back(DoubleArgument("alphaParamDiff", Scale(alpha_param, param_output)));
+        op.args.push_back(DoubleArgument("betaParamDiff", beta_param_value));
+        op.args.push_back(DoubleArgument("epsilon", epsilon));
+      },
+      real);
+}
+
 }  // namespace
 }  // namespace ndt::tracer
 
@@ -425,6 +542,130 @@ cudnnStatus_t cudnnSoftmaxBackward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t
             {{"y", y_desc, y}, {"dy", dy_desc, dy}}, {"dx", dx_desc, dx},
             [&](ndt::format::OpRecord& op) { ndt::tracer::AddSoftmaxArguments(algo, mode, op); },
             run);
+      });
+}
+
+cudnnStatus_t cudnnBatchNormalizationForwardTraining(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
+    const cudnnTensorDescriptor_t x_desc, const void* x, const cudnnTensorDescriptor_t y_desc,
+    void* y, const cudnnTensorDescriptor_t param_desc, const void* scale, const void* bias,
+    double factor, void* running_mean, void* running_var, double epsilon, void* save_mean,
+    void* save_inv_var) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kCudnn, cudnnBatchNormalizationForwardTraining);
+  const auto run = [&] {
+    return real(handle, mode, alpha, beta, x_desc, x, y_desc, y, param_desc, scale, bias, factor,
+                running_mean, running_var, epsilon, save_mean, save_inv_var);
+  };
+  return RunLibraryHook<cudnnStatus_t>(
+      "cudnnBatchNormalizationForwardTraining", real != nullptr, CUDNN_STATUS_NOT_INITIALIZED, run,
+      [&](Session& session, RealCall<cudnnStatus_t>& call) {
+        return ndt::tracer::RecordBnForwardTraining(
+            session, call, "cudnnBatchNormalizationForwardTraining", handle, mode, std::nullopt,
+            alpha, beta, x_desc, x, y_desc, y, param_desc, scale, bias, factor, running_mean,
+            running_var, epsilon, save_mean, save_inv_var, run);
+      });
+}
+
+cudnnStatus_t cudnnBatchNormalizationForwardTrainingEx(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t ops, const void* alpha,
+    const void* beta, const cudnnTensorDescriptor_t x_desc, const void* x,
+    const cudnnTensorDescriptor_t z_desc, const void* z, const cudnnTensorDescriptor_t y_desc,
+    void* y, const cudnnTensorDescriptor_t param_desc, const void* scale, const void* bias,
+    double factor, void* running_mean, void* running_var, double epsilon, void* save_mean,
+    void* save_inv_var, cudnnActivationDescriptor_t activation, void* workspace,
+    size_t workspace_bytes, void* reserve, size_t reserve_bytes) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kCudnn, cudnnBatchNormalizationForwardTrainingEx);
+  const auto run = [&] {
+    return real(handle, mode, ops, alpha, beta, x_desc, x, z_desc, z, y_desc, y, param_desc, scale,
+                bias, factor, running_mean, running_var, epsilon, save_mean, save_inv_var,
+                activation, workspace, workspace_bytes, reserve, reserve_bytes);
+  };
+  return RunLibraryHook<cudnnStatus_t>(
+      "cudnnBatchNormalizationForwardTrainingEx", real != nullptr, CUDNN_STATUS_NOT_INITIALIZED,
+      run, [&](Session& session, RealCall<cudnnStatus_t>& call) {
+        return ndt::tracer::RecordBnForwardTraining(
+            session, call, "cudnnBatchNormalizationForwardTrainingEx", handle, mode,
+            static_cast<int>(ops), alpha, beta, x_desc, x, y_desc, y, param_desc, scale, bias,
+            factor, running_mean, running_var, epsilon, save_mean, save_inv_var, run);
+      });
+}
+
+cudnnStatus_t cudnnBatchNormalizationForwardInference(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
+    const cudnnTensorDescriptor_t x_desc, const void* x, const cudnnTensorDescriptor_t y_desc,
+    void* y, const cudnnTensorDescriptor_t param_desc, const void* scale, const void* bias,
+    const void* mean, const void* variance, double epsilon) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kCudnn, cudnnBatchNormalizationForwardInference);
+  const auto run = [&] {
+    return real(handle, mode, alpha, beta, x_desc, x, y_desc, y, param_desc, scale, bias, mean,
+                variance, epsilon);
+  };
+  return RunLibraryHook<cudnnStatus_t>(
+      "cudnnBatchNormalizationForwardInference", real != nullptr, CUDNN_STATUS_NOT_INITIALIZED, run,
+      [&](Session& session, RealCall<cudnnStatus_t>& call) {
+        return ndt::tracer::RecordTensorOp(
+            session, call, "cudnnBatchNormalizationForwardInference", handle, alpha, beta,
+            {{"x", x_desc, x},
+             {"bnScale", param_desc, scale},
+             {"bnBias", param_desc, bias},
+             {"estimatedMean", param_desc, mean},
+             {"estimatedVariance", param_desc, variance}},
+            {"y", y_desc, y},
+            [&](ndt::format::OpRecord& op) {
+              op.args.push_back(ndt::tracer::TextArgument("mode", ndt::tracer::BnModeName(mode)));
+              op.args.push_back(ndt::tracer::DoubleArgument("epsilon", epsilon));
+            },
+            run);
+      });
+}
+
+cudnnStatus_t cudnnBatchNormalizationBackward(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alpha_data, const void* beta_data,
+    const void* alpha_param, const void* beta_param, const cudnnTensorDescriptor_t x_desc,
+    const void* x, const cudnnTensorDescriptor_t dy_desc, const void* dy,
+    const cudnnTensorDescriptor_t dx_desc, void* dx, const cudnnTensorDescriptor_t param_desc,
+    const void* scale, void* dscale, void* dbias, double epsilon, const void* saved_mean,
+    const void* saved_inv_var) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kCudnn, cudnnBatchNormalizationBackward);
+  const auto run = [&] {
+    return real(handle, mode, alpha_data, beta_data, alpha_param, beta_param, x_desc, x, dy_desc,
+                dy, dx_desc, dx, param_desc, scale, dscale, dbias, epsilon, saved_mean,
+                saved_inv_var);
+  };
+  return RunLibraryHook<cudnnStatus_t>(
+      "cudnnBatchNormalizationBackward", real != nullptr, CUDNN_STATUS_NOT_INITIALIZED, run,
+      [&](Session& session, RealCall<cudnnStatus_t>& call) {
+        return ndt::tracer::RecordBnBackward(
+            session, call, "cudnnBatchNormalizationBackward", handle, mode, std::nullopt,
+            alpha_data, beta_data, alpha_param, beta_param, x_desc, x, dy_desc, dy, dx_desc, dx,
+            param_desc, scale, dscale, dbias, epsilon, saved_mean, saved_inv_var, run);
+      });
+}
+
+cudnnStatus_t cudnnBatchNormalizationBackwardEx(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t ops,
+    const void* alpha_data, const void* beta_data, const void* alpha_param, const void* beta_param,
+    const cudnnTensorDescriptor_t x_desc, const void* x, const cudnnTensorDescriptor_t y_desc,
+    const void* y, const cudnnTensorDescriptor_t dy_desc, const void* dy,
+    const cudnnTensorDescriptor_t dz_desc, void* dz, const cudnnTensorDescriptor_t dx_desc,
+    void* dx, const cudnnTensorDescriptor_t param_desc, const void* scale, const void* bias,
+    void* dscale, void* dbias, double epsilon, const void* saved_mean, const void* saved_inv_var,
+    cudnnActivationDescriptor_t activation, void* workspace, size_t workspace_bytes, void* reserve,
+    size_t reserve_bytes) {
+  const auto real = NDT_REAL_LIBRARY(ndt::tracer::kCudnn, cudnnBatchNormalizationBackwardEx);
+  const auto run = [&] {
+    return real(handle, mode, ops, alpha_data, beta_data, alpha_param, beta_param, x_desc, x,
+                y_desc, y, dy_desc, dy, dz_desc, dz, dx_desc, dx, param_desc, scale, bias, dscale,
+                dbias, epsilon, saved_mean, saved_inv_var, activation, workspace, workspace_bytes,
+                reserve, reserve_bytes);
+  };
+  return RunLibraryHook<cudnnStatus_t>(
+      "cudnnBatchNormalizationBackwardEx", real != nullptr, CUDNN_STATUS_NOT_INITIALIZED, run,
+      [&](Session& session, RealCall<cudnnStatus_t>& call) {
+        return ndt::tracer::RecordBnBackward(
+            session, call, "cudnnBatchNormalizationBackwardEx", handle, mode, static_cast<int>(ops),
+            alpha_data, beta_data, alpha_param, beta_param, x_desc, x, dy_desc, dy, dx_desc, dx,
+            param_desc, scale, dscale, dbias, epsilon, saved_mean, saved_inv_var, run);
       });
 }
 
