@@ -101,6 +101,25 @@ cudnnStatus_t Prepare(cudnnHandle_t handle,
   return SynchronizeHandle(handle);
 }
 
+// One tensor argument of a backward call: its descriptor, its data and the view to fill.
+struct Operand {
+  cudnnTensorDescriptor_t desc;
+  const void* data;
+  View* view;
+};
+
+// A backward call's y, dy, x and dx (activation, pooling): none may be null; views of them after
+// the handle's stream is synchronised.
+cudnnStatus_t PrepareBackward(cudnnHandle_t handle, const void* desc, Operand y, Operand dy,
+                              Operand x, Operand dx) {
+  if (desc == nullptr || y.data == nullptr || dy.data == nullptr || x.data == nullptr ||
+      dx.data == nullptr) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  return Prepare(handle,
+                 {{y.desc, y.view}, {dy.desc, dy.view}, {x.desc, x.view}, {dx.desc, dx.view}});
+}
+
 float Activate(const cudnnActivationStruct& a, float x) {
   switch (a.mode) {
     case CUDNN_ACTIVATION_SIGMOID:
@@ -510,11 +529,8 @@ cudnnStatus_t cudnnActivationBackward(cudnnHandle_t handle, cudnnActivationDescr
                                       const void* x, const void* beta,
                                       const cudnnTensorDescriptor_t dx_desc, void* dx) {
   View yv, dyv, xv, dxv;
-  if (desc == nullptr || y == nullptr || dy == nullptr || x == nullptr || dx == nullptr) {
-    return CUDNN_STATUS_BAD_PARAM;
-  }
-  if (const cudnnStatus_t s =
-          Prepare(handle, {{y_desc, &yv}, {dy_desc, &dyv}, {x_desc, &xv}, {dx_desc, &dxv}});
+  if (const cudnnStatus_t s = PrepareBackward(handle, desc, {y_desc, y, &yv}, {dy_desc, dy, &dyv},
+                                              {x_desc, x, &xv}, {dx_desc, dx, &dxv});
       s != CUDNN_STATUS_SUCCESS) {
     return s;
   }
@@ -575,11 +591,8 @@ cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t handle, const cudnnPoolingDescr
                                    const void* x, const void* beta,
                                    const cudnnTensorDescriptor_t dx_desc, void* dx) {
   View yv, dyv, xv, dxv;
-  if (desc == nullptr || y == nullptr || dy == nullptr || x == nullptr || dx == nullptr) {
-    return CUDNN_STATUS_BAD_PARAM;
-  }
-  if (const cudnnStatus_t s =
-          Prepare(handle, {{y_desc, &yv}, {dy_desc, &dyv}, {x_desc, &xv}, {dx_desc, &dxv}});
+  if (const cudnnStatus_t s = PrepareBackward(handle, desc, {y_desc, y, &yv}, {dy_desc, dy, &dyv},
+                                              {x_desc, x, &xv}, {dx_desc, dx, &dxv});
       s != CUDNN_STATUS_SUCCESS) {
     return s;
   }
