@@ -533,7 +533,7 @@ class _NdtraceTensorOps(object):
             dtype = getattr(torch, name, None)
             if dtype is not None:
                 self.dtypes[dtype] = code
-        self.names = {}  # op overload -> (argument names, return names)
+        self.names = {}  # op overload -> _names(op overload)
 
     # In-place ops that overwrite all of `self` without reading it (random fills, fills, copies
     # into it): its bytes before are no input of theirs (often memory just handed out, and so
