@@ -58,6 +58,7 @@ unified_memory:CorpusColumnDotAtomic
 ddp_allreduce:ncclAllReduce ddp_processes:CorpusColumnDotAtomic
 pipeline_p2p:CorpusColumnDotAtomic host_callbacks:CorpusColumnDotAtomic cg_solver:cublasDgemm_v2
 amp_offload:cublasGemmEx pagerank:cuMemcpy2DAsync_v2 cudnn_cnn:cudnnPoolingBackward
+prefetch:race.between.streams
 always_fails:-
 shuffled_loader,--fail:-"
 

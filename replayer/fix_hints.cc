@@ -673,6 +673,18 @@ FixHint PythonDataHint() {
       "PYTHONHASHSEED=0 for set and dict order of strings, sort file lists");
 }
 
+FixHint StreamRaceHint() {
+  return Hint(
+      "work on two streams with nothing ordering them (a race between streams: a copy "
+      "or side stream, torch.cuda.stream(...))",
+      "the reading stream may run before, during or after the write, so what it reads "
+      "depends on timing",
+      "record an event on the writing stream after the write and make the reading "
+      "stream wait for it (cudaEventRecord + cudaStreamWaitEvent; PyTorch: "
+      "torch.cuda.current_stream().wait_stream(s), and tensor.record_stream for memory "
+      "used there), or synchronise the writing stream before issuing the read");
+}
+
 bool IsRandomAtenOp(std::string_view name) {
   static constexpr std::string_view kRandom[] = {
       "aten::rand",

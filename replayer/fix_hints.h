@@ -49,6 +49,10 @@ FixHint HostDataHint(bool managed);
 // worker) that already differed.
 FixHint PythonDataHint();
 
+// The hint for an op that read, on one stream, what another stream wrote with nothing ordering
+// the two (replayer/stream_order.h).
+FixHint StreamRaceHint();
+
 // Whether the aten op ("aten::randperm") draws random numbers: identical inputs and different
 // outputs then mean its generator's state differed (rng_state), not that it is nondeterministic.
 bool IsRandomAtenOp(std::string_view name);

@@ -181,10 +181,11 @@ std::optional<ArgumentMismatch> FirstDifferentArgument(const format::OpRecord& a
   size_t i = 0;
   size_t j = 0;
   // "insideOp" names the call an op was made from inside by its sequence, which threads shift;
-  // "clique" (ncclCommInitRank) hashes a unique id that is random in every run.
+  // "clique" (ncclCommInitRank) hashes a unique id that is random in every run; "result" is
+  // what a BLAS reduction returned to the host, an output (compared as one, trace_diff.cc).
   const auto skipped = [](const format::OpRecord& op, size_t k) {
     return IsBlobArgument(op.args[k].name) || Measured(op, op.args[k].name) ||
-           op.args[k].name == "insideOp" ||
+           op.args[k].name == "insideOp" || op.args[k].name == "result" ||
            (op.kind == format::OpKind::kOther && op.args[k].name == "clique");
   };
   for (;;) {

@@ -29,7 +29,8 @@ bool SameArgument(const format::Argument& a, const format::Argument& b);
 bool IsBlobArgument(std::string_view name);
 
 // The op's arguments other than blob references, measurements (a cuDNN Find's `first`,
-// ranked by timing) and "insideOp" (the tracer's note of the call an op was made from inside),
+// ranked by timing), "insideOp" (the tracer's note of the call an op was made from inside) and
+// "result" (a value the op returned to the host: an output),
 // pairwise in order. A kernel's by-value struct parameters and its pointer
 // parameters that hold host addresses are compared through the data, not as bytes (their bytes
 // differ from run to run in deterministic programs: uninitialized slots, stack addresses); the

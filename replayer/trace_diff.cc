@@ -33,6 +33,7 @@
 #include "kernels/digest_v1.h"
 #include "replayer/capture_placement.h"
 #include "replayer/op_compare.h"
+#include "replayer/stream_order.h"
 
 namespace ndt::replay {
 namespace {
@@ -698,6 +699,18 @@ class Differ {
       } else {
         PointBack(a.inputs[i].pointer, EffectiveSequence(a), &d);
       }
+      AddOutputEvidence(a, b, &d);
+      return Found(std::move(d), a, b);
+    }
+    // A result the op returned to the host (a BLAS reduction in host pointer mode) is an output:
+    // a different one from identical inputs makes the op nondeterministic.
+    const format::Argument* result_a = FindArgument(a, "result");
+    const format::Argument* result_b = FindArgument(b, "result");
+    if (result_a != nullptr && result_b != nullptr && !SameArgument(*result_a, *result_b)) {
+      d.klass = DivergenceClass::kNondeterministicOp;
+      d.what = "the op returned a different result from identical inputs";
+      d.evidence.push_back("returned " + ArgumentText(*result_a) + " in run A, " +
+                           ArgumentText(*result_b) + " in run B");
       AddOutputEvidence(a, b, &d);
       return Found(std::move(d), a, b);
     }
@@ -1724,6 +1737,12 @@ StatusOr<DiffReport> DiffTraces(const std::string& path_a, const std::string& pa
   report.path_b = path_b;
   Differ differ(std::move(a).value(), std::move(b).value(), &report, options);
   differ.Run();
+  if (report.first_divergence) {
+    if (std::optional<std::string> race = UnorderedStreams(path_a, *report.first_divergence)) {
+      report.first_divergence->evidence.push_back(std::move(*race));
+      report.first_divergence->hint = StreamRaceHint();
+    }
+  }
   return report;
 }
 

@@ -13,7 +13,7 @@
 #   bin/       ndtrace, libndtrace.so (ndtrace preloads the one beside itself)
 #   programs/  tests/programs' binaries, vector_add_static (static cudart), gpu_probe and
 #              tests/corpus/window_train, cg_solver, monte_carlo, amp_offload,
-#              pagerank, cudnn_cnn
+#              pagerank, cudnn_cnn, prefetch
 #   checks/    digest_kernel_check (GPU digests against the CPU reference)
 #   bench/     bench_hooks, bench_library_hooks, bench_digest, bench_digest_gpu, ...
 #   pytorch/   tests/gpu/pytorch/*.py
@@ -85,10 +85,10 @@ fi
 # Corpus programs that launch no kernel of their own (library calls only), so that they run on a
 # GPU as they are: window_train for the window replay step of gpu_suite.sh, cg_solver (cuBLAS in
 # double precision), monte_carlo (cuRAND doubles), amp_offload (half and bfloat16 GEMMs),
-# pagerank (cuBLAS's level-1 calls, geam and its host/device helpers) and cudnn_cnn (cuDNN's
-# activation, pooling, softmax and bias; max pooling backward) for its samples and op replay
-# steps.
-for name in window_train cg_solver monte_carlo amp_offload pagerank cudnn_cnn; do
+# pagerank (cuBLAS's level-1 calls, geam and its host/device helpers), cudnn_cnn (cuDNN's
+# activation, pooling, softmax, bias and batch norm; max pooling backward) and prefetch (a race
+# between a copy stream and a compute stream) for its samples and op replay steps.
+for name in window_train cg_solver monte_carlo amp_offload pagerank cudnn_cnn prefetch; do
   if [ -x "$build/tests/corpus/$name" ]; then
     copy_stripped "$build/tests/corpus/$name" "$out/programs"
   else

@@ -259,6 +259,8 @@ samples=(
   "pagerank --plant"
   "cudnn_cnn"
   "cudnn_cnn --plant"
+  "prefetch"
+  "prefetch --plant"
 )
 # The checksums tests/programs/CMakeLists.txt expects everywhere (exact arithmetic).
 declare -A expected_checksum=([vector_add]=664dc617a67a437d [vector_add_static]=664dc617a67a437d

@@ -157,9 +157,11 @@ TEST_CASE("a racing kernel with output digests is named with the PyTorch op it i
              Catch::Contains("torch.use_deterministic_algorithms(True)"));
 }
 
-TEST_CASE("host results differing in their last bit are shown apart", "[replayer]") {
+TEST_CASE("a host result differing in its last bit is the op's output, shown apart", "[replayer]") {
   // cublasDdot_v2 in host pointer mode: its result is an argument; two that differ by one ulp
-  // must not print alike (std::to_string's six decimals showed 76.266148 for both).
+  // must not print alike (std::to_string's six decimals showed 76.266148 for both). It is what
+  // the op returned: from identical inputs, a nondeterministic op (it used to be taken for an
+  // argument the program passed, a structural difference that hid a race's differing input).
   TempDir dir;
   auto with_result = [](double result) {
     return [result](std::vector<OpRecord>& ops) { ops[2].args.push_back({"result", result}); };
@@ -167,9 +169,13 @@ TEST_CASE("host results differing in their last bit are shown apart", "[replayer
   const double a = 76.26614812345678;
   const DiffReport report =
       Diff(dir, Program(with_result(a)), Program(with_result(std::nextafter(a, 100.0))));
-  REQUIRE(report.first_structural.has_value());
+  CHECK_FALSE(report.first_structural.has_value());
+  REQUIRE(report.first_divergence.has_value());
+  CHECK(report.first_divergence->klass == DivergenceClass::kNondeterministicOp);
+  CHECK(report.first_divergence->op.sequence == 2);
+  REQUIRE(!report.first_divergence->evidence.empty());
   CHECK_THAT(
-      report.first_structural->what,
+      report.first_divergence->evidence[0],
       Catch::Contains("result=76.26614812345677 in run A, result=76.26614812345679 in run B"));
 }
 
@@ -228,6 +234,89 @@ TEST_CASE(
   CHECK(report.first_divergence->klass == DivergenceClass::kPropagated);
   CHECK(report.first_divergence->op.sequence == 2);
   CHECK(report.first_divergence->from_host);
+}
+
+// A copy on one stream and a GEMM on another that reads what it wrote; `between` adds ops
+// between them (an event record and wait, a synchronisation). The GEMM's input differs between
+// the runs (`read`).
+std::vector<Record> TwoStreams(uint64_t read, const std::vector<OpRecord>& between,
+                               uint64_t writer_stream = 1, bool non_blocking = true) {
+  std::vector<OpRecord> ops;
+  for (uint32_t stream : {1u, 2u}) {
+    OpRecord create;
+    create.name = "cuStreamCreateWithPriority";
+    create.stream_id = stream;
+    create.args = {{"flags", uint64_t{non_blocking ? 1u : 0u}}, {"priority", int64_t{0}}};
+    ops.push_back(create);
+  }
+  OpRecord copy;
+  copy.kind = OpKind::kMemcpy;
+  copy.name = "cuMemcpyHtoDAsync_v2";
+  copy.stream_id = static_cast<uint32_t>(writer_stream);
+  copy.args = {Pointer("dstDevice", 5)};
+  copy.outputs = {Buffer("dst", 5, 55)};
+  ops.push_back(copy);
+  for (const OpRecord& op : between) ops.push_back(op);
+  OpRecord gemm;
+  gemm.kind = OpKind::kCublasGemm;
+  gemm.name = "cublasSgemm_v2";
+  gemm.stream_id = 2;
+  gemm.inputs = {Buffer("B", 5, read)};
+  gemm.outputs = {Buffer("C", 6, read + 100)};
+  ops.push_back(gemm);
+  std::vector<Record> records;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ops[i].sequence = i;
+    records.push_back(ops[i]);
+  }
+  return records;
+}
+
+OpRecord StreamOp(const char* name, uint32_t stream, OpKind kind = OpKind::kOther) {
+  OpRecord op;
+  op.kind = kind;
+  op.name = name;
+  op.stream_id = stream;
+  op.args = {{"event", uint64_t{9}}};
+  return op;
+}
+
+TEST_CASE(
+    "a read on one stream of what another wrote, with nothing ordering them, is named a "
+    "race between streams",
+    "[replayer]") {
+  TempDir dir;
+  const auto race_of = [&](const std::vector<OpRecord>& between, uint64_t writer_stream = 1,
+                           bool non_blocking = true) -> std::string {
+    const DiffReport report = Diff(dir, TwoStreams(1, between, writer_stream, non_blocking),
+                                   TwoStreams(2, between, writer_stream, non_blocking));
+    REQUIRE(report.first_divergence.has_value());
+    const Divergence& d = *report.first_divergence;
+    REQUIRE(d.klass == DivergenceClass::kPropagated);
+    REQUIRE(d.root.has_value());
+    CHECK(d.root->name == "cuMemcpyHtoDAsync_v2");
+    for (const std::string& line : d.evidence) {
+      if (line.find("a race between streams") != std::string::npos) {
+        CHECK(d.hint.has_value());
+        CHECK_THAT(d.hint->fix, Catch::Contains("cudaStreamWaitEvent"));
+        return line;
+      }
+    }
+    return "";
+  };
+  // No wait: the race, naming both ops.
+  const std::string race = race_of({});
+  CHECK_THAT(race, Catch::Contains("nothing orders op 2 (cuMemcpyHtoDAsync_v2, the write) "
+                                   "before op 3 (cublasSgemm_v2, the read)"));
+  // The reading stream waits for an event recorded after the write: ordered.
+  CHECK(race_of({StreamOp("cuEventRecord", 1), StreamOp("cuStreamWaitEvent", 2)}).empty());
+  // A wait for an event recorded before the write orders nothing.
+  CHECK_FALSE(race_of({StreamOp("cuStreamWaitEvent", 2)}).empty());
+  // A host synchronisation in between: ordered (as far as the trace can tell).
+  CHECK(race_of({StreamOp("cuStreamSynchronize", 1, OpKind::kSynchronize)}).empty());
+  // The legacy stream orders blocking streams: a write there, read on a blocking stream.
+  CHECK(race_of({}, 0, false).empty());
+  CHECK_FALSE(race_of({}, 0, true).empty());  // a non-blocking reader is not ordered by it
 }
 
 TEST_CASE("a different Philox offset is an RNG-state divergence", "[replayer]") {
