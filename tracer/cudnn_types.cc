@@ -2,6 +2,8 @@
 
 #include <cudnn.h>
 
+#include "tracer/library_support.h"
+
 namespace ndt::tracer {
 
 format::DType CudnnDType(int64_t type) {
@@ -37,6 +39,24 @@ std::string CudnnDTypeText(int64_t type) {
   const format::DType known = CudnnDType(type);
   return known == format::DType::kUnknown ? "cudnn_dtype_" + std::to_string(type)
                                           : format::DTypeName(known);
+}
+
+uint64_t CudnnHandleStream(cudnnContext* handle) {
+  const auto get = NDT_REAL_LIBRARY(kCudnnSoname, cudnnGetStream);
+  cudaStream_t stream = nullptr;
+  if (handle == nullptr || get == nullptr || get(handle, &stream) != CUDNN_STATUS_SUCCESS) {
+    return 0;
+  }
+  return reinterpret_cast<uint64_t>(stream);
+}
+
+uint64_t CudnnTensorBytes(int64_t type, const int* dims, const int* strides, int count) {
+  uint64_t last = 0;
+  for (int i = 0; i < count; ++i) {
+    if (dims[i] <= 0 || strides[i] < 0) return 0;
+    last += static_cast<uint64_t>(dims[i] - 1) * static_cast<uint64_t>(strides[i]);
+  }
+  return (last + 1) * format::DTypeBytes(CudnnDType(type));
 }
 
 }  // namespace ndt::tracer

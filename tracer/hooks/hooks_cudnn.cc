@@ -298,12 +298,7 @@ std::string Fingerprint(Direction direction, const Problem& p) {
 }
 
 uint64_t TensorBytes(const TensorShape& t) {
-  uint64_t last = 0;
-  for (int i = 0; i < 4; ++i) {
-    if (t.dims[i] <= 0 || t.strides[i] < 0) return 0;
-    last += static_cast<uint64_t>(t.dims[i] - 1) * static_cast<uint64_t>(t.strides[i]);
-  }
-  return (last + 1) * ElementBytes(t.dtype);
+  return CudnnTensorBytes(t.dtype, t.dims.data(), t.strides.data(), 4);
 }
 
 uint64_t FilterBytes(const FilterShape& w) {
@@ -349,13 +344,6 @@ std::optional<size_t> WorkspaceFor(cudnnHandle_t handle, Direction direction,
   }
   if (status != CUDNN_STATUS_SUCCESS) return std::nullopt;
   return bytes;
-}
-
-uint64_t HandleStream(cudnnHandle_t handle) {
-  cudaStream_t stream = nullptr;
-  const auto get = NDT_REAL_LIBRARY(kCudnn, cudnnGetStream);
-  if (get == nullptr || get(handle, &stream) != CUDNN_STATUS_SUCCESS) return 0;
-  return reinterpret_cast<uint64_t>(stream);
 }
 
 // A host scaling factor (alpha, beta): double for double compute, float otherwise.
@@ -494,7 +482,7 @@ cudnnStatus_t RecordConvolution(Session& session, RealCall<cudnnStatus_t>& call,
                                 const void* x, const void* w, const void* y, Real real) {
   const std::optional<Problem> problem = Describe(conv.d);
   const std::string fingerprint = problem ? Fingerprint(conv.direction, *problem) : "";
-  const uint64_t stream = HandleStream(conv.handle);
+  const uint64_t stream = CudnnHandleStream(conv.handle);
   format::OpRecord op =
       session.BeginOp(format::OpKind::kCudnnConvolution, name, session.StreamId(stream, false));
   AddProblemArguments(fingerprint, problem, &op.args);
@@ -593,7 +581,7 @@ cudnnStatus_t RecordQuery(Session& session, RealCall<cudnnStatus_t>& call, const
                           Real real) {
   const std::optional<Problem> problem = Describe(d);
   const std::string fingerprint = problem ? Fingerprint(direction, *problem) : "";
-  const uint64_t stream = HandleStream(handle);
+  const uint64_t stream = CudnnHandleStream(handle);
   format::OpRecord op =
       session.BeginOp(format::OpKind::kOther, name, session.StreamId(stream, false));
   AddProblemArguments(fingerprint, problem, &op.args);

@@ -99,17 +99,6 @@ bool RealFinalize(cudnnBackendDescriptor_t descriptor) {
   return finalize != nullptr && finalize(descriptor) == CUDNN_STATUS_SUCCESS;
 }
 
-// The stream of `handle` (0: the legacy default stream), through the real cudnnGetStream.
-uint64_t HandleStream(cudnnHandle_t handle) {
-  const auto get_stream = NDT_REAL_CUDNN(cudnnGetStream);
-  cudaStream_t stream = nullptr;
-  if (handle == nullptr || get_stream == nullptr ||
-      get_stream(handle, &stream) != CUDNN_STATUS_SUCCESS) {
-    return 0;
-  }
-  return reinterpret_cast<uint64_t>(stream);
-}
-
 // ---- the shadow of the descriptors --------------------------------------------------------
 
 struct TensorFacts {
@@ -883,7 +872,7 @@ cudnnStatus_t FinalizePlan(Session& session, RealCall<cudnnStatus_t>& call,
                            cudnnBackendDescriptor_t descriptor) {
   const auto finalize = NDT_REAL_CUDNN(cudnnBackendFinalize);
   const PlanRequest request = ReadPlanRequest(descriptor);
-  const uint64_t stream = HandleStream(request.handle);
+  const uint64_t stream = CudnnHandleStream(request.handle);
   format::OpRecord op = session.BeginOp(format::OpKind::kOther, "cudnnBackendFinalize(plan)",
                                         session.StreamId(stream, false));
   std::optional<ConfigChoice> asked = ReadConfig(request.config);
@@ -1181,7 +1170,7 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
             pointers = found->second.pointers;
           }
         }
-        const uint64_t stream = ndt::tracer::HandleStream(handle);
+        const uint64_t stream = ndt::tracer::CudnnHandleStream(handle);
         ndt::format::OpRecord op =
             session.BeginOp(ndt::format::OpKind::kCudnnBackendExecute, "cudnnBackendExecute",
                             session.StreamId(stream, false));

@@ -57,16 +57,6 @@ uint64_t Address(const void* pointer) {
   return reinterpret_cast<uint64_t>(pointer);
 }
 
-// The bytes from a tensor's first element to its last, by its strides; 0 when unknown.
-uint64_t TensorBytes(const Tensor& t) {
-  uint64_t last = 0;
-  for (int i = 0; i < 4; ++i) {
-    if (t.dims[i] <= 0 || t.strides[i] < 0) return 0;
-    last += static_cast<uint64_t>(t.dims[i] - 1) * static_cast<uint64_t>(t.strides[i]);
-  }
-  return (last + 1) * format::DTypeBytes(CudnnDType(t.dtype));
-}
-
 // A tensor argument of a call: its descriptor and data, in the role the call gives it.
 struct Operand {
   const char* role;
@@ -76,7 +66,8 @@ struct Operand {
 
 Extent ExtentOf(const Operand& o) {
   const std::optional<Tensor> t = TensorOf(o.desc);
-  return Extent{o.role, Address(o.data), t ? TensorBytes(*t) : 0,
+  return Extent{o.role, Address(o.data),
+                t ? CudnnTensorBytes(t->dtype, t->dims.data(), t->strides.data(), 4) : 0,
                 t ? CudnnDType(t->dtype) : format::DType::kUnknown};
 }
 
@@ -92,13 +83,6 @@ double Scale(const void* value, const Operand& output) {
   float scale;
   std::memcpy(&scale, value, sizeof scale);
   return scale;
-}
-
-uint64_t HandleStream(cudnnHandle_t handle) {
-  cudaStream_t stream = nullptr;
-  const auto get = NDT_REAL_LIBRARY(kCudnn, cudnnGetStream);
-  if (get == nullptr || get(handle, &stream) != CUDNN_STATUS_SUCCESS) return 0;
-  return Address(stream);
 }
 
 // A tensor the call writes, and whether it also reads it first (its beta is not 0, or it is a
@@ -118,7 +102,7 @@ cudnnStatus_t RecordCudnnOp(Session& session, RealCall<cudnnStatus_t>& call, con
                             std::vector<Written> writes, Args args, Real real) {
   std::erase_if(reads, [](const Operand& o) { return o.data == nullptr; });
   std::erase_if(writes, [](const Written& w) { return w.operand.data == nullptr; });
-  const uint64_t stream = HandleStream(handle);
+  const uint64_t stream = CudnnHandleStream(handle);
   format::OpRecord op =
       session.BeginOp(format::OpKind::kOther, name, session.StreamId(stream, false));
   std::vector<Extent> inputs, outputs;

@@ -270,13 +270,6 @@ uint64_t Address(const void* pointer) {
   return reinterpret_cast<uint64_t>(pointer);
 }
 
-uint64_t HandleStream(cudnnHandle_t handle) {
-  cudaStream_t stream = nullptr;
-  const auto get = NDT_REAL_LIBRARY(kCudnn, cudnnGetStream);
-  if (get == nullptr || get(handle, &stream) != CUDNN_STATUS_SUCCESS) return 0;
-  return reinterpret_cast<uint64_t>(stream);
-}
-
 void AddDescriptorArguments(const RnnShape& r, std::vector<format::Argument>* args) {
   args->push_back(TextArgument("mode", libfacts::RnnModeName(r.mode)));
   args->push_back(TextArgument("direction", libfacts::RnnDirectionName(r.direction)));
@@ -398,7 +391,7 @@ cudnnStatus_t RecordRnnCall(Session& session, RealCall<cudnnStatus_t>& call, con
                             Call kind, cudnnHandle_t handle, const std::optional<Problem>& problem,
                             const Buffers& buffers, uint64_t weight_bytes, uint64_t workspace_bytes,
                             uint64_t reserve_bytes, const void* reserve, Real real) {
-  const uint64_t stream = HandleStream(handle);
+  const uint64_t stream = CudnnHandleStream(handle);
   format::OpRecord op =
       session.BeginOp(format::OpKind::kOther, name, session.StreamId(stream, false));
   const std::string fingerprint = problem ? CallFingerprint(kind, *problem) : "";
@@ -538,8 +531,8 @@ RnnShape Choose(Session& session, uint64_t sequence, RnnShape requested,
 // The op of a dropout Set/Restore: probability, states, their RNG state.
 format::OpRecord DropoutOp(Session& session, const char* name, cudnnHandle_t handle, float dropout,
                            const void* states, size_t states_bytes) {
-  format::OpRecord op =
-      session.BeginOp(format::OpKind::kOther, name, session.StreamId(HandleStream(handle), false));
+  format::OpRecord op = session.BeginOp(format::OpKind::kOther, name,
+                                        session.StreamId(CudnnHandleStream(handle), false));
   op.args.push_back(TextArgument("fingerprint", DropoutFingerprint(dropout, states_bytes)));
   op.args.push_back(DoubleArgument("dropout", dropout));
   op.args.push_back(PointerArgument(session, "states", Address(states)));
@@ -570,7 +563,7 @@ cudnnStatus_t cudnnDropoutGetStatesSize(cudnnHandle_t handle, size_t* bytes) {
       [&](Session& session, RealCall<cudnnStatus_t>& call) {
         ndt::format::OpRecord op =
             session.BeginOp(ndt::format::OpKind::kOther, "cudnnDropoutGetStatesSize",
-                            session.StreamId(ndt::tracer::HandleStream(handle), false));
+                            session.StreamId(ndt::tracer::CudnnHandleStream(handle), false));
         const cudnnStatus_t status = call.Run([&] { return real(handle, bytes); });
         if (status == CUDNN_STATUS_SUCCESS && bytes != nullptr) {
           op.args.push_back(ndt::tracer::UnsignedArgument("states_bytes", *bytes));
@@ -628,7 +621,7 @@ cudnnStatus_t cudnnSetDropoutDescriptor(cudnnDropoutDescriptor_t desc, cudnnHand
         const cudnnStatus_t status = call.Run([&] { return set(used); });
         if (status == CUDNN_STATUS_SUCCESS && states != nullptr) {
           op.outputs = ndt::tracer::DigestExtents(
-              session, ndt::tracer::HandleStream(handle),
+              session, ndt::tracer::CudnnHandleStream(handle),
               {ndt::tracer::Extent{"states", ndt::tracer::Address(states), states_bytes,
                                    ndt::format::DType::kUnknown}});
         }
@@ -666,7 +659,7 @@ cudnnStatus_t cudnnRestoreDropoutDescriptor(cudnnDropoutDescriptor_t desc, cudnn
         op.rng = rng;
         if (states != nullptr) {
           op.inputs = ndt::tracer::DigestExtents(
-              session, ndt::tracer::HandleStream(handle),
+              session, ndt::tracer::CudnnHandleStream(handle),
               {ndt::tracer::Extent{"states", ndt::tracer::Address(states), states_bytes,
                                    ndt::format::DType::kUnknown}});
         }
@@ -799,7 +792,7 @@ cudnnStatus_t cudnnGetRNNWeightSpaceSize(cudnnHandle_t handle, cudnnRNNDescripto
       [&](Session& session, RealCall<cudnnStatus_t>& call) {
         ndt::format::OpRecord op =
             session.BeginOp(ndt::format::OpKind::kOther, "cudnnGetRNNWeightSpaceSize",
-                            session.StreamId(ndt::tracer::HandleStream(handle), false));
+                            session.StreamId(ndt::tracer::CudnnHandleStream(handle), false));
         const std::optional<RnnShape> rnn = RnnShadows::Get().Rnn(desc);
         op.args.push_back(ndt::tracer::TextArgument(
             "fingerprint", rnn ? ndt::tracer::DescriptorFingerprint(*rnn) : ""));
@@ -822,7 +815,7 @@ cudnnStatus_t cudnnGetRNNTempSpaceSizes(cudnnHandle_t handle, cudnnRNNDescriptor
       [&](Session& session, RealCall<cudnnStatus_t>& call) {
         ndt::format::OpRecord op =
             session.BeginOp(ndt::format::OpKind::kOther, "cudnnGetRNNTempSpaceSizes",
-                            session.StreamId(ndt::tracer::HandleStream(handle), false));
+                            session.StreamId(ndt::tracer::CudnnHandleStream(handle), false));
         const auto problem = ndt::tracer::Describe(desc, x_desc, x_desc, nullptr, nullptr);
         const auto kind = mode == CUDNN_FWD_MODE_TRAINING ? ndt::tracer::Call::kForwardTraining
                                                           : ndt::tracer::Call::kForwardInference;
