@@ -170,6 +170,15 @@ def _ndtrace_annotate_torch(torch):
     from torch.utils._python_dispatch import TorchDispatchMode
 
     tensors = _NdtraceTensorOps(torch, library, ctypes) if tensor_digests else None
+    # A tensor the mode was given now has a Python object, which PyTorch (1.13) keeps alive for
+    # as long as C++ holds the tensor, and whose release takes the GIL. A collective's work
+    # (c10d::allreduce_ ...) holds its tensors on the backend's own thread (gloo's run loop,
+    # NCCL's watchdog); if that thread dropped the last reference while the main thread held
+    # the GIL and waited for it (destroy_process_group joins it), the program would hang: 2 of
+    # 20 runs of a two-process DDP script on gloo did. So the last collectives' arguments and
+    # results are held here as well, and released on a thread that holds the GIL.
+    import collections
+    collectives = collections.deque(maxlen=8)
 
     class _NdtraceOpRanges(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -177,9 +186,11 @@ def _ndtrace_annotate_torch(torch):
             name = schema.name if schema is not None else str(func)
             kwargs = kwargs or {}
             push(op_domain, name.encode("utf-8", "replace"))
+            result = None
             try:
                 if tensors is None:
-                    return func(*args, **kwargs)
+                    result = func(*args, **kwargs)
+                    return result
                 tensors.begin(func, args, kwargs)
                 done = False
                 try:
@@ -189,6 +200,8 @@ def _ndtrace_annotate_torch(torch):
                     tensors.end(name if done else None, func, result if done else None)
                 return result
             finally:
+                if name.startswith("c10d::"):
+                    collectives.append((args, kwargs, result))
                 pop(op_domain)
 
     # Dispatch modes are per thread: entered in this thread for the whole run, and in every
@@ -645,12 +658,18 @@ class _NdtraceTensorOps(object):
                 raise LookupError
             if name in self.UNCOMPUTED or name.startswith("profiler::"):
                 raise LookupError
-            returns = self._names(func)[1]
-            results = (result if isinstance(result, (list, tuple)) and len(returns) > 1
-                       else (result,))
-            named = [(returns[i] if i < len(returns) and returns[i] else
-                      ("out" if len(results) == 1 else "out%d" % i), value)
-                     for i, value in enumerate(results)]
+            named = []
+            # A collective (c10d::allreduce_, broadcast_, recv_, ...) returns as soon as its
+            # work is queued on the backend's own thread or stream: what its tensors hold at
+            # return is not yet its result, so it is recorded with its inputs only (the ops that
+            # read the result after the program waits for it show whether it differed).
+            if not name.startswith("c10d::"):
+                returns = self._names(func)[1]
+                results = (result if isinstance(result, (list, tuple)) and len(returns) > 1
+                           else (result,))
+                named = [(returns[i] if i < len(returns) and returns[i] else
+                          ("out" if len(results) == 1 else "out%d" % i), value)
+                         for i, value in enumerate(results)]
             self._call(self.end_fn, (name.encode("utf-8", "replace"),), named)
         except Exception:
             self.end_fn(None, 0, 0, None, 0, None)
