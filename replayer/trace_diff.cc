@@ -33,6 +33,7 @@
 #include "kernels/digest_v1.h"
 #include "replayer/capture_placement.h"
 #include "replayer/op_compare.h"
+#include "replayer/op_multiset.h"
 #include "replayer/stream_order.h"
 
 namespace ndt::replay {
@@ -320,14 +321,6 @@ class Differ {
     AttachPythonStacks();
     Warnings(*a_, "A");
     Warnings(*b_, "B");
-    if (report_.lane_tail_ops != 0) {
-      report_.notes.push_back(
-          std::to_string(report_.lane_tail_ops) + " of the " +
-          std::to_string(report_.structural_differences) +
-          " structural difference(s) are ops after the other run's last op in their lane: "
-          "that run stopped earlier there (killed, failed, or ended while a thread was still "
-          "issuing work)");
-    }
     if (report_.first_divergence) {
       auto& d = *report_.first_divergence;
       if (d.root && d.root->kind == format::OpKind::kKernelLaunch) {
@@ -1737,6 +1730,37 @@ StatusOr<DiffReport> DiffTraces(const std::string& path_a, const std::string& pa
   report.path_b = path_b;
   Differ differ(std::move(a).value(), std::move(b).value(), &report, options);
   differ.Run();
+  // Ops that differ lane by lane may be the same ops, with the same data, handed to other
+  // threads (a thread pool): then the runs computed the same, and the diff says so.
+  if ((report.first_divergence || report.structural_differences > 0) && report.comparable() &&
+      !report.refused && !report.damaged() && !report.incomplete_a && !report.incomplete_b) {
+    const std::optional<OpMultiset> ops_a = ContentMultiset(path_a);
+    const std::optional<OpMultiset> ops_b = ContentMultiset(path_b);
+    if (ops_a && ops_b && *ops_a == *ops_b) {
+      report.notes.push_back(
+          "the same " + std::to_string(ops_a->ops) +
+          " ops, with the same arguments and the same data read and written, ran in another "
+          "order or on other threads in run B (" +
+          std::to_string(report.divergent_ops) + " aligned ops differed and " +
+          std::to_string(report.structural_differences) +
+          " were in one run's lane only: work handed to whichever thread was free, a thread "
+          "pool or a work queue): the runs computed the same");
+      report.first_divergence.reset();
+      report.first_structural.reset();
+      report.divergent_ops = 0;
+      report.structural_differences = 0;
+      report.lane_tail_ops = 0;
+      report.reordered = true;
+    }
+  }
+  if (report.lane_tail_ops != 0) {
+    report.notes.push_back(
+        std::to_string(report.lane_tail_ops) + " of the " +
+        std::to_string(report.structural_differences) +
+        " structural difference(s) are ops after the other run's last op in their lane: "
+        "that run stopped earlier there (killed, failed, or ended while a thread was still "
+        "issuing work)");
+  }
   if (report.first_divergence) {
     if (std::optional<std::string> race = UnorderedStreams(path_a, *report.first_divergence)) {
       report.first_divergence->evidence.push_back(std::move(*race));

@@ -130,6 +130,10 @@ struct DiffReport {
   // (they are in `header` too, as warnings); `refused`: for that, the ops were not compared.
   std::vector<std::string> other_program;
   bool refused = false;
+  // The ops differed lane by lane, but the two runs made the same ops on the same data, in
+  // another order or on other threads (op_multiset.h): the divergences and structural
+  // differences were cleared, and a note says so.
+  bool reordered = false;
 
   bool comparable() const;  // no blocking header difference
   bool identical() const;   // comparable, not refused, no divergence, no structural difference

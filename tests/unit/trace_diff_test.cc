@@ -865,6 +865,67 @@ TEST_CASE("an exit state digest after which a thread still recorded ops is not c
   CHECK(after_all.first_divergence->klass == DivergenceClass::kUncovered);
 }
 
+// A thread pool: two worker threads score 4 tasks, each a GEMM of the task's input and then a
+// ReLU, as a ThreadPoolExecutor hands tasks to whichever thread is free. `order` gives the
+// thread (1 or 2) of each task in turn; `change` edits the ops before they are written.
+std::vector<Record> ThreadPool(const std::vector<uint32_t>& order,
+                               const std::function<void(std::vector<OpRecord>&)>& change = {}) {
+  std::vector<OpRecord> ops;
+  for (size_t task = 0; task < order.size(); ++task) {
+    for (int step = 0; step < 2; ++step) {
+      OpRecord op;
+      op.kind = OpKind::kFrameworkOp;
+      op.name = step == 0 ? "aten::addmm" : "aten::relu";
+      op.thread_id = order[task];
+      op.sequence = ops.size();
+      op.start_ns = 1000 * ops.size();
+      op.inputs = {Buffer("self", 10 + ops.size(), step == 0 ? 100 + task : 200 + task)};
+      op.outputs = {Buffer("out", 20 + ops.size(), step == 0 ? 200 + task : 300 + task)};
+      ops.push_back(op);
+    }
+  }
+  if (change) change(ops);
+  return {ops.begin(), ops.end()};
+}
+
+TEST_CASE("the same ops on the same data handed to other threads are the same run", "[replayer]") {
+  TempDir dir;
+  // Run B's threads took tasks 2 and 3 the other way round: lane by lane, thread 1's second
+  // task and thread 2's second task differ; as a whole, the same ops computed the same.
+  const DiffReport report = Diff(dir, ThreadPool({1, 2, 1, 2}), ThreadPool({1, 2, 2, 1}));
+  CHECK(report.identical());
+  CHECK(report.reordered);
+  CHECK_FALSE(report.first_divergence.has_value());
+  CHECK(report.structural_differences == 0);
+  CHECK_THAT(report.notes,
+             Catch::VectorContains(std::string(
+                 "the same 8 ops, with the same arguments and the same data read and written, ran "
+                 "in another order or on other threads in run B (4 aligned ops differed and 0 "
+                 "were in one run's lane only: work handed to whichever thread was free, a thread "
+                 "pool or a work queue): the runs computed the same")));
+  // One task's ReLU wrote something else: a divergence, whichever threads ran what.
+  const DiffReport diverged =
+      Diff(dir, ThreadPool({1, 2, 1, 2}),
+           ThreadPool({1, 2, 2, 1}, [](auto& ops) { ops[7].outputs[0].digest.lo ^= 1; }));
+  CHECK_FALSE(diverged.identical());
+  CHECK_FALSE(diverged.reordered);
+  CHECK(diverged.first_divergence.has_value());
+  // A task done twice and another not at all: not the same ops.
+  const DiffReport twice =
+      Diff(dir, ThreadPool({1, 2, 1, 2}), ThreadPool({1, 2, 2, 1}, [](auto& ops) {
+             ops[6].inputs = ops[4].inputs;
+             ops[6].outputs = ops[4].outputs;
+             ops[7].inputs = ops[5].inputs;
+             ops[7].outputs = ops[5].outputs;
+           }));
+  CHECK_FALSE(twice.identical());
+  CHECK_FALSE(twice.reordered);
+  // Where each thread ran the same tasks, nothing was reordered.
+  const DiffReport same = Diff(dir, ThreadPool({1, 2, 1, 2}), ThreadPool({1, 2, 1, 2}));
+  CHECK(same.identical());
+  CHECK_FALSE(same.reordered);
+}
+
 TEST_CASE("ops of several threads align by lane whatever their order in the file",
           "[replayer]") {
   TempDir dir;
