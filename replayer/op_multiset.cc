@@ -57,8 +57,12 @@ bool ComparedByValue(const format::Argument& argument) {
     return false;
   }
   const std::string_view name = argument.name;
+  // Also not the ordinals of the library objects a call names (a cuBLAS or cuDNN handle, a
+  // cuRAND generator, an NCCL communicator): a framework keeps one per thread, so a task on
+  // another thread uses another; the settings that shape the call are arguments of their own.
   return name != "insideOp" && name != "clique" && name != "first" && name != "event" &&
-         name != "stream" && name != "eventStream";
+         name != "stream" && name != "eventStream" && name != "handle" && name != "generator" &&
+         name != "comm" && name != "parentComm";
 }
 
 void HashOp(const format::OpRecord& op, ElementHash& h) {

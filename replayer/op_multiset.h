@@ -13,12 +13,12 @@ namespace ndt::replay {
 // A trace's ops as a multiset: how many, and the sum (mod 2^128) of a 128-bit hash of each
 // op's content: its kind, name, device, status, the arguments `diff` compares by value (not
 // device pointers, kernel parameter bytes, the pooled `event` and streams, measurements,
-// `insideOp`, `clique`) and captures' blob references (content ids), its RNG state, algorithm
-// choice, and the role, size,
-// type and digest of every buffer it read and wrote; each state digest's allocation contents
-// likewise, and each recorded choice forced over the program's request (ForcedOverRequest). Not the
-// op's sequence, thread, stream, time, range or module ordinal. Lifecycle ops are left out, as
-// `diff` leaves them.
+// `insideOp`, `clique`, the ordinals of handles, generators and communicators) and captures'
+// blob references (content ids), its RNG state, algorithm choice, and the role, size, type and
+// digest of every buffer it read and wrote; each state digest's allocation contents likewise,
+// and each recorded choice forced over the program's request (ForcedOverRequest). Not the op's
+// sequence, thread, stream, time, range or module ordinal. Lifecycle ops are left out, as `diff`
+// leaves them.
 struct OpMultiset {
   uint64_t ops = 0;
   uint64_t sum_lo = 0;

@@ -865,9 +865,10 @@ TEST_CASE("an exit state digest after which a thread still recorded ops is not c
   CHECK(after_all.first_divergence->klass == DivergenceClass::kUncovered);
 }
 
-// A thread pool: two worker threads score 4 tasks, each a GEMM of the task's input and then a
-// ReLU, as a ThreadPoolExecutor hands tasks to whichever thread is free. `order` gives the
-// thread (1 or 2) of each task in turn; `change` edits the ops before they are written.
+// A thread pool: two worker threads score 4 tasks, each a GEMM of the task's input (on the
+// thread's own cuBLAS handle) and then a ReLU, as a ThreadPoolExecutor hands tasks to whichever
+// thread is free. `order` gives the thread (1 or 2) of each task in turn; `change` edits the
+// ops before they are written.
 std::vector<Record> ThreadPool(const std::vector<uint32_t>& order,
                                const std::function<void(std::vector<OpRecord>&)>& change = {}) {
   std::vector<OpRecord> ops;
@@ -879,6 +880,7 @@ std::vector<Record> ThreadPool(const std::vector<uint32_t>& order,
       op.thread_id = order[task];
       op.sequence = ops.size();
       op.start_ns = 1000 * ops.size();
+      if (step == 0) op.args = {{"handle", uint64_t{order[task]}}, {"m", int64_t{16}}};
       op.inputs = {Buffer("self", 10 + ops.size(), step == 0 ? 100 + task : 200 + task)};
       op.outputs = {Buffer("out", 20 + ops.size(), step == 0 ? 200 + task : 300 + task)};
       ops.push_back(op);
@@ -920,6 +922,12 @@ TEST_CASE("the same ops on the same data handed to other threads are the same ru
            }));
   CHECK_FALSE(twice.identical());
   CHECK_FALSE(twice.reordered);
+  // A GEMM of another size: an argument that is behaviour, not the handle's ordinal.
+  const DiffReport resized =
+      Diff(dir, ThreadPool({1, 2, 1, 2}),
+           ThreadPool({1, 2, 2, 1}, [](auto& ops) { ops[6].args[1].value = int64_t{32}; }));
+  CHECK_FALSE(resized.identical());
+  CHECK_FALSE(resized.reordered);
   // Where each thread ran the same tasks, nothing was reordered.
   const DiffReport same = Diff(dir, ThreadPool({1, 2, 1, 2}), ThreadPool({1, 2, 1, 2}));
   CHECK(same.identical());
