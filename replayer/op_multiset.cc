@@ -35,10 +35,7 @@ class ElementHash {
   // Adds the element to `set` and starts the next one.
   void AddTo(OpMultiset& set) {
     const XXH128_hash_t h = XXH3_128bits_digest(state_.get());
-    const uint64_t lo = set.sum_lo + h.low64;
-    set.sum_hi += h.high64 + (lo < set.sum_lo ? 1 : 0);
-    set.sum_lo = lo;
-    ++set.ops;
+    set += OpMultiset{1, h.low64, h.high64};
     XXH3_128bits_reset(state_.get());
   }
 

@@ -24,6 +24,13 @@ struct OpMultiset {
   uint64_t sum_lo = 0;
   uint64_t sum_hi = 0;
   bool operator==(const OpMultiset&) const = default;
+  OpMultiset& operator+=(const OpMultiset& other) {  // the union of two traces' ops
+    const uint64_t lo = sum_lo + other.sum_lo;
+    sum_hi += other.sum_hi + (lo < sum_lo ? 1 : 0);
+    sum_lo = lo;
+    ops += other.ops;
+    return *this;
+  }
 };
 
 // Reads the whole trace; nullopt if it cannot be opened.

@@ -13,6 +13,7 @@
 
 #include "formats/trace_reader.h"
 #include "replayer/diff_report.h"
+#include "replayer/op_multiset.h"
 
 namespace ndt::replay {
 namespace {
@@ -170,8 +171,10 @@ bool Unranked(const ProcessTrace& process) {
 }
 
 // What a process did, to tell it among its run's processes: `structure` hashes its ops' kinds,
-// names and numeric arguments (sizes, shapes; not pointers) in order, `data` also the digests
-// of what its copies read and wrote.
+// names and numeric arguments (sizes, shapes; not pointers), `data` also the digests of what its
+// copies and PyTorch ops read and wrote. Each op is hashed alone and the hashes summed: the
+// order in which a process's threads' records reach its file varies from run to run (a
+// DataLoader worker's queue thread and its main thread), what each op did does not.
 struct Signature {
   size_t structure = 0;
   size_t data = 0;
@@ -184,6 +187,11 @@ Signature SignatureOf(const std::string& path) {
   (*reader)->PassOver(~format::RecordTypeBit<format::OpRecord>());
   const auto mix = [](size_t* into, size_t value) {
     *into ^= value + 0x9e3779b97f4a7c15ULL + (*into << 6) + (*into >> 2);
+  };
+  const auto finish = [](uint64_t x) {  // splitmix64's finaliser: a sum of these stays spread
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return static_cast<size_t>(x ^ (x >> 31));
   };
   format::Record record;
   while ((*reader)->Next(&record)) {
@@ -199,17 +207,19 @@ Signature SignatureOf(const std::string& path) {
         for (const int64_t d : *dims) mix(&shape, static_cast<size_t>(d));
       }
     }
-    mix(&signature.structure, shape);
-    mix(&signature.data, shape);
+    size_t data = shape;
     // The data a process was given: its copies, and the tensors its PyTorch ops read and made
     // (a DataLoader worker's samples, which the shim sees on the CPU).
-    if (op->kind != format::OpKind::kMemcpy && op->kind != format::OpKind::kFrameworkOp) continue;
-    for (const auto* buffers : {&op->inputs, &op->outputs}) {
-      for (const format::BufferDigest& buffer : *buffers) {
-        mix(&signature.data, buffer.digest.lo);
-        mix(&signature.data, buffer.digest.hi);
+    if (op->kind == format::OpKind::kMemcpy || op->kind == format::OpKind::kFrameworkOp) {
+      for (const auto* buffers : {&op->inputs, &op->outputs}) {
+        for (const format::BufferDigest& buffer : *buffers) {
+          mix(&data, buffer.digest.lo);
+          mix(&data, buffer.digest.hi);
+        }
       }
     }
+    signature.structure += finish(shape);
+    signature.data += finish(data);
   }
   return signature;
 }
@@ -252,6 +262,46 @@ void PairUnranked(const std::vector<ProcessTrace>& a, std::vector<ProcessTrace>*
   size_t next = a.size() + 1;
   for (size_t j = 0; j < in_b.size(); ++j) {
     in_b[j]->key = keys[j].empty() ? "process " + std::to_string(next++) : keys[j];
+  }
+}
+
+// A pool of worker processes (multiprocessing.Pool, a ProcessPoolExecutor) gives each task to
+// whichever worker is free, so a worker's ops vary from run to run while the pool's do not.
+// When every process that differs is unranked (keyed by start order) and the unranked processes
+// of both runs, taken together, made the same ops on the same data (op_multiset.h), their
+// reports are made identical, with a note.
+void PoolWorkers(const std::vector<ProcessTrace>& a, const std::vector<ProcessTrace>& b,
+                 RunDiff* diff) {
+  if (!diff->only_in_a.empty() || !diff->only_in_b.empty()) return;
+  std::vector<DiffReport*> differing;
+  for (auto& [key, report] : diff->processes) {
+    if (report.identical()) continue;
+    if (!report.comparable() || report.refused || report.damaged() || report.incomplete_a ||
+        report.incomplete_b || key.rfind("process ", 0) != 0) {
+      return;
+    }
+    differing.push_back(&report);
+  }
+  if (differing.empty()) return;
+  const auto pooled = [](const std::vector<ProcessTrace>& run) -> std::optional<OpMultiset> {
+    OpMultiset all;
+    for (const ProcessTrace& process : run) {
+      if (!Unranked(process)) continue;
+      const std::optional<OpMultiset> ops = ContentMultiset(process.path);
+      if (!ops) return std::nullopt;
+      all += *ops;
+    }
+    return all;
+  };
+  const std::optional<OpMultiset> ops_a = pooled(a);
+  const std::optional<OpMultiset> ops_b = pooled(b);
+  if (!ops_a || !ops_b || !(*ops_a == *ops_b)) return;
+  for (DiffReport* report : differing) {
+    MarkReordered(report, "the processes started without a rank made the same " +
+                              std::to_string(ops_a->ops) +
+                              " ops on the same data in both runs, this one other tasks of them "
+                              "(work handed to whichever worker process was free: a "
+                              "multiprocessing pool): the runs computed the same");
   }
 }
 
@@ -420,6 +470,7 @@ StatusOr<RunDiff> DiffRuns(const std::string& path_a, const std::string& path_b,
     }
   }
   if (diff.processes.size() > 1) ExplainCollectives(&diff);
+  PoolWorkers(*a, *b, &diff);
   return diff;
 }
 

@@ -1719,6 +1719,29 @@ bool DiffReport::differs_only_at_lane_tails() const {
          structural_differences == lane_tail_ops;
 }
 
+namespace {
+
+std::string LaneTailNote(const DiffReport& report) {
+  return std::to_string(report.lane_tail_ops) + " of the " +
+         std::to_string(report.structural_differences) +
+         " structural difference(s) are ops after the other run's last op in their lane: that "
+         "run stopped earlier there (killed, failed, or ended while a thread was still issuing "
+         "work)";
+}
+
+}  // namespace
+
+void MarkReordered(DiffReport* report, std::string why) {
+  if (report->lane_tail_ops != 0) std::erase(report->notes, LaneTailNote(*report));
+  report->notes.push_back(std::move(why));
+  report->first_divergence.reset();
+  report->first_structural.reset();
+  report->divergent_ops = 0;
+  report->structural_differences = 0;
+  report->lane_tail_ops = 0;
+  report->reordered = true;
+}
+
 StatusOr<DiffReport> DiffTraces(const std::string& path_a, const std::string& path_b,
                                 const DiffOptions& options) {
   auto a = format::TraceReader::Open(path_a);
@@ -1737,30 +1760,18 @@ StatusOr<DiffReport> DiffTraces(const std::string& path_a, const std::string& pa
     const std::optional<OpMultiset> ops_a = ContentMultiset(path_a);
     const std::optional<OpMultiset> ops_b = ContentMultiset(path_b);
     if (ops_a && ops_b && *ops_a == *ops_b) {
-      report.notes.push_back(
+      MarkReordered(
+          &report,
           "the same " + std::to_string(ops_a->ops) +
-          " ops, with the same arguments and the same data read and written, ran in another "
-          "order or on other threads in run B (" +
-          std::to_string(report.divergent_ops) + " aligned ops differed and " +
-          std::to_string(report.structural_differences) +
-          " were in one run's lane only: work handed to whichever thread was free, a thread "
-          "pool or a work queue): the runs computed the same");
-      report.first_divergence.reset();
-      report.first_structural.reset();
-      report.divergent_ops = 0;
-      report.structural_differences = 0;
-      report.lane_tail_ops = 0;
-      report.reordered = true;
+              " ops, with the same arguments and the same data read and written, ran in another "
+              "order or on other threads in run B (" +
+              std::to_string(report.divergent_ops) + " aligned ops differed and " +
+              std::to_string(report.structural_differences) +
+              " were in one run's lane only: work handed to whichever thread was free, a thread "
+              "pool or a work queue): the runs computed the same");
     }
   }
-  if (report.lane_tail_ops != 0) {
-    report.notes.push_back(
-        std::to_string(report.lane_tail_ops) + " of the " +
-        std::to_string(report.structural_differences) +
-        " structural difference(s) are ops after the other run's last op in their lane: "
-        "that run stopped earlier there (killed, failed, or ended while a thread was still "
-        "issuing work)");
-  }
+  if (report.lane_tail_ops != 0) report.notes.push_back(LaneTailNote(report));
   if (report.first_divergence) {
     if (std::optional<std::string> race = UnorderedStreams(path_a, *report.first_divergence)) {
       report.first_divergence->evidence.push_back(std::move(*race));

@@ -172,6 +172,10 @@ struct DiffOptions {
 // "PATH: what (bytes B..E)" for the first damaged range of either trace, and how many more.
 std::string DamageText(const DiffReport& report);
 
+// Makes `report` identical: its ops were the same as the other run's, on the same data, in
+// another order or on other threads or processes (op_multiset.h); `why` says so as a note.
+void MarkReordered(DiffReport* report, std::string why);
+
 // Compares the traces at `path_a` and `path_b`, each read to its end. Fails only when a trace
 // cannot be opened; damage inside a trace is listed in damage_a / damage_b, and the rest of
 // it compared.

@@ -136,12 +136,19 @@ with tempfile.TemporaryDirectory() as directory:
     # does not (it used to be "NOT deterministic ... propagated; aten::addmm": lane by lane,
     # each thread's ops read other inputs in each run). With noise from the global generator,
     # which input gets which draw varies: still not deterministic.
-    pool = os.path.join(HERE, "thread_pool.py")
-    for args, status, verdict in (((), 0, "deterministic: 6 runs gave bitwise-identical"),
-                                  (("--noise",), 1, "NOT deterministic")):
-        name = "check of thread_pool.py %s" % " ".join(args)
-        run = subprocess.run([NDTRACE, "check", "-o", os.path.join(directory, "pool" + "".join(args)),
-                              "--", PYTHON, pool, *args], capture_output=True, text=True)
+    # 9. The same with worker processes (multiprocessing.Pool; it used to be "process 1, op 10
+    # (rng_state ...)"), and DataLoader workers whose threads' records reach their files in
+    # varying order (they used to be paired with each other's partner: "process 1, op 0").
+    deterministic, differs = "deterministic: 6 runs gave bitwise-identical", "NOT deterministic"
+    for program, args, status, verdict in (
+            ("thread_pool.py", (), 0, deterministic), ("thread_pool.py", ("--noise",), 1, differs),
+            ("process_pool.py", (), 0, deterministic),
+            ("process_pool.py", ("--unseeded",), 1, differs),
+            ("loader_workers.py", (), 0, deterministic)):
+        name = "check of %s %s" % (program, " ".join(args))
+        run = subprocess.run([NDTRACE, "check", "-o", os.path.join(directory, program + "".join(args)),
+                              "--", PYTHON, os.path.join(HERE, program), *args],
+                             capture_output=True, text=True)
         check(run.returncode == status,
               "%s exits %d (%d: %s)" % (name, status, run.returncode, run.stderr[-500:]))
         lines = [line for line in run.stdout.splitlines() if line.startswith("ndtrace check: ")]
