@@ -1755,8 +1755,9 @@ StatusOr<DiffReport> DiffTraces(const std::string& path_a, const std::string& pa
   differ.Run();
   // Ops that differ lane by lane may be the same ops, with the same data, handed to other
   // threads (a thread pool): then the runs computed the same, and the diff says so.
+  // (A trace never closed is compared too: ops it lost change its multiset.)
   if ((report.first_divergence || report.structural_differences > 0) && report.comparable() &&
-      !report.refused && !report.damaged() && !report.incomplete_a && !report.incomplete_b) {
+      !report.refused && !report.damaged()) {
     const std::optional<OpMultiset> ops_a = ContentMultiset(path_a);
     const std::optional<OpMultiset> ops_b = ContentMultiset(path_b);
     if (ops_a && ops_b && *ops_a == *ops_b) {
