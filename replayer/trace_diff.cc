@@ -275,6 +275,8 @@ class Differ {
     b_->ReadAhead(true);
   }
 
+  size_t threads() const { return threads_.size(); }  // that issued ops, in either run
+
   void Run() {
     CompareHeaders();
     if (!options_.force && !report_.other_program.empty()) {
@@ -1755,9 +1757,10 @@ StatusOr<DiffReport> DiffTraces(const std::string& path_a, const std::string& pa
   differ.Run();
   // Ops that differ lane by lane may be the same ops, with the same data, handed to other
   // threads (a thread pool): then the runs computed the same, and the diff says so.
-  // (A trace never closed is compared too: ops it lost change its multiset.)
-  if ((report.first_divergence || report.structural_differences > 0) && report.comparable() &&
-      !report.refused && !report.damaged()) {
+  // (A trace never closed is compared too: ops it lost change its multiset.) Only where several
+  // threads issued ops: a single thread's runs that differ are not read twice more.
+  if ((report.first_divergence || report.structural_differences > 0) && differ.threads() > 1 &&
+      report.comparable() && !report.refused && !report.damaged()) {
     const std::optional<OpMultiset> ops_a = ContentMultiset(path_a);
     const std::optional<OpMultiset> ops_b = ContentMultiset(path_b);
     if (ops_a && ops_b && *ops_a == *ops_b) {
